@@ -1,0 +1,135 @@
+"""The PspAdapter protocol and its typed results: all an adapter author needs.
+
+One method per question we ask a PSP, not one per endpoint. Amounts are integer minor units plus an
+ISO-4217 currency code; conversion from a PSP's wire format happens only in that adapter's ``wire.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import ClassVar, Protocol, runtime_checkable
+
+
+class Secret:
+    """A credential. Its repr and str are masked, so it never lands in a log line or an error message."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The raw value; call it only where the credential goes on the wire."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeRequest:
+    """A charge to create. ``merchant_reference`` is our unique id for the payment."""
+
+    merchant_reference: str
+    amount: int  #: minor units
+    currency: str  #: ISO-4217, upper case
+    merchant_account: str | None = None
+    payment_method: str | None = None  #: a PSP token (never a card number)
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PspRef:
+    """How to find a payment at the PSP: its reference when we have one, else our merchant reference."""
+
+    psp_reference: str | None = None
+    merchant_reference: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.psp_reference or self.merchant_reference):
+            raise ValueError("PspRef needs psp_reference or merchant_reference")
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    psp_reference: str | None = None
+    amount: int | None = None  #: minor units, as the PSP reports them
+    currency: str | None = None
+    raw_status: str | None = None  #: the PSP's own status string, kept for the audit trail
+    merchant_reference: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded(_Outcome):
+    """The PSP took the money (authorised and captured, or capture guaranteed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending(_Outcome):
+    """The PSP has no final answer yet (processing, 3DS, async methods)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(_Outcome):
+    """The PSP says no: declined, canceled, expired. ``reason`` is the PSP's refusal reason or code."""
+
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound(_Outcome):
+    """The PSP has no record of this payment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown(_Outcome):
+    """The PSP answered with a status we do not recognise: never guessed into another outcome."""
+
+
+PaymentOutcome = Succeeded | Pending | Failed | NotFound | Unknown
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementLine:
+    """One row of a PSP's settlement/captured listing."""
+
+    psp_reference: str
+    merchant_reference: str | None
+    amount: int  #: minor units
+    currency: str
+    status: str  #: "succeeded", "failed", "refunded", ... normalised by the adapter
+    settled_at: datetime  #: aware UTC
+    raw: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+@runtime_checkable
+class PspAdapter(Protocol):
+    """A PSP as recon sees it.
+
+    Every method raises only ``psp_adapters.errors.PspError`` subclasses; httpx exceptions never escape.
+    ``create_payment`` sends ``idempotency_key`` with every attempt, so a retry after an unknown outcome
+    can never charge twice.
+    """
+
+    name: ClassVar[str]
+
+    def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome: ...
+
+    def fetch_payment(self, ref: PspRef) -> PaymentOutcome: ...
+
+    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]: ...
+
+    def close(self) -> None: ...

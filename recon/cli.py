@@ -1,0 +1,339 @@
+"""The ``recon`` command line: the composition root that wires configuration, database, engine and handlers.
+
+Exit codes (DESIGN §6): 0 done and consistent; 1 done, with items that need review; 2 bad usage, input or
+configuration; 3 the run failed. ``--json`` prints one JSON document on stdout; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, NoReturn
+
+import click
+
+from recon.config import Settings, load_settings
+from recon.db.database import Database, connect, upgrade
+from recon.db.store import JobStore, iter_all_jobs, make_listener
+from recon.durations import parse_duration
+from recon.engine.client import Client
+from recon.engine.jobs import JobState
+from recon.engine.retry import RetryPolicy
+from recon.engine.watcher import Watcher
+from recon.engine.worker import Handlers, Worker
+from recon.errors import ConfigError, ReconError, UsageError
+
+EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+log = logging.getLogger("recon")
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value), what=f"--{param.name.replace('_', '-')}" if param and param.name else "duration")
+        except UsageError as exc:
+            self.fail(str(exc).split(": ", 1)[-1], param, ctx)
+
+
+class App:
+    """What every command needs, built lazily from the global options."""
+
+    def __init__(self, database_url: str | None, config_path: str | None) -> None:
+        self._database_url = database_url
+        self._config_path = config_path
+        self._settings: Settings | None = None
+        self._db: Database | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            settings = load_settings(self._config_path)
+            if self._database_url:
+                settings = replace(settings, database_url=self._database_url)
+            self._settings = settings
+        return self._settings
+
+    @property
+    def db(self) -> Database:
+        if self._db is None:
+            self._db = connect(self.settings.database_url, pool_size=self.settings.engine.concurrency + 4)
+        return self._db
+
+    @property
+    def store(self) -> JobStore:
+        return JobStore(self.db)
+
+    def client(self) -> Client:
+        return Client(self.store, self.settings)
+
+    def handlers(self, extra: tuple[str, ...] = ()) -> Handlers:
+        handlers = Handlers()
+        for ref in extra:
+            _merge_handlers(handlers, _import_ref(ref))
+        return handlers
+
+
+def _import_ref(ref: str) -> Handlers:
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        obj = getattr(module, attr or "handlers")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--handlers {ref!r}: cannot import ({exc})") from None
+    if not isinstance(obj, Handlers):
+        raise ConfigError(f"--handlers {ref!r}: is a {type(obj).__name__}, not recon.Handlers")
+    return obj
+
+
+def _merge_handlers(into: Handlers, other: Handlers) -> None:
+    for kind in other.kinds():
+        into.register(kind, other.get(kind))
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--database-url", envvar="RECON_DATABASE_URL", help="Default: sqlite:///recon.db")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="RECON_CONFIG",
+              help="A TOML file like config/recon.toml.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None, config_path: str | None, log_level: str) -> None:
+    """recon: payments kept honest between our database and the PSPs."""
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    ctx.obj = App(database_url, config_path)
+
+
+# --- db -----------------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@pass_app
+def db_upgrade(app: App) -> None:
+    """Apply migrations (idempotent)."""
+    upgrade(app.db)
+    click.echo(f"database at {app.db.url.render_as_string(hide_password=True)} is up to date")
+
+
+# --- worker and watcher --------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--queues", help="Comma-separated queues to work (default: the default queue).")
+@click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
+@click.option("--burst", is_flag=True, help="Exit when no claimable work is left.")
+@click.option("--lease-ttl", type=Duration(), help="Lease TTL, e.g. 30s.")
+@click.option("--heartbeat", type=Duration(), help="Heartbeat interval (default: from config).")
+@click.option("--drain-timeout", type=Duration(), help="On SIGTERM, how long running jobs may finish.")
+@click.option("--poll-interval", type=Duration(), help="Idle polling interval.")
+@click.option("--handlers", "handler_refs", multiple=True, metavar="MODULE:ATTR",
+              help="Import extra job handlers (a recon.Handlers object); repeatable.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), hidden=True)
+@pass_app
+def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, lease_ttl: timedelta | None,
+           heartbeat: timedelta | None, drain_timeout: timedelta | None, poll_interval: timedelta | None,
+           handler_refs: tuple[str, ...], metrics_port: int | None) -> None:
+    """Claim and run jobs until SIGTERM/SIGINT (or, with --burst, until the queues are empty)."""
+    engine = app.settings.engine
+    changes: dict[str, Any] = {}
+    if concurrency:
+        changes["concurrency"] = concurrency
+    if lease_ttl is not None:
+        changes["lease_ttl_seconds"] = lease_ttl.total_seconds()
+        if heartbeat is None and engine.heartbeat_interval_seconds >= lease_ttl.total_seconds():
+            changes["heartbeat_interval_seconds"] = lease_ttl.total_seconds() / 3
+    if heartbeat is not None:
+        changes["heartbeat_interval_seconds"] = heartbeat.total_seconds()
+    if drain_timeout is not None:
+        changes["drain_timeout_seconds"] = drain_timeout.total_seconds()
+    if poll_interval is not None:
+        changes["poll_interval_seconds"] = poll_interval.total_seconds()
+    engine = replace(engine, **changes)
+    engine.validate("options")
+    queue_list = [q.strip() for q in (queues or engine.default_queue).split(",") if q.strip()]
+    if not queue_list:
+        raise UsageError("--queues: no queue named")
+    w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
+               queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
+               classify_func=_classify_func(), wakeup_func=make_listener(app.db))
+    _install_signal_handlers(w.request_stop)
+    stats = w.run(burst=burst)
+    click.echo(json.dumps({"worker": w.worker_id, **stats.to_dict()}), err=True)
+
+
+def _classify_func() -> Callable[[BaseException], Any]:
+    from recon.classify import classify
+
+    return classify
+
+
+def _install_signal_handlers(stop: Callable[[], None]) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    received = {"n": 0}
+
+    def handle(signum: int, _frame: Any) -> None:
+        received["n"] += 1
+        if received["n"] > 1:  # a second signal: exit now; leases expire and the watcher recovers the jobs
+            os._exit(128 + signum)
+        log.warning("signal %s: draining (send it again to exit at once)", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+@cli.command()
+@click.option("--interval", type=Duration(), help="Default: engine.watcher_interval_seconds.")
+@click.option("--once", is_flag=True, help="Run one pass, print what it did, and exit.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> None:
+    """The stuck watcher alone: expired leases back to the queue (or dead at max attempts)."""
+    watcher = Watcher(app.store)
+    if once:
+        r = watcher.run_once()
+        doc = {"retryable": r.retryable, "dead": r.dead, "canceled": r.canceled}
+        click.echo(json.dumps(doc) if as_json else
+                   f"rescued {r.total} expired leases: {len(r.retryable)} retryable, {len(r.dead)} dead, "
+                   f"{len(r.canceled)} canceled")
+        return
+    stop = threading.Event()
+    _install_signal_handlers(stop.set)
+    seconds = interval.total_seconds() if interval else app.settings.engine.watcher_interval_seconds
+    watcher.run_forever(stop, interval=seconds)
+
+
+# --- jobs ---------------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def jobs() -> None:
+    """Inspect and manage jobs."""
+
+
+@jobs.command("list")
+@click.option("--state", type=click.Choice([s.value for s in JobState]))
+@click.option("--queue")
+@click.option("--kind")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, limit: int, as_json: bool) -> None:
+    """List jobs, oldest first."""
+    found = []
+    for job in iter_all_jobs(app.store, state=state, queue=queue, kind=kind):
+        found.append(job)
+        if len(found) >= limit:
+            break
+    if as_json:
+        click.echo(json.dumps({"jobs": [j.to_dict() for j in found]}))
+        return
+    from recon.render import jobs_table
+
+    jobs_table(found)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_show(app: App, job_id: int, as_json: bool) -> None:
+    """One job with its attempt history."""
+    client = app.client()
+    job, attempts = client.get(job_id), client.attempts(job_id)
+    if as_json:
+        click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts]}))
+        return
+    from recon.render import job_detail
+
+    job_detail(job, attempts)
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=int)
+@pass_app
+def jobs_retry(app: App, job_id: int) -> None:
+    """Make a dead, canceled or waiting job runnable now."""
+    app.client().retry(job_id)
+    click.echo(f"job {job_id} is runnable")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@pass_app
+def jobs_cancel(app: App, job_id: int) -> None:
+    """Cancel a job: at once if it is not running, else through its next heartbeat."""
+    result = app.client().cancel(job_id)
+    click.echo(f"job {job_id} canceled" if result == "canceled"
+               else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
+
+
+# --- stats --------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--window", type=Duration(), default="1h", show_default=True,
+              help="Window for attempt outcome counts (retries, deaths, lease expirations).")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def stats(app: App, window: timedelta, as_json: bool) -> None:
+    """Queue depth, oldest runnable age, retries, deaths and lease expirations."""
+    from recon.render import stats_document, stats_table
+
+    doc = stats_document(app.store.stats(window=window), window=window)
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        stats_table(doc)
+
+
+# --- entry point --------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    try:
+        cli.main(args=argv, prog_name="recon", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except (ConfigError, UsageError) as exc:
+        click.echo(f"recon: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except ReconError as exc:
+        click.echo(f"recon: {exc}", err=True)
+        sys.exit(_exit_code_for(exc))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(EXIT_OK)
+
+
+def _exit_code_for(exc: ReconError) -> int:
+    from recon.errors import InvalidJobState, JobNotFound, QueueFull, UnknownJobKind
+
+    return EXIT_USAGE if isinstance(exc, JobNotFound | InvalidJobState | UnknownJobKind | QueueFull) else EXIT_FAILED
+

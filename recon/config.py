@@ -1,0 +1,223 @@
+"""Typed settings: built-in defaults, then a TOML file (``--config`` or ``RECON_CONFIG``), then ``RECON_*``
+environment variables, then command-line flags.
+
+``config/recon.toml`` in the repository mirrors the defaults below. Every problem is a ``ConfigError`` whose
+message names the file, the key and what is wrong, in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from recon.errors import ConfigError
+
+DATABASE_URL_DEFAULT = "sqlite:///recon.db"
+LEASE_TTL_SECONDS_DEFAULT = 30.0
+HEARTBEAT_INTERVAL_SECONDS_DEFAULT = 10.0
+WATCHER_INTERVAL_SECONDS_DEFAULT = 5.0
+POLL_INTERVAL_SECONDS_DEFAULT = 0.5
+CLAIM_BATCH_SIZE_DEFAULT = 50
+FINISH_BATCH_SIZE_DEFAULT = 200
+CONCURRENCY_DEFAULT = 8
+DRAIN_TIMEOUT_SECONDS_DEFAULT = 30.0
+MAX_ATTEMPTS_DEFAULT = 10
+QUEUE_DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    lease_ttl_seconds: float = LEASE_TTL_SECONDS_DEFAULT
+    heartbeat_interval_seconds: float = HEARTBEAT_INTERVAL_SECONDS_DEFAULT
+    watcher_interval_seconds: float = WATCHER_INTERVAL_SECONDS_DEFAULT
+    poll_interval_seconds: float = POLL_INTERVAL_SECONDS_DEFAULT
+    claim_batch_size: int = CLAIM_BATCH_SIZE_DEFAULT
+    finish_batch_size: int = FINISH_BATCH_SIZE_DEFAULT
+    concurrency: int = CONCURRENCY_DEFAULT
+    drain_timeout_seconds: float = DRAIN_TIMEOUT_SECONDS_DEFAULT
+    default_max_attempts: int = MAX_ATTEMPTS_DEFAULT
+    default_queue: str = QUEUE_DEFAULT
+
+    def validate(self, where: str = "engine") -> None:
+        for name in ("lease_ttl_seconds", "watcher_interval_seconds", "poll_interval_seconds",
+                     "heartbeat_interval_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{where}.{name}: must be > 0, got {getattr(self, name)}")
+        for name in ("claim_batch_size", "finish_batch_size", "concurrency", "default_max_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.drain_timeout_seconds < 0:
+            raise ConfigError(f"{where}.drain_timeout_seconds: must be >= 0")
+        if self.heartbeat_interval_seconds >= self.lease_ttl_seconds:
+            raise ConfigError(
+                f"{where}.heartbeat_interval_seconds: must be shorter than lease_ttl_seconds "
+                f"({self.heartbeat_interval_seconds} >= {self.lease_ttl_seconds})"
+            )
+        if not self.default_queue:
+            raise ConfigError(f"{where}.default_queue: must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    max_depth: int = 0  #: 0 = unbounded
+    concurrency: int = 0  #: per worker process; 0 = only the pool's limit
+
+    def validate(self, where: str) -> None:
+        for name in ("max_depth", "concurrency"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{where}.{name}: must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffConfig:
+    base_seconds: float = 1.0
+    cap_seconds: float = 600.0
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
+
+    def validate(self, where: str) -> None:
+        if self.base_seconds <= 0 or self.cap_seconds < self.base_seconds:
+            raise ConfigError(f"{where}: need 0 < base_seconds <= cap_seconds")
+        if self.max_attempts < 1:
+            raise ConfigError(f"{where}.max_attempts: must be >= 1")
+
+
+def _retry_defaults() -> dict[str, BackoffConfig]:
+    b = BackoffConfig
+    return {
+        "default": b(1.0, 600.0, 10),
+        "network": b(1.0, 300.0, 10),
+        "unknown_outcome": b(2.0, 600.0, 12),
+        "rate_limited": b(1.0, 300.0, 20),
+        "psp_busy": b(1.0, 120.0, 10),
+        "psp_unavailable": b(2.0, 600.0, 12),
+        "conflict": b(0.5, 10.0, 10),
+        "protocol": b(5.0, 60.0, 3),
+        "db_transient": b(0.05, 2.0, 5),
+        "bug": b(1.0, 600.0, 10),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    database_url: str = DATABASE_URL_DEFAULT
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
+    retry: Mapping[str, BackoffConfig] = field(default_factory=_retry_defaults)
+    #: free-form per-section tables that other parts of recon read (e.g. [psp.stripe])
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "<defaults>"
+
+    def queue(self, name: str) -> QueueConfig:
+        return self.queues.get(name, QueueConfig())
+
+    def validate(self) -> Settings:
+        self.engine.validate()
+        for name, q in self.queues.items():
+            q.validate(f"queues.{name}")
+        for kind, b in self.retry.items():
+            b.validate(f"retry.{kind}")
+        if "default" not in self.retry:
+            raise ConfigError("retry.default: the default backoff must be configured")
+        return self
+
+
+_KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """Defaults <- TOML file <- environment. Raises ConfigError naming the file and key on any problem."""
+    environ = os.environ if environ is None else environ
+    path = path or environ.get("RECON_CONFIG") or None
+    settings = Settings()
+    if path is not None:
+        settings = _apply_file(settings, Path(path))
+    settings = _apply_env(settings, environ)
+    return settings.validate()
+
+
+def _apply_file(settings: Settings, path: Path) -> Settings:
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    src = str(path)
+    extra = {k: v for k, v in doc.items() if k not in _KNOWN_SECTIONS}
+    db = doc.get("database", {})
+    _check_table(db, f"{src}: database")
+    unknown = set(db) - {"url"}
+    if unknown:
+        raise ConfigError(f"{src}: unknown key database.{sorted(unknown)[0]}")
+    url = db.get("url", settings.database_url)
+    if not isinstance(url, str):
+        raise ConfigError(f"{src}: database.url must be a string")
+    engine = _dataclass_from(EngineConfig, doc.get("engine", {}), settings.engine, f"{src}: engine")
+    queues = dict(settings.queues)
+    for name, table in _table(doc, "queues", src).items():
+        queues[name] = _dataclass_from(QueueConfig, table, queues.get(name, QueueConfig()), f"{src}: queues.{name}")
+    retry = dict(settings.retry)
+    for kind, table in _table(doc, "retry", src).items():
+        retry[kind] = _dataclass_from(BackoffConfig, table, retry.get(kind, retry["default"]), f"{src}: retry.{kind}")
+    return replace(settings, database_url=url, engine=engine, queues=queues, retry=retry, extra=extra, source=src)
+
+
+def _table(doc: Mapping[str, Any], key: str, src: str) -> Mapping[str, Any]:
+    value = doc.get(key, {})
+    _check_table(value, f"{src}: {key}")
+    for name, sub in value.items():
+        _check_table(sub, f"{src}: {key}.{name}")
+    return value  # type: ignore[no-any-return]
+
+
+def _check_table(value: object, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table")
+
+
+def _dataclass_from(cls: type[Any], table: Mapping[str, Any], base: Any, where: str) -> Any:
+    _check_table(table, where)
+    known = {f.name: f for f in fields(cls)}
+    changes: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{where}.{key}: unknown key")
+        changes[key] = _coerce(value, type(getattr(base, key)), f"{where}.{key}")
+    return replace(base, **changes)
+
+
+def _coerce(value: Any, typ: type, where: str) -> Any:
+    if typ is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if typ is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if typ is str and isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}")
+
+
+def _apply_env(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    url = environ.get("RECON_DATABASE_URL")
+    if url:
+        settings = replace(settings, database_url=url)
+    changes: dict[str, Any] = {}
+    for f in fields(EngineConfig):
+        var = f"RECON_ENGINE_{f.name.upper()}"
+        if var in environ:
+            typ = type(getattr(settings.engine, f.name))
+            changes[f.name] = _parse_env(environ[var], typ, var)
+    if changes:
+        settings = replace(settings, engine=replace(settings.engine, **changes))
+    return settings
+
+
+def _parse_env(raw: str, typ: type, var: str) -> Any:
+    try:
+        return typ(raw)
+    except ValueError:
+        raise ConfigError(f"{var}: expected {typ.__name__}, got {raw!r}") from None

@@ -1,0 +1,182 @@
+"""Connecting to the database: URL checks, per-dialect session setup, time conversion, error translation,
+and applying migrations.
+
+PostgreSQL (``postgresql+psycopg://``) is the production engine; SQLite (``sqlite:///FILE``) the embedded
+default. SQLite runs in WAL mode and every transaction starts with ``BEGIN IMMEDIATE``: it takes the single
+write lock up front, so a claim's conditional UPDATE never races another writer and never has to upgrade
+a read lock (the classic SQLite deadlock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+
+from recon.clock import Clock, SystemClock
+from recon.errors import ConfigError, DatabaseTransientError, StoreError
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+#: SQLSTATE classes/codes that mean "try again": serialization failure, deadlock, lock not available,
+#: admin shutdown / crash shutdown / cannot connect now, and every connection exception (class 08)
+_TRANSIENT_PGCODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
+
+
+def parse_url(raw: str) -> URL:
+    """A database URL recon supports, normalised (``postgresql://`` gets the psycopg 3 driver)."""
+    try:
+        url = make_url(raw)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise ConfigError(f"database URL {raw!r}: not a valid URL ({exc})") from None
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        if url.get_driver_name() not in ("psycopg", "psycopg2", ""):
+            raise ConfigError(f"database URL: driver {url.drivername!r} is not supported; use postgresql+psycopg")
+        return url.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        if url.drivername != "sqlite":
+            raise ConfigError(f"database URL: driver {url.drivername!r} is not supported; use sqlite:///FILE")
+        if not url.database or url.database == ":memory:":
+            raise ConfigError("database URL: SQLite needs a file (sqlite:///recon.db); workers share it")
+        parent = Path(url.database).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise ConfigError(f"database URL: directory {str(parent)!r} does not exist")
+        return url
+    raise ConfigError(f"database URL: backend {backend!r} is not supported; use postgresql or sqlite")
+
+
+class Database:
+    """An engine plus what every statement needs: the dialect name and the clock.
+
+    ``begin()`` yields a connection inside one transaction and translates driver errors into
+    ``recon.errors`` (``DatabaseTransientError`` for what is worth retrying, ``StoreError`` otherwise).
+    """
+
+    def __init__(self, engine: sa.Engine, *, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self.clock: Clock = clock or SystemClock()
+        self.url = engine.url
+
+    @property
+    def is_postgresql(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        with translate_errors(), self.engine.begin() as conn:
+            yield conn
+
+    def now_param(self) -> Any:
+        """The ``:now`` parameter: None on PostgreSQL (use the database clock) unless the clock is fixed."""
+        if self.is_postgresql:
+            return self.clock.now() if self.clock.is_fixed else None
+        return self.to_db(self.clock.now())
+
+    def to_db(self, value: datetime | None) -> Any:
+        if value is None or self.is_postgresql:
+            return value
+        if value.tzinfo is None:
+            raise ValueError("naive datetime passed to the database; use aware UTC datetimes")
+        return (value - _EPOCH) // _MICRO
+
+    def from_db(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            return value.astimezone(UTC)
+        return _EPOCH + timedelta(microseconds=int(value))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    try:
+        yield
+    except sa.exc.DBAPIError as exc:
+        if is_transient(exc):
+            raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
+        raise StoreError(f"database: {_first_line(exc.orig)}") from exc
+
+
+def is_transient(exc: sa.exc.DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if code:
+        return code in _TRANSIENT_PGCODES or code.startswith("08")
+    message = str(exc.orig).lower()
+    return isinstance(exc, sa.exc.OperationalError) and (
+        "locked" in message or "busy" in message or "connection" in message or "closed" in message
+    )
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Database:
+    """A Database for ``url``. Raises ConfigError for a URL recon cannot use."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = sa.create_engine(
+            parsed,
+            connect_args={"timeout": 60, "check_same_thread": False},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+        _setup_sqlite(engine)
+    else:
+        engine = sa.create_engine(
+            parsed,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,  # workers outlive database restarts: a dead pooled connection is replaced
+            connect_args={"connect_timeout": 10, "application_name": "recon"},
+        )
+    return Database(engine, clock=clock)
+
+
+def _setup_sqlite(engine: sa.Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def upgrade(db: Database, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to ``revision``; a no-op when the schema is current."""
+    from alembic import command
+    from alembic.config import Config
+
+    import migrations
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    with translate_errors(), db.engine.begin() as conn:
+        if db.is_postgresql:
+            # many workers may run `db upgrade` at once on start: one at a time
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext('recon.migrations'))")
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)

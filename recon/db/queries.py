@@ -1,0 +1,387 @@
+"""Every SQL statement recon runs, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
+
+Statements are written once with three placeholders that render per dialect:
+
+- ``{now}``: the database clock on PostgreSQL (``coalesce(:now, now())``, so tests can pass a frozen time);
+  on SQLite always ``:now`` from the process clock (integer microseconds, see ``recon.db.schema``).
+- ``{secs:NAME}``: the float parameter NAME as a duration to add to a timestamp.
+- ``{json:NAME}``: the parameter NAME as a JSON document.
+
+Where the dialects need different statements (PostgreSQL's SKIP LOCKED and data-modifying CTEs; SQLite's
+``json_each``), a query carries both. Only ``recon.db.store`` executes these.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from sqlalchemy import TextClause, bindparam, text
+
+JOB_COLUMNS = (
+    "id, queue, kind, payload, state, priority, run_after, attempts, max_attempts, lease_owner, lease_until, "
+    "heartbeat_at, attempted_at, unique_key, last_error_kind, last_error, tenant, progress, created_at, "
+    "finished_at, cancel_requested"
+)
+CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
+FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
+UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"
+
+_RENDER = {
+    "postgresql": {
+        "now": "coalesce(CAST(:now AS timestamptz), now())",
+        "secs": "make_interval(secs => CAST(:{} AS double precision))",
+        "json": "CAST(:{} AS jsonb)",
+    },
+    "sqlite": {
+        "now": ":now",
+        "secs": "CAST(:{} * 1000000 AS INTEGER)",
+        "json": ":{}",
+    },
+}
+_PLACEHOLDER = re.compile(r"\{(now|secs|json)(?::(\w+))?\}")
+
+
+@dataclass(frozen=True)
+class Query:
+    """A named statement. ``sql`` serves both dialects unless ``postgresql`` or ``sqlite`` overrides it."""
+
+    name: str
+    doc: str
+    sql: str = ""
+    postgresql: str = ""
+    sqlite: str = ""
+    expanding: tuple[str, ...] = ()
+    _cache: dict[str, TextClause] = field(default_factory=dict, compare=False, repr=False)
+
+    def for_dialect(self, dialect: str) -> TextClause:
+        clause = self._cache.get(dialect)
+        if clause is None:
+            source = getattr(self, dialect, "") or self.sql
+            if not source:
+                raise NotImplementedError(f"query {self.name} has no {dialect} form")
+            rendered = _PLACEHOLDER.sub(lambda m: _RENDER[dialect][m[1]].format(m[2]), source)
+            clause = text(rendered)
+            if self.expanding:
+                clause = clause.bindparams(*(bindparam(n, expanding=True) for n in self.expanding))
+            self._cache[dialect] = clause
+        return clause
+
+
+# --- enqueue -------------------------------------------------------------------------------------------------
+
+job_lock_queue = Query(
+    "job_lock_queue",
+    "Run by enqueue when the queue has a max depth: serialises producers of one queue for the depth check.",
+    postgresql="SELECT pg_advisory_xact_lock(hashtext('recon.queue.' || :queue))",
+)
+
+job_count_unfinished_in_queue = Query(
+    "job_count_unfinished_in_queue",
+    "Run by enqueue for backpressure: how many jobs of the queue are not finished.",
+    sql=f"SELECT count(*) FROM jobs WHERE queue = :queue AND NOT {FINISHED}",
+)
+
+job_insert_many = Query(
+    "job_insert_many",
+    "Run by enqueue: inserts a batch in one round trip; a unique key held by an unfinished job is skipped.",
+    postgresql=f"""
+        INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                          unique_key, tenant, created_at)
+        SELECT r.queue, r.kind, CAST(r.payload AS jsonb),
+               CASE WHEN coalesce(r.run_at, {{now}} + make_interval(secs => r.delay)) > {{now}}
+                    THEN 'pending' ELSE 'runnable' END,
+               r.priority, coalesce(r.run_at, {{now}} + make_interval(secs => r.delay)), 0, r.max_attempts,
+               r.unique_key, r.tenant, {{now}}
+        FROM jsonb_to_recordset({{json:rows}}) AS r(queue text, kind text, payload text, priority int,
+             run_at timestamptz, delay double precision, max_attempts int, unique_key text, tenant text)
+        ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
+        RETURNING id, unique_key
+    """,
+    sqlite=f"""
+        INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                          unique_key, tenant, created_at)
+        SELECT value ->> '$.queue', value ->> '$.kind', value ->> '$.payload',
+               CASE WHEN coalesce(value ->> '$.run_at', :now + CAST((value ->> '$.delay') * 1000000 AS INTEGER))
+                         > :now THEN 'pending' ELSE 'runnable' END,
+               value ->> '$.priority',
+               coalesce(value ->> '$.run_at', :now + CAST((value ->> '$.delay') * 1000000 AS INTEGER)),
+               0, value ->> '$.max_attempts', value ->> '$.unique_key', value ->> '$.tenant', :now
+        FROM json_each(:rows) ORDER BY key
+        ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
+        RETURNING id, unique_key
+    """,
+)
+
+job_get_unfinished_by_unique_keys = Query(
+    "job_get_unfinished_by_unique_keys",
+    "Run by enqueue after a unique-key conflict: the id of the unfinished job that holds each key.",
+    sql=f"SELECT id, unique_key FROM jobs WHERE unique_key IN :keys AND NOT {FINISHED}",
+    expanding=("keys",),
+)
+
+job_notify = Query(
+    "job_notify",
+    "Run by enqueue: wakes idle workers listening on the channel when the transaction commits.",
+    postgresql="SELECT pg_notify('recon_jobs', :queue)",
+)
+
+# --- lease: claim, heartbeat, progress, finish ---------------------------------------------------------------
+
+_CLAIM_SET = """
+    SET state = 'leased', lease_owner = :worker, lease_until = {now} + {secs:ttl},
+        heartbeat_at = {now}, attempted_at = {now}, attempts = attempts + 1
+"""
+
+job_claim_available = Query(
+    "job_claim_available",
+    "Run by a worker's claim loop: leases up to :n due jobs of its queues in one atomic statement.",
+    postgresql=f"""
+        UPDATE jobs {_CLAIM_SET}
+        WHERE id IN (
+            SELECT id FROM jobs
+            WHERE {CLAIMABLE} AND queue IN :queues AND run_after <= {{now}} AND NOT cancel_requested
+            ORDER BY priority DESC, run_after, id
+            LIMIT :n
+            FOR UPDATE SKIP LOCKED)
+        RETURNING {JOB_COLUMNS}
+    """,
+    # SQLite: the store runs this inside BEGIN IMMEDIATE, which holds the database's single write lock.
+    sqlite=f"""
+        UPDATE jobs {_CLAIM_SET}
+        WHERE id IN (
+            SELECT id FROM jobs
+            WHERE {CLAIMABLE} AND queue IN :queues AND run_after <= {{now}} AND NOT cancel_requested
+            ORDER BY priority DESC, run_after, id
+            LIMIT :n)
+        RETURNING {JOB_COLUMNS}
+    """,
+    expanding=("queues",),
+)
+
+job_extend_leases_if_owner = Query(
+    "job_extend_leases_if_owner",
+    "Run by a worker's heartbeat thread: extends every lease it still holds; a missing id is a lost lease.",
+    postgresql="""
+        UPDATE jobs SET lease_until = {now} + {secs:ttl}, heartbeat_at = {now}
+        FROM (SELECT unnest(CAST(:ids AS bigint[])) AS id, unnest(CAST(:attempts AS int[])) AS attempt) AS l
+        WHERE jobs.id = l.id AND jobs.attempts = l.attempt AND jobs.lease_owner = :worker
+          AND jobs.state = 'leased'
+        RETURNING jobs.id, jobs.cancel_requested
+    """,
+    sqlite="""
+        UPDATE jobs SET lease_until = {now} + {secs:ttl}, heartbeat_at = {now}
+        WHERE lease_owner = :worker AND state = 'leased'
+          AND (id, attempts) IN (SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(:pairs))
+        RETURNING id, cancel_requested
+    """,
+)
+
+job_save_progress_if_owner = Query(
+    "job_save_progress_if_owner",
+    "Run by a handler through its lease: stores a resume checkpoint, fenced like every write after a claim.",
+    sql="""
+        UPDATE jobs SET progress = {json:progress}
+        WHERE id = :id AND lease_owner = :worker AND attempts = :attempt AND state = 'leased'
+    """,
+)
+
+job_is_leased_by = Query(
+    "job_is_leased_by",
+    "Run inside a finish transaction by domain writes that must be fenced: is the lease still ours?",
+    sql="SELECT 1 FROM jobs WHERE id = :id AND lease_owner = :worker AND attempts = :attempt AND state = 'leased'",
+)
+
+# Finishing: a row per job with its target state. run_after is {now} + delay. A cancel requested while
+# the job ran turns a retry or snooze into canceled. bump raises max_attempts by one for outcomes that do
+# not spend an attempt (snooze, release).
+_FINISH_STATE = (
+    "CASE WHEN jobs.cancel_requested AND {target} IN ('retryable', 'pending', 'runnable') "
+    "THEN 'canceled' ELSE {target} END"
+)
+
+job_finish_many_if_owner = Query(
+    "job_finish_many_if_owner",
+    "Run by a worker's finisher: ends a batch of attempts, fenced by owner + attempt, and records history.",
+    postgresql=f"""
+        WITH v AS (
+            SELECT * FROM jsonb_to_recordset({{json:rows}}) AS v(id bigint, attempt int, state text,
+                 delay double precision, outcome text, error_kind text, error text, bump int)
+        ), done AS (
+            UPDATE jobs SET
+                state = {_FINISH_STATE.format(target="v.state")},
+                run_after = CASE WHEN v.delay IS NULL THEN jobs.run_after
+                                 ELSE {{now}} + make_interval(secs => v.delay) END,
+                finished_at = CASE WHEN v.state IN ('succeeded', 'dead', 'canceled') OR jobs.cancel_requested
+                                   THEN {{now}} END,
+                lease_owner = NULL, lease_until = NULL,
+                last_error_kind = coalesce(v.error_kind, jobs.last_error_kind),
+                last_error = coalesce(v.error, jobs.last_error),
+                max_attempts = jobs.max_attempts + v.bump
+            FROM v
+            WHERE jobs.id = v.id AND jobs.attempts = v.attempt AND jobs.lease_owner = :worker
+              AND jobs.state = 'leased'
+            RETURNING jobs.id, jobs.attempts, jobs.attempted_at, jobs.state, v.outcome, v.error_kind, v.error
+        ), history AS (
+            INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)
+            SELECT id, attempts, :worker, attempted_at, {{now}},
+                   CASE WHEN state = 'canceled' THEN 'canceled' ELSE outcome END, error_kind, error
+            FROM done
+        )
+        SELECT id FROM done
+    """,
+)
+
+job_finish_one_if_owner = Query(
+    "job_finish_one_if_owner",
+    "Run by a worker's finisher on SQLite (no data-modifying CTEs): ends one attempt, fenced.",
+    sqlite=f"""
+        UPDATE jobs SET
+            state = {_FINISH_STATE.format(target=":state")},
+            run_after = CASE WHEN :delay IS NULL THEN run_after ELSE :now + CAST(:delay * 1000000 AS INTEGER) END,
+            finished_at = CASE WHEN :state IN ('succeeded', 'dead', 'canceled') OR cancel_requested
+                               THEN :now END,
+            lease_owner = NULL, lease_until = NULL,
+            last_error_kind = coalesce(:error_kind, last_error_kind),
+            last_error = coalesce(:error, last_error),
+            max_attempts = max_attempts + :bump
+        WHERE id = :id AND attempts = :attempt AND lease_owner = :worker AND state = 'leased'
+        RETURNING attempted_at, state
+    """,
+)
+
+job_attempt_insert = Query(
+    "job_attempt_insert",
+    "Run in the same transaction as an attempt's end (SQLite finish, watcher): one history row per claim.",
+    sql="""
+        INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)
+        VALUES (:id, :attempt, :worker, :started_at, :now, :outcome, :error_kind, :error)
+    """,
+)
+
+# --- the stuck watcher ---------------------------------------------------------------------------------------
+
+job_rescue_expired = Query(
+    "job_rescue_expired",
+    "Run by the stuck watcher: leases that expired go back to retryable, or dead when attempts are spent.",
+    postgresql="""
+        WITH expired AS (
+            SELECT id, lease_owner, attempts, attempted_at FROM jobs
+            WHERE state = 'leased' AND lease_until < {now}
+            ORDER BY id LIMIT :n
+            FOR UPDATE SKIP LOCKED
+        ), done AS (
+            UPDATE jobs SET
+                state = CASE WHEN jobs.cancel_requested THEN 'canceled'
+                             WHEN jobs.attempts >= jobs.max_attempts THEN 'dead' ELSE 'retryable' END,
+                finished_at = CASE WHEN jobs.cancel_requested OR jobs.attempts >= jobs.max_attempts
+                                   THEN {now} END,
+                run_after = {now}, lease_owner = NULL, lease_until = NULL,
+                last_error_kind = 'lease_expired',
+                last_error = 'lease expired: worker ' || expired.lease_owner || ' stopped heartbeating'
+            FROM expired
+            WHERE jobs.id = expired.id AND jobs.state = 'leased' AND jobs.lease_until < {now}
+            RETURNING jobs.id, jobs.attempts, jobs.state, expired.lease_owner, expired.attempted_at,
+                      jobs.last_error
+        ), history AS (
+            INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)
+            SELECT id, attempts, lease_owner, attempted_at, {now}, 'lease_expired', 'lease_expired', last_error
+            FROM done
+        )
+        SELECT id, state FROM done
+    """,
+)
+
+job_list_expired = Query(
+    "job_list_expired",
+    "Run by the stuck watcher on SQLite, inside BEGIN IMMEDIATE: the expired leases to rescue.",
+    sqlite="""
+        SELECT id, lease_owner, attempts, attempted_at FROM jobs
+        WHERE state = 'leased' AND lease_until < :now ORDER BY id LIMIT :n
+    """,
+)
+
+job_rescue_one = Query(
+    "job_rescue_one",
+    "Run by the stuck watcher on SQLite: rescues one expired lease (re-checking expiry and owner).",
+    sqlite="""
+        UPDATE jobs SET
+            state = CASE WHEN cancel_requested THEN 'canceled'
+                         WHEN attempts >= max_attempts THEN 'dead' ELSE 'retryable' END,
+            finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN :now END,
+            run_after = :now, lease_owner = NULL, lease_until = NULL,
+            last_error_kind = 'lease_expired',
+            last_error = 'lease expired: worker ' || lease_owner || ' stopped heartbeating'
+        WHERE id = :id AND state = 'leased' AND lease_until < :now AND lease_owner = :worker AND attempts = :attempt
+        RETURNING state, last_error
+    """,
+)
+
+# --- operations ----------------------------------------------------------------------------------------------
+
+job_get = Query("job_get", "Run by `recon jobs show` and the library API: one job.",
+                sql=f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id")
+
+job_attempts_for = Query(
+    "job_attempts_for",
+    "Run by `recon jobs show`: a job's attempt history, oldest first.",
+    sql="""SELECT job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error
+           FROM job_attempts WHERE job_id = :id ORDER BY attempt""",
+)
+
+job_cancel_unleased = Query(
+    "job_cancel_unleased",
+    "Run by `recon jobs cancel`: a job that is not running is canceled at once.",
+    sql=f"""UPDATE jobs SET state = 'canceled', finished_at = {{now}}, cancel_requested = TRUE
+            WHERE id = :id AND {CLAIMABLE} RETURNING id""",
+)
+
+job_request_cancel_leased = Query(
+    "job_request_cancel_leased",
+    "Run by `recon jobs cancel`: a running job is told through its next heartbeat.",
+    sql="UPDATE jobs SET cancel_requested = TRUE WHERE id = :id AND state = 'leased' RETURNING id",
+)
+
+job_retry_now = Query(
+    "job_retry_now",
+    "Run by `recon jobs retry`: a dead, canceled or waiting job becomes runnable now, with attempts to spare.",
+    sql=f"""UPDATE jobs SET state = 'runnable', run_after = {{now}}, finished_at = NULL, cancel_requested = FALSE,
+                max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
+            WHERE id = :id AND state IN ('dead', 'canceled', 'retryable', 'pending') RETURNING id""",
+)
+
+job_list_page = Query(
+    "job_list_page",
+    "Run by `recon jobs list`: one page of jobs after an id cursor, newest filters applied in SQL.",
+    sql=f"""SELECT {JOB_COLUMNS} FROM jobs
+            WHERE id > :after_id
+              AND (CAST(:state AS TEXT) IS NULL OR state = :state)
+              AND (CAST(:queue AS TEXT) IS NULL OR queue = :queue)
+              AND (CAST(:kind AS TEXT) IS NULL OR kind = :kind)
+            ORDER BY id LIMIT :n""",
+)
+
+job_stats_depth = Query(
+    "job_stats_depth",
+    "Run by `recon stats`: job counts per queue and state.",
+    sql="SELECT queue, state, count(*) FROM jobs GROUP BY queue, state ORDER BY queue, state",
+)
+
+job_stats_oldest_runnable = Query(
+    "job_stats_oldest_runnable",
+    "Run by `recon stats`: per queue, the run_after of the oldest job that is due and waiting for a worker.",
+    sql=f"""SELECT queue, min(run_after) FROM jobs WHERE {CLAIMABLE} AND run_after <= {{now}}
+            GROUP BY queue ORDER BY queue""",
+)
+
+job_stats_attempt_outcomes = Query(
+    "job_stats_attempt_outcomes",
+    "Run by `recon stats`: attempt outcomes since a time (lease expirations, retries, deaths).",
+    sql="SELECT outcome, count(*) FROM job_attempts WHERE finished_at >= :since GROUP BY outcome",
+)
+
+job_db_now = Query(
+    "job_db_now",
+    "Run by `recon stats`: the database clock, so ages are measured against the clock leases use.",
+    sql="SELECT {now}",
+)

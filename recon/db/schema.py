@@ -1,0 +1,106 @@
+"""SQLAlchemy Core tables: a mirror of ``migrations/`` (tests/integration/test_schema.py diffs the two).
+
+Timestamps are ``timestamptz`` on PostgreSQL and integer microseconds since the Unix epoch on SQLite, so
+that SQLite compares and adds them as plain integers; ``recon.db.store`` converts both to aware datetimes.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+#: job states, with the database labels as values (recon.engine.jobs.JobState mirrors them)
+JOB_STATES = ("pending", "runnable", "leased", "succeeded", "retryable", "dead", "canceled")
+#: states a worker may claim (when run_after has passed)
+CLAIMABLE_STATES = ("pending", "runnable", "retryable")
+#: states that end a job
+FINISHED_STATES = ("succeeded", "dead", "canceled")
+#: how an attempt ended
+ATTEMPT_OUTCOMES = ("succeeded", "retried", "snoozed", "dead", "canceled", "lease_expired", "released")
+
+Timestamp = sa.DateTime(timezone=True).with_variant(sa.BigInteger(), "sqlite")
+Json = sa.JSON().with_variant(JSONB(), "postgresql").with_variant(sa.Text(), "sqlite")
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+metadata = sa.MetaData()
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("queue", sa.Text(), nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),
+    sa.Column("payload", Json, nullable=False),
+    sa.Column("state", sa.Text(), nullable=False),
+    sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("run_after", Timestamp, nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer(), nullable=False),
+    sa.Column("lease_owner", sa.Text(), nullable=True),
+    sa.Column("lease_until", Timestamp, nullable=True),
+    sa.Column("heartbeat_at", Timestamp, nullable=True),
+    sa.Column("attempted_at", Timestamp, nullable=True),
+    sa.Column("unique_key", sa.Text(), nullable=True),
+    sa.Column("last_error_kind", sa.Text(), nullable=True),
+    sa.Column("last_error", sa.Text(), nullable=True),
+    sa.Column("tenant", sa.Text(), nullable=True),
+    sa.Column("progress", Json, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.CheckConstraint(_in("state", JOB_STATES), name="jobs_state_valid"),
+    sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="jobs_attempts_valid"),
+    sa.CheckConstraint(
+        "state <> 'leased' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL)", name="jobs_lease_complete"
+    ),
+    sa.Index(
+        "jobs_claimable",
+        "queue", sa.text("priority DESC"), "run_after", "id",
+        postgresql_where=sa.text(_in("state", CLAIMABLE_STATES)),
+        sqlite_where=sa.text(_in("state", CLAIMABLE_STATES)),
+    ),
+    sa.Index(
+        "jobs_leased_expiry",
+        "lease_until",
+        postgresql_where=sa.text("state = 'leased'"),
+        sqlite_where=sa.text("state = 'leased'"),
+    ),
+    sa.Index(
+        "jobs_unique_key_unfinished",
+        "unique_key",
+        unique=True,
+        postgresql_where=sa.text(f"unique_key IS NOT NULL AND NOT {_in('state', FINISHED_STATES)}"),
+        sqlite_where=sa.text(f"unique_key IS NOT NULL AND NOT {_in('state', FINISHED_STATES)}"),
+    ),
+    sa.Index(
+        "jobs_finished_at",
+        "finished_at",
+        postgresql_where=sa.text(_in("state", FINISHED_STATES)),
+        sqlite_where=sa.text(_in("state", FINISHED_STATES)),
+    ),
+    sa.Index(
+        "jobs_dead",
+        "queue", "kind",
+        postgresql_where=sa.text("state = 'dead'"),
+        sqlite_where=sa.text("state = 'dead'"),
+    ),
+)
+
+job_attempts = sa.Table(
+    "job_attempts",
+    metadata,
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("attempt", sa.Integer(), primary_key=True),
+    sa.Column("worker", sa.Text(), nullable=False),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=False),
+    sa.Column("outcome", sa.Text(), nullable=False),
+    sa.Column("error_kind", sa.Text(), nullable=True),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="job_attempts_outcome_valid"),
+)

@@ -1,0 +1,326 @@
+"""JobStore: the only code that executes the engine's SQL. It takes keyword arguments and returns engine
+types (``Job``, ``AttemptRecord``), never driver rows.
+
+Every write after a claim is fenced by ``id + lease_owner + attempts``: the attempt number is a monotonic
+fencing token, so a worker whose lease expired and was re-claimed can change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from recon.db import queries as q
+from recon.db.database import Database
+from recon.engine.jobs import AttemptRecord, Job, JobState
+
+ENQUEUE_CHUNK = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """How one attempt ends: the job's next state and the attempt-history row."""
+
+    id: int
+    attempt: int
+    state: str  #: the job's next state
+    outcome: str  #: the attempt's outcome (schema.ATTEMPT_OUTCOMES)
+    delay: float | None = None  #: seconds until run_after, for retryable/pending/runnable
+    error_kind: str | None = None
+    error: str | None = None
+    bump: int = 0  #: 1 when the attempt is not spent (snooze, release)
+
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
+                "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRow:
+    queue: str
+    kind: str
+    payload_json: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+    unique_key: str | None
+    tenant: str | None
+
+
+class JobStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- enqueue ---------------------------------------------------------------------------------------
+
+    def enqueue(self, rows: Sequence[EnqueueRow], *, max_depth: dict[str, int]) -> list[int]:
+        """Insert ``rows`` in one transaction; return one job id per row, in order.
+
+        A row whose unique key is held by an unfinished job gets that job's id instead of a new job.
+        ``max_depth`` maps queue -> limit (0 = none); past it raises QueueFull and inserts nothing.
+        """
+        from recon.errors import QueueFull
+
+        with self.db.begin() as conn:
+            now = self.db.now_param()
+            for queue in sorted({r.queue for r in rows}):
+                limit = max_depth.get(queue, 0)
+                if limit:
+                    if self.db.is_postgresql:
+                        conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
+                    depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
+                    adding = sum(1 for r in rows if r.queue == queue)
+                    if depth + adding > limit:
+                        raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
+                                        f"refusing {adding} more")
+            ids: list[int] = []
+            for start in range(0, len(rows), ENQUEUE_CHUNK):
+                ids.extend(self._insert_chunk(conn, rows[start:start + ENQUEUE_CHUNK], now))
+            if self.db.is_postgresql:
+                for queue in sorted({r.queue for r in rows}):
+                    conn.execute(q.job_notify.for_dialect("postgresql"), {"queue": queue})
+        return ids
+
+    def _insert_chunk(self, conn: sa.Connection, rows: Sequence[EnqueueRow], now: Any) -> list[int]:
+        payload = json.dumps([self._enqueue_row(r) for r in rows], separators=(",", ":"))
+        returned = conn.execute(self._q(q.job_insert_many), {"rows": payload, "now": now}).all()
+        inserted = sorted(returned, key=lambda r: r[0])
+        inserted_keys = {r[1] for r in inserted if r[1] is not None}
+        ids: list[int | None] = []
+        it = iter(inserted)
+        seen_keys: set[str] = set()
+        for r in rows:
+            key = r.unique_key
+            if key is None or (key in inserted_keys and key not in seen_keys):
+                ids.append(next(it)[0])
+                if key is not None:
+                    seen_keys.add(key)
+            else:
+                ids.append(None)
+        missing = sorted({r.unique_key for r, i in zip(rows, ids, strict=True) if i is None and r.unique_key})
+        if missing:
+            existing = dict(
+                (k, i) for i, k in conn.execute(self._q(q.job_get_unfinished_by_unique_keys), {"keys": missing})
+            )
+            ids = [existing[r.unique_key] if i is None and r.unique_key else i
+                   for r, i in zip(rows, ids, strict=True)]
+        return [int(i) for i in ids if i is not None]
+
+    def _enqueue_row(self, r: EnqueueRow) -> dict[str, Any]:
+        run_at: Any = r.run_at.isoformat() if (r.run_at and self.db.is_postgresql) else self.db.to_db(r.run_at)
+        return {"queue": r.queue, "kind": r.kind, "payload": r.payload_json, "priority": r.priority,
+                "run_at": run_at, "delay": r.delay, "max_attempts": r.max_attempts,
+                "unique_key": r.unique_key, "tenant": r.tenant}
+
+    # --- lease ----------------------------------------------------------------------------------------
+
+    def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float) -> list[Job]:
+        """Lease up to ``n`` due jobs of ``queues`` for ``worker``, in one statement."""
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.job_claim_available),
+                                {"worker": worker, "queues": list(queues), "n": n, "ttl": ttl,
+                                 "now": self.db.now_param()}).all()
+        jobs = [self._job(r) for r in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.run_after, j.id))  # RETURNING order is unspecified
+        return jobs
+
+    def extend_leases(self, *, worker: str, leases: Sequence[tuple[int, int]], ttl: float) -> dict[int, bool]:
+        """Heartbeat: extend every (id, attempt) still leased by ``worker``.
+
+        Returns {id: cancel_requested} for the leases still held; an id that is missing was lost.
+        """
+        if not leases:
+            return {}
+        params: dict[str, Any] = {"worker": worker, "ttl": ttl, "now": self.db.now_param()}
+        if self.db.is_postgresql:
+            params |= {"ids": [i for i, _ in leases], "attempts": [a for _, a in leases]}
+        else:
+            params["pairs"] = json.dumps(list(leases))
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.job_extend_leases_if_owner), params).all()
+        return {int(r[0]): bool(r[1]) for r in rows}
+
+    def save_progress(self, *, worker: str, job_id: int, attempt: int, progress: dict[str, Any]) -> bool:
+        """Store a checkpoint under the lease; False when the lease is no longer ours."""
+        with self.db.begin() as conn:
+            result = conn.execute(self._q(q.job_save_progress_if_owner),
+                                  {"id": job_id, "attempt": attempt, "worker": worker,
+                                   "progress": json.dumps(progress, separators=(",", ":"))})
+        return result.rowcount == 1
+
+    def holds_lease(self, conn: sa.Connection, *, worker: str, job_id: int, attempt: int) -> bool:
+        """Inside a caller's transaction: is the lease still ours? (for fenced domain writes)"""
+        row = conn.execute(self._q(q.job_is_leased_by), {"id": job_id, "worker": worker, "attempt": attempt})
+        return row.first() is not None
+
+    def finish(self, *, worker: str, finishes: Sequence[Finish],
+               write: Callable[[sa.Connection], Any] | None = None) -> set[int]:
+        """End attempts, fenced; return the ids whose lease still matched (the others are stale finishes).
+
+        With ``write`` (only for a single finish), it runs in the same transaction after the fenced update
+        matched, and its exception rolls everything back.
+        """
+        if not finishes:
+            return set()
+        if write is not None and len(finishes) != 1:
+            raise ValueError("a finish with a domain write must be alone in its transaction")
+        with self.db.begin() as conn:
+            matched = self._finish_in(conn, worker, finishes)
+            if write is not None and matched:
+                write(conn)
+        return matched
+
+    def _finish_in(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish]) -> set[int]:
+        now = self.db.now_param()
+        if self.db.is_postgresql:
+            rows = json.dumps([f.row() for f in finishes], separators=(",", ":"))
+            result = conn.execute(self._q(q.job_finish_many_if_owner), {"rows": rows, "worker": worker, "now": now})
+            return {int(r[0]) for r in result}
+        matched: set[int] = set()
+        finish_one, insert = self._q(q.job_finish_one_if_owner), self._q(q.job_attempt_insert)
+        for f in finishes:
+            row = conn.execute(finish_one, f.row() | {"worker": worker, "now": now}).first()
+            if row is None:
+                continue
+            outcome = "canceled" if row[1] == "canceled" else f.outcome
+            conn.execute(insert, {"id": f.id, "attempt": f.attempt, "worker": worker, "started_at": row[0],
+                                  "now": now, "outcome": outcome, "error_kind": f.error_kind, "error": f.error})
+            matched.add(f.id)
+        return matched
+
+    # --- the stuck watcher ----------------------------------------------------------------------------
+
+    def rescue_expired(self, *, limit: int) -> list[tuple[int, JobState]]:
+        """Return expired leases to retryable (dead at max attempts) and record ``lease_expired``."""
+        with self.db.begin() as conn:
+            now = self.db.now_param()
+            if self.db.is_postgresql:
+                rows = conn.execute(self._q(q.job_rescue_expired), {"n": limit, "now": now}).all()
+                return [(int(r[0]), JobState(r[1])) for r in rows]
+            out = []
+            expired = conn.execute(self._q(q.job_list_expired), {"n": limit, "now": now}).all()
+            for job_id, owner, attempt, started in expired:
+                row = conn.execute(self._q(q.job_rescue_one),
+                                   {"id": job_id, "worker": owner, "attempt": attempt, "now": now}).first()
+                if row is None:
+                    continue
+                conn.execute(self._q(q.job_attempt_insert),
+                             {"id": job_id, "attempt": attempt, "worker": owner, "started_at": started,
+                              "now": now, "outcome": "lease_expired", "error_kind": "lease_expired",
+                              "error": row[1]})
+                out.append((int(job_id), JobState(row[0])))
+            return out
+
+    # --- operations -----------------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Job | None:
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(q.job_get), {"id": job_id}).first()
+        return self._job(row) if row else None
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.job_attempts_for), {"id": job_id}).all()
+        return [AttemptRecord(int(r[0]), int(r[1]), r[2], self.db.from_db(r[3]), self.db.from_db(r[4]),  # type: ignore[arg-type]
+                              r[5], r[6], r[7]) for r in rows]
+
+    def cancel(self, job_id: int) -> str | None:
+        """Cancel at once if not running ("canceled"), else ask through the heartbeat ("requested")."""
+        with self.db.begin() as conn:
+            if conn.execute(self._q(q.job_cancel_unleased), {"id": job_id, "now": self.db.now_param()}).first():
+                return "canceled"
+            if conn.execute(self._q(q.job_request_cancel_leased), {"id": job_id}).first():
+                return "requested"
+        return None
+
+    def retry_now(self, job_id: int) -> bool:
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(q.job_retry_now), {"id": job_id, "now": self.db.now_param()}).first()
+        return row is not None
+
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None, kind: str | None = None,
+                  after_id: int = 0, limit: int = 100) -> list[Job]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.job_list_page), {"state": state, "queue": queue, "kind": kind,
+                                                           "after_id": after_id, "n": limit}).all()
+        return [self._job(r) for r in rows]
+
+    def stats(self, *, window: timedelta) -> dict[str, Any]:
+        """Depth per queue and state, oldest due job per queue, attempt outcomes within ``window``."""
+        with self.db.begin() as conn:
+            now_param = self.db.now_param()
+            now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
+            assert now is not None
+            depth = [(r[0], r[1], int(r[2])) for r in conn.execute(self._q(q.job_stats_depth))]
+            oldest = {r[0]: self.db.from_db(r[1])
+                      for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
+            outcomes = {r[0]: int(r[1]) for r in conn.execute(
+                self._q(q.job_stats_attempt_outcomes), {"since": self.db.to_db(now - window)})}
+        return {"now": now, "depth": depth, "oldest_due": oldest, "outcomes": outcomes}
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    def _q(self, query: q.Query) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)
+
+    def _job(self, r: Any) -> Job:
+        t = self.db.from_db
+        return Job(
+            id=int(r[0]), queue=r[1], kind=r[2], payload=_json(r[3]) or {}, state=JobState(r[4]),
+            priority=int(r[5]), run_after=t(r[6]), attempts=int(r[7]), max_attempts=int(r[8]),  # type: ignore[arg-type]
+            lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
+            unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=_json(r[17]),
+            created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
+        )
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, dict | list):
+        return value
+    return json.loads(value)
+
+
+def iter_all_jobs(store: JobStore, *, page: int = 500, **filters: Any) -> Iterable[Job]:
+    """Every job matching ``filters``, paged through an id cursor."""
+    after = 0
+    while True:
+        batch = store.list_jobs(after_id=after, limit=page, **filters)
+        yield from batch
+        if len(batch) < page:
+            return
+        after = batch[-1].id
+
+
+def make_listener(db: Database, *, channel: str = "recon_jobs") -> Any:
+    """A wake-up function for the worker on PostgreSQL: LISTEN on ``channel`` and call ``on_notify(queue)``
+    for every NOTIFY until ``stop`` is set. Reconnects after errors; returns None on SQLite (workers poll)."""
+    if not db.is_postgresql:
+        return None
+    import logging
+    import threading
+
+    import psycopg
+
+    log = logging.getLogger(__name__)
+    conninfo = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def listen(stop: threading.Event, on_notify: Callable[[str], None]) -> None:
+        while not stop.is_set():
+            try:
+                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {channel}")
+                    on_notify("*")  # anything enqueued while we were not listening
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=0.5, stop_after=1):
+                            on_notify(note.payload)
+            except psycopg.Error as exc:
+                log.warning("LISTEN connection failed (%s); polling until it is back", exc)
+                stop.wait(1.0)
+
+    return listen

@@ -1,0 +1,127 @@
+"""Lease and Heartbeater: a worker's time-limited, fenced hold on one job.
+
+A lease is not a lock: it ends by itself when ``lease_until`` passes without a heartbeat, so a crashed
+worker never holds a job forever. The price is that a slow-but-alive worker can lose its lease while its
+handler still runs (a long GC pause, SIGSTOP, a partitioned host). The engine makes that safe by fencing:
+every write after the claim says ``WHERE id AND lease_owner AND attempts`` (the attempt number is a
+monotonic token), so the stale worker's writes match nothing. A handler learns of the loss through
+``Lease.lost`` (set by the heartbeat) and ``Lease.check()``; it cannot be killed mid-call (Python threads
+cannot be), so its own domain writes must go through the job's finish (``Outcome.write``) or be guarded by
+``Lease.holds(conn)`` in the same transaction.
+
+Hazard: a lease TTL shorter than a handler's run *without heartbeats* causes duplicate execution; the
+heartbeat interval must stay well under the TTL (config validates ``heartbeat_interval < lease_ttl``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from recon.db.store import JobStore
+from recon.errors import LeaseLost, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    """The handler's view of its claim: lost? cancel requested? and the fencing token for its writes."""
+
+    def __init__(self, *, store: JobStore, job_id: int, attempt: int, worker: str) -> None:
+        self.job_id = job_id
+        self.attempt = attempt  #: the fencing token
+        self.worker = worker
+        self._store = store
+        self._lost = threading.Event()
+        self._cancel = threading.Event()
+        self._changed = threading.Event()
+
+    @property
+    def lost(self) -> bool:
+        """True once a heartbeat or fenced write found that another worker may own the job."""
+        return self._lost.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease is gone; call it before any side effect."""
+        if self._lost.is_set():
+            raise LeaseLost(f"lease on job {self.job_id} (attempt {self.attempt}) was lost")
+
+    def save_progress(self, progress: dict[str, Any]) -> None:
+        """Store a small JSON checkpoint that the next attempt receives as ``job.progress``.
+
+        Raises LeaseLost (and writes nothing) when the lease is no longer ours.
+        """
+        self.check()
+        if not self._store.save_progress(worker=self.worker, job_id=self.job_id, attempt=self.attempt,
+                                         progress=progress):
+            self.mark_lost()
+            self.check()
+
+    def holds(self, conn: sa.Connection) -> bool:
+        """Inside the caller's transaction: is the lease still ours? Guard compare-and-set writes with it."""
+        return self._store.holds_lease(conn, worker=self.worker, job_id=self.job_id, attempt=self.attempt)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; return True early when the lease is lost or a cancel is requested."""
+        if self._lost.is_set() or self._cancel.is_set():
+            return True
+        self._changed.wait(seconds)
+        return self._lost.is_set() or self._cancel.is_set()
+
+    def mark_lost(self) -> None:
+        if not self._lost.is_set():
+            log.warning("lease lost", extra={"job_id": self.job_id, "attempt": self.attempt, "worker": self.worker})
+        self._lost.set()
+        self._changed.set()
+
+    def mark_cancel_requested(self) -> None:
+        self._cancel.set()
+        self._changed.set()
+
+
+class Heartbeater:
+    """Extends every lease a worker holds in one statement per beat.
+
+    ``leases_func`` returns the leases currently running. A lease missing from the database's answer is
+    marked lost; a set ``cancel_requested`` is passed on. A failed beat (database down) is logged and
+    retried on the next interval: if the outage outlasts the TTL, the leases expire and fencing keeps the
+    worker's late results out.
+    """
+
+    def __init__(self, store: JobStore, *, worker: str, ttl: float, leases_func: Callable[[], Sequence[Lease]]) -> None:
+        self._store = store
+        self._worker = worker
+        self._ttl = ttl
+        self._leases_func = leases_func
+        self.beats = 0
+        self.lost = 0
+
+    def beat_once(self) -> None:
+        leases = list(self._leases_func())
+        if not leases:
+            return
+        held = self._store.extend_leases(worker=self._worker, leases=[(l.job_id, l.attempt) for l in leases],
+                                         ttl=self._ttl)
+        self.beats += 1
+        for lease in leases:
+            if lease.job_id not in held:
+                if not lease.lost:
+                    self.lost += 1
+                lease.mark_lost()
+            elif held[lease.job_id]:
+                lease.mark_cancel_requested()
+
+    def run_forever(self, stop: threading.Event, *, interval: float) -> None:
+        while not stop.wait(interval):
+            try:
+                self.beat_once()
+            except StoreError as exc:
+                log.warning("heartbeat failed: %s", exc)

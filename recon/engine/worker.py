@@ -1,0 +1,427 @@
+"""The worker pool: claim, run, take the handler's outcome, store the result.
+
+One process runs one claim loop (the calling thread), ``concurrency`` handler threads, a finisher thread
+that groups finishes into few transactions, a heartbeat thread, the stuck watcher, and on PostgreSQL a
+LISTEN thread for wake-ups. Commits are the cost of a database queue, so claims are batched (up to the
+free slots) and finishes without domain writes are grouped; a finish that carries a domain write
+(``Outcome.write``) gets its own transaction, shared with that write.
+
+The worker never computes a delay (``RetryPolicy`` does) and never decides whether an error is retryable
+(the handler returns an outcome; an exception it did not classify goes through ``classify_func``, by
+default a retryable ``bug``).
+
+Graceful shutdown (``request_stop``, SIGTERM/SIGINT in the CLI): stop claiming; let running jobs finish
+within the drain window while heartbeating; then release the leases still held (back to ``runnable``,
+outcome ``released``, the attempt not spent).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_mod
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recon.config import EngineConfig
+from recon.db.store import Finish, JobStore
+from recon.engine.jobs import Job
+from recon.engine.lease import Heartbeater, Lease
+from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
+from recon.engine.retry import RetryPolicy
+from recon.engine.watcher import Watcher
+from recon.errors import LeaseLost, StoreError, UnknownJobKind
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Job, Lease], Outcome | None]
+ClassifyFunc = Callable[[BaseException], Outcome]
+WakeupFunc = Callable[[threading.Event, Callable[[str], None]], None]
+
+FINISH_RETRIES = 5
+
+
+def make_worker_id() -> str:
+    """host:pid:random, so a restarted process with a recycled pid never shares a lease owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def classify_as_bug(exc: BaseException) -> Outcome:
+    """The default for exceptions a handler did not classify: a retryable ``bug``."""
+    return Retry(error_kind="bug", error=_short(exc))
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+class Handlers:
+    """Job kind -> handler. ``register`` can be used as a decorator."""
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, Handler] = {}
+
+    def register(self, kind: str, func: Handler | None = None) -> Any:
+        def add(f: Handler) -> Handler:
+            if kind in self._by_kind:
+                raise ValueError(f"a handler for job kind {kind!r} is already registered")
+            self._by_kind[kind] = f
+            return f
+        return add(func) if func is not None else add
+
+    def get(self, kind: str) -> Handler:
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            raise UnknownJobKind(f"no handler registered for job kind {kind!r}") from None
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._by_kind
+
+    def kinds(self) -> list[str]:
+        return sorted(self._by_kind)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    stale_finishes: int = 0
+    released: int = 0
+    lease_expirations: int = 0
+    leases_lost: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claimed": self.claimed, "outcomes": dict(self.outcomes), "stale_finishes": self.stale_finishes,
+                "released": self.released, "lease_expirations": self.lease_expirations,
+                "leases_lost": self.leases_lost}
+
+
+@dataclass(slots=True)
+class _Running:
+    job: Job
+    lease: Lease
+
+
+@dataclass(slots=True)
+class _Done:
+    job: Job
+    lease: Lease
+    outcome: Outcome | None  #: None: the handler found its lease lost, nothing to write
+
+
+class Worker:
+    """A pool of handler threads fed by one claim loop. Use ``run()``; stop with ``request_stop()``."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        handlers: Handlers,
+        *,
+        config: EngineConfig,
+        policy: RetryPolicy,
+        queues: Sequence[str] | None = None,
+        queue_caps: Mapping[str, int] | None = None,
+        classify_func: ClassifyFunc = classify_as_bug,
+        wakeup_func: WakeupFunc | None = None,
+        worker_id: str | None = None,
+        run_watcher: bool = True,
+    ) -> None:
+        self.store = store
+        self.handlers = handlers
+        self.config = config
+        self.policy = policy
+        self.queues = list(queues or [config.default_queue])
+        self.queue_caps = {q: c for q, c in (queue_caps or {}).items() if c > 0 and q in self.queues}
+        self.classify_func = classify_func
+        self.wakeup_func = wakeup_func
+        self.worker_id = worker_id or make_worker_id()
+        self.run_watcher = run_watcher
+        self.stats = WorkerStats()
+        self._stop = threading.Event()  # stop claiming
+        self._halt = threading.Event()  # stop the helper threads
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[int, _Running] = {}
+        self._per_queue: Counter[str] = Counter()
+        self._todo: queue_mod.SimpleQueue[_Running | None] = queue_mod.SimpleQueue()
+        self._done: queue_mod.SimpleQueue[_Done | None] = queue_mod.SimpleQueue()
+        self._heartbeater = Heartbeater(store, worker=self.worker_id, ttl=config.lease_ttl_seconds,
+                                        leases_func=self._leases)
+        self._watcher = Watcher(store)
+
+    # --- public ---------------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop claiming and drain (thread- and signal-safe)."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def run(self, *, burst: bool = False) -> WorkerStats:
+        """Claim and run jobs until ``request_stop()`` (or, with ``burst``, until nothing is claimable)."""
+        threads = self._start_threads()
+        log.info("worker %s started: queues=%s concurrency=%d", self.worker_id, self.queues, self.config.concurrency)
+        try:
+            self._claim_loop(burst=burst)
+            self._drain()
+        finally:
+            self._halt.set()
+            self._done.put(None)
+            for _ in range(self.config.concurrency):
+                self._todo.put(None)
+            for t in threads:
+                if t.name.startswith("recon-finisher") or t.name.startswith("recon-heartbeat"):
+                    t.join(timeout=10)
+            self.stats.lease_expirations = self._watcher.lease_expirations
+            self.stats.leases_lost = self._heartbeater.lost
+        log.info("worker %s stopped: %s", self.worker_id, self.stats.to_dict())
+        return self.stats
+
+    # --- threads --------------------------------------------------------------------------------------
+
+    def _start_threads(self) -> list[threading.Thread]:
+        specs: list[tuple[str, Callable[[], None]]] = [(f"recon-runner-{i}", self._runner)
+                                                        for i in range(self.config.concurrency)]
+        specs.append(("recon-finisher", self._finisher))
+        specs.append(("recon-heartbeat", lambda: self._heartbeater.run_forever(
+            self._halt, interval=self.config.heartbeat_interval_seconds)))
+        if self.run_watcher:
+            specs.append(("recon-watcher", lambda: self._watcher.run_forever(
+                self._halt, interval=self.config.watcher_interval_seconds)))
+        if self.wakeup_func is not None:
+            wakeup = self.wakeup_func
+            specs.append(("recon-listener", lambda: wakeup(self._halt, self._on_notify)))
+        threads = [threading.Thread(target=fn, name=name, daemon=True) for name, fn in specs]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _on_notify(self, queue: str) -> None:
+        if queue == "*" or queue in self.queues:
+            self._wake.set()
+
+    def _leases(self) -> list[Lease]:
+        with self._lock:
+            return [r.lease for r in self._running.values()]
+
+    # --- claiming -------------------------------------------------------------------------------------
+
+    def _claim_loop(self, *, burst: bool) -> None:
+        poll = self.config.poll_interval_seconds
+        while not self._stop.is_set():
+            self._wake.clear()
+            free = self.config.concurrency - self.in_flight
+            if free <= 0:
+                self._wake.wait(poll)
+                continue
+            try:
+                asked, claimed = self._claim(free)
+            except StoreError as exc:
+                log.warning("claim failed, retrying: %s", exc)
+                self._stop.wait(min(poll, 1.0))
+                continue
+            if claimed < asked:
+                if burst and self._idle():
+                    return
+                self._wake.wait(poll)
+
+    def _claim(self, free: int) -> tuple[int, int]:
+        asked = claimed = 0
+        if not self.queue_caps:
+            n = min(free, self.config.claim_batch_size)
+            asked, claimed = n, self._claim_into(self.queues, n)
+            return asked, claimed
+        for q in self.queues:
+            room = free - claimed
+            cap = self.queue_caps.get(q)
+            if cap is not None:
+                with self._lock:
+                    room = min(room, cap - self._per_queue[q])
+            n = min(room, self.config.claim_batch_size)
+            if n > 0:
+                asked += n
+                claimed += self._claim_into([q], n)
+        return asked, claimed
+
+    def _claim_into(self, queues: Sequence[str], n: int) -> int:
+        jobs = self.store.claim(worker=self.worker_id, queues=queues, n=n, ttl=self.config.lease_ttl_seconds)
+        for job in jobs:
+            lease = Lease(store=self.store, job_id=job.id, attempt=job.attempts, worker=self.worker_id)
+            running = _Running(job, lease)
+            with self._lock:
+                self._running[job.id] = running
+                self._per_queue[job.queue] += 1
+            self._todo.put(running)
+        self.stats.claimed += len(jobs)
+        return len(jobs)
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return not self._running
+
+    # --- running --------------------------------------------------------------------------------------
+
+    def _runner(self) -> None:
+        while (item := self._todo.get()) is not None:
+            self._done.put(_Done(item.job, item.lease, self._execute(item.job, item.lease)))
+
+    def _execute(self, job: Job, lease: Lease) -> Outcome | None:
+        try:
+            handler = self.handlers.get(job.kind)
+        except UnknownJobKind as exc:
+            return Dead(error_kind="unknown_kind", error=str(exc))
+        try:
+            return handler(job, lease) or Complete()
+        except LeaseLost:
+            return None
+        except Exception as exc:  # a handler's unclassified failure must never kill the worker
+            log.debug("job %s raised:\n%s", job.id, traceback.format_exc())
+            try:
+                return self.classify_func(exc)
+            except Exception:
+                return classify_as_bug(exc)
+
+    # --- finishing ------------------------------------------------------------------------------------
+
+    def _finisher(self) -> None:
+        while True:
+            item = self._done.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self.config.finish_batch_size:
+                try:
+                    nxt = self._done.get_nowait()
+                except queue_mod.Empty:
+                    break
+                if nxt is None:
+                    self._done.put(None)
+                    break
+                batch.append(nxt)
+            self._finish_batch(batch)
+
+    def _finish_batch(self, batch: list[_Done]) -> None:
+        grouped: list[tuple[_Done, Finish]] = []
+        for done in batch:
+            if done.outcome is None:
+                self.stats.stale_finishes += 1
+                log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts)
+            elif getattr(done.outcome, "write", None) is not None:
+                self._finish_with_write(done)
+                continue
+            else:
+                grouped.append((done, self._to_finish(done.job, done.outcome)))
+        try:
+            if grouped:
+                matched = self._store_finish([f for _, f in grouped])
+                for done, f in grouped:
+                    self._record(done.job, f, matched)
+        except StoreError as exc:
+            # the leases stay in the database until they expire; the watcher returns the jobs to the queue
+            log.error("could not finish %d jobs (%s); their leases will expire", len(grouped), exc)
+        finally:
+            self._release_slots([d.job for d in batch])
+
+    def _finish_with_write(self, done: _Done) -> None:
+        assert done.outcome is not None
+        finish = self._to_finish(done.job, done.outcome)
+        try:
+            try:
+                matched = self._store_finish([finish], write=done.outcome.write)
+            except Exception as exc:  # the domain write failed: finish without it, as the error says
+                log.warning("job %s: write with finish failed: %s", done.job.id, _short(exc))
+                finish = self._to_finish(done.job, self.classify_func(exc))
+                matched = self._store_finish([finish])
+        except StoreError as exc:
+            log.error("could not finish job %s (%s); its lease will expire", done.job.id, exc)
+            return
+        self._record(done.job, finish, matched)
+
+    def _store_finish(self, finishes: list[Finish], write: Any = None) -> set[int]:
+        for attempt in range(FINISH_RETRIES):
+            try:
+                return self.store.finish(worker=self.worker_id, finishes=finishes, write=write)
+            except StoreError as exc:
+                if attempt == FINISH_RETRIES - 1 or not _is_transient(exc):
+                    raise
+                log.warning("finish failed (%s); retrying", exc)
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _record(self, job: Job, finish: Finish, matched: set[int]) -> None:
+        if job.id in matched:
+            self.stats.outcomes[finish.outcome] += 1
+        else:
+            self.stats.stale_finishes += 1
+            log.warning("stale finish rejected by fencing: job %s attempt %s (%s)", job.id, job.attempts,
+                        finish.outcome)
+
+    def _release_slots(self, jobs: Sequence[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                if self._running.pop(job.id, None) is not None:
+                    self._per_queue[job.queue] -= 1
+        self._wake.set()
+
+    def _to_finish(self, job: Job, outcome: Outcome) -> Finish:
+        base = {"id": job.id, "attempt": job.attempts}
+        match outcome:
+            case Complete():
+                return Finish(**base, state="succeeded", outcome="succeeded")
+            case Retry(error_kind=kind, error=error, retry_after=retry_after):
+                decision = self.policy.decide(kind, attempt=job.attempts, max_attempts=job.max_attempts,
+                                              retry_after=retry_after)
+                if decision.dead:
+                    return Finish(**base, state="dead", outcome="dead", error_kind=kind, error=error)
+                return Finish(**base, state="retryable", outcome="retried", delay=decision.delay,
+                              error_kind=kind, error=error)
+            case Snooze(delay=delay, reason=reason):
+                return Finish(**base, state="pending", outcome="snoozed", delay=delay.total_seconds(),
+                              error=reason, bump=1)
+            case Dead(error_kind=kind, error=error):
+                return Finish(**base, state="dead", outcome="dead", error_kind=kind, error=error)
+            case Cancel(reason=reason):
+                return Finish(**base, state="canceled", outcome="canceled", error=reason)
+        raise TypeError(f"handler for job {job.id} returned {outcome!r}, not an Outcome")
+
+    # --- shutdown -------------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.config.drain_timeout_seconds
+        while self.in_flight and time.monotonic() < deadline:
+            self._wake.clear()
+            self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0)))
+        with self._lock:
+            leftover = list(self._running.values())
+        if not leftover:
+            return
+        finishes = [Finish(id=r.job.id, attempt=r.job.attempts, state="runnable", outcome="released", delay=0.0,
+                           error="released on shutdown", bump=1) for r in leftover]
+        for r in leftover:
+            r.lease.mark_lost()  # the handler may keep running; nothing it finishes will count
+        try:
+            matched = self.store.finish(worker=self.worker_id, finishes=finishes)
+        except StoreError as exc:
+            log.error("could not release %d leases (%s); the watcher will rescue them", len(finishes), exc)
+            return
+        self.stats.released += len(matched)
+        self._release_slots([r.job for r in leftover])
+        log.warning("drain window over: released %d running jobs", len(matched))
+
+
+def _is_transient(exc: StoreError) -> bool:
+    from recon.errors import DatabaseTransientError
+
+    return isinstance(exc, DatabaseTransientError)

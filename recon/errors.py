@@ -1,0 +1,67 @@
+"""The ReconError tree: everything recon itself raises on purpose.
+
+```
+ReconError
+├── ConfigError             bad configuration file, key, value or database URL (CLI exit 2)
+├── UsageError              bad input from a user: a duration, a file row, a filter (CLI exit 2)
+├── EngineError
+│   ├── UnknownJobKind      no handler is registered for a job's kind
+│   ├── QueueFull           enqueue past a queue's max depth (backpressure)
+│   ├── JobNotFound         no job with that id
+│   ├── InvalidJobState     the operation does not apply to the job's current state
+│   └── LeaseLost           a fenced write matched no row: another worker owns the job now
+└── StoreError              the database failed
+    └── DatabaseTransientError  deadlock, serialization failure, lost connection, busy: retry shortly
+```
+
+Each class docstring is its default message.
+"""
+
+from __future__ import annotations
+
+
+class ReconError(Exception):
+    """recon failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip().splitlines()[0])
+
+
+class ConfigError(ReconError):
+    """The configuration is invalid."""
+
+
+class UsageError(ReconError):
+    """The input is invalid."""
+
+
+class EngineError(ReconError):
+    """The job engine refused the operation."""
+
+
+class UnknownJobKind(EngineError):
+    """No handler is registered for this job kind."""
+
+
+class QueueFull(EngineError):
+    """The queue is at its maximum depth; try again later."""
+
+
+class JobNotFound(EngineError):
+    """No such job."""
+
+
+class InvalidJobState(EngineError):
+    """The job is not in a state that allows this operation."""
+
+
+class LeaseLost(EngineError):
+    """The lease on this job was lost; another worker may own it now."""
+
+
+class StoreError(ReconError):
+    """The database operation failed."""
+
+
+class DatabaseTransientError(StoreError):
+    """The database failed transiently (deadlock, serialization failure, lost connection, busy)."""

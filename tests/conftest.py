@@ -1,0 +1,87 @@
+"""Shared fixtures: every integration test runs on real PostgreSQL and on SQLite.
+
+PostgreSQL: the database named by RECON_TEST_DATABASE_URL is migrated once per session (from empty, so
+the migrations themselves are tested) and its tables are truncated before each test. SQLite: each test
+gets its own file, copied from a migrated template.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from recon.db.database import Database, connect, upgrade
+
+PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REPO = Path(__file__).resolve().parents[1]
+#: tables recon creates, children first; extended by later migrations
+TABLES = ("job_attempts", "jobs")
+
+
+def _reset_postgres(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        names = [r[0] for r in conn.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        for name in names:
+            conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}" CASCADE')
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_migrated() -> str:
+    _reset_postgres(PG_URL)
+    db = connect(PG_URL)
+    upgrade(db)
+    db.dispose()
+    return PG_URL
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    db = connect(f"sqlite:///{path}")
+    upgrade(db)
+    db.dispose()
+    return path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database URL on each backend."""
+    if request.param == "sqlite":
+        template: Path = request.getfixturevalue("sqlite_template")
+        target = tmp_path / "recon.db"
+        shutil.copyfile(template, target)
+        return f"sqlite:///{target}"
+    url: str = request.getfixturevalue("pg_migrated")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        existing = {r[0] for r in conn.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
+        tables = [t for t in TABLES if t in existing]
+        if tables:
+            conn.exec_driver_sql(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = connect(db_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def subprocess_env() -> dict[str, str]:
+    """Environment for `python -m recon` subprocesses that import test handlers."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.pop("RECON_CONFIG", None)
+    return env
