@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recon import Client, JobState, JobStore, Settings
+from recon.db.database import Database
+
+
+def recon(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_cli__db_upgrade_is_idempotent(db_url: str) -> None:
+    for _ in range(2):
+        r = recon(db_url, "db", "upgrade")
+        assert r.returncode == 0, r.stderr
+        assert "up to date" in r.stdout
+
+
+def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str) -> None:
+    store = JobStore(db)
+    client = Client(store, Settings())
+    a = client.enqueue("charge", {"payment": 1}, max_attempts=1)
+    b = client.enqueue("charge", {"payment": 2})
+    [job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
+    from recon.db.store import Finish
+
+    store.finish(worker="w", finishes=[Finish(id=a, attempt=1, state="dead", outcome="dead", error_kind="validation",
+                                              error="amount must be positive")])
+    listed = json.loads(recon(db_url, "jobs", "list", "--state", "dead", "--json").stdout)
+    assert [j["id"] for j in listed["jobs"]] == [a]
+    shown = json.loads(recon(db_url, "jobs", "show", str(a), "--json").stdout)
+    assert shown["job"]["state"] == "dead"
+    assert shown["attempts"][0]["error"] == "amount must be positive"
+    human = recon(db_url, "jobs", "show", str(a))
+    assert human.returncode == 0 and "amount must be positive" in human.stdout
+    assert recon(db_url, "jobs", "retry", str(a)).returncode == 0
+    assert store.get(a).state is JobState.RUNNABLE  # type: ignore[union-attr]
+    assert recon(db_url, "jobs", "cancel", str(b)).returncode == 0
+    assert store.get(b).state is JobState.CANCELED  # type: ignore[union-attr]
+    again = recon(db_url, "jobs", "cancel", str(b))
+    assert again.returncode == 2 and "only unfinished jobs can be canceled" in again.stderr
+    missing = recon(db_url, "jobs", "show", "999999")
+    assert missing.returncode == 2 and missing.stderr.strip() == "recon: job 999999 not found"
+    table = recon(db_url, "jobs", "list")
+    assert table.returncode == 0 and "charge" in table.stdout
+
+
+def test_cli__stats_json(db: Database, db_url: str) -> None:
+    client = Client(JobStore(db), Settings())
+    client.enqueue("k")
+    client.enqueue("k", queue="other")
+    doc = json.loads(recon(db_url, "stats", "--json").stdout)
+    assert doc["queues"]["default"]["depth"] == {"runnable": 1}
+    assert doc["queues"]["other"]["oldest_runnable_age_seconds"] >= 0
+    assert doc["lease_expirations"] == 0
+    assert recon(db_url, "stats").returncode == 0
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["worker", "--lease-ttl", "soon"], "Invalid value for '--lease-ttl': 'soon' is not a duration"),
+    (["worker", "--lease-ttl", "10", "--heartbeat", "20"], "heartbeat_interval_seconds: must be shorter"),
+    (["worker", "--handlers", "no.such.module:handlers"], "--handlers 'no.such.module:handlers': cannot import"),
+    (["jobs", "list", "--state", "lost"], "Invalid value for '--state'"),
+])
+def test_cli__bad_usage_exits_2_with_one_clear_line(db_url: str, args: list[str], message: str) -> None:
+    r = recon(db_url, *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+
+
+def test_cli__bad_database_url_and_config(tmp_path: Path) -> None:
+    r = recon("mysql://x/y", "stats")
+    assert r.returncode == 2 and "backend 'mysql' is not supported" in r.stderr
+    r = recon(f"sqlite:///{tmp_path}/missing-dir/x.db", "stats")
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[engine]\nconcurrency = 0\n")
+    r = recon(f"sqlite:///{tmp_path}/x.db", "--config", str(bad), "stats")
+    assert r.returncode == 2 and r.stderr.strip().endswith("engine.concurrency: must be >= 1, got 0")
