@@ -309,6 +309,39 @@ def stats(app: App, window: timedelta, as_json: bool) -> None:
         stats_table(doc)
 
 
+# --- the PSP sandbox ----------------------------------------------------------------------------------------
+
+
+def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    from psp_adapters.sandbox.faults import FAULT_FLAGS
+
+    for flag in reversed(FAULT_FLAGS):
+        func = click.option(flag.flag, type=flag.type, default=None, help=flag.help)(func)
+    return func
+
+
+@cli.command("psp-sandbox")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback only, unless you mean it.")
+@click.option("--state-file", type=click.Path(dir_okay=False), default="psp-sandbox.db", show_default=True,
+              help="SQLite file holding the sandbox's payments; survives restarts.")
+@click.option("--api-key", envvar="RECON_SANDBOX_API_KEY", help="Require this Bearer key (default: none).")
+@_sandbox_fault_options
+def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, **faults: Any) -> None:
+    """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults)."""
+    from psp_adapters.sandbox.faults import Faults
+    from psp_adapters.sandbox.server import serve_forever
+
+    try:
+        parsed = Faults.from_options(**faults)
+    except ValueError as exc:
+        raise UsageError(f"psp-sandbox: {exc}") from None
+    stop = threading.Event()
+    _install_signal_handlers(stop.set)
+    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop,
+                  on_ready_func=lambda url: click.echo(f"PSP sandbox listening on {url} (state in {state_file})"))
+
+
 # --- entry point --------------------------------------------------------------------------------------------
 
 

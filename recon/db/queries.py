@@ -165,7 +165,8 @@ job_extend_leases_if_owner = Query(
     postgresql="""
         UPDATE jobs SET lease_until = {now} + {secs:ttl}, heartbeat_at = {now}
         FROM (SELECT unnest(CAST(:ids AS bigint[])) AS id, unnest(CAST(:attempts AS int[])) AS attempt) AS l
-        WHERE jobs.id = l.id AND jobs.attempts = l.attempt AND jobs.lease_owner = :worker
+        WHERE jobs.id = ANY(CAST(:ids AS bigint[])) AND jobs.id = l.id AND jobs.attempts = l.attempt
+          AND jobs.lease_owner = :worker
           AND jobs.state = 'leased'
         RETURNING jobs.id, jobs.cancel_requested
     """,
@@ -219,8 +220,11 @@ job_finish_many_if_owner = Query(
                 last_error = coalesce(v.error, jobs.last_error),
                 max_attempts = jobs.max_attempts + v.bump
             FROM v
-            WHERE jobs.id = v.id AND jobs.attempts = v.attempt AND jobs.lease_owner = :worker
-              AND jobs.state = 'leased'
+            -- "= ANY(:ids)" lets the planner drive the update from the primary key (it knows the array's
+            -- length); joined on v alone, it may pick the leased partial index, whose dead entries grow
+            -- between vacuums.
+            WHERE jobs.id = ANY(CAST(:ids AS bigint[])) AND jobs.id = v.id AND jobs.attempts = v.attempt
+              AND jobs.lease_owner = :worker AND jobs.state = 'leased'
             RETURNING jobs.id, jobs.attempts, jobs.attempted_at, jobs.state, v.outcome, v.error_kind, v.error
         ), history AS (
             INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)

@@ -67,8 +67,8 @@ jobs = sa.Table(
     sa.Index(
         "jobs_leased_expiry",
         "lease_until",
-        postgresql_where=sa.text("state = 'leased'"),
-        sqlite_where=sa.text("state = 'leased'"),
+        postgresql_where=sa.text("lease_until IS NOT NULL"),
+        sqlite_where=sa.text("lease_until IS NOT NULL"),
     ),
     sa.Index(
         "jobs_unique_key_unfinished",
@@ -94,7 +94,10 @@ jobs = sa.Table(
 job_attempts = sa.Table(
     "job_attempts",
     metadata,
-    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    # No foreign key to jobs: its check costs a third of a grouped finish on PostgreSQL. Rows are
+    # only inserted from a fenced UPDATE of their job in the same statement or transaction, and
+    # pruning deletes a job's attempts with the job.
+    sa.Column("job_id", Id, primary_key=True),
     sa.Column("attempt", sa.Integer(), primary_key=True),
     sa.Column("worker", sa.Text(), nullable=False),
     sa.Column("started_at", Timestamp, nullable=True),

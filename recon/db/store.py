@@ -180,7 +180,8 @@ class JobStore:
         now = self.db.now_param()
         if self.db.is_postgresql:
             rows = json.dumps([f.row() for f in finishes], separators=(",", ":"))
-            result = conn.execute(self._q(q.job_finish_many_if_owner), {"rows": rows, "worker": worker, "now": now})
+            result = conn.execute(self._q(q.job_finish_many_if_owner),
+                                  {"rows": rows, "ids": [f.id for f in finishes], "worker": worker, "now": now})
             return {int(r[0]) for r in result}
         matched: set[int] = set()
         finish_one, insert = self._q(q.job_finish_one_if_owner), self._q(q.job_attempt_insert)

@@ -149,8 +149,9 @@ class Worker:
         self._halt = threading.Event()  # stop the helper threads
         self._wake = threading.Event()
         self._lock = threading.Lock()
-        self._running: dict[int, _Running] = {}
-        self._per_queue: Counter[str] = Counter()
+        self._running: dict[int, _Running] = {}  # every lease this process holds (heartbeated)
+        self._executing: set[int] = set()  # the subset whose handler is queued or running: the slots
+        self._per_queue: Counter[str] = Counter()  # executing per queue, for the per-queue caps
         self._todo: queue_mod.SimpleQueue[_Running | None] = queue_mod.SimpleQueue()
         self._done: queue_mod.SimpleQueue[_Done | None] = queue_mod.SimpleQueue()
         self._heartbeater = Heartbeater(store, worker=self.worker_id, ttl=config.lease_ttl_seconds,
@@ -166,8 +167,19 @@ class Worker:
 
     @property
     def in_flight(self) -> int:
+        """Leases held: jobs running or waiting for their finish to commit."""
         with self._lock:
             return len(self._running)
+
+    def _free_slots(self) -> int:
+        # A slot frees when the handler returns, before its finish commits, so claiming overlaps
+        # finishing. The backlog of results waiting to be finished is bounded all the same.
+        with self._lock:
+            executing = len(self._executing)
+            awaiting_finish = len(self._running) - executing
+        if awaiting_finish >= 2 * self.config.finish_batch_size:
+            return 0
+        return self.config.concurrency - executing
 
     def run(self, *, burst: bool = False) -> WorkerStats:
         """Claim and run jobs until ``request_stop()`` (or, with ``burst``, until nothing is claimable)."""
@@ -222,7 +234,7 @@ class Worker:
         poll = self.config.poll_interval_seconds
         while not self._stop.is_set():
             self._wake.clear()
-            free = self.config.concurrency - self.in_flight
+            free = self._free_slots()
             if free <= 0:
                 self._wake.wait(poll)
                 continue
@@ -262,6 +274,7 @@ class Worker:
             running = _Running(job, lease)
             with self._lock:
                 self._running[job.id] = running
+                self._executing.add(job.id)
                 self._per_queue[job.queue] += 1
             self._todo.put(running)
         self.stats.claimed += len(jobs)
@@ -275,7 +288,13 @@ class Worker:
 
     def _runner(self) -> None:
         while (item := self._todo.get()) is not None:
-            self._done.put(_Done(item.job, item.lease, self._execute(item.job, item.lease)))
+            outcome = self._execute(item.job, item.lease)
+            with self._lock:
+                if item.job.id in self._executing:
+                    self._executing.discard(item.job.id)
+                    self._per_queue[item.job.queue] -= 1
+            self._wake.set()
+            self._done.put(_Done(item.job, item.lease, outcome))
 
     def _execute(self, job: Job, lease: Lease) -> Outcome | None:
         try:
@@ -371,7 +390,9 @@ class Worker:
     def _release_slots(self, jobs: Sequence[Job]) -> None:
         with self._lock:
             for job in jobs:
-                if self._running.pop(job.id, None) is not None:
+                self._running.pop(job.id, None)
+                if job.id in self._executing:
+                    self._executing.discard(job.id)
                     self._per_queue[job.queue] -= 1
         self._wake.set()
 
@@ -404,18 +425,21 @@ class Worker:
             self._wake.clear()
             self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0)))
         with self._lock:
-            leftover = list(self._running.values())
+            leftover = [self._running[i] for i in self._executing]
         if not leftover:
             return
         finishes = [Finish(id=r.job.id, attempt=r.job.attempts, state="runnable", outcome="released", delay=0.0,
                            error="released on shutdown", bump=1) for r in leftover]
-        for r in leftover:
-            r.lease.mark_lost()  # the handler may keep running; nothing it finishes will count
         try:
             matched = self.store.finish(worker=self.worker_id, finishes=finishes)
         except StoreError as exc:
             log.error("could not release %d leases (%s); the watcher will rescue them", len(finishes), exc)
             return
+        finally:
+            # only now (a handler told earlier could finish first and beat the release): the handlers may
+            # keep running, but nothing they finish will count
+            for r in leftover:
+                r.lease.mark_lost()
         self.stats.released += len(matched)
         self._release_slots([r.job for r in leftover])
         log.warning("drain window over: released %d running jobs", len(matched))

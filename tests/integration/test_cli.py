@@ -84,3 +84,35 @@ def test_cli__bad_database_url_and_config(tmp_path: Path) -> None:
     bad.write_text("[engine]\nconcurrency = 0\n")
     r = recon(f"sqlite:///{tmp_path}/x.db", "--config", str(bad), "stats")
     assert r.returncode == 2 and r.stderr.strip().endswith("engine.concurrency: must be >= 1, got 0")
+
+
+def test_cli__psp_sandbox_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import signal
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "recon", "psp-sandbox", "--port", str(port), "--state-file",
+                             str(tmp_path / "sandbox.db"), "--rate-limit", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert f"listening on http://127.0.0.1:{port}" in proc.stdout.readline()
+        body = {"merchant_reference": "r-1", "amount": 1250, "currency": "EUR"}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+            created = http.post("/v1/payments", json=body, headers={"Idempotency-Key": "k-1"})
+            assert created.status_code == 201 and created.json()["amount"] == 1250
+            assert http.get("/_admin/faults").json()["rate_limit"] == 1000
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_cli__psp_sandbox_bad_fault_value_exits_2() -> None:
+    r = subprocess.run([sys.executable, "-m", "recon", "psp-sandbox", "--rate-500", "1.5"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "rate_500 must be a probability" in r.stderr

@@ -1,0 +1,177 @@
+"""Engine benchmark: prints one JSON line per case (figures, not a pass/fail test).
+
+Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
+  enqueue_bulk      jobs/s for Client.enqueue_many in one call
+  drain_1p/drain_2p jobs/s for 1 and 2 worker processes (fencing, heartbeats and attempt history on)
+  wakeup_latency    enqueue-to-start p50/p99 (ms) for single enqueues to an idle worker
+
+Usage: python bench/engine.py [--jobs N] [--backend postgresql|sqlite|both] [--concurrency C]
+PostgreSQL: RECON_BENCH_DATABASE_URL (default: the test database). Bounded: every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
+from recon.db.store import make_listener
+
+PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TIMEOUT = 300.0
+
+
+def fresh_db(backend: str, tmp: Path) -> str:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp}/bench-{time.monotonic_ns()}.db"
+    else:
+        url = PG_URL
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            for (name,) in conn.exec_driver_sql(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").all():
+                conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}" CASCADE')
+        engine.dispose()
+    db = connect(url)
+    upgrade(db)
+    db.dispose()
+    return url
+
+
+def enqueue(url: str, n: int) -> float:
+    db = connect(url)
+    client = Client(JobStore(db), Settings())
+    specs = [JobSpec("noop", {"i": i}) for i in range(n)]
+    start = time.perf_counter()
+    client.enqueue_many(specs)
+    elapsed = time.perf_counter() - start
+    db.dispose()
+    return n / elapsed
+
+
+def drain(url: str, n: int, processes: int, concurrency: int) -> dict[str, float]:
+    enqueue(url, n)
+    go = Path(tempfile.mktemp(prefix="recon-bench-go-"))
+    procs = [subprocess.Popen([sys.executable, __file__, "_drain_worker", url, str(go), str(concurrency)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    for p in procs:  # each prints "ready" once connected and warmed up
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    start = time.perf_counter()
+    go.touch()
+    for p in procs:
+        p.wait(timeout=TIMEOUT)
+    elapsed = time.perf_counter() - start
+    go.unlink()
+    db = connect(url)
+    with db.begin() as conn:
+        done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state = 'succeeded'")).scalar_one()
+        history = conn.execute(sa.text("SELECT count(*) FROM job_attempts")).scalar_one()
+    db.dispose()
+    if done != n or history != n:
+        raise SystemExit(f"drain incomplete: {done}/{n} succeeded, {history} attempt rows")
+    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3)}
+
+
+def _drain_worker(url: str, go: str, concurrency: int) -> None:
+    db = connect(url, pool_size=concurrency + 4)
+    settings = Settings()
+    handlers = Handlers()
+    handlers.register("noop", lambda job, lease: None)
+    config = replace(settings.engine, concurrency=concurrency, claim_batch_size=concurrency,
+                     poll_interval_seconds=0.01)
+    worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry), run_watcher=False)
+    with db.begin() as conn:
+        conn.execute(sa.text("SELECT 1"))
+    print("ready", flush=True)
+    deadline = time.monotonic() + TIMEOUT
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    worker.run(burst=True)
+
+
+def wakeup_latency(url: str, samples: int) -> dict[str, float]:
+    out = Path(tempfile.mktemp(prefix="recon-bench-lat-"))
+    proc = subprocess.Popen([sys.executable, __file__, "_latency_worker", url, str(out)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    db = connect(url)
+    client = Client(JobStore(db), Settings())
+    try:
+        time.sleep(0.5)
+        for _ in range(samples):
+            client.enqueue("latency", {"t": time.time()})
+            time.sleep(0.02)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().split()) < samples):
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        db.dispose()
+    values = sorted(float(v) * 1000 for v in out.read_text().split())
+    out.unlink()
+    return {"p50_ms": round(statistics.median(values), 2),
+            "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2), "samples": len(values)}
+
+
+def _latency_worker(url: str, out: str) -> None:
+    db = connect(url)
+    settings = Settings()
+    handlers = Handlers()
+
+    def record(job, lease):  # type: ignore[no-untyped-def]
+        with open(out, "a") as fh:
+            fh.write(f"{time.time() - job.payload['t']}\n")
+
+    handlers.register("latency", record)
+    worker = Worker(JobStore(db), handlers, config=replace(settings.engine, concurrency=4),
+                    policy=RetryPolicy(settings.retry), wakeup_func=make_listener(db))
+    import signal
+    import threading
+
+    signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
+    threading.Timer(0.2, lambda: print("ready", flush=True)).start()
+    worker.run()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--backend", choices=["postgresql", "sqlite", "both"], default="both")
+    parser.add_argument("--concurrency", type=int, default=32, help="handler threads per worker process")
+    parser.add_argument("--latency-samples", type=int, default=200)
+    args = parser.parse_args()
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    backends = ["postgresql", "sqlite"] if args.backend == "both" else [args.backend]
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in backends:
+            base = {"backend": backend, "jobs": args.jobs, **machine}
+            rate = enqueue(fresh_db(backend, Path(tmp)), args.jobs)
+            print(json.dumps({"case": "enqueue_bulk", **base, "jobs_per_s": round(rate, 1)}), flush=True)
+            for processes in (1, 2):
+                figures = drain(fresh_db(backend, Path(tmp)), args.jobs, processes, args.concurrency)
+                print(json.dumps({"case": f"drain_{processes}p", **base, "concurrency": args.concurrency,
+                                  **figures}), flush=True)
+            lat = wakeup_latency(fresh_db(backend, Path(tmp)), args.latency_samples)
+            print(json.dumps({"case": "wakeup_latency", **base, "poll_interval_s": Settings().engine.poll_interval_seconds,
+                              "wakeup": "LISTEN/NOTIFY" if backend == "postgresql" else "polling", **lat}), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_drain_worker":
+        _drain_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "_latency_worker":
+        _latency_worker(sys.argv[2], sys.argv[3])
+    else:
+        main()
