@@ -15,8 +15,11 @@ backoff per kind (base, cap, max attempts) are configuration, not this module's 
 | PspRejectedError (400 / 422 / other 4xx)             | validation      | Dead                       |
 | PspAuthError (401 / 403)                             | auth            | Dead                       |
 | PspProtocolError                                     | protocol        | Retry (small budget)       |
-| DatabaseTransientError, deadlock 40P01, serialization 40001, connection invalidated, SQLite "database is locked" | db_transient | Retry |
+| DatabaseTransientError, DB error below (*)           | db_transient    | Retry                      |
 | anything else                                        | bug             | Retry                      |
+
+(*) a SQLAlchemy DBAPIError (or driver error) with SQLSTATE 40P01 (deadlock) or 40001 (serialization
+failure), or ``connection_invalidated``, or SQLite's "database is locked"; also when raised ``from`` one.
 
 A PSP's explicit hint (``PspError.should_retry``, e.g. Stripe's ``Stripe-Should-Retry``) overrides the row:
 True makes a Dead row a Retry (kind psp_unavailable; a Retry row keeps its kind), False makes any row Dead.
@@ -128,6 +131,8 @@ def _transient_kind(status: int | None) -> ErrorKind:
         return ErrorKind.NETWORK
     if status in _BUSY:
         return ErrorKind.PSP_BUSY
+    if status == 424:  # Failed Dependency: the PSP's own dependency is down
+        return ErrorKind.PSP_UNAVAILABLE
     if 400 <= status < 500:
         # 409, or a PSP's own in-flight code on another 4xx (Adyen's 704 on 422): the key is executing
         return ErrorKind.CONFLICT

@@ -52,8 +52,13 @@ def fixture_json(psp: str, name: str) -> Any:
     return json.loads(fixture_text(psp, name))
 
 
-CHARGE = ChargeRequest(merchant_reference="order-1042", amount=2000, currency="USD",
-                       payment_method="pm_card_visa", description="order 1042")
+CHARGE = ChargeRequest(
+    merchant_reference="order-1042",
+    amount=2000,
+    currency="USD",
+    payment_method="pm_card_visa",
+    description="order 1042",
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,10 @@ def stripe_harness() -> Harness:
 def adyen_report(record_type: str) -> httpx.Response:
     """A one-row Payment accounting report for payment QFQTPCQ8HXSKGK82 with the given record type."""
     header = fixture_text("adyen", "payments_accounting_report_2024_05_01.csv").splitlines()[0]
-    row = (f"AcmeCompany,AcmeShopEU,QFQTPCQ8HXSKGK82,order-2001,visa,2024-05-02 09:14:02,UTC,EUR,12.50,"
-           f"{record_type}" + "," * 15)
+    row = (
+        f"AcmeCompany,AcmeShopEU,QFQTPCQ8HXSKGK82,order-2001,visa,2024-05-02 09:14:02,UTC,EUR,12.50,"
+        f"{record_type}" + "," * 15
+    )
     return httpx.Response(200, text=f"{header}\n{row}\n")
 
 
@@ -133,8 +140,13 @@ def adyen_harness() -> Harness:
     return Harness(
         name="adyen",
         build=lambda: AdyenAdapter(
-            ADYEN_URL, api_key=Secret(ADYEN_KEY), merchant_account="AcmeShopEU", report_base_url=ADYEN_REPORT_URL,
-            report_api_key=Secret(ADYEN_REPORT_KEY), lookback_days=0, now_func=lambda: NOW,
+            ADYEN_URL,
+            api_key=Secret(ADYEN_KEY),
+            merchant_account="AcmeShopEU",
+            report_base_url=ADYEN_REPORT_URL,
+            report_api_key=Secret(ADYEN_REPORT_KEY),
+            lookback_days=0,
+            now_func=lambda: NOW,
         ),
         create_route=("POST", re.escape(ADYEN_URL) + r"/v71/payments$"),
         fetch_route=("GET", re.escape(ADYEN_REPORT_URL) + r"/reports/download/MerchantAccount/AcmeShopEU/"),
@@ -154,13 +166,23 @@ def sandbox_harness() -> Harness:
     from psp_adapters.sandbox.wire import PaymentStatus
 
     def payment(status: str, code: int = 200) -> httpx.Response:
-        return httpx.Response(code, json={
-            "object": "payment", "psp_reference": "psp_1", "merchant_reference": CHARGE.merchant_reference,
-            "amount": CHARGE.amount, "currency": CHARGE.currency, "merchant_account": None,
-            "payment_method": None, "status": status, "failure_reason": None,
-            "created_at": "2024-05-01T12:00:00.000000+00:00", "updated_at": "2024-05-01T12:00:00.000000+00:00",
-            "settled_at": None,
-        })
+        return httpx.Response(
+            code,
+            json={
+                "object": "payment",
+                "psp_reference": "psp_1",
+                "merchant_reference": CHARGE.merchant_reference,
+                "amount": CHARGE.amount,
+                "currency": CHARGE.currency,
+                "merchant_account": None,
+                "payment_method": None,
+                "status": status,
+                "failure_reason": None,
+                "created_at": "2024-05-01T12:00:00.000000+00:00",
+                "updated_at": "2024-05-01T12:00:00.000000+00:00",
+                "settled_at": None,
+            },
+        )
 
     def error(status: int) -> httpx.Response:
         kind = "authentication_error" if status == 401 else "api_error"
@@ -191,7 +213,7 @@ HARNESSES: dict[str, Callable[[], Harness]] = {
 
 @pytest.fixture(params=registry.names())
 def harness(request: pytest.FixtureRequest) -> Harness:
-    """One Harness per registered adapter; the sandbox is skipped only while its adapter cannot be imported."""
+    """One Harness per registered adapter; the sandbox is skipped only while its adapter is not importable."""
     name = request.param
     if name == "sandbox":
         try:

@@ -1,4 +1,4 @@
-"""One conformance suite for every adapter in the registry (STYLE §10), driven through tests/adapters/conftest.py."""
+"""One conformance suite for every adapter in the registry (STYLE §10), driven through conftest.Harness."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import httpx
 import pytest
 import respx
 
+from psp_adapters import registry
 from psp_adapters.errors import PspAuthError, PspError, PspTransientError, PspUnknownOutcome
-from psp_adapters.protocol import PaymentOutcome, PspAdapter, Unknown
+from psp_adapters.protocol import PaymentOutcome, PspAdapter, Secret, Unknown
 
 if TYPE_CHECKING:
     from tests.adapters.conftest import Harness  # the ``harness`` fixture is parametrised over the registry
@@ -123,3 +124,51 @@ def _assert_clean(harness: Harness, exc: PspError) -> None:
     for secret in harness.secrets:
         assert secret not in str(exc)
         assert secret not in repr(exc)
+
+
+def test_registry__names_and_unknown_name() -> None:
+    assert registry.names() == ("adyen", "sandbox", "stripe")
+    with pytest.raises(LookupError, match="known: adyen, sandbox, stripe"):
+        registry.get_factory("paypal")
+
+
+def test_registry__settings_from_env_reads_prefixed_variables_and_wraps_keys() -> None:
+    environ = {
+        "RECON_ADYEN_API_KEY": "AQEkey0000000000000000",
+        "RECON_ADYEN_MERCHANT_ACCOUNT": "AcmeShopEU",
+        "RECON_ADYEN_REPORT_TIMEZONE": "Europe/Amsterdam",
+        "RECON_ADYEN_READ_TIMEOUT": "12.5",
+        "RECON_STRIPE_API_KEY": "sk_test_other",
+    }
+    settings = registry.settings_from_env("adyen", environ)
+    assert settings["base_url"] == "https://checkout-test.adyen.com"
+    assert settings["api_key"] == Secret("AQEkey0000000000000000")
+    assert settings["merchant_account"] == "AcmeShopEU"
+    assert settings["timeout"] == httpx.Timeout(connect=5.0, read=12.5, write=10.0, pool=5.0)
+    assert "AQEkey" not in repr(settings)
+    adapter = registry.get_factory("adyen")(settings)
+    assert adapter.name == "adyen"
+    adapter.close()
+
+
+def test_registry__keys_never_default_and_must_be_secrets() -> None:
+    settings = registry.settings_from_env("stripe", {})
+    assert settings == {"base_url": "https://api.stripe.com"}
+    factory = registry.get_factory("stripe")
+    with pytest.raises(ValueError, match="api_key"):
+        factory(settings)
+    with pytest.raises(ValueError, match="Secret"):
+        factory({**settings, "api_key": "sk_test_plain_string"})
+    with pytest.raises(ValueError, match="READ_TIMEOUT"):
+        registry.settings_from_env("stripe", {"RECON_STRIPE_READ_TIMEOUT": "soon"})
+
+
+def test_registry__timeout_must_set_every_phase() -> None:
+    settings = {
+        "base_url": "https://stripe.test",
+        "api_key": Secret("sk_test_x"),
+        "timeout": httpx.Timeout(5.0),
+    }
+    registry.get_factory("stripe")(settings).close()
+    with pytest.raises(ValueError, match="pool"):
+        registry.get_factory("stripe")({**settings, "timeout": httpx.Timeout(5.0, pool=None)})

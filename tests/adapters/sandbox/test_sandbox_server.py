@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from collections.abc import Iterator
@@ -131,6 +132,22 @@ def test_create__invalid_body_is_400_and_stores_nothing(
     assert response.status_code == 400
     assert response.json()["error"]["code"] == code
     assert create(client, "k1").status_code == 201  # the key was not burnt by the invalid request
+
+
+def test_create__oversized_body_is_refused_before_reading_it(
+    server: SandboxServer, client: httpx.Client
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.url.rsplit(":", 1)[1]), timeout=5)
+    try:
+        conn.putrequest("POST", "/v1/payments")
+        conn.putheader("Content-Length", str(2 << 20))  # announced, never sent
+        conn.endheaders()
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Connection")) == (400, "close")
+        response.read()
+    finally:
+        conn.close()
+    assert charges(client)["charges"] == 0  # the server still answers
 
 
 def test_create__bad_json_is_400(client: httpx.Client) -> None:
@@ -320,6 +337,7 @@ def test_faults__from_options_maps_cli_flag_names() -> None:
 
     assert (faults.rate_429, faults.retry_after_seconds, faults.settle_after_seconds) == (0.1, 3, 0.5)
     assert (faults.decline_amount_suffix, faults.rate_limit, faults.seed) == ("13", None, 4)
+    assert Faults.from_options(decline_suffix="off").decline_amount_suffix is None
     with pytest.raises(ValueError, match="rate_500"):
         Faults.from_options(rate_500=1.5)
     with pytest.raises(ValueError, match="unknown"):

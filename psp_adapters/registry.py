@@ -1,0 +1,162 @@
+"""Adapter name -> factory. Only the composition root (``recon.cli``) imports this module.
+
+A factory takes a settings mapping and returns a ready ``PspAdapter``. Keys it reads:
+
+- ``base_url`` (str): the PSP's API root; ``report_base_url`` (str, Adyen only): the report host
+- ``api_key`` (``Secret``): required for stripe and adyen; ``report_api_key`` (``Secret``, Adyen, optional)
+- ``merchant_account`` (str): required for adyen; ``report_timezone`` (IANA name, Adyen, default UTC)
+- ``timeout`` (``httpx.Timeout``, optional; all four phases set) and ``transport`` (tests only)
+
+``settings_from_env`` builds that mapping from ``RECON_<NAME>_*`` variables. Base URLs may default to the
+PSP's public host; keys never have a default and never live in code. Each adapter module is imported only
+when its factory runs, so the registry works while an adapter is still being written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+
+from psp_adapters.http import DEFAULT_TIMEOUT, timeout_from_seconds
+from psp_adapters.protocol import PspAdapter, Secret
+
+AdapterFactory = Callable[[Mapping[str, Any]], PspAdapter]
+
+#: the sandbox server's default address (``psp_adapters.sandbox.server.SANDBOX_PORT_DEFAULT``)
+SANDBOX_BASE_URL_DEFAULT = "http://127.0.0.1:8787"
+_DEFAULT_BASE_URLS = {
+    # the adapters' own defaults, repeated here so that reading settings imports no adapter
+    "stripe": "https://api.stripe.com",
+    "adyen": "https://checkout-test.adyen.com",
+    "sandbox": SANDBOX_BASE_URL_DEFAULT,
+}
+_TIMEOUT_PHASES = ("connect", "read", "write", "pool")
+
+
+def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
+    from psp_adapters.stripe.adapter import StripeAdapter
+
+    return StripeAdapter(
+        _text(settings, "base_url", required=True),
+        api_key=_secret(settings, "api_key", required=True),
+        timeout=_timeout(settings),
+        transport=settings.get("transport"),
+    )
+
+
+def _adyen(settings: Mapping[str, Any]) -> PspAdapter:
+    from psp_adapters.adyen.adapter import DEFAULT_REPORT_BASE_URL, AdyenAdapter
+
+    return AdyenAdapter(
+        _text(settings, "base_url", required=True),
+        api_key=_secret(settings, "api_key", required=True),
+        merchant_account=_text(settings, "merchant_account", required=True),
+        report_base_url=_text(settings, "report_base_url") or DEFAULT_REPORT_BASE_URL,
+        report_api_key=_secret(settings, "report_api_key") or None,
+        report_timezone=_text(settings, "report_timezone") or "UTC",
+        timeout=_timeout(settings),
+        transport=settings.get("transport"),
+    )
+
+
+def _sandbox(settings: Mapping[str, Any]) -> PspAdapter:
+    from psp_adapters.sandbox.adapter import SandboxAdapter
+
+    return SandboxAdapter(
+        _text(settings, "base_url", required=True),
+        api_key=_secret(settings, "api_key") or None,
+        timeout=_timeout(settings),
+        transport=settings.get("transport"),
+    )
+
+
+_FACTORIES: dict[str, AdapterFactory] = {"adyen": _adyen, "sandbox": _sandbox, "stripe": _stripe}
+
+
+def names() -> tuple[str, ...]:
+    """The registered adapter names, sorted."""
+    return tuple(sorted(_FACTORIES))
+
+
+def get_factory(name: str) -> AdapterFactory:
+    """The factory for ``name``. Raises LookupError naming the known adapters when there is none.
+
+    A factory raises ValueError when a required setting is missing or malformed, and ImportError when
+    its adapter module cannot be imported.
+    """
+    try:
+        return _FACTORIES[name]
+    except KeyError:
+        raise LookupError(f"unknown PSP adapter {name!r}; known: {', '.join(names())}") from None
+
+
+def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings mapping for adapter ``name`` from ``RECON_<NAME>_*`` variables in ``environ``.
+
+    Reads BASE_URL, API_KEY, MERCHANT_ACCOUNT, REPORT_BASE_URL, REPORT_API_KEY, REPORT_TIMEZONE and the
+    timeouts CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, POOL_TIMEOUT (seconds). Keys become ``Secret``.
+    Unset variables are left out (the factory then reports what is missing). Raises LookupError for an
+    unknown name and ValueError for a timeout that is not a positive number.
+    """
+    get_factory(name)
+    prefix = f"RECON_{name.upper()}_"
+    settings: dict[str, Any] = {"base_url": environ.get(prefix + "BASE_URL") or _DEFAULT_BASE_URLS.get(name)}
+    for key in ("merchant_account", "report_base_url", "report_timezone"):
+        value = environ.get(prefix + key.upper())
+        if value:
+            settings[key] = value
+    for key in ("api_key", "report_api_key"):
+        value = environ.get(prefix + key.upper())
+        if value:
+            settings[key] = Secret(value)
+    seconds = {phase: _seconds(environ, prefix + f"{phase.upper()}_TIMEOUT") for phase in _TIMEOUT_PHASES}
+    given = {phase: value for phase, value in seconds.items() if value is not None}
+    if given:
+        settings["timeout"] = timeout_from_seconds(**given)
+    return settings
+
+
+def _seconds(environ: Mapping[str, str], variable: str) -> float | None:
+    raw = environ.get(variable)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{variable} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{variable} must be positive, got {raw!r}")
+    return value
+
+
+def _text(settings: Mapping[str, Any], key: str, *, required: bool = False) -> str:
+    value = settings.get(key)
+    if value is None or value == "":
+        if required:
+            raise ValueError(f"setting {key!r} is required")
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"setting {key!r} must be a string")
+    return value
+
+
+def _secret(settings: Mapping[str, Any], key: str, *, required: bool = False) -> Secret:
+    value = settings.get(key)
+    if value is None or not value:
+        if required:
+            raise ValueError(f"setting {key!r} is required")
+        return Secret("")
+    if not isinstance(value, Secret):
+        raise ValueError(f"setting {key!r} must be a Secret")  # a bare str would end up in reprs and logs
+    return value
+
+
+def _timeout(settings: Mapping[str, Any]) -> httpx.Timeout:
+    value = settings.get("timeout")
+    if value is None:
+        return DEFAULT_TIMEOUT
+    if not isinstance(value, httpx.Timeout):
+        raise ValueError("setting 'timeout' must be an httpx.Timeout")
+    return value

@@ -1,0 +1,17 @@
+"""A local PSP simulator for demo, chaos tests and benchmarks: an HTTP server with fault injection
+(``server``, ``faults``, ``ledger``) and the adapter recon uses to talk to it (``adapter``, ``wire``)."""
+
+from __future__ import annotations
+
+from psp_adapters.sandbox.adapter import SandboxAdapter
+from psp_adapters.sandbox.faults import FAULT_FLAGS, Faults
+from psp_adapters.sandbox.server import SANDBOX_PORT_DEFAULT, SandboxServer, serve_forever
+
+__all__ = [
+    "FAULT_FLAGS",
+    "SANDBOX_PORT_DEFAULT",
+    "Faults",
+    "SandboxAdapter",
+    "SandboxServer",
+    "serve_forever",
+]

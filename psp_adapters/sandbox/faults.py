@@ -1,0 +1,285 @@
+"""Fault injection for the sandbox PSP: what goes wrong, how often, and the seeded dice that decide.
+
+``Faults`` is an immutable, validated configuration; the server swaps it whole at run time
+(``POST /_admin/faults``), so a request never sees half of an update. ``FaultInjector`` owns the
+``random.Random`` (seeded: the same seed and the same request sequence give the same faults) and the
+token bucket of the global rate limit. Faults apply to the PSP API only, never to ``/_admin``.
+
+Recommended CLI flags (``recon psp-sandbox``), each mapping to a field through ``Faults.from_options``::
+
+    --rate-429 P  --retry-after S  --rate-500 P  --rate-503 P  --rate-hang P  --hang-seconds S
+    --latency-ms MS  --pending-fraction P  --settle-after S  --pending-fail-fraction P
+    --rate-decline P  --decline-suffix DIGITS  --rate-limit RPS  --seed N
+
+``FAULT_FLAGS`` lists them with their types and help texts, so the CLI can declare them in a loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from psp_adapters.sandbox.wire import PaymentStatus
+
+#: payment methods that always decline, with their decline code (like Stripe's test cards)
+DECLINING_METHODS: Mapping[str, str] = {
+    "pm_card_declined": "card_declined",
+    "pm_card_insufficient_funds": "insufficient_funds",
+    "pm_card_expired": "expired_card",
+}
+#: payment methods that always stay pending, then settle to the given status after ``settle_after_seconds``
+PENDING_METHODS: Mapping[str, PaymentStatus] = {
+    "pm_pending": PaymentStatus.SUCCEEDED,
+    "pm_pending_fail": PaymentStatus.FAILED,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Faults:
+    """The sandbox's fault configuration. Every rate is a probability in [0, 1], rolled once per request.
+
+    Invariants (checked by ``validate()`` on construction): rates in [0, 1]; durations >= 0;
+    ``rate_limit`` > 0 when set; ``decline_amount_suffix`` is digits. Request-level faults (rate limit,
+    429, 500, 503) answer before anything is recorded, so a retry is always safe. ``rate_hang`` is the
+    unknown-outcome case: the charge is recorded and its idempotent response stored, then the answer is
+    held back ``hang_seconds`` (longer than the client's read timeout).
+    """
+
+    rate_429: float = 0.0  #: answer 429 with ``Retry-After: retry_after_seconds``
+    retry_after_seconds: int = 1
+    rate_500: float = 0.0
+    rate_503: float = 0.0
+    rate_hang: float = 0.0  #: of creates: record the charge, then delay the response
+    hang_seconds: float = 30.0
+    latency_ms: int = 0  #: added to every API request (for a create: while its idempotency key is in flight)
+    pending_fraction: float = 0.0  #: of accepted payments: stay pending, then settle
+    settle_after_seconds: float = 5.0
+    pending_fail_fraction: float = 0.0  #: of pending payments: settle to failed instead of succeeded
+    rate_decline: float = 0.0  #: of payments: decline at random (HTTP 402)
+    decline_amount_suffix: str | None = "402"  #: amounts whose digits end like this decline; None disables
+    rate_limit: float | None = None  #: requests/s over the whole API (token bucket); None: unlimited
+    seed: int | None = None  #: seed of the fault dice; None: unpredictable
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        for name in (
+            "rate_429",
+            "rate_500",
+            "rate_503",
+            "rate_hang",
+            "pending_fraction",
+            "pending_fail_fraction",
+            "rate_decline",
+        ):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+        for name in ("retry_after_seconds", "hang_seconds", "latency_ms", "settle_after_seconds"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0 or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        for name in ("retry_after_seconds", "latency_ms"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"{name} must be an integer, got {getattr(self, name)!r}")
+        if self.rate_limit is not None and (not _is_number(self.rate_limit) or self.rate_limit <= 0):
+            raise ValueError(f"rate_limit must be > 0 requests/s or None, got {self.rate_limit!r}")
+        suffix = self.decline_amount_suffix
+        if suffix is not None and not (isinstance(suffix, str) and suffix.isdigit()):
+            raise ValueError(f"decline_amount_suffix must be digits or None, got {suffix!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+
+    @classmethod
+    def from_options(cls, **options: object) -> Faults:
+        """Build from CLI options: flag names (``retry_after``, ``settle_after``, ``decline_suffix``) or field
+        names; ``None`` means "flag not given" and keeps the default; ``decline_suffix`` "off" disables it.
+        Raises ValueError on an unknown name or a bad value."""
+        fields: dict[str, object] = {}
+        for name, value in options.items():
+            if value is not None:
+                fields[_FLAG_ALIASES.get(name, name)] = value
+        if str(fields.get("decline_amount_suffix", "x")).lower() in ("", "none", "off"):
+            fields["decline_amount_suffix"] = None  # --decline-suffix off: no magic declining amounts
+        return cls.from_json(fields)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Faults:
+        """Build from a JSON object of field names; raises ValueError on unknown fields or bad values."""
+        return cls().merged(data)
+
+    def merged(self, patch: Mapping[str, object]) -> Faults:
+        """A copy with the fields in ``patch`` replaced (the admin endpoint's partial update)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(patch) - known)
+        if unknown:
+            raise ValueError(f"unknown fault field(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **patch)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON object served by ``GET /_admin/faults``."""
+        return dataclasses.asdict(self)
+
+
+class FaultFlag(NamedTuple):
+    """One recommended CLI flag: ``--rate-429`` -> ``Faults.rate_429``."""
+
+    flag: str
+    type: type
+    help: str
+
+
+FAULT_FLAGS: tuple[FaultFlag, ...] = (
+    FaultFlag("--rate-429", float, "probability of HTTP 429 with Retry-After"),
+    FaultFlag("--retry-after", int, "Retry-After seconds sent with an injected 429"),
+    FaultFlag("--rate-500", float, "probability of HTTP 500 (before anything is recorded)"),
+    FaultFlag("--rate-503", float, "probability of HTTP 503 (before anything is recorded)"),
+    FaultFlag("--rate-hang", float, "probability that a create is recorded, then its answer delayed"),
+    FaultFlag("--hang-seconds", float, "how long a hanging answer is delayed"),
+    FaultFlag("--latency-ms", int, "latency added to every API request"),
+    FaultFlag("--pending-fraction", float, "fraction of payments that stay pending, then settle"),
+    FaultFlag("--settle-after", float, "seconds until a pending payment settles"),
+    FaultFlag("--pending-fail-fraction", float, "fraction of pending payments that settle to failed"),
+    FaultFlag("--rate-decline", float, "probability of a random card decline (HTTP 402)"),
+    FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline (default 402; off)"),
+    FaultFlag("--rate-limit", float, "global rate limit in requests/s; beyond it, 429"),
+    FaultFlag("--seed", int, "seed of the fault dice, for reproducible runs"),
+)
+
+_FLAG_ALIASES = {
+    "retry_after": "retry_after_seconds",
+    "settle_after": "settle_after_seconds",
+    "decline_suffix": "decline_amount_suffix",
+}
+
+
+class Rejection(NamedTuple):
+    """An injected error answer: HTTP status, error code, and Retry-After seconds when rate limited."""
+
+    status: int
+    code: str
+    retry_after: int | None = None
+
+
+class Decision(NamedTuple):
+    """What happens to an accepted charge request."""
+
+    status: PaymentStatus
+    reason: str | None = None  #: decline code or failure reason
+    settle_to: PaymentStatus | None = None  #: for PENDING: the final status it settles to
+    settle_after_seconds: float = 0.0
+
+
+class FaultInjector:
+    """Rolls the fault dice for each request. Thread-safe; ``faults`` can be swapped at any time."""
+
+    def __init__(self, faults: Faults, *, monotonic_func: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._monotonic = monotonic_func
+        self._faults = faults
+        self._rng = random.Random(faults.seed)
+        self._bucket = _TokenBucket(faults.rate_limit, monotonic_func) if faults.rate_limit else None
+
+    @property
+    def faults(self) -> Faults:
+        return self._faults
+
+    def replace(self, faults: Faults) -> None:
+        """Swap the configuration. A new seed reseeds the dice; a new rate limit starts a full bucket."""
+        with self._lock:
+            old, self._faults = self._faults, faults
+            if faults.seed is not None and faults.seed != old.seed:
+                self._rng.seed(faults.seed)
+            if faults.rate_limit != old.rate_limit:
+                self._bucket = _TokenBucket(faults.rate_limit, self._monotonic) if faults.rate_limit else None
+
+    def reset(self, faults: Faults) -> None:
+        """Swap the configuration and restart the dice from its seed."""
+        with self._lock:
+            self._faults = faults
+            self._rng = random.Random(faults.seed)
+            self._bucket = _TokenBucket(faults.rate_limit, self._monotonic) if faults.rate_limit else None
+
+    def reject(self) -> Rejection | None:
+        """The request-level fault for this request, if any: rate limit first, then 429, 500, 503."""
+        with self._lock:
+            f = self._faults
+            if self._bucket is not None:
+                wait = self._bucket.take()
+                if wait > 0:
+                    return Rejection(429, "rate_limited", max(1, math.ceil(wait)))
+            if self._roll(f.rate_429):
+                return Rejection(429, "rate_limited", f.retry_after_seconds)
+            if self._roll(f.rate_500):
+                return Rejection(500, "internal_error")
+            if self._roll(f.rate_503):
+                return Rejection(503, "service_unavailable")
+            return None
+
+    def latency_seconds(self) -> float:
+        return self._faults.latency_ms / 1000.0
+
+    def hang_seconds(self) -> float | None:
+        """For a create whose charge is recorded: how long to hold back the answer, or None."""
+        with self._lock:
+            f = self._faults
+            return f.hang_seconds if self._roll(f.rate_hang) else None
+
+    def decide(self, *, amount: int, payment_method: str | None) -> Decision:
+        """Decline, pending or success for an accepted charge; magic methods and amounts win over the dice."""
+        with self._lock:
+            f = self._faults
+            declined = DECLINING_METHODS.get(payment_method or "")
+            if declined is not None:
+                return Decision(PaymentStatus.FAILED, declined)
+            suffix = f.decline_amount_suffix
+            if suffix is not None and str(amount).endswith(suffix):
+                return Decision(PaymentStatus.FAILED, "card_declined")
+            if self._roll(f.rate_decline):
+                return Decision(PaymentStatus.FAILED, "card_declined")
+            settle_to = PENDING_METHODS.get(payment_method or "")
+            if settle_to is None and self._roll(f.pending_fraction):
+                fail = self._roll(f.pending_fail_fraction)
+                settle_to = PaymentStatus.FAILED if fail else PaymentStatus.SUCCEEDED
+            if settle_to is not None:
+                return Decision(PaymentStatus.PENDING, None, settle_to, f.settle_after_seconds)
+            return Decision(PaymentStatus.SUCCEEDED)
+
+    def _roll(self, probability: float) -> bool:
+        # no draw for a disabled fault, so that enabling nothing keeps the dice untouched
+        if probability <= 0.0:
+            return False
+        return probability >= 1.0 or self._rng.random() < probability
+
+
+class _TokenBucket:
+    """``rate`` tokens per second, a burst of max(1, rate). Not thread-safe: the injector's lock guards it."""
+
+    def __init__(self, rate: float, monotonic_func: Callable[[], float]) -> None:
+        self._rate = rate
+        self._capacity = max(1.0, rate)
+        self._tokens = self._capacity
+        self._monotonic = monotonic_func
+        self._at = monotonic_func()
+
+    def take(self) -> float:
+        """Take one token; return 0, or the seconds until one is available (nothing taken then)."""
+        now = self._monotonic()
+        self._tokens = min(self._capacity, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

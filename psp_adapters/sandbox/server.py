@@ -1,0 +1,515 @@
+"""The sandbox PSP: a real HTTP server on 127.0.0.1 with a small PSP-shaped JSON API and fault injection.
+
+PSP API (``Authorization: Bearer <key>`` required when started with an api key; faults apply here)::
+
+    POST /v1/payments                      Idempotency-Key required; 201 payment | 402 decline | 4xx error
+    GET  /v1/payments/{psp_reference}      200 payment | 404
+    GET  /v1/payments?merchant_reference=  200 {"object": "list", "data": [payment, …]} (oldest first)
+    GET  /v1/settlements?since=&until=[&cursor=&limit=]     final payments, since <= settled_at < until:
+                                           200 {"object": "list", "data": [payment, …], "has_more": bool,
+                                                "next_cursor": str | null}
+
+Admin API (no auth, never faulted)::
+
+    GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
+    GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}
+    POST /_admin/payments/{ref}/settle|fail|cancel   optional {"reason": "…"}; 200 payment | 404
+    POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
+    POST /_admin/reset                     forget all payments and keys, restore the start-up faults
+
+Idempotency is Stripe's: the same key and body replay the stored answer (status and body, header
+``Idempotent-Replayed: true``) without a second charge; the same key with another body is 422
+``idempotency_key_reused``; the same key while the first request still executes is 409. Requests that fail
+validation, auth or an injected fault store nothing, so they can be retried with the same key.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import NamedTuple
+from urllib.parse import parse_qs, urlsplit
+
+from psp_adapters.errors import PspProtocolError
+from psp_adapters.protocol import ChargeRequest, Secret
+from psp_adapters.sandbox import wire
+from psp_adapters.sandbox.faults import FaultInjector, Faults
+from psp_adapters.sandbox.ledger import Claimed, Cursor, InFlight, Ledger, Mismatch, PaymentRecord
+from psp_adapters.sandbox.wire import PaymentStatus
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_PORT_DEFAULT = 8787
+SETTLEMENT_LIMIT_DEFAULT = 100
+SETTLEMENT_LIMIT_MAX = 1000
+MAX_BODY_BYTES = 1 << 20
+_PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
+_ADMIN_PAYMENT_PATH = re.compile(r"^/_admin/payments/(?P<ref>[^/]+)/(?P<action>settle|fail|cancel|amount)$")
+_ADMIN_STATUS = {
+    "settle": PaymentStatus.SUCCEEDED,
+    "fail": PaymentStatus.FAILED,
+    "cancel": PaymentStatus.CANCELED,
+}
+
+
+class _Request(NamedTuple):
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: Message
+    body: bytes
+
+    def param(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[0] if values else None
+
+
+class _Response(NamedTuple):
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+    hold_seconds: float | None = None  #: an injected hang: wait this long before answering
+
+
+def _json(status: int, doc: object, *headers: tuple[str, str]) -> _Response:
+    return _Response(status, json.dumps(doc, separators=(",", ":")).encode(), headers)
+
+
+def _error(code: str, message: str | None = None, **extra: object) -> _Response:
+    """An error answer from the table in ``wire.ERRORS``; ``retry_after`` becomes the Retry-After header."""
+    status, kind, default = wire.ERRORS[code]
+    retry_after = extra.pop("retry_after", None)
+    headers = (("Retry-After", str(retry_after)),) if retry_after is not None else ()
+    error = {"type": kind, "code": code, "message": message or default, **extra}
+    return _json(status, {"error": error}, *headers)
+
+
+class _SandboxApp:
+    """Request -> response, with no socket in sight. The only writer of the ledger."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        faults: Faults,
+        api_key: Secret | None,
+        stopping: threading.Event,
+        now_func: Callable[[], datetime],
+    ) -> None:
+        self.ledger = ledger
+        self.injector = FaultInjector(faults)
+        self._initial_faults = faults
+        self._api_key = api_key.reveal().encode() if api_key else None
+        self._stopping = stopping
+        self._now = now_func
+
+    def handle(self, req: _Request) -> _Response:
+        if req.path.startswith("/_admin/"):
+            return self._admin(req)
+        if req.path.startswith("/v1/"):
+            return self._api(req)
+        return _error("not_found")
+
+    # -- PSP API -------------------------------------------------------------------------------------------
+
+    def _api(self, req: _Request) -> _Response:
+        if self._api_key is not None and not self._authorized(req.headers.get("Authorization") or ""):
+            return _error("invalid_api_key")
+        rejection = self.injector.reject()
+        if rejection is not None:
+            return _error(rejection.code, retry_after=rejection.retry_after)
+        if req.method == "POST" and req.path == "/v1/payments":
+            return self._create(req)
+        if req.method != "GET":
+            return _error("method_not_allowed")
+        if self._stopping.wait(self.injector.latency_seconds()):
+            return _error("service_unavailable")
+        self.ledger.settle_due(now=self._now())
+        if req.path == "/v1/payments":
+            reference = req.param("merchant_reference")
+            if not reference:
+                return _error("parameter_missing", "merchant_reference is required")
+            found = self.ledger.find_payments(reference)
+            return _json(200, {"object": "list", "data": [p.to_json() for p in found]})
+        if match := _PAYMENT_PATH.match(req.path):
+            payment = self.ledger.get_payment(match["ref"])
+            return _json(200, payment.to_json()) if payment else _error("resource_missing")
+        if req.path == "/v1/settlements":
+            return self._settlements(req)
+        return _error("not_found")
+
+    def _authorized(self, header: str) -> bool:
+        scheme, _, token = header.partition(" ")
+        assert self._api_key is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._api_key)
+
+    def _create(self, req: _Request) -> _Response:
+        key = req.headers.get("Idempotency-Key") or ""
+        if not 0 < len(key) <= 255:
+            return _error(wire.IDEMPOTENCY_KEY_MISSING)
+        try:
+            payload = json.loads(req.body or b"null")
+            charge = wire.parse_charge_body(payload)
+        except wire.BadRequest as exc:
+            return _error(exc.code, str(exc))
+        except ValueError:
+            return _error("invalid_json")
+        claim = self.ledger.claim_key(key, wire.request_digest(payload), now=self._now())
+        if isinstance(claim, Mismatch):
+            return _error(wire.IDEMPOTENCY_KEY_REUSED)
+        if isinstance(claim, InFlight):
+            return _error(wire.IDEMPOTENCY_KEY_IN_FLIGHT)
+        if isinstance(claim, Claimed):
+            try:
+                response = self._charge(key, charge)
+            except BaseException:
+                self.ledger.release_key(key)  # nothing was recorded: the key is free for a retry
+                raise
+        else:
+            response = _Response(claim.status_code, claim.body.encode(), (("Idempotent-Replayed", "true"),))
+        return response._replace(hold_seconds=self.injector.hang_seconds())
+
+    def _charge(self, key: str, charge: ChargeRequest) -> _Response:
+        """Execute a claimed create: latency (the key stays in flight), then charge + answer in one write."""
+        if self._stopping.wait(self.injector.latency_seconds()):
+            raise _Stopping
+        decision = self.injector.decide(amount=charge.amount, payment_method=charge.payment_method)
+        record = PaymentRecord.new(
+            charge,
+            idempotency_key=key,
+            status=decision.status,
+            reason=decision.reason,
+            settle_to=decision.settle_to,
+            settle_after=timedelta(seconds=decision.settle_after_seconds),
+            now=self._now(),
+        )
+        if decision.status is PaymentStatus.FAILED:
+            response = _error(wire.CARD_DECLINED, decline_code=decision.reason, payment=record.to_json())
+        else:
+            response = _json(201, record.to_json())
+        self.ledger.complete_charge(key, record, status_code=response.status, response=response.body.decode())
+        return response
+
+    def _settlements(self, req: _Request) -> _Response:
+        try:
+            since = wire.parse_timestamp(req.param("since") or "")
+            until = wire.parse_timestamp(req.param("until") or "")
+            limit = int(req.param("limit") or SETTLEMENT_LIMIT_DEFAULT)
+            token = req.param("cursor")
+            cursor = Cursor.decode(token) if token else None
+        except (PspProtocolError, ValueError):
+            return _error(
+                "parameter_invalid", "since/until need ISO-8601 with an offset; limit an int; cursor ours"
+            )
+        if not 0 < limit <= SETTLEMENT_LIMIT_MAX:
+            return _error("parameter_invalid", f"limit must be 1 to {SETTLEMENT_LIMIT_MAX}")
+        page, more = self.ledger.settlements_page(since, until, after=cursor, limit=limit)
+        data = [p.to_json() for p in page]
+        next_cursor = more.encode() if more else None
+        return _json(
+            200, {"object": "list", "data": data, "has_more": more is not None, "next_cursor": next_cursor}
+        )
+
+    # -- admin API -----------------------------------------------------------------------------------------
+
+    def _admin(self, req: _Request) -> _Response:
+        try:
+            payload = json.loads(req.body) if req.body else {}
+        except ValueError:
+            return _error("invalid_json")
+        if not isinstance(payload, Mapping):
+            return _error("parameter_invalid", "the body must be a JSON object")
+        route = (req.method, req.path)
+        if route == ("GET", "/_admin/faults"):
+            return _json(200, self.injector.faults.to_json())
+        if route == ("POST", "/_admin/faults"):
+            try:
+                self.injector.replace(self.injector.faults.merged(payload))
+            except (ValueError, TypeError) as exc:
+                return _error("faults_invalid", str(exc))
+            return _json(200, self.injector.faults.to_json())
+        if route == ("GET", "/_admin/charges"):
+            return _json(200, self._charges(req.param("idempotency_key")))
+        if route == ("POST", "/_admin/reset"):
+            self.ledger.reset()
+            self.injector.reset(self._initial_faults)
+            return _json(200, {"reset": True, "faults": self._initial_faults.to_json()})
+        if req.method == "POST" and (match := _ADMIN_PAYMENT_PATH.match(req.path)):
+            return self._admin_payment(match["ref"], match["action"], payload)
+        return _error("not_found")
+
+    def _charges(self, key: str | None) -> dict[str, object]:
+        counts = self.ledger.charge_counts()
+        if key is not None:
+            counts = {key: counts.get(key, 0)}
+        total, most = sum(counts.values()), max(counts.values(), default=0)
+        return {"keys": len(counts), "charges": total, "max_per_key": most, "per_key": counts}
+
+    def _admin_payment(self, ref: str, action: str, payload: Mapping[str, object]) -> _Response:
+        now = self._now()
+        self.ledger.settle_due(now=now)
+        if action == "amount":
+            amount, currency = payload.get("amount"), payload.get("currency")
+            if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+                return _error("amount_invalid")
+            if currency is not None and not isinstance(currency, str):
+                return _error("currency_invalid")
+            record = self.ledger.set_amount(ref, amount=amount, currency=currency, now=now)
+        else:
+            status, reason = _ADMIN_STATUS[action], payload.get("reason")
+            if reason is not None and not isinstance(reason, str):
+                return _error("parameter_invalid", "reason must be a string")
+            reason = None if status is PaymentStatus.SUCCEEDED else (reason or f"admin_{action}")
+            record = self.ledger.set_status(ref, status, reason=reason, now=now)
+        return _json(200, record.to_json()) if record else _error("resource_missing")
+
+
+class _Stopping(Exception):
+    """The server is stopping while a create waits; nothing was recorded (answered 503)."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive plumbing around ``_SandboxApp``."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes; Nagle would add 40 ms per answer
+    timeout = 60  # an idle keep-alive connection is closed after this long
+    server_version = "recon-psp-sandbox/1"
+    sys_version = ""
+    server: _HttpServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.connection)
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body would be taken for the next request
+            return self._send(_error("parameter_invalid", "bad or too large Content-Length"))
+        body = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        request = _Request(self.command, url.path, parse_qs(url.query), self.headers, body)
+        try:
+            response = self.server.app.handle(request)
+        except _Stopping:
+            response = _error("service_unavailable", "shutting down")
+        except Exception:
+            logger.exception("sandbox: unhandled error on %s %s", self.command, url.path)
+            response = _error("internal_error")
+        if response.hold_seconds and self.server.stopping.wait(response.hold_seconds):
+            self.close_connection = True  # stopping during a hang: the client never gets an answer
+            return None
+        self._send(response)
+        return None
+
+    def _send(self, response: _Response) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(response.body)))
+        for name, value in response.headers:
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(response.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        logger.debug("sandbox: %s " + format, self.address_string(), *args)
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """A thread per connection; ``stop`` joins them all (none is a daemon), after unblocking idle ones."""
+
+    daemon_threads = False
+    block_on_close = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], app: _SandboxApp, stopping: threading.Event) -> None:
+        self.app = app
+        self.stopping = stopping
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, conn: socket.socket) -> None:
+        with self._connections_lock:
+            if self.stopping.is_set():
+                _shutdown(conn)
+            self._connections.add(conn)
+
+    def untrack(self, conn: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.discard(conn)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                _shutdown(conn)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return  # the client went away (e.g. it timed out during an injected hang)
+        logger.error("sandbox: error serving %s", client_address, exc_info=exc)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class SandboxServer:
+    """The sandbox PSP on ``host:port`` (port 0: any free port), its state in the SQLite file ``db_path``.
+
+    ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
+    ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
+    thread and closes the database, so tests leak neither sockets nor threads. It starts once; for a restart,
+    make a new one on the same file.
+    """
+
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        faults: Faults | None = None,
+        api_key: Secret | str | None = None,
+        now_func: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._temp_dir = tempfile.TemporaryDirectory(prefix="psp-sandbox-") if db_path is None else None
+        self.db_path = Path(self._temp_dir.name, "sandbox.db") if self._temp_dir else Path(db_path)  # type: ignore[arg-type]
+        self._address = (host, port)
+        self._faults = faults or Faults()
+        self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
+        self._now = now_func or (lambda: datetime.now(UTC))
+        self._stopping = threading.Event()
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+        self._ledger: Ledger | None = None
+
+    def __repr__(self) -> str:
+        return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r})"
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` once started."""
+        if self._httpd is None:
+            raise RuntimeError("the sandbox server is not started")
+        return f"http://{self._address[0]}:{self._httpd.server_port}"
+
+    @property
+    def faults(self) -> Faults:
+        return self._app().injector.faults if self._httpd else self._faults
+
+    def set_faults(self, faults: Faults) -> None:
+        """Change the faults of a running server (the in-process twin of ``POST /_admin/faults``)."""
+        self._app().injector.replace(faults)
+
+    def start(self) -> SandboxServer:
+        if self._httpd is not None or self._stopping.is_set():
+            raise RuntimeError("a SandboxServer starts once")
+        self._ledger = Ledger(self.db_path)
+        app = _SandboxApp(
+            self._ledger,
+            faults=self._faults,
+            api_key=self._api_key,
+            stopping=self._stopping,
+            now_func=self._now,
+        )
+        try:
+            self._httpd = _HttpServer(self._address, app, self._stopping)
+        except BaseException:
+            self._ledger.close()
+            raise
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="psp-sandbox", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; idempotent."""
+        if self._stopping.is_set() and self._httpd is None:
+            return
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.close_connections()
+            self._httpd.server_close()  # joins the connection threads
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join()
+        if self._ledger is not None:
+            self._ledger.close()
+        if self._temp_dir is not None:
+            self._temp_dir.cleanup()
+
+    def __enter__(self) -> SandboxServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _app(self) -> _SandboxApp:
+        if self._httpd is None:
+            raise RuntimeError("the sandbox server is not started")
+        return self._httpd.app
+
+
+def serve_forever(
+    db_path: str | os.PathLike[str] | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = SANDBOX_PORT_DEFAULT,
+    faults: Faults | None = None,
+    api_key: Secret | str | None = None,
+    stop: threading.Event | None = None,
+    on_ready_func: Callable[[str], None] | None = None,
+) -> None:
+    """Run the sandbox until ``stop`` is set or Ctrl-C; ``on_ready_func(url)`` is called once it listens.
+
+    The CLI entry point (``recon psp-sandbox``). SIGTERM is not handled here: a CLI that wants a graceful
+    SIGTERM sets ``stop`` from its signal handler.
+    """
+    stop = stop or threading.Event()
+    with SandboxServer(db_path, host=host, port=port, faults=faults, api_key=api_key) as server:
+        if on_ready_func is not None:
+            on_ready_func(server.url)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
