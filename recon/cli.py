@@ -20,8 +20,10 @@ from typing import Any, NoReturn
 
 import click
 
+from psp_adapters.protocol import PspAdapter
 from recon.config import Settings, load_settings
 from recon.db.database import Database, connect, upgrade
+from recon.db.ledger import LedgerStore
 from recon.db.store import JobStore, iter_all_jobs, make_listener
 from recon.durations import parse_duration
 from recon.engine.client import Client
@@ -30,6 +32,7 @@ from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.engine.worker import Handlers, Worker
 from recon.errors import ConfigError, ReconError, UsageError
+from recon.reconcile.config import ReconcileConfig
 
 EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 log = logging.getLogger("recon")
@@ -55,6 +58,7 @@ class App:
         self._config_path = config_path
         self._settings: Settings | None = None
         self._db: Database | None = None
+        self._adapters: dict[str, PspAdapter] = {}
 
     @property
     def settings(self) -> Settings:
@@ -77,6 +81,47 @@ class App:
 
     def client(self) -> Client:
         return Client(self.store, self.settings)
+
+    @property
+    def ledger(self) -> LedgerStore:
+        return LedgerStore(self.db)
+
+    @property
+    def reconcile_config(self) -> ReconcileConfig:
+        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source)
+
+    def psp_names(self) -> tuple[str, ...]:
+        from psp_adapters import registry
+
+        return registry.names()
+
+    def adapter(self, name: str) -> PspAdapter:
+        """The adapter for PSP ``name``: ``[psp.NAME]`` in the config file (base_url, merchant_account,
+        timeouts) over ``RECON_NAME_*`` variables. Keys come only from the environment."""
+        if name in self._adapters:
+            return self._adapters[name]
+        from psp_adapters import registry
+
+        if name not in registry.names():
+            raise ConfigError(f"unknown PSP {name!r} (known: {', '.join(registry.names())})")
+        settings = registry.settings_from_env(name, os.environ)
+        table = dict(self.settings.extra.get("psp", {}).get(name, {}))
+        for key in ("api_key", "report_api_key"):
+            if key in table:
+                raise ConfigError(f"{self.settings.source}: psp.{name}.{key}: keys come from the environment "
+                                  f"(RECON_{name.upper()}_{key.upper()}), never from a file")
+        settings.update(table)
+        try:
+            adapter = registry.get_factory(name)(settings)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"PSP {name!r}: {exc}") from None
+        self._adapters[name] = adapter
+        return adapter
+
+    def close(self) -> None:
+        for adapter in self._adapters.values():
+            adapter.close()
+        self._adapters.clear()
 
     def handlers(self, extra: tuple[str, ...] = ()) -> Handlers:
         handlers = Handlers()
@@ -118,6 +163,7 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     ctx.obj = App(database_url, config_path)
+    ctx.call_on_close(ctx.obj.close)
 
 
 # --- db -----------------------------------------------------------------------------------------------------

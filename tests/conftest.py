@@ -1,7 +1,8 @@
 """Shared fixtures: every integration test runs on real PostgreSQL and on SQLite.
 
-PostgreSQL: the database named by RECON_TEST_DATABASE_URL is migrated once per session (from empty, so
-the migrations themselves are tested) and its tables are truncated before each test. SQLite: each test
+PostgreSQL: each test run creates a database of its own next to the one named by RECON_TEST_DATABASE_URL,
+migrates it once from empty (so the migrations themselves are tested) and truncates its tables before
+each test. SQLite: each test
 gets its own file, copied from a migrated template.
 """
 
@@ -14,32 +15,34 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from recon.db.database import Database, connect, upgrade
 
 PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REPO = Path(__file__).resolve().parents[1]
 #: tables recon creates, children first; extended by later migrations
-TABLES = ("job_attempts", "jobs")
-
-
-def _reset_postgres(url: str) -> None:
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        names = [r[0] for r in conn.exec_driver_sql(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
-        for name in names:
-            conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}" CASCADE')
-    engine.dispose()
+TABLES = ("payment_events", "payments", "job_attempts", "jobs")
 
 
 @pytest.fixture(scope="session")
-def pg_migrated() -> str:
-    _reset_postgres(PG_URL)
-    db = connect(PG_URL)
+def pg_migrated() -> Iterator[str]:
+    """A database of its own for this test run (``<test db>_<pid>``) on the server of
+    RECON_TEST_DATABASE_URL, migrated from empty, dropped at the end: concurrent runs never meet."""
+    base = make_url(PG_URL).set(drivername="postgresql+psycopg")
+    name = f"{base.database}_run_{os.getpid()}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = base.set(database=name).render_as_string(hide_password=False)
+    db = connect(url)
     upgrade(db)
     db.dispose()
-    return PG_URL
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -107,3 +107,49 @@ job_attempts = sa.Table(
     sa.Column("error", sa.Text(), nullable=True),
     sa.CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="job_attempts_outcome_valid"),
 )
+
+PAYMENT_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")
+UNFINISHED_PAYMENT = "status IN ('created', 'processing', 'pending')"
+
+payments = sa.Table(
+    "payments",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("merchant_account", sa.Text(), nullable=False),
+    sa.Column("merchant_reference", sa.Text(), nullable=False),
+    sa.Column("amount", sa.BigInteger(), nullable=False),
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("psp_reference", sa.Text(), nullable=True),
+    sa.Column("idempotency_key", sa.Text(), nullable=False),
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("failure_reason", sa.Text(), nullable=True),
+    sa.Column("review_reason", sa.Text(), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
+    sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
+    sa.CheckConstraint(_in("status", PAYMENT_STATUSES), name="payments_status_valid"),
+    sa.UniqueConstraint("merchant_reference", name="payments_merchant_reference_key"),
+    sa.UniqueConstraint("idempotency_key", name="payments_idempotency_key_key"),
+    sa.Index("payments_stale", "psp", "updated_at", postgresql_where=sa.text(UNFINISHED_PAYMENT),
+             sqlite_where=sa.text(UNFINISHED_PAYMENT)),
+    sa.Index("payments_psp_created", "psp", "created_at"),
+    sa.Index("payments_psp_reference", "psp", "psp_reference"),
+)
+
+payment_events = sa.Table(
+    "payment_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id"), nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual')", name="payment_events_source_valid"),
+    sa.Index("payment_events_payment", "payment_id", "id"),
+)

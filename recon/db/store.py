@@ -59,32 +59,39 @@ class JobStore:
 
     # --- enqueue ---------------------------------------------------------------------------------------
 
-    def enqueue(self, rows: Sequence[EnqueueRow], *, max_depth: dict[str, int]) -> list[int]:
+    def enqueue(self, rows: Sequence[EnqueueRow], *, max_depth: dict[str, int],
+                conn: sa.Connection | None = None) -> list[int]:
         """Insert ``rows`` in one transaction; return one job id per row, in order.
 
         A row whose unique key is held by an unfinished job gets that job's id instead of a new job.
         ``max_depth`` maps queue -> limit (0 = none); past it raises QueueFull and inserts nothing.
+        With ``conn``, the rows join the caller's transaction (a payment and its charge job commit together).
         """
+        if conn is not None:
+            return self._enqueue_in(conn, rows, max_depth)
+        with self.db.begin() as own:
+            return self._enqueue_in(own, rows, max_depth)
+
+    def _enqueue_in(self, conn: sa.Connection, rows: Sequence[EnqueueRow], max_depth: dict[str, int]) -> list[int]:
         from recon.errors import QueueFull
 
-        with self.db.begin() as conn:
-            now = self.db.now_param()
+        now = self.db.now_param()
+        for queue in sorted({r.queue for r in rows}):
+            limit = max_depth.get(queue, 0)
+            if limit:
+                if self.db.is_postgresql:
+                    conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
+                depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
+                adding = sum(1 for r in rows if r.queue == queue)
+                if depth + adding > limit:
+                    raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
+                                    f"refusing {adding} more")
+        ids: list[int] = []
+        for start in range(0, len(rows), ENQUEUE_CHUNK):
+            ids.extend(self._insert_chunk(conn, rows[start:start + ENQUEUE_CHUNK], now))
+        if self.db.is_postgresql:
             for queue in sorted({r.queue for r in rows}):
-                limit = max_depth.get(queue, 0)
-                if limit:
-                    if self.db.is_postgresql:
-                        conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
-                    depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
-                    adding = sum(1 for r in rows if r.queue == queue)
-                    if depth + adding > limit:
-                        raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
-                                        f"refusing {adding} more")
-            ids: list[int] = []
-            for start in range(0, len(rows), ENQUEUE_CHUNK):
-                ids.extend(self._insert_chunk(conn, rows[start:start + ENQUEUE_CHUNK], now))
-            if self.db.is_postgresql:
-                for queue in sorted({r.queue for r in rows}):
-                    conn.execute(q.job_notify.for_dialect("postgresql"), {"queue": queue})
+                conn.execute(q.job_notify.for_dialect("postgresql"), {"queue": queue})
         return ids
 
     def _insert_chunk(self, conn: sa.Connection, rows: Sequence[EnqueueRow], now: Any) -> list[int]:

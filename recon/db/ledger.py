@@ -1,0 +1,214 @@
+"""LedgerStore: payments and their audit trail. The only code that executes ``ledger_queries``.
+
+Every status change is a compare-and-set (``WHERE status = :from``) plus a payment event, in one
+transaction. Writes made by a job handler run inside the job's finish transaction (``Outcome.write``),
+so a worker that lost its lease changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from recon.db import ledger_queries as lq
+from recon.db.database import Database
+from recon.db.store import EnqueueRow, JobStore
+from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
+
+CHARGE_KIND = "charge"
+CHARGE_QUEUE = "charges"
+
+
+def charge_key(payment_id: int) -> str:
+    """The unique key of a payment's charge job."""
+    return f"charge:{payment_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class NewPayment:
+    merchant_account: str
+    merchant_reference: str
+    amount: int  #: minor units, > 0
+    currency: str  #: ISO-4217, upper case
+    psp: str
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One compare-and-set status change with its audit event."""
+
+    payment_id: int
+    from_status: PaymentStatus
+    to_status: PaymentStatus
+    source: EventSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+    psp_reference: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+
+
+class LedgerStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- creation --------------------------------------------------------------------------------------
+
+    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, max_attempts: int = 12) -> list[int]:
+        """Insert payments (status ``created``) with their creation events and, with ``charge``, one charge
+        job each, all in one transaction. Returns the ids in order."""
+        if not payments:
+            return []
+        with self.db.begin() as conn:
+            ids = self._insert(conn, payments)
+            self._events(conn, [dict(payment_id=i, from_status=None, to_status="created", source="manual",
+                                     job_id=None, attempt=None, details=None) for i in ids])
+            if charge:
+                jobs = JobStore(self.db)
+                rows = [EnqueueRow(queue=CHARGE_QUEUE, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
+                                   priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
+                                   unique_key=charge_key(i), tenant=p.merchant_account)
+                        for i, p in zip(ids, payments, strict=True)]
+                jobs.enqueue(rows, max_depth={}, conn=conn)
+        return ids
+
+    def _insert(self, conn: sa.Connection, payments: Sequence[NewPayment]) -> list[int]:
+        rows = [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
+                 "amount": p.amount, "currency": p.currency, "psp": p.psp,
+                 "idempotency_key": f"recon-{secrets.token_hex(12)}",
+                 "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
+                 if p.created_at else None} for p in payments]
+        ids: list[int] = []
+        for start in range(0, len(rows), 5000):
+            chunk = rows[start:start + 5000]
+            returned = dict((ref, i) for i, ref in conn.execute(
+                self._q(lq.payment_insert_many), {"rows": json.dumps(chunk), "now": self.db.now_param()}))
+            ids.extend(int(returned[r["merchant_reference"]]) for r in chunk)
+        return ids
+
+    def existing_references(self, refs: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        with self.db.begin() as conn:
+            for start in range(0, len(refs), 1000):
+                found.update(r[0] for r in conn.execute(self._q(lq.payment_existing_references),
+                                                        {"refs": list(refs[start:start + 1000])}))
+        return found
+
+    # --- transitions -------------------------------------------------------------------------------------
+
+    def apply(self, conn: sa.Connection, t: Transition) -> bool:
+        """Compare-and-set inside the caller's transaction; False when the status was no longer
+        ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
+        machine forbids."""
+        check_transition(t.from_status, t.to_status)
+        row = conn.execute(self._q(lq.payment_transition_if_status), {
+            "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
+            "psp_reference": t.psp_reference, "failure_reason": t.failure_reason, "review_reason": t.review_reason,
+            "now": self.db.now_param()}).first()
+        if row is None:
+            return False
+        self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status), to_status=str(t.to_status),
+                                 source=str(t.source), job_id=t.job_id, attempt=t.attempt, details=t.details)])
+        return True
+
+    def remember_psp_reference(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus,
+                               psp_reference: str) -> bool:
+        return conn.execute(self._q(lq.payment_set_psp_reference_if_status),
+                            {"id": payment_id, "status": str(status), "psp_reference": psp_reference,
+                             "now": self.db.now_param()}).first() is not None
+
+    def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
+        conn.execute(self._q(lq.payment_event_insert_many), {"rows": json.dumps(events), "now": self.db.now_param()})
+
+    # --- reads -------------------------------------------------------------------------------------------
+
+    def get(self, payment_id: int, conn: sa.Connection | None = None) -> Payment | None:
+        if conn is not None:
+            row = conn.execute(self._q(lq.payment_get), {"id": payment_id}).first()
+            return self._payment(row) if row else None
+        with self.db.begin() as own:
+            return self.get(payment_id, own)
+
+    def by_reference(self, ref: str) -> Payment | None:
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(lq.payment_get_by_reference), {"ref": ref}).first()
+        return self._payment(row) if row else None
+
+    def get_many(self, ids: Sequence[int]) -> list[Payment]:
+        out: list[Payment] = []
+        with self.db.begin() as conn:
+            for start in range(0, len(ids), 1000):
+                out.extend(self._payment(r) for r in conn.execute(
+                    self._q(lq.payment_get_many), {"ids": list(ids[start:start + 1000])}))
+        return out
+
+    def iter_payments(self, *, status: str | None = None, psp: str | None = None, page: int = 500) -> Iterator[Payment]:
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(lq.payment_list_page),
+                                    {"status": status, "psp": psp, "after_id": after, "n": page}).all()
+            yield from (self._payment(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1][0])
+
+    def iter_stale(self, *, older_than: timedelta, psp: str | None, page: int = 1000) -> Iterator[Payment]:
+        """Unfinished payments not updated for ``older_than``, oldest id first, a page per transaction."""
+        cutoff = self.db.to_db(self.db.clock.now() - older_than)
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(lq.payment_list_stale),
+                                    {"cutoff": cutoff, "psp": psp, "after_id": after, "n": page}).all()
+            yield from (self._payment(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1][0])
+
+    def events(self, payment_id: int) -> list[PaymentEvent]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_events_for), {"id": payment_id}).all()
+        return [PaymentEvent(id=int(r[0]), payment_id=int(r[1]), from_status=r[2], to_status=r[3], source=r[4],
+                             at=self.db.from_db(r[5]), job_id=r[6], attempt=r[7],  # type: ignore[arg-type]
+                             details=_json(r[8])) for r in rows]
+
+    def charge_lease_live(self, payment_id: int) -> bool:
+        with self.db.begin() as conn:
+            return conn.execute(self._q(lq.job_charge_lease_live),
+                                {"key": charge_key(payment_id), "now": self.db.now_param()}).first() is not None
+
+    def money_at_risk(self) -> list[dict[str, Any]]:
+        """Unfinished payments per currency and age bucket (lt_1h, 1h_1d, 1d_7d, gt_7d): count and sum."""
+        now = self.db.clock.now()
+        params = {f"t_{k}": self.db.to_db(now - d) for k, d in
+                  (("1h", timedelta(hours=1)), ("1d", timedelta(days=1)), ("7d", timedelta(days=7)))}
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_money_at_risk), params).all()
+        return [{"currency": r[0], "age": r[1], "count": int(r[2]), "amount": int(r[3])} for r in rows]
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    def _q(self, query: Any) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
+
+    def _payment(self, r: Any) -> Payment:
+        t = self.db.from_db
+        return Payment(id=int(r[0]), merchant_account=r[1], merchant_reference=r[2], amount=int(r[3]), currency=r[4],
+                       psp=r[5], idempotency_key=r[6], status=PaymentStatus(r[7]), created_at=t(r[8]),  # type: ignore[arg-type]
+                       updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
+                       review_reason=r[12])
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, dict | list):
+        return value
+    return json.loads(value)

@@ -1,0 +1,138 @@
+"""Every SQL statement about payments, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
+
+Same conventions as ``recon.db.queries`` (``{now}``, ``{secs:…}``, ``{json:…}``); only ``recon.db.ledger``
+executes these.
+"""
+
+from __future__ import annotations
+
+from recon.db.queries import Query
+
+PAYMENT_COLUMNS = (
+    "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
+    "updated_at, psp_reference, failure_reason, review_reason"
+)
+UNFINISHED = "status IN ('created', 'processing', 'pending')"
+
+payment_insert_many = Query(
+    "payment_insert_many",
+    "Run by payment creation (API, import, demo): a batch of new payments in one round trip.",
+    postgresql="""
+        INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
+                              status, created_at, updated_at)
+        SELECT r.merchant_account, r.merchant_reference, r.amount, r.currency, r.psp, r.idempotency_key,
+               'created', coalesce(r.created_at, {now}), {now}
+        FROM jsonb_to_recordset({json:rows}) AS r(merchant_account text, merchant_reference text, amount bigint,
+             currency text, psp text, idempotency_key text, created_at timestamptz)
+        RETURNING id, merchant_reference
+    """,
+    sqlite="""
+        INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
+                              status, created_at, updated_at)
+        SELECT value ->> '$.merchant_account', value ->> '$.merchant_reference', value ->> '$.amount',
+               value ->> '$.currency', value ->> '$.psp', value ->> '$.idempotency_key', 'created',
+               coalesce(value ->> '$.created_at', :now), :now
+        FROM json_each(:rows) ORDER BY key
+        RETURNING id, merchant_reference
+    """,
+)
+
+payment_existing_references = Query(
+    "payment_existing_references",
+    "Run by import before inserting: which merchant references are taken already.",
+    sql="SELECT merchant_reference FROM payments WHERE merchant_reference IN :refs",
+    expanding=("refs",),
+)
+
+payment_event_insert_many = Query(
+    "payment_event_insert_many",
+    "Run with every payment change: the audit trail, one row per status change.",
+    postgresql="""
+        INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
+        SELECT r.payment_id, r.from_status, r.to_status, r.source, r.job_id, r.attempt, r.details, {now}
+        FROM jsonb_to_recordset({json:rows}) AS r(payment_id bigint, from_status text, to_status text,
+             source text, job_id bigint, attempt int, details jsonb)
+    """,
+    sqlite="""
+        INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
+        SELECT value ->> '$.payment_id', value ->> '$.from_status', value ->> '$.to_status', value ->> '$.source',
+               value ->> '$.job_id', value ->> '$.attempt', json_extract(value, '$.details'), :now
+        FROM json_each(:rows) ORDER BY key
+    """,
+)
+
+payment_transition_if_status = Query(
+    "payment_transition_if_status",
+    "Run by charge and reconcile handlers: compare-and-set of a payment's status (no row: it changed).",
+    sql="""
+        UPDATE payments SET status = :to_status, updated_at = {now},
+            psp_reference = coalesce(:psp_reference, psp_reference),
+            failure_reason = coalesce(:failure_reason, failure_reason),
+            review_reason = coalesce(:review_reason, review_reason)
+        WHERE id = :id AND status = :from_status
+        RETURNING id
+    """,
+)
+
+payment_set_psp_reference_if_status = Query(
+    "payment_set_psp_reference_if_status",
+    "Run by the charge handler when the PSP answered pending: keep its reference for reconciliation.",
+    sql="""UPDATE payments SET psp_reference = :psp_reference, updated_at = {now}
+           WHERE id = :id AND status = :status AND psp_reference IS NULL RETURNING id""",
+)
+
+payment_get = Query("payment_get", "Run by handlers and `recon payments show`: one payment.",
+                    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = :id")
+
+payment_get_by_reference = Query(
+    "payment_get_by_reference", "Run by `recon payments show REF`.",
+    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE merchant_reference = :ref",
+)
+
+payment_get_many = Query(
+    "payment_get_many", "Run by the sweep's summary: payments by id.",
+    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id IN :ids ORDER BY id",
+    expanding=("ids",),
+)
+
+payment_list_page = Query(
+    "payment_list_page",
+    "Run by `recon payments list`: one page after an id cursor.",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE id > :after_id AND (CAST(:status AS TEXT) IS NULL OR status = :status)
+              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+            ORDER BY id LIMIT :n""",
+)
+
+payment_list_stale = Query(
+    "payment_list_stale",
+    "Run by `recon sweep`: unfinished payments not updated since :cutoff, through the partial index.",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE {UNFINISHED} AND updated_at < :cutoff AND id > :after_id
+              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+            ORDER BY id LIMIT :n""",
+)
+
+payment_events_for = Query(
+    "payment_events_for",
+    "Run by `recon payments show`: a payment's audit trail, oldest first.",
+    sql="""SELECT id, payment_id, from_status, to_status, source, at, job_id, attempt, details
+           FROM payment_events WHERE payment_id = :id ORDER BY id""",
+)
+
+payment_money_at_risk = Query(
+    "payment_money_at_risk",
+    "Run by `recon sweep` and `recon stats`: unfinished payments' count and sum per currency and age bucket.",
+    sql=f"""SELECT currency,
+                   CASE WHEN created_at >= :t_1h THEN 'lt_1h' WHEN created_at >= :t_1d THEN '1h_1d'
+                        WHEN created_at >= :t_7d THEN '1d_7d' ELSE 'gt_7d' END AS bucket,
+                   count(*), sum(amount)
+            FROM payments WHERE {UNFINISHED}
+            GROUP BY currency, bucket ORDER BY currency, bucket""",
+)
+
+job_charge_lease_live = Query(
+    "job_charge_lease_live",
+    "Run by the reconcile handler: does a charge job hold a live lease on this payment right now?",
+    sql="SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {now}",
+)

@@ -1,0 +1,62 @@
+"""Money: integer minor units plus an ISO-4217 currency. Never floats.
+
+``MINOR_UNITS`` is the ISO-4217 list of active currency codes with their exponent (digits after the
+decimal point). ``parse_amount`` converts a decimal string exactly by that exponent and refuses anything
+that would need rounding.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+from recon.errors import UsageError
+
+_ZERO = "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF"
+_THREE = "BHD IQD JOD KWD LYD OMR TND"
+_FOUR = "CLF UYW"
+_TWO = (
+    "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BMD BND BOB BOV BRL BSD BTN BWP BYN BZD CAD CDF "
+    "CHE CHF CHW CNY COP COU CRC CUC CUP CVE CZK DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GTQ "
+    "GYD HKD HNL HTG HUF IDR ILS INR IRR JMD KES KGS KHR KPW KYD KZT LAK LBP LKR LRD LSL MAD MDL MGA MKD MMK "
+    "MNT MOP MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD PAB PEN PGK PHP PKR PLN QAR RON RSD RUB "
+    "SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TOP TRY TTD TWD TZS UAH USD "
+    "USN UYU UZS VED VES WST XCD YER ZAR ZMW ZWL"
+)
+MINOR_UNITS: dict[str, int] = {
+    **{c: 2 for c in _TWO.split()},
+    **{c: 0 for c in _ZERO.split()},
+    **{c: 3 for c in _THREE.split()},
+    **{c: 4 for c in _FOUR.split()},
+}
+
+
+def check_currency(code: str) -> str:
+    """The upper-case ISO-4217 code; UsageError when it is not an active currency."""
+    upper = code.strip().upper()
+    if upper not in MINOR_UNITS:
+        raise UsageError(f"currency {code!r} is not an ISO-4217 currency code")
+    return upper
+
+
+def parse_amount(text: str, currency: str) -> int:
+    """``"12.34"`` EUR -> 1234. Exact: ``"12.345"`` EUR or ``"1.5"`` JPY is an error, never rounded."""
+    exponent = MINOR_UNITS[check_currency(currency)]
+    raw = text.strip()
+    try:
+        value = Decimal(raw)
+    except InvalidOperation:
+        raise UsageError(f"amount {text!r} is not a decimal number") from None
+    if not value.is_finite() or "e" in raw.lower():
+        raise UsageError(f"amount {text!r} is not a plain decimal number")
+    minor = value.scaleb(exponent)
+    if minor != minor.to_integral_value():
+        raise UsageError(f"amount {text!r} has more decimals than {currency.upper()} allows ({exponent})")
+    if minor <= 0:
+        raise UsageError(f"amount {text!r} must be positive")
+    return int(minor)
+
+
+def format_amount(minor: int, currency: str) -> str:
+    """1234, "EUR" -> "12.34 EUR"."""
+    exponent = MINOR_UNITS.get(currency.upper(), 2)
+    return f"{Decimal(minor).scaleb(-exponent):.{exponent}f} {currency.upper()}"

@@ -1,0 +1,92 @@
+"""Reconciliation settings, from the ``[reconcile]`` table of the config file.
+
+```toml
+[reconcile]
+schedule = ["5m", "15m", "1h", "6h", "1d", "1d", "1d"]   # how long to wait while the PSP says pending
+grace_period = "30m"          # a payment the PSP never saw becomes failed only after this
+settlement_window = "2d"      # the report calls a missing settlement "expected" inside this window
+queue = "reconcile"
+
+[reconcile.psp.stripe]        # per-PSP overrides of schedule and grace_period
+schedule = ["1m", "5m", "30m"]
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from recon.durations import parse_duration
+from recon.errors import ConfigError, UsageError
+
+SCHEDULE_DEFAULT = ("5m", "15m", "1h", "6h", "1d", "1d", "1d")
+GRACE_PERIOD_DEFAULT = "30m"
+SETTLEMENT_WINDOW_DEFAULT = "2d"
+QUEUE_DEFAULT = "reconcile"
+
+
+@dataclass(frozen=True, slots=True)
+class PspSchedule:
+    schedule: tuple[timedelta, ...]
+    grace_period: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileConfig:
+    default: PspSchedule
+    settlement_window: timedelta
+    queue: str = QUEUE_DEFAULT
+    per_psp: Mapping[str, PspSchedule] = field(default_factory=dict)
+
+    def for_psp(self, psp: str) -> PspSchedule:
+        return self.per_psp.get(psp, self.default)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any] | None, *, source: str = "config") -> ReconcileConfig:
+        table = dict(table or {})
+        where = f"{source}: reconcile"
+        per_psp_tables = table.pop("psp", {})
+        unknown = set(table) - {"schedule", "grace_period", "settlement_window", "queue"}
+        if unknown:
+            raise ConfigError(f"{where}.{sorted(unknown)[0]}: unknown key")
+        default = _schedule(table, where, PspSchedule(_durations(SCHEDULE_DEFAULT, where),
+                                                      parse_duration(GRACE_PERIOD_DEFAULT)))
+        if not isinstance(per_psp_tables, dict):
+            raise ConfigError(f"{where}.psp: must be a table")
+        per_psp = {}
+        for name, sub in per_psp_tables.items():
+            if not isinstance(sub, dict) or set(sub) - {"schedule", "grace_period"}:
+                raise ConfigError(f"{where}.psp.{name}: only schedule and grace_period may be set")
+            per_psp[name] = _schedule(sub, f"{where}.psp.{name}", default)
+        window = _duration(table.get("settlement_window", SETTLEMENT_WINDOW_DEFAULT), f"{where}.settlement_window")
+        queue = table.get("queue", QUEUE_DEFAULT)
+        if not isinstance(queue, str) or not queue:
+            raise ConfigError(f"{where}.queue: must be a non-empty string")
+        return cls(default=default, settlement_window=window, queue=queue, per_psp=per_psp)
+
+
+def _schedule(table: Mapping[str, Any], where: str, base: PspSchedule) -> PspSchedule:
+    schedule = base.schedule
+    if "schedule" in table:
+        raw = table["schedule"]
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(f"{where}.schedule: must be a non-empty list of durations")
+        schedule = _durations(raw, f"{where}.schedule")
+    grace = _duration(table["grace_period"], f"{where}.grace_period") if "grace_period" in table else base.grace_period
+    return PspSchedule(schedule=schedule, grace_period=grace)
+
+
+def _durations(values: Any, where: str) -> tuple[timedelta, ...]:
+    return tuple(_duration(v, f"{where}[{i}]") for i, v in enumerate(values))
+
+
+def _duration(value: Any, where: str) -> timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    try:
+        return parse_duration(str(value), what=where)
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
