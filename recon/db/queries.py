@@ -326,6 +326,9 @@ job_rescue_one = Query(
 job_get = Query("job_get", "Run by `recon jobs show` and the library API: one job.",
                 sql=f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id")
 
+job_get_many = Query("job_get_many", "Run by `recon sweep`'s summary: the jobs it enqueued.",
+                     sql=f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN :ids ORDER BY id", expanding=("ids",))
+
 job_attempts_for = Query(
     "job_attempts_for",
     "Run by `recon jobs show`: a job's attempt history, oldest first.",

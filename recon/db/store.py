@@ -232,6 +232,14 @@ class JobStore:
             row = conn.execute(self._q(q.job_get), {"id": job_id}).first()
         return self._job(row) if row else None
 
+    def get_many(self, ids: Sequence[int]) -> list[Job]:
+        out: list[Job] = []
+        with self.db.begin() as conn:
+            for start in range(0, len(ids), 1000):
+                out.extend(self._job(r) for r in conn.execute(self._q(q.job_get_many),
+                                                              {"ids": list(ids[start:start + 1000])}))
+        return out
+
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(q.job_attempts_for), {"id": job_id}).all()

@@ -1,0 +1,124 @@
+"""The reconcile handler: asks the PSP for one payment's truth and heals our record (DESIGN §5).
+
+| PSP says                                  | local                  | action                                        |
+| ----------------------------------------- | ---------------------- | --------------------------------------------- |
+| succeeded, same amount and currency       | unfinished             | heal -> succeeded                             |
+| failed / canceled                         | unfinished             | heal -> failed                                |
+| succeeded, other amount or currency       | unfinished             | needs_review (never auto-healed)              |
+| pending / cannot say (Unknown)            | unfinished             | snooze on the PSP's schedule; at its end -> needs_review |
+| not found, no PSP reference ever recorded | unfinished             | snooze within the grace period, then failed   |
+| not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
+| anything                                  | final                  | nothing (consistent)                          |
+
+A payment whose charge job holds a live lease right now is left to that job (snoozed briefly). Every heal
+is a payment event carrying the PSP's answer, committed with the fenced job finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from psp_adapters.errors import PspError
+from psp_adapters.protocol import Failed, NotFound, PaymentOutcome, Pending, PspAdapter, PspRef, Succeeded, Unknown
+from recon.classify import classify
+from recon.clock import Clock
+from recon.db.ledger import LedgerStore, Transition
+from recon.engine.jobs import Job
+from recon.engine.lease import Lease
+from recon.engine.outcome import Complete, Dead, Outcome, Snooze
+from recon.payments.charge import mismatch, outcome_details
+from recon.payments.model import EventSource, Payment, PaymentStatus
+from recon.reconcile.config import ReconcileConfig
+
+RECONCILE_KIND = "reconcile"
+CHARGE_BUSY_SNOOZE = timedelta(seconds=30)
+
+
+def reconcile_key(payment_id: int) -> str:
+    """The unique key of a payment's reconcile job: overlapping sweeps never duplicate work."""
+    return f"reconcile:{payment_id}"
+
+
+class ReconcileHandler:
+    """Job kind ``reconcile``, payload ``{"payment_id": N}``; ``job.progress["checks"]`` counts the pending
+    answers so far, so the schedule survives crashes and restarts."""
+
+    def __init__(self, ledger: LedgerStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
+                 clock: Clock) -> None:
+        self.ledger = ledger
+        self.adapter_func = adapter_func
+        self.config = config
+        self.clock = clock
+
+    def __call__(self, job: Job, lease: Lease) -> Outcome:
+        payment_id = int(job.payload["payment_id"])
+        payment = self.ledger.get(payment_id)
+        if payment is None:
+            return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
+        if payment.status.final:
+            return Complete()
+        if self.ledger.charge_lease_live(payment_id):
+            return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
+        lease.check()
+        ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference)
+        try:
+            answer = self.adapter_func(payment.psp).fetch_payment(ref)
+        except PspError as exc:
+            return classify(exc)
+        return self._decide(payment, job, lease, answer)
+
+    def _decide(self, payment: Payment, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
+        details = outcome_details(answer)
+        ref = answer.psp_reference
+        match answer:
+            case Succeeded():
+                problem = mismatch(payment, answer)
+                if problem:
+                    return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
+                                      review_reason=problem)
+                return self._heal(payment, job, PaymentStatus.SUCCEEDED, details, psp_reference=ref)
+            case Failed(reason=reason):
+                return self._heal(payment, job, PaymentStatus.FAILED, details, psp_reference=ref,
+                                  failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
+            case Pending() | Unknown():
+                return self._wait(payment, job, lease, details, why=f"PSP still says {answer.raw_status or 'pending'}")
+            case NotFound():
+                return self._not_found(payment, job, lease, details)
+
+    def _not_found(self, payment: Payment, job: Job, lease: Lease, details: dict[str, Any]) -> Outcome:
+        if payment.psp_reference:
+            return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details,
+                              review_reason=f"missing_at_psp: PSP has no payment {payment.psp_reference}")
+        grace = self.config.for_psp(payment.psp).grace_period
+        age = self.clock.now() - payment.created_at
+        if age >= grace:
+            return self._heal(payment, job, PaymentStatus.FAILED, details,
+                              failure_reason="never reached the PSP (not found after the grace period)")
+        return Snooze(grace - age, reason="not found at the PSP yet; inside the grace period")
+
+    def _wait(self, payment: Payment, job: Job, lease: Lease, details: dict[str, Any], *, why: str) -> Outcome:
+        schedule = self.config.for_psp(payment.psp).schedule
+        checks = int((job.progress or {}).get("checks", 0))
+        if checks >= len(schedule):
+            return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details,
+                              review_reason=f"no final answer after {checks} checks: {why}")
+        lease.save_progress({"checks": checks + 1})
+        write = None
+        if details.get("psp_reference") and not payment.psp_reference:
+            ref = str(details["psp_reference"])
+            write = self._remember(payment, ref)
+        return Snooze(schedule[checks], reason=why, write=write)
+
+    def _remember(self, payment: Payment, ref: str) -> Callable[[sa.Connection], Any]:
+        return lambda conn: self.ledger.remember_psp_reference(conn, payment_id=payment.id, status=payment.status,
+                                                               psp_reference=ref)
+
+    def _heal(self, payment: Payment, job: Job, target: PaymentStatus, details: dict[str, Any],
+              **fields: Any) -> Outcome:
+        transition = Transition(payment.id, payment.status, target, EventSource.RECONCILE, details=details,
+                                job_id=job.id, attempt=job.attempts, **fields)
+        return Complete(write=lambda conn: self.ledger.apply(conn, transition))
