@@ -32,6 +32,7 @@ from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.engine.worker import Handlers, Worker
 from recon.errors import ConfigError, ReconError, UsageError
+from recon.payments.model import Payment, PaymentStatus
 from recon.reconcile.config import ReconcileConfig
 
 EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
@@ -123,8 +124,18 @@ class App:
             adapter.close()
         self._adapters.clear()
 
-    def handlers(self, extra: tuple[str, ...] = ()) -> Handlers:
+    def handlers(self, extra: tuple[str, ...] = (), *, kinds: tuple[str, ...] = ("charge", "reconcile")) -> Handlers:
+        """The payment handlers (charge, reconcile) plus any ``--handlers MODULE:ATTR``."""
+        from recon.clock import SystemClock
+        from recon.payments.charge import ChargeHandler
+        from recon.reconcile.handler import ReconcileHandler
+
         handlers = Handlers()
+        if "charge" in kinds:
+            handlers.register("charge", ChargeHandler(self.ledger, self.adapter))
+        if "reconcile" in kinds:
+            handlers.register("reconcile", ReconcileHandler(self.ledger, self.adapter, config=self.reconcile_config,
+                                                            clock=SystemClock()))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
@@ -186,7 +197,7 @@ def db_upgrade(app: App) -> None:
 
 
 @cli.command()
-@click.option("--queues", help="Comma-separated queues to work (default: the default queue).")
+@click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile).")
 @click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
 @click.option("--burst", is_flag=True, help="Exit when no claimable work is left.")
 @click.option("--lease-ttl", type=Duration(), help="Lease TTL, e.g. 30s.")
@@ -217,7 +228,8 @@ def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, l
         changes["poll_interval_seconds"] = poll_interval.total_seconds()
     engine = replace(engine, **changes)
     engine.validate("options")
-    queue_list = [q.strip() for q in (queues or engine.default_queue).split(",") if q.strip()]
+    default_queues = ",".join([engine.default_queue, "charges", app.reconcile_config.queue])
+    queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
     w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
@@ -336,6 +348,89 @@ def jobs_cancel(app: App, job_id: int) -> None:
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
 
 
+# --- payments -----------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def payments() -> None:
+    """Import, show and list payments."""
+
+
+@payments.command("import")
+@click.argument("path", metavar="FILE.csv", type=click.Path(exists=True, dir_okay=False))
+@click.option("--merchant-account", default="default", show_default=True,
+              help="For rows that name no merchant_account.")
+@click.option("--no-charge", is_flag=True, help="Record the payments only; queue no charge jobs.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_import(app: App, path: str, merchant_account: str, no_charge: bool, as_json: bool) -> None:
+    """Import payments from a CSV file, all or nothing: with any bad row, nothing is imported.
+
+    Columns: merchant_reference, amount (decimal, e.g. 12.34), currency (ISO-4217), psp; optional
+    created_at (ISO-8601, no offset means UTC) and merchant_account.
+    """
+    from recon.payments.importer import ImportRejected, read_payments
+
+    if not merchant_account.strip():
+        raise UsageError("--merchant-account: must not be empty")
+    try:
+        new = read_payments(path, psp_names=app.psp_names(), merchant_account=merchant_account.strip(),
+                            existing_func=app.ledger.existing_references)
+    except ImportRejected as exc:
+        for line in exc.lines():  # the first problem first, then the others and a count
+            click.echo(f"recon: {line}", err=True)
+        sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
+    ids = app.ledger.create(new, charge=not no_charge)
+    queued = 0 if no_charge else len(ids)
+    if as_json:
+        click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
+    else:
+        click.echo(f"imported {len(ids)} payments ({queued} charge jobs queued)")
+
+
+@payments.command("show")
+@click.argument("reference", metavar="REF")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_show(app: App, reference: str, as_json: bool) -> None:
+    """One payment, by merchant reference, with its event history."""
+    payment = app.ledger.by_reference(reference)
+    if payment is None:
+        raise UsageError(f"payment {reference} not found")
+    events = app.ledger.events(payment.id)
+    if as_json:
+        click.echo(json.dumps({"payment": _payment_doc(payment), "events": [e.to_dict() for e in events]}))
+        return
+    from recon.render import payment_detail
+
+    payment_detail(payment, events)
+
+
+@payments.command("list")
+@click.option("--status", type=click.Choice([s.value for s in PaymentStatus]))
+@click.option("--psp")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_json: bool) -> None:
+    """List payments, oldest first."""
+    from itertools import islice
+
+    found = list(islice(app.ledger.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
+    if as_json:
+        click.echo(json.dumps({"payments": [_payment_doc(p) for p in found]}))
+        return
+    from recon.render import payments_table
+
+    payments_table(found)
+
+
+def _payment_doc(payment: Payment) -> dict[str, Any]:
+    from recon.payments.money import format_amount
+
+    return {**payment.to_dict(), "amount_formatted": format_amount(payment.amount, payment.currency)}
+
+
 # --- stats --------------------------------------------------------------------------------------------------
 
 
@@ -353,6 +448,89 @@ def stats(app: App, window: timedelta, as_json: bool) -> None:
         click.echo(json.dumps(doc))
     else:
         stats_table(doc)
+
+
+# --- sweep --------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--older-than", type=Duration(), default="15m", show_default=True,
+              help="Payments not updated for this long are stale.")
+@click.option("--psp", help="Only this PSP.")
+@click.option("--limit", type=click.IntRange(1), help="At most this many payments.")
+@click.option("--dry-run", is_flag=True, help="Show what would be checked; enqueue nothing.")
+@click.option("--enqueue-only", is_flag=True, help="Enqueue the reconcile jobs and leave them to the workers.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write every checked payment with its outcome (CSV, or JSON for *.json).")
+@click.option("--concurrency", type=click.IntRange(1, 512), help="Reconcile jobs in flight (default: config).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
+          enqueue_only: bool, report_path: str | None, concurrency: int | None, as_json: bool) -> None:
+    """Reconcile stale unfinished payments with their PSP and print what happened."""
+    from recon.reconcile import sweep as sw
+
+    app: App = ctx.obj
+    if psp is not None and psp not in app.psp_names():
+        raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
+    options = sw.SweepOptions(older_than=older_than, psp=psp, limit=limit)
+    if dry_run:
+        from recon.render import sweep_dry_run
+
+        candidates = list(sw.iter_candidates(app.ledger, options))
+        if as_json:
+            click.echo(json.dumps({"dry_run": True, "would_check": len(candidates),
+                                   "payments": [p.to_dict() for p in candidates]}))
+        else:
+            sweep_dry_run(candidates)
+        return
+    rc = app.reconcile_config
+    selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
+    if not enqueue_only and len(selection):
+        _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
+    writer = sw.ReportWriter(report_path) if report_path else None
+    summary = sw.summarise(app.ledger, app.store, selection, on_item=writer.item if writer else None)
+    if writer:
+        writer.close(summary)
+    doc = {"enqueue_only": enqueue_only, **summary.to_dict()}
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        from recon.render import sweep_summary
+
+        sweep_summary(doc)
+    ctx.exit(summary.exit_code)
+
+
+def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show_progress: bool) -> None:
+    engine = app.settings.engine
+    if concurrency:
+        engine = replace(engine, concurrency=concurrency)
+    queue = app.reconcile_config.queue
+    worker = Worker(app.store, app.handlers(kinds=("reconcile",)), config=engine,
+                    policy=RetryPolicy(app.settings.retry), queues=[queue],
+                    queue_caps={queue: app.settings.queue(queue).concurrency},
+                    classify_func=_classify_func(), wakeup_func=None)
+    _install_signal_handlers(worker.request_stop)
+    from recon.render import progress_while
+
+    progress_while(lambda: worker.run(burst=True), lambda: sum(worker.stats.outcomes.values()), total=total,
+                   label="reconciling", enabled=show_progress)
+
+
+# --- demo ---------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--payments", "count", type=click.IntRange(10, 5000), default=300, show_default=True)
+@click.option("--dir", "directory", type=click.Path(file_okay=False),
+              help="Keep the demo's database and sandbox state here (default: a temporary directory).")
+@click.pass_context
+def demo(ctx: click.Context, count: int, directory: str | None) -> None:
+    """End to end on SQLite and the PSP sandbox with faults on: charge, lose answers, heal, prove no double charge."""
+    from recon.demo import run_demo
+
+    ctx.exit(run_demo(payments=count, directory=directory, say=click.echo))
 
 
 # --- the PSP sandbox ----------------------------------------------------------------------------------------

@@ -124,18 +124,12 @@ def _run_until_done(store: JobStore, handlers: Handlers, settings: Settings, *, 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        if not any(j.queue == queue for j in _unfinished(store)):
+        depth = store.stats(window=_seconds(0))["depth"]
+        if not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
             break
     worker.request_stop()
     thread.join(30)
     return worker.stats.outcomes
-
-
-def _unfinished(store: JobStore) -> list[Any]:
-    out = []
-    for state in ("pending", "runnable", "retryable", "leased"):
-        out.extend(store.list_jobs(state=state, limit=10_000))
-    return out
 
 
 def _statuses(ledger: LedgerStore) -> dict[str, int]:

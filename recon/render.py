@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recon.engine.jobs import AttemptRecord, Job
+from recon.payments.model import Payment, PaymentEvent
 
 
 def _console() -> Console:
@@ -88,3 +89,102 @@ def stats_table(doc: dict[str, Any]) -> None:
     window = int(doc["window_seconds"])
     console.print(f"last {window}s: attempts {doc['attempts'] or '{}'}; lease expirations "
                   f"{doc['lease_expirations']}; retry rate {doc['retry_rate']:.2%}; dead rate {doc['dead_rate']:.2%}")
+
+
+def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, total: int, label: str,
+                   enabled: bool = True) -> Any:
+    """Run ``run()`` with a progress bar on stderr when stderr is a terminal (none when piped)."""
+    import threading
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:
+        return run()
+    stop = threading.Event()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        task = progress.add_task(label, total=total)
+
+        def update() -> None:
+            while not stop.wait(0.2):
+                progress.update(task, completed=min(done_func(), total))
+
+        t = threading.Thread(target=update, daemon=True)
+        t.start()
+        try:
+            return run()
+        finally:
+            stop.set()
+            t.join()
+            progress.update(task, completed=min(done_func(), total))
+
+
+def sweep_dry_run(payments: Sequence[Any]) -> None:
+    from recon.payments.money import format_amount
+
+    table = Table(title=f"dry run: would check {len(payments)} payments")
+    for col in ("id", "reference", "psp", "amount", "status", "updated"):
+        table.add_column(col)
+    for p in payments[:50]:
+        table.add_row(str(p.id), p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(p.status),
+                      _ts(p.updated_at))
+    console = _console()
+    console.print(table)
+    if len(payments) > 50:
+        console.print(f"... and {len(payments) - 50} more")
+
+
+def sweep_summary(doc: dict[str, Any]) -> None:
+    from recon.payments.money import format_amount
+
+    console = _console()
+    console.print(f"checked {doc['checked']}: healed->succeeded {doc['healed_succeeded']}, "
+                  f"healed->failed {doc['healed_failed']}, still pending {doc['still_pending']}, "
+                  f"needs review {doc['needs_review']}, errors {doc['errors']}, dead {doc['dead']}")
+    if doc["money_at_risk"]:
+        table = Table(title="money at risk (unfinished payments)")
+        for col in ("currency", "age", "payments", "amount"):
+            table.add_column(col)
+        for row in doc["money_at_risk"]:
+            table.add_row(row["currency"], row["age"], str(row["count"]), format_amount(row["amount"], row["currency"]))
+        console.print(table)
+
+
+# --- payments -----------------------------------------------------------------------------------------------
+
+
+def payments_table(payments: Sequence[Payment]) -> None:
+    from recon.payments.money import format_amount
+
+    table = Table(title=f"{len(payments)} payments")
+    for col in ("id", "reference", "account", "psp", "amount", "status", "created", "updated"):
+        table.add_column(col, justify="right" if col in ("id", "amount") else "left")
+    for p in payments:
+        table.add_row(str(p.id), p.merchant_reference, p.merchant_account, p.psp,
+                      format_amount(p.amount, p.currency), str(p.status), _ts(p.created_at), _ts(p.updated_at))
+    _console().print(table)
+
+
+def payment_detail(payment: Payment, events: Sequence[PaymentEvent]) -> None:
+    import json
+
+    from recon.payments.money import format_amount
+
+    console = _console()
+    table = Table(show_header=False, title=f"payment {payment.merchant_reference}")
+    for key, value in payment.to_dict().items():
+        if key == "amount":
+            value = f"{format_amount(payment.amount, payment.currency)} ({payment.amount} minor units)"
+        if value is not None:
+            table.add_row(key, str(value))
+    console.print(table)
+    history = Table(title="events")
+    for col in ("at", "from", "to", "source", "job", "attempt", "details"):
+        history.add_column(col)
+    for e in events:
+        details = json.dumps(e.details, sort_keys=True) if e.details else ""
+        history.add_row(_ts(e.at), e.from_status or "", e.to_status, e.source,
+                        str(e.job_id) if e.job_id is not None else "",
+                        str(e.attempt) if e.attempt is not None else "", details[:100])
+    console.print(history)

@@ -60,6 +60,9 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "state <> 'leased' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL)", name="jobs_lease_complete"
         ),
+        # SQLite: AUTOINCREMENT, so a deleted (pruned) job's id is never reused and old history rows never
+        # collide with a new job's attempts.
+        sqlite_autoincrement=True,
     )
     # the claim reads only claimable rows: its cost does not grow with finished jobs
     op.create_index("jobs_claimable", "jobs", ["queue", sa.text("priority DESC"), "run_after", "id"],

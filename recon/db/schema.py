@@ -89,6 +89,9 @@ jobs = sa.Table(
         postgresql_where=sa.text("state = 'dead'"),
         sqlite_where=sa.text("state = 'dead'"),
     ),
+    # SQLite: AUTOINCREMENT, so a deleted (pruned) job's id is never handed out again: ids stay unique
+    # across the table's life, as PostgreSQL's identity does, and old history rows never collide.
+    sqlite_autoincrement=True,
 )
 
 job_attempts = sa.Table(

@@ -183,6 +183,13 @@ class Worker:
 
     def run(self, *, burst: bool = False) -> WorkerStats:
         """Claim and run jobs until ``request_stop()`` (or, with ``burst``, until nothing is claimable)."""
+        if burst and self.run_watcher:
+            # rescue expired leases first, or a burst could find nothing claimable and exit before the
+            # watcher thread's first pass (a rerun after a crash must pick the crashed jobs up)
+            try:
+                self._watcher.run_once()
+            except StoreError as exc:
+                log.warning("stuck watcher failed: %s", exc)
         threads = self._start_threads()
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id, self.queues, self.config.concurrency)
         try:

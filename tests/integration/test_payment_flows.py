@@ -1,0 +1,291 @@
+"""Charges and reconciliation end to end against the PSP sandbox over real HTTP, on both databases."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.server import SandboxServer
+from recon import JobState, JobStore
+from recon.db.database import Database
+from recon.db.ledger import LedgerStore
+from recon.payments.model import PaymentStatus
+from tests.integration.payment_flow import (
+    admin,
+    create,
+    drain,
+    handlers_for,
+    reconcile_config,
+    sandbox_adapter,
+    sweep_now,
+)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
+    with SandboxServer(tmp_path / "psp.db", faults=Faults(decline_amount_suffix=None)) as server:
+        yield server
+
+
+def statuses(db: Database) -> Counter[str]:
+    return Counter(str(p.status) for p in LedgerStore(db).iter_payments())
+
+
+def test_charge__clean_run_succeeds_with_audit_trail(db: Database, sandbox: SandboxServer) -> None:
+    [pid] = create(db, 1, amount=4200, currency="EUR")
+    adapter = sandbox_adapter(sandbox.url)
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    payment = LedgerStore(db).get(pid)
+    assert payment is not None and payment.status is PaymentStatus.SUCCEEDED and payment.psp_reference
+    trail = [(e.from_status, e.to_status, e.source) for e in LedgerStore(db).events(pid)]
+    assert trail == [(None, "created", "manual"), ("created", "processing", "charge"),
+                     ("processing", "succeeded", "charge")]
+    last = LedgerStore(db).events(pid)[-1]
+    assert last.details is not None and last.details["psp_amount"] == 4200 and last.job_id is not None
+    adapter.close()
+
+
+def test_charge__faults_end_in_the_right_states_with_one_charge_per_payment(db: Database,
+                                                                           sandbox: SandboxServer) -> None:
+    sandbox.set_faults(Faults(rate_429=0.15, retry_after_seconds=0, rate_500=0.1, rate_503=0.05, rate_hang=0.1,
+                              hang_seconds=0.6, rate_decline=0.1, decline_amount_suffix=None, seed=11))
+    ids = create(db, 60)
+    adapter = sandbox_adapter(sandbox.url, read_timeout=0.3)
+    drain(db, handlers_for(db, adapter), queues=["charges"], timeout=60)
+    counts = statuses(db)
+    assert counts["processing"] == 0 and counts["created"] == 0
+    assert counts["succeeded"] + counts["failed"] + counts["pending"] == 60
+    assert counts["failed"] >= 1  # declines are business answers: failed, job complete
+    charges = admin(sandbox.url, "/_admin/charges")
+    assert charges["max_per_key"] == 1 and charges["keys"] == charges["charges"]
+    # a lost answer leaves the payment pending (never failed), and the retry with the same key resolves it
+    jobs = JobStore(db).list_jobs(kind="charge", limit=1000)
+    assert all(j.state is JobState.SUCCEEDED for j in jobs), Counter(str(j.state) for j in jobs)
+    ledger = LedgerStore(db)
+    for pid in ids:
+        for event in ledger.events(pid):
+            if event.to_status == "failed":
+                assert event.details and event.details.get("reason")  # a decline, with its reason
+    adapter.close()
+
+
+def test_charge__validation_error_fails_the_payment_and_kills_the_job(db: Database, sandbox: SandboxServer) -> None:
+    [pid] = create(db, 1)
+    # a currency the PSP refuses (our ledger's check allows it): the PSP answers 400
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE payments SET currency = 'EU1' WHERE id = :id"), {"id": pid})
+    adapter = sandbox_adapter(sandbox.url)
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    payment = LedgerStore(db).get(pid)
+    assert payment is not None and payment.status is PaymentStatus.FAILED
+    assert (payment.failure_reason or "").startswith("rejected:")
+    [job] = JobStore(db).list_jobs(kind="charge")
+    assert job.state is JobState.DEAD and job.last_error_kind == "validation"
+    adapter.close()
+
+
+def test_reconcile__heals_pending_payments_with_events(db: Database, sandbox: SandboxServer) -> None:
+    sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=60, decline_amount_suffix=None))
+    ids = create(db, 4)
+    adapter = sandbox_adapter(sandbox.url)
+    handlers = handlers_for(db, adapter)
+    drain(db, handlers, queues=["charges"])
+    ledger = LedgerStore(db)
+    payments = [ledger.get(i) for i in ids]
+    assert {p.status for p in payments if p} == {PaymentStatus.PENDING}
+    refs = [p.psp_reference for p in payments if p]
+    admin(sandbox.url, f"/_admin/payments/{refs[0]}/settle", {})
+    admin(sandbox.url, f"/_admin/payments/{refs[1]}/fail", {"reason": "insufficient_funds"})
+    admin(sandbox.url, f"/_admin/payments/{refs[2]}/amount", {"amount": 999})
+    admin(sandbox.url, f"/_admin/payments/{refs[2]}/settle", {})
+    summary = sweep_now(db, handlers_for(db, adapter, reconcile_config(schedule=(0.05,))), until_finished=True)
+    after = [ledger.get(i) for i in ids]
+    assert [p.status for p in after if p] == [PaymentStatus.SUCCEEDED, PaymentStatus.FAILED,
+                                             PaymentStatus.NEEDS_REVIEW, PaymentStatus.NEEDS_REVIEW]
+    assert "amount_mismatch" in (after[2].review_reason or "")  # type: ignore[union-attr]
+    assert "no final answer after 1 checks" in (after[3].review_reason or "")  # type: ignore[union-attr]
+    healed = ledger.events(ids[0])[-1]
+    assert (healed.source, healed.to_status) == ("reconcile", "succeeded")
+    assert healed.details and healed.details["psp_status"] == "succeeded"
+    assert summary.counts == Counter(healed_succeeded=1, healed_failed=1, needs_review=2)
+    assert summary.exit_code == 1
+    adapter.close()
+
+
+def test_reconcile__not_found_fails_only_after_grace_and_without_psp_reference(db: Database,
+                                                                               sandbox: SandboxServer) -> None:
+    ids = create(db, 1, charge=False)  # never sent: the PSP has never heard of it
+    adapter = sandbox_adapter(sandbox.url)
+    summary = sweep_now(db, handlers_for(db, adapter, reconcile_config(grace=3600)))
+    assert summary.counts == Counter(still_pending=1)  # inside the grace period: snoozed
+    with db.begin() as conn:
+        conn.execute(sa.text("DELETE FROM job_attempts"))
+        conn.execute(sa.text("DELETE FROM jobs"))
+    summary = sweep_now(db, handlers_for(db, adapter, reconcile_config(grace=0)))
+    payment = LedgerStore(db).get(ids[0])
+    assert payment is not None and payment.status is PaymentStatus.FAILED
+    assert "never reached the PSP" in (payment.failure_reason or "")
+    adapter.close()
+
+
+def test_sweep__overlapping_sweeps_share_jobs(db: Database, sandbox: SandboxServer) -> None:
+    from datetime import timedelta
+
+    from recon import Client, Settings
+    from recon.reconcile import sweep as sw
+
+    create(db, 20, charge=False)
+    client = Client(JobStore(db), Settings())
+    options = sw.SweepOptions(older_than=timedelta(0))
+    first = sw.enqueue(LedgerStore(db), client, options, queue="reconcile")
+    second = sw.enqueue(LedgerStore(db), client, options, queue="reconcile")
+    assert list(first.job_ids) == list(second.job_ids)
+    assert len(JobStore(db).list_jobs(kind="reconcile", limit=100)) == 20
+
+
+def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Database,
+                                                                        sandbox: SandboxServer) -> None:
+    """A charge worker pauses past its lease after sending; reconciliation heals the payment meanwhile;
+    the charge worker's late answer must change nothing."""
+    import threading
+
+    from recon import Lease, RetryPolicy, Settings, Worker
+    from recon.payments.charge import ChargeHandler
+
+    [pid] = create(db, 1)
+    adapter = sandbox_adapter(sandbox.url)
+    ledger = LedgerStore(db)
+    store = JobStore(db)
+    real = ChargeHandler(ledger, lambda _n: adapter)
+    paused = threading.Event()
+    resume = threading.Event()
+
+    def slow_charge(job, lease: Lease):  # type: ignore[no-untyped-def]
+        outcome = real(job, lease)  # the charge is sent and answered "succeeded"
+        paused.set()
+        resume.wait(20)  # ...then the worker stalls past its lease before finishing
+        return outcome
+
+    from recon import Handlers
+
+    h = Handlers()
+    h.register("charge", slow_charge)
+    settings = Settings()
+    from dataclasses import replace
+
+    cfg = replace(settings.engine, lease_ttl_seconds=0.5, heartbeat_interval_seconds=100 * 0 + 0.4,
+                  poll_interval_seconds=0.02, watcher_interval_seconds=100)
+    worker = Worker(store, h, config=cfg, policy=RetryPolicy(settings.retry), queues=["charges"], run_watcher=False)
+    # no heartbeats reach the database while paused: stop the heartbeater by making its beats no-ops
+    worker._heartbeater.beat_once = lambda: None  # type: ignore[method-assign]
+    t = threading.Thread(target=worker.run, kwargs={"burst": True})
+    t.start()
+    assert paused.wait(10)
+    import time
+
+    time.sleep(0.7)  # lease expired
+    from recon import Watcher
+
+    assert Watcher(store).run_once().total == 1
+    # meanwhile the PSP reports the payment with another amount (a constructed disagreement), and
+    # reconciliation marks it needs_review
+    payment = ledger.get(pid)
+    assert payment is not None and payment.status is PaymentStatus.PROCESSING
+    with db.begin() as conn:
+        from recon.db.ledger import Transition
+        from recon.payments.model import EventSource
+
+        ledger.apply(conn, Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW,
+                                      EventSource.RECONCILE, review_reason="constructed"))
+    resume.set()
+    t.join(10)
+    payment = ledger.get(pid)
+    assert payment is not None and payment.status is PaymentStatus.NEEDS_REVIEW
+    assert worker.stats.stale_finishes == 1
+    assert [e.to_status for e in ledger.events(pid)] == ["created", "processing", "needs_review"]
+    adapter.close()
+
+
+def test_sweep_cli__json_report_dry_run_and_exit_codes(db: Database, db_url: str, sandbox: SandboxServer,
+                                                      tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=60, decline_amount_suffix=None))
+    ids = create(db, 3)
+    adapter = sandbox_adapter(sandbox.url)
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    refs = [LedgerStore(db).get(i).psp_reference for i in ids]  # type: ignore[union-attr]
+    env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url}
+
+    def recon(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    dry = recon("sweep", "--older-than", "0", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["would_check"] == 3
+    assert JobStore(db).list_jobs(kind="reconcile") == []
+    for ref in refs:
+        admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
+    report = tmp_path / "sweep.csv"
+    run = recon("sweep", "--older-than", "0", "--json", "--report", str(report))
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["checked"] == 3 and doc["healed_succeeded"] == 3 and doc["money_at_risk"] == []
+    lines = report.read_text().splitlines()
+    assert lines[0].startswith("merchant_reference,psp,amount") and len(lines) == 4
+    assert all(",healed_succeeded," in line for line in lines[1:])
+    bad = recon("sweep", "--older-than", "soon")
+    assert bad.returncode == 2 and "--older-than" in bad.stderr
+    bad_psp = recon("sweep", "--psp", "paypal")
+    assert bad_psp.returncode == 2 and "unknown PSP 'paypal'" in bad_psp.stderr
+    human = recon("sweep", "--older-than", "0")
+    assert human.returncode == 0 and "checked 0" in human.stdout
+    adapter.close()
+    httpx.get(sandbox.url + "/_admin/faults", timeout=5)
+
+
+def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: str,
+                                                         sandbox: SandboxServer) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=0.3, decline_amount_suffix=None))
+    ids = create(db, 30)
+    adapter = sandbox_adapter(sandbox.url)
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    time.sleep(0.4)  # the PSP has settled them all; our ledger still says pending
+    sandbox.set_faults(Faults(latency_ms=150, decline_amount_suffix=None))
+    env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url, "RECON_ENGINE_LEASE_TTL_SECONDS": "1",
+           "RECON_ENGINE_HEARTBEAT_INTERVAL_SECONDS": "0.3"}
+    cmd = [sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
+           "--older-than", "0", "--concurrency", "2", "--json"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ledger = LedgerStore(db)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # kill it once it has healed some, not all
+        if sum(1 for i in ids if ledger.get(i).status is PaymentStatus.SUCCEEDED) >= 3:  # type: ignore[union-attr]
+            break
+        time.sleep(0.02)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=10)
+    healed_before = sum(1 for i in ids if ledger.get(i).status is PaymentStatus.SUCCEEDED)  # type: ignore[union-attr]
+    assert 3 <= healed_before < 30
+    time.sleep(1.2)  # the killed sweep's leases expire
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    assert {ledger.get(i).status for i in ids} == {PaymentStatus.SUCCEEDED}  # type: ignore[union-attr]
+    for i in ids:  # each payment healed exactly once: one reconcile event, whatever the crash
+        assert [e.source for e in ledger.events(i)].count("reconcile") == 1
+    adapter.close()
