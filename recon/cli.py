@@ -15,16 +15,16 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 import click
 
 from psp_adapters.protocol import PspAdapter
-from recon.config import Settings, load_settings
+from recon.config import EngineConfig, Settings, load_settings
 from recon.db.database import Database, connect, upgrade
 from recon.db.ledger import LedgerStore
-from recon.db.store import JobStore, iter_all_jobs, make_listener
+from recon.db.store import JobFilter, JobStore, make_listener
 from recon.durations import parse_duration
 from recon.engine.client import Client
 from recon.engine.jobs import JobState
@@ -49,6 +49,33 @@ class Duration(click.ParamType):
             return parse_duration(str(value), what=f"--{param.name.replace('_', '-')}" if param and param.name else "duration")
         except UsageError as exc:
             self.fail(str(exc).split(": ", 1)[-1], param, ctx)
+
+
+# --- dead letters and pruning: --since -------------------------------------------------------------------
+
+
+class Since(click.ParamType):
+    """``--since``: a duration back from now (``2h``, ``7d``) or an ISO date / datetime (UTC if no offset)."""
+
+    name = "since"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta | datetime:
+        if isinstance(value, timedelta | datetime):
+            return value
+        raw = str(value).strip()
+        try:
+            return parse_duration(raw)
+        except UsageError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(raw)
+        except ValueError:
+            self.fail(f"{value!r} is neither a duration (2h, 7d) nor an ISO date or datetime (2026-11-01, "
+                      "2026-11-01T12:00:00Z)", param, ctx)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+# --- end of dead letters and pruning: --since ------------------------------------------------------------
 
 
 class App:
@@ -235,8 +262,17 @@ def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, l
     w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
                queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
                classify_func=_classify_func(), wakeup_func=make_listener(app.db))
+    from recon.db.database import UNSAFE_DISABLE_FENCING
+
+    if UNSAFE_DISABLE_FENCING:
+        log.critical("RECON_CHAOS_DISABLE_FENCING=1: fencing is OFF (the chaos suite's planted bug); "
+                     "stale workers WILL overwrite results. Never run like this outside tests/chaos.")
     _install_signal_handlers(w.request_stop)
-    stats = w.run(burst=burst)
+    stop_pruner = _start_pruner(app.store, engine)  # dead letters and pruning
+    try:
+        stats = w.run(burst=burst)
+    finally:
+        stop_pruner()
     click.echo(json.dumps({"worker": w.worker_id, **stats.to_dict()}), err=True)
 
 
@@ -295,15 +331,23 @@ def jobs() -> None:
 @click.option("--state", type=click.Choice([s.value for s in JobState]))
 @click.option("--queue")
 @click.option("--kind")
+@click.option("--error-kind", help="Only jobs whose last error is of this kind (e.g. validation, bug).")
+@click.option("--since", type=Since(), metavar="DUR|ISO",
+              help="Only jobs finished since: a duration back from now (2h) or an ISO date/datetime.")
 @click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, limit: int, as_json: bool) -> None:
-    """List jobs, oldest first."""
-    found = []
-    for job in iter_all_jobs(app.store, state=state, queue=queue, kind=kind):
-        found.append(job)
-        if len(found) >= limit:
+def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, error_kind: str | None,
+              since: timedelta | datetime | None, limit: int, as_json: bool) -> None:
+    """List jobs, oldest first. The dead-letter set: --state dead."""
+    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    found: list[Any] = []
+    while len(found) < limit:
+        want = min(limit - len(found), 500)
+        page = app.store.list_jobs_filtered(filters=filters, state=state, after_id=found[-1].id if found else 0,
+                                            limit=want)
+        found.extend(page)
+        if len(page) < want:
             break
     if as_json:
         click.echo(json.dumps({"jobs": [j.to_dict() for j in found]}))
@@ -321,12 +365,14 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
     """One job with its attempt history."""
     client = app.client()
     job, attempts = client.get(job_id), client.attempts(job_id)
+    replays = app.store.replays(job_id)  # dead-letter replays, between the attempts they followed
     if as_json:
-        click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts]}))
+        click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts],
+                               "replays": [r.to_dict() for r in replays]}))
         return
     from recon.render import job_detail
 
-    job_detail(job, attempts)
+    job_detail(job, attempts, replays)
 
 
 @jobs.command("retry")
@@ -346,6 +392,147 @@ def jobs_cancel(app: App, job_id: int) -> None:
     result = app.client().cancel(job_id)
     click.echo(f"job {job_id} canceled" if result == "canceled"
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
+
+
+# --- dead letters and pruning: jobs replay, jobs prune -------------------------------------------------------
+
+REPLAY_BATCH_DEFAULT = 500
+
+
+@jobs.command("replay")
+@click.option("--queue")
+@click.option("--kind")
+@click.option("--error-kind", help="Only jobs that died of this error kind (e.g. psp_unavailable, bug).")
+@click.option("--since", type=Since(), metavar="DUR|ISO",
+              help="Only jobs that died since: a duration back from now (2h) or an ISO date/datetime.")
+@click.option("--limit", type=click.IntRange(1), help="At most this many jobs (default: every match).")
+@click.option("--attempts", "budget", type=click.IntRange(1),
+              help="Fresh attempts per job (default: engine.default_max_attempts).")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=REPLAY_BATCH_DEFAULT, show_default=True,
+              help="Jobs per transaction.")
+@click.option("--dry-run", is_flag=True, help="List the jobs that would be replayed; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str | None,
+                since: timedelta | datetime | None, limit: int | None, budget: int | None, batch: int,
+                dry_run: bool, as_json: bool) -> None:
+    """Move dead jobs (the dead-letter set) back to runnable now, with fresh attempts.
+
+    Attempts are kept (they are the fencing token): max_attempts becomes attempts + --attempts. Each replay
+    is recorded in the job's history (recon jobs show). A job whose unique key an unfinished job holds
+    stays dead and is reported as skipped. Batches commit one by one; running it again continues.
+    """
+    from recon.render import replay_summary
+
+    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    budget = budget or app.settings.engine.default_max_attempts
+    run = _replay(app.store, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run)
+    if as_json:
+        doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run["batches"],
+                               "skipped": run["skipped"]}
+        if dry_run:
+            doc |= {"would_replay": len(run["replayed"]), "jobs": [j.to_dict() for j in run["jobs"]]}
+        else:
+            doc |= {"replayed": len(run["replayed"]), "job_ids": run["replayed"]}
+        click.echo(json.dumps(doc))
+        return
+    replay_summary(run["jobs"], replayed=run["replayed"], skipped=run["skipped"], budget=budget, dry_run=dry_run)
+
+
+def _job_filter(app: App, *, queue: str | None, kind: str | None, error_kind: str | None,
+                since: timedelta | datetime | None) -> JobFilter:
+    """``--since`` as a duration counts back from the database clock (the clock finished_at was set by)."""
+    if isinstance(since, timedelta):
+        since = app.store.db_now() - since
+    return JobFilter(queue=queue, kind=kind, error_kind=error_kind, finished_since=since)
+
+
+def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: int, batch: int,
+            dry_run: bool) -> dict[str, Any]:
+    """Replay batch after batch along the id cursor until the matches (or ``limit``) run out."""
+    run: dict[str, Any] = {"jobs": [], "replayed": [], "skipped": [], "batches": 0}
+    after, keys, operator = 0, frozenset[str](), _operator()
+    while limit is None or len(run["replayed"]) < limit:
+        want = batch if limit is None else min(batch, limit - len(run["replayed"]))
+        b = store.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
+                              replayed_by=operator, dry_run=dry_run)
+        run["batches"] += 1 if b.jobs else 0
+        picked = set(b.replayed)
+        run["jobs"].extend(j for j in b.jobs if j.id in picked)  # as they were (dead)
+        run["replayed"].extend(b.replayed)
+        run["skipped"].extend(b.skipped)
+        if len(b.jobs) < want:
+            break
+        after, keys = b.last_id, b.keys
+    return run
+
+
+def _operator() -> str:
+    """Who replays, for the job's history: user@host."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@jobs.command("prune")
+@click.option("--older-than", type=Duration(), required=True,
+              help="Delete jobs that finished (succeeded, dead, canceled) longer ago than this, e.g. 7d. 0: all.")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="Jobs per transaction.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_json: bool) -> None:
+    """Delete finished jobs older than --older-than with their attempt history, a batch per transaction.
+
+    Unfinished jobs are never touched; it is safe while workers run. Ctrl-C stops between batches.
+    """
+    from recon.engine.pruner import Pruner
+    from recon.render import prune_summary
+
+    doc: dict[str, Any] = {"dry_run": dry_run, "older_than_seconds": older_than.total_seconds()}
+    if dry_run:
+        by_state = app.store.count_prunable(older_than=older_than.total_seconds())
+        doc |= {"would_delete": sum(by_state.values()), "by_state": by_state}
+    else:
+        stop = threading.Event()
+        _install_signal_handlers(stop.set)
+        result = Pruner(app.store, older_than=older_than, batch=batch).run_once(stop)
+        doc |= {"deleted": result.jobs, "attempts_deleted": result.attempts, "batches": result.batches,
+                "seconds": round(result.seconds, 3), "interrupted": stop.is_set()}
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        prune_summary(doc)
+
+
+def _start_pruner(store: JobStore, engine: EngineConfig) -> Callable[[], None]:
+    """With engine.prune_older_than set, prune in a daemon thread next to the pool; returns its stop."""
+    from recon.engine.pruner import Pruner
+
+    age = engine.prune_after
+    if age is None:
+        return lambda: None
+    stop = threading.Event()
+    pruner = Pruner(store, older_than=age, batch=engine.prune_batch_size)
+    thread = threading.Thread(target=pruner.run_forever, args=(stop,),
+                              kwargs={"interval": engine.prune_interval_seconds}, name="recon-pruner", daemon=True)
+    thread.start()
+    log.info("pruner: finished jobs older than %s are deleted every %ss", age, engine.prune_interval_seconds)
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=5)  # stops between batches; a batch in flight at exit rolls back
+
+    return halt
+
+
+# --- end of dead letters and pruning ------------------------------------------------------------------------
 
 
 # --- payments -----------------------------------------------------------------------------------------------
@@ -516,6 +703,81 @@ def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show
 
     progress_while(lambda: worker.run(burst=True), lambda: sum(worker.stats.outcomes.values()), total=total,
                    label="reconciling", enabled=show_progress)
+
+
+# --- report -------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--psp", required=True, help="The PSP whose settlement listing is matched.")
+@click.option("--since", required=True,
+              help="Period start, inclusive: 2026-11-01 or an ISO datetime (UTC if no offset).")
+@click.option("--until", required=True, help="Period end, exclusive; same forms as --since.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="Write the report here (replaced only when complete), not stdout; totals go to stderr.")
+@click.pass_context
+def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, output: str | None) -> None:
+    """Match the PSP's settlement listing for [SINCE, UNTIL) against our payments. Never heals.
+
+    One row per item: matched, expected, missing_locally, missing_at_psp, amount_mismatch, currency_mismatch,
+    status_mismatch, duplicate_at_psp (amounts in minor units). Failed payments the PSP does not list are
+    consistent and not itemised. Exit 0: all matched or expected; 1: discrepancies; 2: bad usage; 3: the PSP
+    listing (or the database) failed.
+    """
+    from psp_adapters.errors import PspError
+    from recon.reconcile import settlement as st
+
+    app: App = ctx.obj
+    start, end = st.parse_bound(since, option="--since"), st.parse_bound(until, option="--until")
+    if start >= end:
+        raise UsageError(f"--since {since!r} must be before --until {until!r}")
+    if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise UsageError(f"--output {output!r}: the directory does not exist")
+    adapter = app.adapter(psp)
+    try:
+        result = _write_report(app, adapter, psp=psp, since=start, until=end, fmt=fmt, output=output)
+    except PspError as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        click.echo(f"recon: report: the {psp} settlement listing failed: {type(exc).__name__}: {first}",
+                   err=True)
+        # sys.exit, not ctx.exit: main() runs click with standalone_mode=False, where ctx.exit's code is
+        # returned by cli.main() and dropped (main then exits 0)
+        sys.exit(EXIT_FAILED)
+    if output:
+        for line in st.summary_lines(result, psp=psp, since=start, until=end):
+            click.echo(line, err=True)
+    sys.exit(EXIT_OK if result.consistent else EXIT_REVIEW)
+
+
+def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until: Any, fmt: str,
+                  output: str | None) -> Any:
+    """Run the report into stdout, or into a temporary file renamed over ``output`` once complete."""
+    import tempfile
+
+    from recon.db.report_store import ReportStore
+    from recon.reconcile import settlement as st
+
+    tmp = None
+    if output:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)), prefix=".recon-report-")
+        out = os.fdopen(fd, "w", encoding="utf-8", newline="")
+    else:
+        out = sys.stdout
+    try:
+        writer = st.JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else st.CsvWriter(out)
+        result = st.run_report(ReportStore(app.db), adapter, writer, psp=psp, since=since, until=until,
+                               settlement_window=app.reconcile_config.settlement_window)
+        out.flush()
+    except BaseException:
+        if tmp:
+            out.close()
+            os.unlink(tmp)
+        raise
+    if tmp and output:
+        out.close()
+        os.replace(tmp, output)
+    return result
 
 
 # --- demo ---------------------------------------------------------------------------------------------------

@@ -21,6 +21,16 @@ from recon.db.database import Database, connect, upgrade
 
 PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--chaos-seconds", type=float, default=float(os.environ.get("RECON_CHAOS_SECONDS", "20")),
+                     help="seconds of chaos in tests/chaos (CI: 20; a longer run: 120)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The chaos suite restarts PostgreSQL: run it last."""
+    items.sort(key=lambda item: "tests/chaos/" in str(item.fspath).replace("\\", "/"))
 #: tables recon creates, children first; extended by later migrations
 TABLES = ("payment_events", "payments", "job_attempts", "jobs")
 

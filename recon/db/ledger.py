@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import ledger_queries as lq
-from recon.db.database import Database
+from recon.db.database import UNSAFE_DISABLE_FENCING, Database
 from recon.db.store import EnqueueRow, JobStore
 from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
@@ -109,7 +109,8 @@ class LedgerStore:
         ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
         machine forbids."""
         check_transition(t.from_status, t.to_status)
-        row = conn.execute(self._q(lq.payment_transition_if_status), {
+        query = lq.payment_transition_unfenced if UNSAFE_DISABLE_FENCING else lq.payment_transition_if_status
+        row = conn.execute(self._q(query), {
             "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
             "psp_reference": t.psp_reference, "failure_reason": t.failure_reason, "review_reason": t.review_reason,
             "now": self.db.now_param()}).first()
@@ -180,6 +181,19 @@ class LedgerStore:
         return [PaymentEvent(id=int(r[0]), payment_id=int(r[1]), from_status=r[2], to_status=r[3], source=r[4],
                              at=self.db.from_db(r[5]), job_id=r[6], attempt=r[7],  # type: ignore[arg-type]
                              details=_json(r[8])) for r in rows]
+
+    def touch_unfinished(self, conn: sa.Connection, *, payment_id: int) -> PaymentStatus | None:
+        """Lock the payment row if it is still unfinished (its status), else None."""
+        row = conn.execute(self._q(lq.payment_touch_if_unfinished),
+                           {"id": payment_id, "now": self.db.now_param()}).first()
+        return PaymentStatus(row[0]) if row else None
+
+    def charge_unfinished(self, payment_id: int, conn: sa.Connection | None = None) -> bool:
+        """Is the payment's charge job unfinished (running, or waiting to retry): may it still send?"""
+        if conn is None:
+            with self.db.begin() as own:
+                return self.charge_unfinished(payment_id, own)
+        return conn.execute(self._q(lq.job_unfinished_by_key), {"key": charge_key(payment_id)}).first() is not None
 
     def charge_lease_live(self, payment_id: int) -> bool:
         with self.db.begin() as conn:

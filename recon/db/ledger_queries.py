@@ -131,8 +131,36 @@ payment_money_at_risk = Query(
             GROUP BY currency, bucket ORDER BY currency, bucket""",
 )
 
+payment_touch_if_unfinished = Query(
+    "payment_touch_if_unfinished",
+    "Run by the charge handler right before each send: locks the payment row and proves it is still "
+    "unfinished, so a concurrent 'failed, never reached the PSP' heal and a send cannot both happen.",
+    sql=f"UPDATE payments SET updated_at = {{now}} WHERE id = :id AND {UNFINISHED} RETURNING status",
+)
+
+job_unfinished_by_key = Query(
+    "job_unfinished_by_key",
+    "Run by the reconcile handler: is there an unfinished job with this unique key (a charge that may still "
+    "send)? Reads the partial unique index over unfinished keys.",
+    sql="SELECT 1 FROM jobs WHERE unique_key = :key AND NOT state IN ('succeeded', 'dead', 'canceled')",
+)
+
 job_charge_lease_live = Query(
     "job_charge_lease_live",
     "Run by the reconcile handler: does a charge job hold a live lease on this payment right now?",
     sql="SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {now}",
+)
+
+
+payment_transition_unfenced = Query(
+    "payment_transition_unfenced",
+    "UNSAFE, planted bug for tests/chaos (RECON_CHAOS_DISABLE_FENCING=1): a status write without compare-and-set.",
+    sql="""
+        UPDATE payments SET status = :to_status, updated_at = {now},
+            psp_reference = coalesce(:psp_reference, psp_reference),
+            failure_reason = coalesce(:failure_reason, failure_reason),
+            review_reason = coalesce(:review_reason, review_reason)
+        WHERE id = :id AND CAST(:from_status AS TEXT) IS NOT NULL
+        RETURNING id
+    """,
 )

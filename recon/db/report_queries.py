@@ -52,10 +52,12 @@ _MATCH = """coalesce(
 # chargebacks, carry their own amounts).
 _MERGE = """
     merchant_reference = coalesce(report_lines.merchant_reference, excluded.merchant_reference),
-    amount = CASE WHEN excluded.first_at < report_lines.first_at THEN excluded.amount ELSE report_lines.amount END,
+    amount = CASE WHEN excluded.first_at < report_lines.first_at
+                  THEN excluded.amount ELSE report_lines.amount END,
     currency = CASE WHEN excluded.first_at < report_lines.first_at
                     THEN excluded.currency ELSE report_lines.currency END,
-    status = CASE WHEN excluded.last_at >= report_lines.last_at THEN excluded.status ELSE report_lines.status END,
+    status = CASE WHEN excluded.last_at >= report_lines.last_at
+                  THEN excluded.status ELSE report_lines.status END,
     first_at = {least}(report_lines.first_at, excluded.first_at),
     last_at = {greatest}(report_lines.last_at, excluded.last_at),
     lines = report_lines.lines + excluded.lines,
@@ -66,17 +68,18 @@ report_lines_upsert = Query(
     "report_lines_upsert",
     "Run by the report's loader: a batch of PSP lines (unique references), matched to our payments, merged.",
     postgresql=f"""
-        INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status, first_at, last_at,
-                                  lines, seq, payment_id)
+        INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
+                                  first_at, last_at, lines, seq, payment_id)
         SELECT r.psp_reference, r.merchant_reference, r.amount, r.currency, r.status, r.first_at, r.last_at,
                r.lines, r.seq, {_MATCH.format(ref="r.psp_reference", mref="r.merchant_reference")}
-        FROM jsonb_to_recordset({{json:rows}}) AS r(psp_reference text, merchant_reference text, amount bigint,
-             currency text, status text, first_at bigint, last_at bigint, lines int, seq bigint)
+        FROM jsonb_to_recordset({{json:rows}}) AS r(psp_reference text, merchant_reference text,
+             amount bigint, currency text, status text, first_at bigint, last_at bigint, lines int,
+             seq bigint)
         ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE.format(least="least", greatest="greatest")}
     """,
     sqlite=f"""
-        INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status, first_at, last_at,
-                                  lines, seq, payment_id)
+        INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
+                                  first_at, last_at, lines, seq, payment_id)
         SELECT value ->> '$.psp_reference', value ->> '$.merchant_reference', value ->> '$.amount',
                value ->> '$.currency', value ->> '$.status', value ->> '$.first_at', value ->> '$.last_at',
                value ->> '$.lines', value ->> '$.seq',
@@ -110,8 +113,9 @@ report_lines_matched = Query(
                p.id, p.merchant_reference, p.psp_reference, p.amount, p.currency, p.status,
                CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END,
                row_number() OVER (
-                   PARTITION BY p.id, CASE WHEN p.id IS NULL
-                                           THEN coalesce('m:' || l.merchant_reference, 'r:' || l.psp_reference) END
+                   PARTITION BY p.id,
+                       CASE WHEN p.id IS NULL
+                            THEN coalesce('m:' || l.merchant_reference, 'r:' || l.psp_reference) END
                    ORDER BY CASE WHEN l.psp_reference = p.psp_reference THEN 0 ELSE 1 END,
                             CASE WHEN l.status = 'succeeded' THEN 0 ELSE 1 END, l.first_at, l.psp_reference)
         FROM report_lines l LEFT JOIN payments p ON p.id = l.payment_id

@@ -148,8 +148,9 @@ class ReportSession:
                             amount=None if r[9] is None else int(r[9]), currency=r[10], status=r[11],
                             in_window=bool(r[12]), rank=int(r[13]))
 
-    def unlisted_payments(self, *, since: datetime, until: datetime, cutoff: datetime) -> Iterator[UnlistedPayment]:
-        """Payments of this PSP created in ``[since, until)`` that no line stands for, oldest first, streamed."""
+    def unlisted_payments(self, *, since: datetime, until: datetime,
+                          cutoff: datetime) -> Iterator[UnlistedPayment]:
+        """Payments of this PSP created in ``[since, until)`` that no line stands for, oldest first."""
         params = {"psp": self.psp, "since": self.db.to_db(since), "until": self.db.to_db(until),
                   "cutoff": self.db.to_db(cutoff)}
         for r in self._stream(rq.report_payments_unlisted, params):
@@ -160,7 +161,8 @@ class ReportSession:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
 
     def _upsert(self, rows: dict[str, dict[str, Any]]) -> None:
-        self.conn.execute(self.q(rq.report_lines_upsert), {"rows": json.dumps(list(rows.values())), "psp": self.psp})
+        self.conn.execute(self.q(rq.report_lines_upsert),
+                          {"rows": json.dumps(list(rows.values())), "psp": self.psp})
 
     def _stream(self, query: Any, params: dict[str, Any]) -> Iterator[Any]:
         with translate_errors():
@@ -185,13 +187,15 @@ def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     later = new if new["last_at"] >= old["last_at"] else old
     return {**old, "merchant_reference": old["merchant_reference"] or new["merchant_reference"],
             "amount": earlier["amount"], "currency": earlier["currency"], "status": later["status"],
-            "first_at": earlier["first_at"], "last_at": later["last_at"], "lines": old["lines"] + new["lines"]}
+            "first_at": earlier["first_at"], "last_at": later["last_at"],
+            "lines": old["lines"] + new["lines"]}
 
 
 def _sqlite_reader(url: sa.URL) -> sa.Engine:
     """A one-connection engine for the report on SQLite: deferred BEGIN (a read snapshot, never the write
     lock), temporary tables on disk (bounded memory), a larger page cache for the joins."""
-    engine = sa.create_engine(url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False})
+    engine = sa.create_engine(url, poolclass=NullPool,
+                              connect_args={"timeout": 60, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -199,7 +203,7 @@ def _sqlite_reader(url: sa.URL) -> sa.Engine:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA busy_timeout=60000")
         cur.execute("PRAGMA temp_store=FILE")
-        cur.execute("PRAGMA cache_size=-65536")  # KiB: 64 MiB, a bound, not a function of the table size
+        cur.execute("PRAGMA cache_size=-16384")  # KiB: 16 MiB, a bound, not a function of the table size
         cur.close()
 
     @event.listens_for(engine, "begin")

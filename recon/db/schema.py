@@ -111,6 +111,26 @@ job_attempts = sa.Table(
     sa.CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="job_attempts_outcome_valid"),
 )
 
+# --- dead-letter replays (migration 0005) ---------------------------------------------------------------------
+
+job_replays = sa.Table(
+    "job_replays",
+    metadata,
+    # One row per replay of a dead job, keyed like job_attempts by (job_id, attempt): ``attempt`` is the
+    # job's attempts (the fencing token) when it was replayed, so the replay sorts between that attempt and
+    # the next claim. A job dies again only through a new claim, so it is replayed at most once per attempt.
+    # The foreign key cascades: replays are rare, and no prune or manual delete can orphan them.
+    sa.Column("job_id", Id, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("attempt", sa.Integer(), primary_key=True),
+    sa.Column("replayed_at", Timestamp, nullable=False),
+    sa.Column("max_attempts_before", sa.Integer(), nullable=False),
+    sa.Column("max_attempts_after", sa.Integer(), nullable=False),
+    sa.Column("error_kind", sa.Text(), nullable=True),
+    sa.Column("replayed_by", sa.Text(), nullable=True),
+)
+
+# --- end of dead-letter replays -----------------------------------------------------------------------------
+
 PAYMENT_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")
 UNFINISHED_PAYMENT = "status IN ('created', 'processing', 'pending')"
 

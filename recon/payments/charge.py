@@ -83,6 +83,8 @@ class ChargeHandler:
             return Complete()  # reconciliation (or an earlier attempt) already knows the answer
         if payment.status is PaymentStatus.CREATED:
             payment = self._mark_processing(payment, job, lease)
+        elif not self._still_unfinished(payment, job, lease):
+            return Complete()  # healed by reconciliation since we read it: nothing to send
         lease.check()
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
                                 currency=payment.currency, merchant_account=payment.merchant_account)
@@ -103,6 +105,15 @@ class ChargeHandler:
             current = self.ledger.get(payment.id, conn)
         assert current is not None
         return current
+
+    def _still_unfinished(self, payment: Payment, job: Job, lease: Lease) -> bool:
+        """Before a re-send: lock the payment row and check it is still unfinished, under the lease. The row
+        lock orders this against reconciliation's "never reached the PSP" heal, which re-checks inside its
+        own transaction that no charge job is unfinished."""
+        with self.ledger.db.begin() as conn:
+            if not lease.holds(conn):
+                raise LeaseLost(f"lease on job {job.id} lost before charging")
+            return self.ledger.touch_unfinished(conn, payment_id=payment.id) is not None
 
     def _write_answer(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Callable[[sa.Connection], Any]:
         details = outcome_details(answer)

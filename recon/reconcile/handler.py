@@ -30,11 +30,16 @@ from recon.db.ledger import LedgerStore, Transition
 from recon.engine.jobs import Job
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
+from recon.errors import ReconError
 from recon.payments.charge import mismatch, outcome_details
 from recon.payments.model import EventSource, Payment, PaymentStatus
 from recon.reconcile.config import ReconcileConfig
 
 RECONCILE_KIND = "reconcile"
+
+
+class ChargeInFlight(ReconError):
+    """A charge job for this payment started while reconciliation was about to mark it failed."""
 CHARGE_BUSY_SNOOZE = timedelta(seconds=30)
 
 
@@ -95,10 +100,27 @@ class ReconcileHandler:
                               review_reason=f"missing_at_psp: PSP has no payment {payment.psp_reference}")
         grace = self.config.for_psp(payment.psp).grace_period
         age = self.clock.now() - payment.created_at
-        if age >= grace:
-            return self._heal(payment, job, PaymentStatus.FAILED, details,
-                              failure_reason="never reached the PSP (not found after the grace period)")
-        return Snooze(grace - age, reason="not found at the PSP yet; inside the grace period")
+        if age < grace:
+            return Snooze(grace - age, reason="not found at the PSP yet; inside the grace period")
+        if self.ledger.charge_unfinished(payment.id):
+            # absence of evidence while a charge may still be sent is no evidence: the charge job decides
+            return Snooze(self._first_wait(payment), reason="not found at the PSP; its charge job is unfinished")
+        transition = Transition(payment.id, payment.status, PaymentStatus.FAILED, EventSource.RECONCILE,
+                                details=details, job_id=job.id, attempt=job.attempts,
+                                failure_reason="never reached the PSP (not found after the grace period)")
+
+        def write(conn: sa.Connection) -> None:
+            # the compare-and-set locks the payment row; the charge handler locks it before every send.
+            # Whichever is second sees the other: a send after this commit finds the payment final, and
+            # this heal, if a charge job started meanwhile, finds it unfinished and rolls back.
+            if self.ledger.apply(conn, transition) and self.ledger.charge_unfinished(payment.id, conn):
+                raise ChargeInFlight(f"payment {payment.id}: its charge job started while healing; retrying")
+
+        return Complete(write=write)
+
+    def _first_wait(self, payment: Payment) -> timedelta:
+        schedule = self.config.for_psp(payment.psp).schedule
+        return schedule[0] if schedule else CHARGE_BUSY_SNOOZE
 
     def _wait(self, payment: Payment, job: Job, lease: Lease, details: dict[str, Any], *, why: str) -> Outcome:
         schedule = self.config.for_psp(payment.psp).schedule

@@ -289,3 +289,27 @@ def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: 
     for i in ids:  # each payment healed exactly once: one reconcile event, whatever the crash
         assert [e.source for e in ledger.events(i)].count("reconcile") == 1
     adapter.close()
+
+
+def test_reconcile__not_found_while_charge_may_still_send_is_not_failed(db: Database,
+                                                                        sandbox: SandboxServer) -> None:
+    """Found by the chaos suite: a charge waiting to retry after a 5xx, a sweep finding nothing at the PSP,
+    then the retry charging. The payment must not be marked failed while its charge job is unfinished."""
+    from recon.db.ledger import Transition
+    from recon.payments.model import EventSource
+
+    [pid] = create(db, 1)  # its charge job is runnable: it may still send
+    ledger = LedgerStore(db)
+    with db.begin() as conn:
+        ledger.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING, EventSource.CHARGE))
+    adapter = sandbox_adapter(sandbox.url)
+    summary = sweep_now(db, handlers_for(db, adapter, reconcile_config(grace=0)))
+    assert summary.counts == Counter(still_pending=1)
+    payment = ledger.get(pid)
+    assert payment is not None and payment.status is PaymentStatus.PENDING
+    # the charge then runs and succeeds; nothing contradicts it
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    payment = ledger.get(pid)
+    assert payment is not None and payment.status is PaymentStatus.SUCCEEDED
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 1
+    adapter.close()

@@ -1,0 +1,174 @@
+"""Processes for the chaos suite: the PSP sandbox and `recon worker`s as real OS processes that can be
+killed, frozen and restarted; PostgreSQL restarts; a simulated cron. Everything talks to 127.0.0.1 only
+and every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFIG = """
+[engine]
+lease_ttl_seconds = 2.0
+heartbeat_interval_seconds = 0.5
+watcher_interval_seconds = 0.5
+poll_interval_seconds = 0.1
+concurrency = 8
+drain_timeout_seconds = 2.0
+
+[retry.default]
+base_seconds = 0.1
+cap_seconds = 1.0
+max_attempts = 30
+{retries}
+
+[reconcile]
+schedule = ["1s", "1s", "2s", "2s", "3s", "5s", "5s", "5s"]
+grace_period = "2s"
+"""
+
+
+def write_config(path: Path) -> Path:
+    kinds = ["network", "unknown_outcome", "rate_limited", "psp_busy", "psp_unavailable", "conflict", "protocol",
+             "db_transient", "bug"]
+    retries = "\n".join(f"[retry.{k}]\nbase_seconds = 0.1\ncap_seconds = 1.0\nmax_attempts = 30\n" for k in kinds)
+    path.write_text(CONFIG.format(retries=retries))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base_env(config: Path, sandbox_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"PYTHONPATH": str(REPO), "RECON_CONFIG": str(config), "RECON_SANDBOX_BASE_URL": sandbox_url,
+                "RECON_SANDBOX_READ_TIMEOUT": "1", "RECON_SANDBOX_CONNECT_TIMEOUT": "1"})
+    env.update(extra)
+    return env
+
+
+class Sandbox:
+    """`recon psp-sandbox` in its own process, restartable on the same port and state file."""
+
+    def __init__(self, state: Path, *flags: str) -> None:
+        self.state = state
+        self.flags = flags
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "recon", "psp-sandbox", "--port", str(self.port), "--state-file", str(self.state),
+             *self.flags], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "listening" in line, line
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def set_faults(self, **faults: object) -> None:
+        httpx.post(f"{self.url}/_admin/faults", json=faults, timeout=5).raise_for_status()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._close()
+
+
+class WorkerProcess:
+    """One `recon worker` process; ``kill`` is SIGKILL, ``freeze``/``thaw`` are SIGSTOP/SIGCONT."""
+
+    def __init__(self, db_url: str, env: dict[str, str], log: Path, *args: str) -> None:
+        self.db_url = db_url
+        self.env = env
+        self.log = log
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        with self.log.open("ab") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "recon", "--database-url", self.db_url, "--log-level", "WARNING", "worker",
+                 *self.args], env=self.env, stdout=fh, stderr=fh)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.kills += 1
+
+    def freeze(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def recon(db_url: str, env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def restart_postgres() -> None:
+    """Restart the local PostgreSQL cluster (the workers must reconnect by themselves)."""
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"], check=True,
+                   capture_output=True, timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"]).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError("PostgreSQL did not come back within 30 s")
+
+
+def can_restart_postgres() -> bool:
+    return os.geteuid() == 0 and os.path.isdir("/etc/postgresql") and \
+        os.environ.get("RECON_CHAOS_RESTART_POSTGRES", "1") != "0"
