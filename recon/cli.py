@@ -51,7 +51,7 @@ class Duration(click.ParamType):
             self.fail(str(exc).split(": ", 1)[-1], param, ctx)
 
 
-# --- dead letters and pruning: --since -------------------------------------------------------------------
+# --- dead letters and pruning: --since ----------------------------------------------------------------------
 
 
 class Since(click.ParamType):
@@ -59,7 +59,8 @@ class Since(click.ParamType):
 
     name = "since"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta | datetime:
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> timedelta | datetime:
         if isinstance(value, timedelta | datetime):
             return value
         raw = str(value).strip()
@@ -75,7 +76,7 @@ class Since(click.ParamType):
         return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
 
 
-# --- end of dead letters and pruning: --since ------------------------------------------------------------
+# --- end of dead letters and pruning: --since ---------------------------------------------------------------
 
 
 class App:
@@ -344,8 +345,8 @@ def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, 
     found: list[Any] = []
     while len(found) < limit:
         want = min(limit - len(found), 500)
-        page = app.store.list_jobs_filtered(filters=filters, state=state, after_id=found[-1].id if found else 0,
-                                            limit=want)
+        after = found[-1].id if found else 0
+        page = app.store.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
         found.extend(page)
         if len(page) < want:
             break
@@ -394,7 +395,7 @@ def jobs_cancel(app: App, job_id: int) -> None:
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
 
 
-# --- dead letters and pruning: jobs replay, jobs prune -------------------------------------------------------
+# --- dead letters and pruning: jobs replay, jobs prune ------------------------------------------------------
 
 REPLAY_BATCH_DEFAULT = 500
 
@@ -436,7 +437,8 @@ def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str |
             doc |= {"replayed": len(run["replayed"]), "job_ids": run["replayed"]}
         click.echo(json.dumps(doc))
         return
-    replay_summary(run["jobs"], replayed=run["replayed"], skipped=run["skipped"], budget=budget, dry_run=dry_run)
+    replay_summary(run["jobs"], replayed=run["replayed"], skipped=run["skipped"], budget=budget,
+                   dry_run=dry_run)
 
 
 def _job_filter(app: App, *, queue: str | None, kind: str | None, error_kind: str | None,
@@ -481,7 +483,7 @@ def _operator() -> str:
 
 @jobs.command("prune")
 @click.option("--older-than", type=Duration(), required=True,
-              help="Delete jobs that finished (succeeded, dead, canceled) longer ago than this, e.g. 7d. 0: all.")
+              help="Delete jobs that finished (succeeded, dead, canceled) longer ago than this (7d; 0: all).")
 @click.option("--batch", type=click.IntRange(1, 100_000), default=1000, show_default=True,
               help="Jobs per transaction.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
@@ -520,8 +522,8 @@ def _start_pruner(store: JobStore, engine: EngineConfig) -> Callable[[], None]:
         return lambda: None
     stop = threading.Event()
     pruner = Pruner(store, older_than=age, batch=engine.prune_batch_size)
-    thread = threading.Thread(target=pruner.run_forever, args=(stop,),
-                              kwargs={"interval": engine.prune_interval_seconds}, name="recon-pruner", daemon=True)
+    thread = threading.Thread(target=pruner.run_forever, args=(stop,), name="recon-pruner", daemon=True,
+                              kwargs={"interval": engine.prune_interval_seconds})
     thread.start()
     log.info("pruner: finished jobs older than %s are deleted every %ss", age, engine.prune_interval_seconds)
 
@@ -833,7 +835,8 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, **fa
 
 def main(argv: list[str] | None = None) -> NoReturn:
     try:
-        cli.main(args=argv, prog_name="recon", standalone_mode=False)
+        # standalone_mode=False: click returns ctx.exit(n)'s code instead of exiting, and lets our errors through
+        rc = cli.main(args=argv, prog_name="recon", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
@@ -848,7 +851,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(_exit_code_for(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(EXIT_OK)
+    sys.exit(rc if isinstance(rc, int) else EXIT_OK)
 
 
 def _exit_code_for(exc: ReconError) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from recon.db.store import ReplayRecord
 from recon.engine.jobs import AttemptRecord, Job
 from recon.payments.model import Payment, PaymentEvent
 
@@ -35,7 +36,7 @@ def jobs_table(jobs: Sequence[Job]) -> None:
     _console().print(table)
 
 
-def job_detail(job: Job, attempts: Sequence[AttemptRecord]) -> None:
+def job_detail(job: Job, attempts: Sequence[AttemptRecord], replays: Sequence[ReplayRecord] = ()) -> None:
     console = _console()
     table = Table(show_header=False, title=f"job {job.id}")
     for key, value in job.to_dict().items():
@@ -45,10 +46,21 @@ def job_detail(job: Job, attempts: Sequence[AttemptRecord]) -> None:
     history = Table(title="attempts")
     for col in ("attempt", "worker", "started", "finished", "outcome", "error"):
         history.add_column(col)
+    pending = sorted(replays, key=lambda r: r.attempt)  # a replay follows the attempt it is keyed by
     for a in attempts:
         err = f"{a.error_kind}: {a.error}" if a.error_kind else (a.error or "")
         history.add_row(str(a.attempt), a.worker, _ts(a.started_at), _ts(a.finished_at), a.outcome, err[:100])
+        while pending and pending[0].attempt <= a.attempt:
+            _replay_row(history, pending.pop(0))
+    for r in pending:
+        _replay_row(history, r)
     console.print(history)
+
+
+def _replay_row(history: Table, r: ReplayRecord) -> None:
+    note = f"max_attempts {r.max_attempts_before} -> {r.max_attempts_after}"
+    history.add_row(f"after {r.attempt}", r.replayed_by or "", "", _ts(r.replayed_at), "replayed",
+                    f"{note} (was {r.error_kind})" if r.error_kind else note)
 
 
 def stats_document(raw: dict[str, Any], *, window: timedelta) -> dict[str, Any]:
@@ -162,7 +174,8 @@ def payments_table(payments: Sequence[Payment]) -> None:
         table.add_column(col, justify="right" if col in ("id", "amount") else "left")
     for p in payments:
         table.add_row(str(p.id), p.merchant_reference, p.merchant_account, p.psp,
-                      format_amount(p.amount, p.currency), str(p.status), _ts(p.created_at), _ts(p.updated_at))
+                      format_amount(p.amount, p.currency), str(p.status), _ts(p.created_at),
+                      _ts(p.updated_at))
     _console().print(table)
 
 
@@ -188,3 +201,46 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent]) -> None:
                         str(e.job_id) if e.job_id is not None else "",
                         str(e.attempt) if e.attempt is not None else "", details[:100])
     console.print(history)
+
+
+# --- dead letters and pruning -------------------------------------------------------------------------------
+
+#: a dry run lists at most this many jobs on a terminal (--json lists them all)
+DRY_RUN_ROWS = 200
+
+
+def replay_summary(jobs: Sequence[Job], *, replayed: Sequence[int], skipped: Sequence[int], budget: int,
+                   dry_run: bool) -> None:
+    console = _console()
+    if dry_run and jobs:
+        jobs_table(jobs[:DRY_RUN_ROWS])
+        if len(jobs) > DRY_RUN_ROWS:
+            console.print(f"... and {len(jobs) - DRY_RUN_ROWS} more (--json lists them all)")
+    verb = "would replay" if dry_run else "replayed"
+    console.print(f"{verb} {len(replayed)} dead jobs with {budget} fresh attempts each"
+                  + ("; nothing changed (dry run)" if dry_run else ""))
+    if skipped:
+        shown = ", ".join(str(i) for i in skipped[:20]) + (" ..." if len(skipped) > 20 else "")
+        console.print(f"{len(skipped)} left dead: an unfinished job holds their unique key (ids {shown})")
+
+
+def prune_summary(doc: dict[str, Any]) -> None:
+    age = _duration(doc["older_than_seconds"])
+    if doc["dry_run"]:
+        states = ", ".join(f"{state} {n}" for state, n in doc["by_state"].items()) or "none"
+        _console().print(f"would prune {doc['would_delete']} jobs finished more than {age} ago ({states}); "
+                         "nothing changed (dry run)")
+        return
+    _console().print(f"pruned {doc['deleted']} jobs finished more than {age} ago and "
+                     f"{doc['attempts_deleted']} attempt rows, in {doc['batches']} batches "
+                     f"({doc['seconds']:.1f}s)"
+                     + ("; interrupted" if doc["interrupted"] else ""))
+
+def _duration(seconds: float) -> str:
+    """7d, 12h, 90m, 30s: the largest unit that divides ``seconds``, as people type durations."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+# --- end of dead letters and pruning ------------------------------------------------------------------------

@@ -129,7 +129,7 @@ def _decoded_lines(fh: IO[bytes], source: str) -> Iterator[str]:
 
 def _records(reader: Iterator[list[str]], source: str) -> Iterator[tuple[int, list[str]]]:
     """(first physical line, fields) per record; blank lines are skipped."""
-    last = 1  # the header
+    last = reader.line_num  # type: ignore[attr-defined]  # the header's last line
     while True:
         try:
             record = next(reader)

@@ -7,9 +7,12 @@ that would need rounding.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from recon.errors import UsageError
+
+_PLAIN = re.compile(r"[+-]?[0-9]+(\.[0-9]+)?")
 
 _ZERO = "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF"
 _THREE = "BHD IQD JOD KWD LYD OMR TND"
@@ -42,12 +45,12 @@ def parse_amount(text: str, currency: str) -> int:
     """``"12.34"`` EUR -> 1234. Exact: ``"12.345"`` EUR or ``"1.5"`` JPY is an error, never rounded."""
     exponent = MINOR_UNITS[check_currency(currency)]
     raw = text.strip()
+    if not _PLAIN.fullmatch(raw):  # Decimal() alone would take "1_000", ".5", "1e3", "NaN" and non-ASCII digits
+        raise UsageError(f"amount {text!r} is not a plain decimal number (digits, optionally a '.' and decimals)")
     try:
         value = Decimal(raw)
     except InvalidOperation:
         raise UsageError(f"amount {text!r} is not a decimal number") from None
-    if not value.is_finite() or "e" in raw.lower():
-        raise UsageError(f"amount {text!r} is not a plain decimal number")
     minor = value.scaleb(exponent)
     if minor != minor.to_integral_value():
         raise UsageError(f"amount {text!r} has more decimals than {currency.upper()} allows ({exponent})")

@@ -313,3 +313,24 @@ def test_reconcile__not_found_while_charge_may_still_send_is_not_failed(db: Data
     assert payment is not None and payment.status is PaymentStatus.SUCCEEDED
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 1
     adapter.close()
+
+
+def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: SandboxServer) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=60, decline_amount_suffix=None))
+    [pid] = create(db, 1)
+    adapter = sandbox_adapter(sandbox.url)
+    drain(db, handlers_for(db, adapter), queues=["charges"])
+    ref = LedgerStore(db).get(pid).psp_reference  # type: ignore[union-attr]
+    admin(sandbox.url, f"/_admin/payments/{ref}/amount", {"amount": 1})
+    admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
+    r = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
+                        "--older-than", "0", "--json"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url})
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["needs_review"] == 1
+    adapter.close()
