@@ -24,25 +24,40 @@ from dataclasses import replace
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
 from recon.db.store import make_listener
 
 PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TIMEOUT = 300.0
+_CREATED: set[str] = set()
+
+
+def drop_created() -> None:
+    for url in _CREATED:
+        parsed = make_url(url)
+        admin = sa.create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+        admin.dispose()
 
 
 def fresh_db(backend: str, tmp: Path) -> str:
+    """An empty, migrated database: a new SQLite file, or a PostgreSQL database of the bench's own
+    (``<db>_bench_<pid>``, dropped and recreated) on the server of RECON_BENCH_DATABASE_URL."""
     if backend == "sqlite":
         url = f"sqlite:///{tmp}/bench-{time.monotonic_ns()}.db"
     else:
-        url = PG_URL
-        engine = sa.create_engine(url)
-        with engine.begin() as conn:
-            for (name,) in conn.exec_driver_sql(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()").all():
-                conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{name}" CASCADE')
-        engine.dispose()
+        base = make_url(PG_URL).set(drivername="postgresql+psycopg")
+        name = f"{base.database}_bench_{os.getpid()}"
+        admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        admin.dispose()
+        url = base.set(database=name).render_as_string(hide_password=False)
+        _CREATED.add(url)
     db = connect(url)
     upgrade(db)
     db.dispose()
@@ -149,7 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--backend", choices=["postgresql", "sqlite", "both"], default="both")
-    parser.add_argument("--concurrency", type=int, default=32, help="handler threads per worker process")
+    parser.add_argument("--concurrency", type=int, default=64, help="handler threads per worker process")
     parser.add_argument("--latency-samples", type=int, default=200)
     args = parser.parse_args()
     machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
@@ -174,4 +189,7 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "_latency_worker":
         _latency_worker(sys.argv[2], sys.argv[3])
     else:
-        main()
+        try:
+            main()
+        finally:
+            drop_created()

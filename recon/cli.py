@@ -88,6 +88,8 @@ class App:
         self._settings: Settings | None = None
         self._db: Database | None = None
         self._adapters: dict[str, PspAdapter] = {}
+        self._metrics: Any = None
+        self._guard: Any = None  # psp controls (issue 5)
 
     @property
     def settings(self) -> Settings:
@@ -144,8 +146,45 @@ class App:
             adapter = registry.get_factory(name)(settings)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"PSP {name!r}: {exc}") from None
+        from recon.payments.instrumented import InstrumentedAdapter
+
+        adapter = InstrumentedAdapter(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
         self._adapters[name] = adapter
         return adapter
+
+    @property
+    def metrics(self) -> Any:
+        """This process's counts (recon.metrics.ProcessMetrics): worker observer and adapters' recorder."""
+        if self._metrics is None:
+            from recon.metrics import ProcessMetrics
+
+            self._metrics = ProcessMetrics()
+        return self._metrics
+
+    # --- psp controls (issue 5): the guard both PSP-calling handlers share -------------------------------
+
+    @property
+    def guard_config(self) -> Any:
+        from recon.payments.guard import GuardConfig
+
+        return GuardConfig.from_table(self.settings.extra.get("psp"), source=self.settings.source)
+
+    @property
+    def control_store(self) -> Any:
+        from recon.db.control_store import ControlStore
+
+        return ControlStore(self.db)
+
+    @property
+    def guard(self) -> Any:
+        """This process's PspGuard (recon.payments.guard): pause, cool-down, breaker and rate limit per PSP."""
+        if self._guard is None:
+            from recon.payments.guard import PspGuard
+
+            self._guard = PspGuard(self.control_store, self.guard_config)
+        return self._guard
+
+    # --- end of psp controls ---------------------------------------------------------------------------
 
     def close(self) -> None:
         for adapter in self._adapters.values():
@@ -160,10 +199,10 @@ class App:
 
         handlers = Handlers()
         if "charge" in kinds:
-            handlers.register("charge", ChargeHandler(self.ledger, self.adapter))
+            handlers.register("charge", ChargeHandler(self.ledger, self.adapter, guard=self.guard))
         if "reconcile" in kinds:
             handlers.register("reconcile", ReconcileHandler(self.ledger, self.adapter, config=self.reconcile_config,
-                                                            clock=SystemClock()))
+                                                            clock=SystemClock(), guard=self.guard))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
@@ -195,12 +234,19 @@ pass_app = click.make_pass_decorator(App)
               help="A TOML file like config/recon.toml.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              envvar="RECON_LOG_FORMAT", help="json: one JSON object per line (ts, level, logger, message, "
+              "job_id, kind, attempt, worker, payment_reference); secrets are redacted in both.")
 @click.pass_context
-def cli(ctx: click.Context, database_url: str | None, config_path: str | None, log_level: str) -> None:
+def cli(ctx: click.Context, database_url: str | None, config_path: str | None, log_level: str,
+        log_format: str) -> None:
     """recon: payments kept honest between our database and the PSPs."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from recon.logs import configure
+
+    configure(level=log_level.upper(), fmt=log_format, stream=sys.stderr)
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # one INFO line per HTTP request from httpx drowns what recon says; its warnings still show
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     ctx.obj = App(database_url, config_path)
     ctx.call_on_close(ctx.obj.close)
 
@@ -234,7 +280,8 @@ def db_upgrade(app: App) -> None:
 @click.option("--poll-interval", type=Duration(), help="Idle polling interval.")
 @click.option("--handlers", "handler_refs", multiple=True, metavar="MODULE:ATTR",
               help="Import extra job handlers (a recon.Handlers object); repeatable.")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), hidden=True)
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Serve the whole pool's Prometheus metrics on 127.0.0.1:PORT (read from the database).")
 @pass_app
 def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, lease_ttl: timedelta | None,
            heartbeat: timedelta | None, drain_timeout: timedelta | None, poll_interval: timedelta | None,
@@ -262,7 +309,7 @@ def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, l
         raise UsageError("--queues: no queue named")
     w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
                queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
-               classify_func=_classify_func(), wakeup_func=make_listener(app.db))
+               classify_func=_classify_func(), wakeup_func=make_listener(app.db), observer=app.metrics)
     from recon.db.database import UNSAFE_DISABLE_FENCING
 
     if UNSAFE_DISABLE_FENCING:
@@ -270,11 +317,23 @@ def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, l
                      "stale workers WILL overwrite results. Never run like this outside tests/chaos.")
     _install_signal_handlers(w.request_stop)
     stop_pruner = _start_pruner(app.store, engine)  # dead letters and pruning
+    metrics_server = _serve_metrics(app, metrics_port)
     try:
         stats = w.run(burst=burst)
     finally:
         stop_pruner()
+        if metrics_server is not None:
+            metrics_server.close()
     click.echo(json.dumps({"worker": w.worker_id, **stats.to_dict()}), err=True)
+
+
+def _serve_metrics(app: App, port: int | None) -> Any:
+    """The pool's metrics endpoint (recon.metrics.serve), or None without --metrics-port."""
+    if port is None:
+        return None
+    from recon.metrics import serve
+
+    return serve(app.db, port=port)
 
 
 def _classify_func() -> Callable[[BaseException], Any]:
@@ -626,17 +685,34 @@ def _payment_doc(payment: Payment) -> dict[str, Any]:
 @cli.command()
 @click.option("--window", type=Duration(), default="1h", show_default=True,
               help="Window for attempt outcome counts (retries, deaths, lease expirations).")
+@click.option("--live-window", type=Duration(), default="30s", show_default=True,
+              help="A worker not seen for this long is not live (utilisation counts live workers only).")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def stats(app: App, window: timedelta, as_json: bool) -> None:
-    """Queue depth, oldest runnable age, retries, deaths and lease expirations."""
-    from recon.render import stats_document, stats_table
+def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) -> None:
+    """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
+    money at risk."""
+    from recon.metrics import stats_extension
+    from recon.render import pool_tables, stats_document, stats_table
 
-    doc = stats_document(app.store.stats(window=window), window=window)
+    raw = app.store.stats(window=window)
+    doc = stats_document(raw, window=window)
+    doc.update(stats_extension(app.store.pool_snapshot(workers_within=None),
+                               app.store.attempt_stats(since=raw["now"] - window), app.ledger.money_at_risk(),
+                               window=window, live_window=live_window.total_seconds()))
+    # --- psp controls (issue 5): pause, cool-down and breaker per PSP, next to the PSP latency section -----
+    from recon.payments.guard import status_document
+
+    doc["psp_controls"] = status_document(app.control_store, app.guard_config, app.psp_names())["psps"]
+    # --- end of psp controls ------------------------------------------------------------------------------
     if as_json:
         click.echo(json.dumps(doc))
     else:
         stats_table(doc)
+        pool_tables(doc)
+        from recon.render import psp_controls_table  # psp controls (issue 5)
+
+        psp_controls_table(doc["psp_controls"])
 
 
 # --- sweep --------------------------------------------------------------------------------------------------
@@ -756,11 +832,13 @@ def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until:
                   output: str | None) -> Any:
     """Run the report into stdout, or into a temporary file renamed over ``output`` once complete."""
     import tempfile
+    from typing import TextIO
 
     from recon.db.report_store import ReportStore
     from recon.reconcile import settlement as st
 
-    tmp = None
+    tmp: str | None = None
+    out: TextIO
     if output:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)), prefix=".recon-report-")
         out = os.fdopen(fd, "w", encoding="utf-8", newline="")
@@ -778,6 +856,9 @@ def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until:
         raise
     if tmp and output:
         out.close()
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the report gets the mode any new file would
         os.replace(tmp, output)
     return result
 
@@ -795,6 +876,78 @@ def demo(ctx: click.Context, count: int, directory: str | None) -> None:
     from recon.demo import run_demo
 
     ctx.exit(run_demo(payments=count, directory=directory, say=click.echo))
+
+
+# --- psp controls (issue 5): recon psp pause | resume | status ----------------------------------------------
+
+
+@cli.group()
+def psp() -> None:
+    """Per-PSP controls: pause and resume traffic; see cool-downs and circuit breakers."""
+
+
+def _known_psp(app: App, name: str) -> None:
+    if name not in app.psp_names():
+        raise UsageError(f"unknown PSP {name!r} (known: {', '.join(app.psp_names())})")
+
+
+def _operator() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@psp.command("pause")
+@click.argument("name")
+@click.option("--reason", help="Why; shown by `recon psp status`.")
+@click.option("--by", "by", help="Who pauses (default: USER@HOST).")
+@pass_app
+def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
+    """Stop all traffic to PSP NAME without stopping workers: its jobs wait (snoozed, no attempt spent)
+    until `recon psp resume NAME`. Running workers see it within a quarter of a second."""
+    from recon.payments import guard
+
+    _known_psp(app, name)
+    who = by or _operator()
+    guard.pause(app.control_store, name, by=who, reason=reason)
+    click.echo(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
+
+
+@psp.command("resume")
+@click.argument("name")
+@pass_app
+def psp_resume(app: App, name: str) -> None:
+    """Let traffic to PSP NAME flow again; the jobs the pause put to sleep are due at once."""
+    from recon.payments import guard
+
+    _known_psp(app, name)
+    was_paused, woken = guard.resume(app.control_store, name)
+    click.echo(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
+               else f"psp {name} was not paused")
+
+
+@psp.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def psp_status(app: App, as_json: bool) -> None:
+    """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
+    from recon.payments import guard
+
+    doc = guard.status_document(app.control_store, app.guard_config, app.psp_names())
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    from recon.render import psp_controls_table
+
+    psp_controls_table(doc["psps"], at=doc["at"])
+
+
+# --- end of psp controls -------------------------------------------------------------------------------------
 
 
 # --- the PSP sandbox ----------------------------------------------------------------------------------------

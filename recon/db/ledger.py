@@ -127,7 +127,9 @@ class LedgerStore:
                              "now": self.db.now_param()}).first() is not None
 
     def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
-        conn.execute(self._q(lq.payment_event_insert_many), {"rows": json.dumps(events), "now": self.db.now_param()})
+        for start in range(0, len(events), 5000):
+            conn.execute(self._q(lq.payment_event_insert_many),
+                         {"rows": json.dumps(events[start:start + 5000]), "now": self.db.now_param()})
 
     # --- reads -------------------------------------------------------------------------------------------
 
