@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The chaos suite restarts PostgreSQL: run it last."""
     items.sort(key=lambda item: "tests/chaos/" in str(item.fspath).replace("\\", "/"))
 #: tables recon creates, children first; extended by later migrations
-TABLES = ("payment_events", "payments", "job_attempts", "jobs")
+TABLES = ("payment_events", "payments", "job_attempts", "jobs", "workers", "psp_controls")
 
 
 @pytest.fixture(scope="session")
@@ -45,11 +45,13 @@ def pg_migrated() -> Iterator[str]:
     with admin.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.dispose()  # the chaos suite restarts PostgreSQL: never keep a connection across the session
     url = base.set(database=name).render_as_string(hide_password=False)
     db = connect(url)
     upgrade(db)
     db.dispose()
     yield url
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.dispose()

@@ -6,6 +6,11 @@ LISTEN thread for wake-ups. Commits are the cost of a database queue, so claims 
 free slots) and finishes without domain writes are grouped; a finish that carries a domain write
 (``Outcome.write``) gets its own transaction, shared with that write.
 
+A presence thread upserts the process's row in ``workers`` every few seconds (slots, busy slots, and the
+counters of its ``WorkerObserver``, which the finisher tells of every committed finish in memory): that is
+how one metrics endpoint and ``recon stats`` see the whole pool (recon/metrics.py). Each handler runs
+inside ``recon.logs.job_scope``, so every line logged meanwhile names its job.
+
 The worker never computes a delay (``RetryPolicy`` does) and never decides whether an error is retryable
 (the handler returns an outcome; an exception it did not classify goes through ``classify_func``, by
 default a retryable ``bug``).
@@ -28,16 +33,18 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, Protocol
 
 from recon.config import EngineConfig
-from recon.db.store import Finish, JobStore
+from recon.db.store import Finish, JobStore, WorkerPresence
 from recon.engine.jobs import Job
 from recon.engine.lease import Heartbeater, Lease
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.errors import LeaseLost, StoreError, UnknownJobKind
+from recon.logs import job_scope
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +122,8 @@ class _Done:
     job: Job
     lease: Lease
     outcome: Outcome | None  #: None: the handler found its lease lost, nothing to write
+    seconds: float = 0.0  #: the handler's run time
+    log_fields: dict[str, Any] = field(default_factory=dict)  #: the job's log context (recon.logs)
 
 
 class Worker:
@@ -133,6 +142,8 @@ class Worker:
         wakeup_func: WakeupFunc | None = None,
         worker_id: str | None = None,
         run_watcher: bool = True,
+        observer: WorkerObserver | None = None,
+        presence_interval: float | None = None,
     ) -> None:
         self.store = store
         self.handlers = handlers
@@ -144,6 +155,9 @@ class Worker:
         self.wakeup_func = wakeup_func
         self.worker_id = worker_id or make_worker_id()
         self.run_watcher = run_watcher
+        self.observer = observer
+        self.presence_interval = presence_interval or min(PRESENCE_INTERVAL_SECONDS_DEFAULT,
+                                                          config.heartbeat_interval_seconds)
         self.stats = WorkerStats()
         self._stop = threading.Event()  # stop claiming
         self._halt = threading.Event()  # stop the helper threads
@@ -190,6 +204,7 @@ class Worker:
                 self._watcher.run_once()
             except StoreError as exc:
                 log.warning("stuck watcher failed: %s", exc)
+        self._publish_presence(start=True)
         threads = self._start_threads()
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id, self.queues, self.config.concurrency)
         try:
@@ -201,10 +216,11 @@ class Worker:
             for _ in range(self.config.concurrency):
                 self._todo.put(None)
             for t in threads:
-                if t.name.startswith("recon-finisher") or t.name.startswith("recon-heartbeat"):
+                if t.name.startswith(("recon-finisher", "recon-heartbeat", "recon-presence")):
                     t.join(timeout=10)
             self.stats.lease_expirations = self._watcher.lease_expirations
             self.stats.leases_lost = self._heartbeater.lost
+            self._publish_presence(stopped=True)
         log.info("worker %s stopped: %s", self.worker_id, self.stats.to_dict())
         return self.stats
 
@@ -214,6 +230,7 @@ class Worker:
         specs: list[tuple[str, Callable[[], None]]] = [(f"recon-runner-{i}", self._runner)
                                                         for i in range(self.config.concurrency)]
         specs.append(("recon-finisher", self._finisher))
+        specs.append(("recon-presence", self._presence_loop))
         specs.append(("recon-heartbeat", lambda: self._heartbeater.run_forever(
             self._halt, interval=self.config.heartbeat_interval_seconds)))
         if self.run_watcher:
@@ -295,13 +312,17 @@ class Worker:
 
     def _runner(self) -> None:
         while (item := self._todo.get()) is not None:
-            outcome = self._execute(item.job, item.lease)
+            fields = job_log_fields(item.job, self.worker_id)
+            started = time.monotonic()
+            with job_scope(fields):  # every line logged while the handler runs names the job
+                outcome = self._execute(item.job, item.lease)
+            seconds = time.monotonic() - started
             with self._lock:
                 if item.job.id in self._executing:
                     self._executing.discard(item.job.id)
                     self._per_queue[item.job.queue] -= 1
             self._wake.set()
-            self._done.put(_Done(item.job, item.lease, outcome))
+            self._done.put(_Done(item.job, item.lease, outcome, seconds, fields))
 
     def _execute(self, job: Job, lease: Lease) -> Outcome | None:
         try:
@@ -343,7 +364,8 @@ class Worker:
         for done in batch:
             if done.outcome is None:
                 self.stats.stale_finishes += 1
-                log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts)
+                log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts,
+                            extra=done.log_fields)
             elif getattr(done.outcome, "write", None) is not None:
                 self._finish_with_write(done)
                 continue
@@ -353,7 +375,7 @@ class Worker:
             if grouped:
                 matched = self._store_finish([f for _, f in grouped])
                 for done, f in grouped:
-                    self._record(done.job, f, matched)
+                    self._record(done.job, f, matched, done)
         except StoreError as exc:
             # the leases stay in the database until they expire; the watcher returns the jobs to the queue
             log.error("could not finish %d jobs (%s); their leases will expire", len(grouped), exc)
@@ -373,7 +395,7 @@ class Worker:
         except StoreError as exc:
             log.error("could not finish job %s (%s); its lease will expire", done.job.id, exc)
             return
-        self._record(done.job, finish, matched)
+        self._record(done.job, finish, matched, done)
 
     def _store_finish(self, finishes: list[Finish], write: Any = None) -> set[int]:
         for attempt in range(FINISH_RETRIES):
@@ -386,17 +408,29 @@ class Worker:
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
 
-    def _record(self, job: Job, finish: Finish, matched: set[int]) -> None:
+    def _record(self, job: Job, finish: Finish, matched: set[int], done: _Done | None = None) -> None:
+        fields = done.log_fields if done is not None else job_log_fields(job, self.worker_id)
         if job.id in matched:
             self.stats.outcomes[finish.outcome] += 1
+            if self.observer is not None:
+                self.observer.job_finished(job, outcome=finish.outcome, error_kind=finish.error_kind,
+                                           seconds=done.seconds if done is not None else 0.0)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("job %s attempt %s: %s", job.id, job.attempts, finish.outcome, extra=fields)
         else:
             self.stats.stale_finishes += 1
             log.warning("stale finish rejected by fencing: job %s attempt %s (%s)", job.id, job.attempts,
-                        finish.outcome)
+                        finish.outcome, extra=fields)
 
     def _release_slots(self, jobs: Sequence[Job]) -> None:
         with self._lock:
             for job in jobs:
+                current = self._running.get(job.id)
+                if current is not None and current.job.attempts != job.attempts:
+                    # Claimed again by this worker between its finish's commit and now (a retry or snooze
+                    # with no delay): that attempt holds the slot and the lease. Dropping it here lost its
+                    # heartbeats and let a burst worker exit with it still running.
+                    continue
                 self._running.pop(job.id, None)
                 if job.id in self._executing:
                     self._executing.discard(job.id)
@@ -423,6 +457,37 @@ class Worker:
             case Cancel(reason=reason):
                 return Finish(**base, state="canceled", outcome="canceled", error=reason)
         raise TypeError(f"handler for job {job.id} returned {outcome!r}, not an Outcome")
+
+    # --- presence: this process's row in the workers table (recon.metrics reads it) ----------------------
+
+    def presence(self, *, stopped: bool = False) -> WorkerPresence:
+        """This process as the workers table shows it: slots, busy slots and cumulative counters."""
+        with self._lock:
+            busy = len(self._executing)
+        counters: dict[str, Any] = {
+            "claimed": self.stats.claimed, "released": self.stats.released,
+            "stale_finishes": self.stats.stale_finishes, "leases_lost": self._heartbeater.lost,
+            "lease_expirations": self._watcher.lease_expirations}
+        if self.observer is not None:
+            counters = self.observer.snapshot() | counters
+        return WorkerPresence(id=self.worker_id, host=socket.gethostname(), pid=os.getpid(),
+                              queues=tuple(self.queues), slots=self.config.concurrency, busy_slots=busy,
+                              counters=counters, stopped=stopped)
+
+    def _publish_presence(self, *, start: bool = False, stopped: bool = False) -> None:
+        # Never fatal: without its row the worker still works; only the pool's view of it is missing.
+        try:
+            if start:
+                self.store.prune_workers(older_than=WORKER_RETENTION)
+            self.store.upsert_worker(self.presence(stopped=stopped))
+        except StoreError as exc:
+            log.warning("could not update this worker's row in the workers table: %s", exc)
+
+    def _presence_loop(self) -> None:
+        while not self._halt.wait(self.presence_interval):
+            self._publish_presence()
+
+    # --- end of presence ------------------------------------------------------------------------------
 
     # --- shutdown -------------------------------------------------------------------------------------
 
@@ -456,3 +521,31 @@ def _is_transient(exc: StoreError) -> bool:
     from recon.errors import DatabaseTransientError
 
     return isinstance(exc, DatabaseTransientError)
+
+
+# --- observing a worker: metrics and logs (recon.metrics implements the observer) ---------------------------
+
+#: how often a worker upserts its row in the workers table (at most; never slower than its heartbeat)
+PRESENCE_INTERVAL_SECONDS_DEFAULT = 5.0
+#: a worker starting up deletes the rows of workers not seen for this long
+WORKER_RETENTION = timedelta(days=1)
+
+
+class WorkerObserver(Protocol):
+    """What a worker tells its observer. Calls come from the finisher thread and must be cheap (in-memory
+    counting); the observer's ``snapshot()`` travels to the database with the worker's presence row."""
+
+    def job_finished(self, job: Job, *, outcome: str, error_kind: str | None, seconds: float) -> None:
+        """An attempt's finish committed with ``outcome``; ``seconds`` is the handler's run time."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cumulative counters as a JSON-able dict, for the ``workers`` row."""
+        ...
+
+
+def job_log_fields(job: Job, worker: str) -> dict[str, Any]:
+    """The fields of every log line about ``job`` (recon.logs.job_scope)."""
+    return {"job_id": job.id, "kind": job.kind, "attempt": job.attempts, "queue": job.queue, "worker": worker}
+
+# --- end of observing a worker ------------------------------------------------------------------------------

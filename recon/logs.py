@@ -1,0 +1,157 @@
+"""Logging: text or JSON lines on stderr, the job's context on every line about a job, secrets redacted.
+
+``configure(level=…, fmt="json")`` installs one handler on the root logger. A JSON line carries ``ts``,
+``level``, ``logger`` and ``message``, then the record's extras. Lines about a job carry ``job_id``, ``kind``,
+``attempt``, ``queue``, ``worker`` and, once known, ``payment_reference``:
+
+- the worker runs each handler inside ``job_scope(fields)``: a context variable that a filter copies onto
+  every record emitted in that thread meanwhile (the handler's own lines, httpx's, the adapter's);
+- code that learns more about the job adds to the scope with ``bind(payment_reference=…)`` (the
+  instrumented PSP adapter does, from the charge request or the payment lookup);
+- lines logged later by the worker's finisher thread pass the same dict as ``extra``.
+
+Redaction runs on every string that goes into a line, in both formats: credentials (URL passwords,
+``api_key=…`` and quoted ``"api_key": "…"``, Bearer/Basic tokens, Stripe and Adyen keys) and card numbers
+(13-19 digits passing the Luhn check). It is a last line of defence: adapters keep keys in ``Secret`` and
+never log them in the first place. The credential patterns repeat ``recon.classify``'s (which masks stored
+error texts) rather than import them: the engine logs through this module, and must not depend on
+``recon.classify`` and, through it, on ``psp_adapters``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+FORMATS = ("text", "json")
+#: the fields of a line about a job, in the order a text line shows them
+JOB_FIELDS = ("job_id", "kind", "attempt", "queue", "worker", "payment_reference")
+
+_job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("recon_job_log", default=None)
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_CREDENTIALS = (
+    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # user:password@ in a URL
+    (re.compile(r"(?i)\b(password|passwd|pwd|api[_-]?key|secret|token)(\s*[=:]\s*)[^\s\"',}]+"), r"\1\2***"),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
+    (re.compile(r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9*]+"), "[redacted]"),  # Stripe keys
+    (re.compile(r"\bAQE[A-Za-z0-9+/=_.-]{16,}"), "[redacted]"),  # Adyen API keys
+)
+_QUOTED_KEY = re.compile(
+    r"""(?i)(["']?\b(?:password|passwd|pwd|api[_-]?key|secret|token|authorization)["']?\s*[=:]\s*["'])[^"']+""")
+_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+
+
+@contextlib.contextmanager
+def job_scope(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every line logged in this thread inside the ``with`` carries ``fields`` (the dict itself, so that
+    ``bind`` and the caller see later additions)."""
+    token = _job.set(fields)
+    try:
+        yield fields
+    finally:
+        _job.reset(token)
+
+
+def bind(**fields: Any) -> None:
+    """Add fields to the current job's log context; outside a job, nothing happens."""
+    current = _job.get()
+    if current is not None:
+        current.update({k: v for k, v in fields.items() if v is not None})
+
+
+def redact(text: str) -> str:
+    """``text`` with credentials and card numbers masked."""
+    for pattern, replacement in _CREDENTIALS:
+        text = pattern.sub(replacement, text)
+    text = _QUOTED_KEY.sub(r"\1***", text)
+    return _CARD.sub(_mask_card, text)
+
+
+def _mask_card(match: re.Match[str]) -> str:
+    digits = [int(c) for c in match.group(0) if c.isdigit()]
+    checksum = sum(digits[-1::-2]) + sum(sum(divmod(2 * d, 10)) for d in digits[-2::-2])
+    return "[card]" if checksum % 10 == 0 else match.group(0)
+
+
+class JobContextFilter(logging.Filter):
+    """Copies the current job scope onto each record (in the emitting thread, where the scope is set)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scope = _job.get()
+        if scope:
+            for key, value in scope.items():
+                if not hasattr(record, key):
+                    setattr(record, key, value)
+        return True
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return redact(repr(value) if not isinstance(value, datetime) else value.isoformat())
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, the record's extras, and exc (a traceback)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        for key, value in _extras(record).items():
+            doc.setdefault(key, _clean(value))
+        if record.exc_info:
+            doc["exc"] = redact(self.formatException(record.exc_info))
+        elif record.exc_text:
+            doc["exc"] = redact(record.exc_text)
+        return json.dumps(doc, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message [job_id=… kind=… …]``, redacted like the JSON lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = " ".join(f"{k}={getattr(record, k)}" for k in JOB_FIELDS
+                           if getattr(record, k, None) is not None)
+        return redact(f"{line} [{context}]" if context else line)
+
+
+def configure(*, level: str | int = "INFO", fmt: str = "text",
+              stream: TextIO | None = None) -> logging.Handler:
+    """Send every log line to ``stream`` (stderr) in ``fmt``; replaces a handler an earlier call installed."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_recon", False)]:
+        root.removeHandler(old)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(JobContextFilter())
+    handler._recon = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    return handler
