@@ -146,9 +146,9 @@ class App:
             adapter = registry.get_factory(name)(settings)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"PSP {name!r}: {exc}") from None
-        from recon.payments.instrumented import InstrumentedAdapter
+        from recon.payments.instrumented import instrument
 
-        adapter = InstrumentedAdapter(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
+        adapter = instrument(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
         self._adapters[name] = adapter
         return adapter
 
@@ -165,7 +165,7 @@ class App:
 
     @property
     def guard_config(self) -> Any:
-        from recon.payments.guard import GuardConfig
+        from recon.payments.psp_limits import GuardConfig
 
         return GuardConfig.from_table(self.settings.extra.get("psp"), source=self.settings.source)
 
@@ -518,8 +518,9 @@ def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: i
         b = store.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
                               replayed_by=operator, dry_run=dry_run)
         run["batches"] += 1 if b.jobs else 0
-        picked = set(b.replayed)
-        run["jobs"].extend(j for j in b.jobs if j.id in picked)  # as they were (dead)
+        if dry_run:  # the listing; a real run keeps only ids (it may move millions)
+            picked = set(b.replayed)
+            run["jobs"].extend(j for j in b.jobs if j.id in picked)
         run["replayed"].extend(b.replayed)
         run["skipped"].extend(b.skipped)
         if len(b.jobs) < want:
@@ -775,7 +776,7 @@ def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show
     worker = Worker(app.store, app.handlers(kinds=("reconcile",)), config=engine,
                     policy=RetryPolicy(app.settings.retry), queues=[queue],
                     queue_caps={queue: app.settings.queue(queue).concurrency},
-                    classify_func=_classify_func(), wakeup_func=None)
+                    classify_func=_classify_func(), wakeup_func=None, observer=app.metrics)
     _install_signal_handlers(worker.request_stop)
     from recon.render import progress_while
 

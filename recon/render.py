@@ -244,3 +244,75 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 # --- end of dead letters and pruning ------------------------------------------------------------------------
+
+
+# --- stats: the pool (recon.metrics.stats_extension) --------------------------------------------------------
+
+
+def pool_tables(doc: dict[str, Any]) -> None:
+    """The parts of `recon stats` beyond queue depth: kinds, depth detail, workers, PSPs, money at risk."""
+    console = _console()
+    kinds = Table(title=f"job kinds, last {int(doc['window_seconds'])}s")
+    for col in ("kind", "attempts", "retry rate", "dead rate", "attempts/success", "p50 s", "p95 s", "max s"):
+        kinds.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, e in sorted(doc["kinds"].items()):
+        d = e["duration_seconds"] or {}
+        kinds.add_row(kind, str(sum(e["attempts"].values())), f"{e['retry_rate']:.2%}",
+                      f"{e['dead_rate']:.2%}", _num(e["attempts_per_success"]), _num(d.get("p50")),
+                      _num(d.get("p95")), _num(d.get("max")))
+    console.print(kinds)
+    if doc["depth_detail"]:
+        depth = Table(title="unfinished jobs by queue, kind, tenant, priority")
+        for col in ("queue", "kind", "tenant", "priority", "state", "jobs"):
+            depth.add_column(col, justify="right" if col in ("priority", "jobs") else "left")
+        for row in doc["depth_detail"][:50]:
+            depth.add_row(row["queue"], row["kind"], row["tenant"] or "-", str(row["priority"]), row["state"],
+                          str(row["jobs"]))
+        console.print(depth)
+    w = doc["workers"]
+    console.print(f"workers: {w['live']} live, utilisation {w['utilisation']:.0%} "
+                  f"({w['busy_slots']}/{w['slots']} slots); stale finishes {doc['stale_finishes']}, "
+                  f"leases lost {doc['leases_lost']}")
+    if w["list"]:
+        workers = Table(title="workers")
+        for col in ("id", "status", "queues", "busy/slots", "last seen", "claimed", "stale finishes"):
+            workers.add_column(col)
+        for r in w["list"]:
+            workers.add_row(r["id"], r["status"], ",".join(r["queues"]), f"{r['busy_slots']}/{r['slots']}",
+                            f"{r['last_seen_seconds_ago']:.0f}s ago", str(r["claimed"]),
+                            str(r["stale_finishes"]))
+        console.print(workers)
+    for psp, p in sorted(doc["psp"].items()):
+        lat = p["latency_seconds"]
+        console.print(f"PSP {psp}: {p['requests']} requests, {p['throttles']} throttled (429); latency p50 "
+                      f"{_num(lat['p50'])}s p95 {_num(lat['p95'])}s")
+    pay = doc["payments"]
+    if pay["unfinished"]:
+        by_age = ", ".join(f"{k} {v}" for k, v in pay["unfinished_by_age"].items())
+        at_risk = ", ".join(f"{k} {v}" for k, v in pay["money_at_risk"].items())
+        console.print(f"unfinished payments by age: {by_age}; money at risk (minor units): {at_risk}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+# --- end of stats: the pool ---------------------------------------------------------------------------------
+
+# --- psp controls (issue 5): `recon psp status`, and the PSP controls part of `recon stats` ------------------
+
+
+def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None) -> None:
+    table = Table(title=f"PSP controls at {at}" if at else "PSP controls")
+    for col in ("psp", "traffic", "cool-down", "breaker", "failures", "next probe", "rate limit", "why"):
+        table.add_column(col)
+    for p in psps:
+        traffic = f"paused by {p['paused_by']} since {p['paused_at'][:19]}" if p["paused"] else "flowing"
+        cooling = f"{p['cooldown_seconds_left']:.1f}s left" if p["cooling_down"] else "-"
+        probe = (p["next_probe_at"] or "")[:19] or "-"
+        rate = f"{p['rate_limit']:g}/s" if p["rate_limit"] else "none"
+        why = p["pause_reason"] if p["paused"] else (p["breaker_reason"] if p["breaker_state"] != "closed" else "")
+        table.add_row(p["psp"], traffic, cooling, p["breaker_state"], str(p["consecutive_failures"]), probe, rate,
+                      (why or "")[:60])
+    _console().print(table)
+
+# --- end of psp controls -------------------------------------------------------------------------------------

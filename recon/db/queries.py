@@ -23,6 +23,11 @@ JOB_COLUMNS = (
     "heartbeat_at, attempted_at, unique_key, last_error_kind, last_error, tenant, progress, created_at, "
     "finished_at, cancel_requested"
 )
+#: what a claim returns: only what a handler may read (the rest is known: state leased, owner = the worker)
+CLAIM_COLUMNS = (
+    "id, queue, kind, payload, priority, run_after, attempts, max_attempts, lease_until, unique_key, tenant, "
+    "progress, created_at, last_error_kind"
+)
 CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
 FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
 UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"
@@ -144,7 +149,7 @@ job_claim_available = Query(
             ORDER BY priority DESC, run_after, id
             LIMIT :n
             FOR UPDATE SKIP LOCKED)
-        RETURNING {JOB_COLUMNS}
+        RETURNING {CLAIM_COLUMNS}
     """,
     # SQLite: the store runs this inside BEGIN IMMEDIATE, which holds the database's single write lock.
     sqlite=f"""
@@ -154,7 +159,7 @@ job_claim_available = Query(
             WHERE {CLAIMABLE} AND queue IN :queues AND run_after <= {{now}} AND NOT cancel_requested
             ORDER BY priority DESC, run_after, id
             LIMIT :n)
-        RETURNING {JOB_COLUMNS}
+        RETURNING {CLAIM_COLUMNS}
     """,
     expanding=("queues",),
 )
@@ -422,7 +427,7 @@ job_attempt_insert_unfenced = Query(
 )
 
 
-# --- dead letters and pruning (`recon jobs list/replay/prune`, the worker's pruner) --------------------------
+# --- dead letters and pruning (`recon jobs list/replay/prune`, the worker's pruner) -------------------------
 # Timestamps bound as parameters: PostgreSQL needs the cast to compare a NULL-able parameter; SQLite stores
 # integer microseconds and compares them as they are.
 _TS = {"postgresql": "CAST(:{} AS timestamptz)", "sqlite": ":{}"}
@@ -442,10 +447,12 @@ job_list_page_filtered = Query(
     "Run by `recon jobs list`: one page after an id cursor, filtered by state, queue, kind, error kind and "
     "finished-since.",
     postgresql=f"""SELECT {JOB_COLUMNS} FROM jobs
-            WHERE id > :after_id AND (CAST(:state AS TEXT) IS NULL OR state = :state) {_job_filters("postgresql")}
+            WHERE id > :after_id AND (CAST(:state AS TEXT) IS NULL OR state = :state)
+              {_job_filters("postgresql")}
             ORDER BY id LIMIT :n""",
     sqlite=f"""SELECT {JOB_COLUMNS} FROM jobs
-            WHERE id > :after_id AND (CAST(:state AS TEXT) IS NULL OR state = :state) {_job_filters("sqlite")}
+            WHERE id > :after_id AND (CAST(:state AS TEXT) IS NULL OR state = :state)
+              {_job_filters("sqlite")}
             ORDER BY id LIMIT :n""",
 )
 
@@ -472,8 +479,8 @@ job_replay_dead = Query(
     "job_replay_dead",
     "Run by `recon jobs replay`: dead jobs become runnable now with :budget fresh attempts; attempts (the "
     "fencing token) is kept.",
-    sql="""UPDATE jobs SET state = 'runnable', run_after = {now}, finished_at = NULL, cancel_requested = FALSE,
-                max_attempts = attempts + :budget
+    sql="""UPDATE jobs SET state = 'runnable', run_after = {now}, finished_at = NULL,
+                cancel_requested = FALSE, max_attempts = attempts + :budget
             WHERE id IN :ids AND state = 'dead'
             RETURNING id, attempts, max_attempts""",
     expanding=("ids",),
@@ -484,20 +491,22 @@ job_replay_insert = Query(
     "Run by `recon jobs replay`, in the replay's transaction: the replay's row in the job's history.",
     sql="""INSERT INTO job_replays (job_id, attempt, replayed_at, max_attempts_before, max_attempts_after,
                                     error_kind, replayed_by)
-           VALUES (:job_id, :attempt, {now}, :max_attempts_before, :max_attempts_after, :error_kind, :replayed_by)""",
+           VALUES (:job_id, :attempt, {now}, :max_attempts_before, :max_attempts_after, :error_kind,
+                   :replayed_by)""",
 )
 
 job_replays_for = Query(
     "job_replays_for",
     "Run by `recon jobs show`: a job's replays, oldest first.",
-    sql="""SELECT job_id, attempt, replayed_at, max_attempts_before, max_attempts_after, error_kind, replayed_by
+    sql="""SELECT job_id, attempt, replayed_at, max_attempts_before, max_attempts_after, error_kind,
+                  replayed_by
            FROM job_replays WHERE job_id = :id ORDER BY attempt""",
 )
 
 job_prune_finished = Query(
     "job_prune_finished",
-    "Run by `recon jobs prune` and the worker's pruner: deletes one batch of jobs finished before the cutoff, "
-    "with their history.",
+    "Run by `recon jobs prune` and the worker's pruner: deletes one batch of jobs finished before the "
+    "cutoff, with their history.",
     # Rows come from the jobs_finished_at partial index, locked with SKIP LOCKED (a job another transaction
     # holds, e.g. being replayed, waits for the next batch; its state is re-checked under the lock). "= ANY
     # (ARRAY(...))" makes both deletes primary-key lookups whatever the planner thinks the CTE holds.
@@ -543,4 +552,79 @@ job_count_prunable = Query(
             GROUP BY state ORDER BY state""",
 )
 
-# --- end of dead letters and pruning -------------------------------------------------------------------------
+# --- end of dead letters and pruning ------------------------------------------------------------------------
+
+# --- workers and pool metrics (recon.metrics, `recon stats`) ------------------------------------------------
+
+WORKER_COLUMNS = "id, host, pid, queues, slots, busy_slots, started_at, last_seen_at, stopped_at, counters"
+
+worker_upsert = Query(
+    "worker_upsert",
+    "Run by a worker's presence thread every few seconds: its row in the pool, with its cumulative counters.",
+    sql="""
+        INSERT INTO workers (id, host, pid, queues, slots, busy_slots, started_at, last_seen_at, stopped_at,
+                             counters)
+        VALUES (:id, :host, :pid, {json:queues}, :slots, :busy_slots, {now}, {now},
+                CASE WHEN :stopped = 1 THEN {now} END, {json:counters})
+        ON CONFLICT (id) DO UPDATE SET
+            queues = excluded.queues, slots = excluded.slots, busy_slots = excluded.busy_slots,
+            last_seen_at = excluded.last_seen_at, stopped_at = coalesce(workers.stopped_at, excluded.stopped_at),
+            counters = excluded.counters
+    """,
+)
+
+worker_delete_not_seen_since = Query(
+    "worker_delete_not_seen_since",
+    "Run by a worker as it starts: rows of workers not seen for the retention period are forgotten.",
+    sql="DELETE FROM workers WHERE last_seen_at < {now} - {secs:retention}",
+)
+
+worker_list_seen_since = Query(
+    "worker_list_seen_since",
+    "Run by the metrics endpoint and `recon stats`: the workers seen since :since, oldest first.",
+    sql=f"SELECT {WORKER_COLUMNS} FROM workers WHERE last_seen_at >= :since ORDER BY started_at, id",
+)
+
+job_stats_depth_detail = Query(
+    "job_stats_depth_detail",
+    "Run by the metrics endpoint and `recon stats`: unfinished jobs per queue, kind, tenant, priority, state",
+    sql="""SELECT queue, kind, coalesce(tenant, ''), priority, state, count(*) FROM jobs
+           WHERE state IN ('pending', 'runnable', 'retryable', 'leased')
+           GROUP BY queue, kind, coalesce(tenant, ''), priority, state ORDER BY 1, 2, 3, 4, 5""",
+)
+
+job_attempt_stats_by_kind = Query(
+    "job_attempt_stats_by_kind",
+    "Run by `recon stats`: attempts ended since :since per kind and outcome, with their attempt numbers.",
+    sql="""SELECT j.kind, a.outcome, count(*), sum(a.attempt), max(a.attempt)
+           FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+           WHERE a.finished_at >= :since GROUP BY j.kind, a.outcome ORDER BY 1, 2""",
+)
+
+# Nearest-rank percentiles in portable SQL (SQLite has no percentile_cont): rank ceil(p * n) is
+# (100p * n + 99) / 100 in integer arithmetic. Attempts a handler ended are timed, claim to finish commit;
+# lease_expired and released attempts measure the lease, not the work, and are left out.
+_ATTEMPT_DURATIONS = """
+    WITH d AS (
+        SELECT j.kind, {duration} AS secs FROM job_attempts a JOIN jobs j ON j.id = a.job_id
+        WHERE a.finished_at >= :since AND a.started_at IS NOT NULL
+          AND a.outcome IN ('succeeded', 'retried', 'snoozed', 'dead', 'canceled')
+    ), ranked AS (
+        SELECT kind, secs, row_number() OVER (PARTITION BY kind ORDER BY secs) AS rn,
+               count(*) OVER (PARTITION BY kind) AS n
+        FROM d
+    )
+    SELECT kind, max(n), max(CASE WHEN rn = (50 * n + 99) / 100 THEN secs END),
+           max(CASE WHEN rn = (95 * n + 99) / 100 THEN secs END), max(secs), sum(secs)
+    FROM ranked GROUP BY kind ORDER BY kind
+"""
+
+job_attempt_stats_durations = Query(
+    "job_attempt_stats_durations",
+    "Run by `recon stats`: per kind, the count, p50, p95, max and sum of attempt durations since :since.",
+    postgresql=_ATTEMPT_DURATIONS.replace(
+        "{duration}", "CAST(extract(epoch FROM a.finished_at - a.started_at) AS double precision)"),
+    sqlite=_ATTEMPT_DURATIONS.replace("{duration}", "(a.finished_at - a.started_at) / 1000000.0"),
+)
+
+# --- end of workers and pool metrics ------------------------------------------------------------------------

@@ -111,7 +111,7 @@ job_attempts = sa.Table(
     sa.CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="job_attempts_outcome_valid"),
 )
 
-# --- dead-letter replays (migration 0005) ---------------------------------------------------------------------
+# --- dead-letter replays (migration 0005) -------------------------------------------------------------------
 
 job_replays = sa.Table(
     "job_replays",
@@ -175,4 +175,49 @@ payment_events = sa.Table(
     sa.Column("at", Timestamp, nullable=False),
     sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual')", name="payment_events_source_valid"),
     sa.Index("payment_events_payment", "payment_id", "id"),
+)
+
+# --- workers (migration 0003): one row per worker process, for metrics and `recon stats` --------------------
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.Text(), primary_key=True),  #: the lease owner id: host:pid:random
+    sa.Column("host", sa.Text(), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=False),
+    sa.Column("queues", Json, nullable=False),  #: a JSON array of queue names
+    sa.Column("slots", sa.Integer(), nullable=False),
+    sa.Column("busy_slots", sa.Integer(), nullable=False),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),
+    sa.Column("stopped_at", Timestamp, nullable=True),  #: set by a clean shutdown
+    sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.metrics)
+    sa.CheckConstraint("slots >= 0 AND busy_slots >= 0", name="workers_slots_valid"),
+    sa.Index("workers_last_seen", "last_seen_at"),
+)
+
+# --- psp controls (migration 0004): pause switch, 429 cool-down, circuit breaker, rate-limit bucket ---------
+
+BREAKER_STATES = ("closed", "open", "half_open")
+
+psp_controls = sa.Table(
+    "psp_controls",
+    metadata,
+    sa.Column("psp", sa.Text(), primary_key=True),
+    sa.Column("paused", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("paused_by", sa.Text(), nullable=True),
+    sa.Column("paused_at", Timestamp, nullable=True),
+    sa.Column("pause_reason", sa.Text(), nullable=True),
+    sa.Column("cooldown_until", Timestamp, nullable=True),  #: every worker backs off until then (a 429)
+    sa.Column("breaker_state", sa.Text(), nullable=False, server_default="closed"),
+    sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),  #: consecutive, PSP-wide
+    sa.Column("opened_at", Timestamp, nullable=True),
+    sa.Column("probe_at", Timestamp, nullable=True),  #: open: next probe; half_open: the probe's expiry (token)
+    sa.Column("breaker_reason", sa.Text(), nullable=True),
+    sa.Column("tokens", sa.Float(), nullable=False, server_default="0"),  #: the rate-limit bucket ...
+    sa.Column("tokens_at", Timestamp, nullable=True),  #: ... as of this time
+    sa.Column("last_grant", sa.Integer(), nullable=False, server_default="0"),  #: tokens the last admission took
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("breaker_state", BREAKER_STATES), name="psp_controls_breaker_valid"),
+    sa.CheckConstraint("failures >= 0", name="psp_controls_failures_valid"),
 )

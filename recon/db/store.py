@@ -129,11 +129,11 @@ class JobStore:
 
     def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float) -> list[Job]:
         """Lease up to ``n`` due jobs of ``queues`` for ``worker``, in one statement."""
-        with self.db.begin() as conn:
+        with self.db.autocommit() as conn:
             rows = conn.execute(self._q(q.job_claim_available),
                                 {"worker": worker, "queues": list(queues), "n": n, "ttl": ttl,
                                  "now": self.db.now_param()}).all()
-        jobs = [self._job(r) for r in rows]
+        jobs = [self._claimed(r, worker) for r in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_after, j.id))  # RETURNING order is unspecified
         return jobs
 
@@ -149,7 +149,7 @@ class JobStore:
             params |= {"ids": [i for i, _ in leases], "attempts": [a for _, a in leases]}
         else:
             params["pairs"] = json.dumps(list(leases))
-        with self.db.begin() as conn:
+        with self.db.autocommit() as conn:
             rows = conn.execute(self._q(q.job_extend_leases_if_owner), params).all()
         return {int(r[0]): bool(r[1]) for r in rows}
 
@@ -177,6 +177,9 @@ class JobStore:
             return set()
         if write is not None and len(finishes) != 1:
             raise ValueError("a finish with a domain write must be alone in its transaction")
+        if write is None and self.db.is_postgresql and not UNSAFE_DISABLE_FENCING:
+            with self.db.autocommit() as conn:  # one data-modifying CTE: atomic on its own
+                return self._finish_in(conn, worker, finishes)
         with self.db.begin() as conn:
             matched = self._finish_in(conn, worker, finishes)
             if write is not None and matched:
@@ -297,7 +300,8 @@ class JobStore:
     def db_now(self) -> datetime:
         """The clock leases use: PostgreSQL's now() (or the fixed test clock); the process clock on SQLite."""
         with self.db.begin() as conn:
-            now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one())
+            raw = conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one()
+        now = self.db.from_db(raw)
         assert now is not None
         return now
 
@@ -344,24 +348,27 @@ class JobStore:
                 picked.append(job)
             last_id = jobs[-1].id if jobs else after_id
             if dry_run or not picked:
-                return ReplayBatch(jobs=jobs, replayed=[j.id for j in picked], skipped=skipped, last_id=last_id,
-                                   keys=frozenset(keys))
+                return ReplayBatch(jobs=jobs, replayed=[j.id for j in picked], skipped=skipped,
+                                   last_id=last_id, keys=frozenset(keys))
             done = conn.execute(self._q(q.job_replay_dead),
                                 {"ids": [j.id for j in picked], "budget": budget, "now": now}).all()
             before = {j.id: j for j in picked}
-            history = [{"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_before": before[r[0]].max_attempts,
-                        "max_attempts_after": int(r[2]), "error_kind": before[r[0]].last_error_kind,
-                        "replayed_by": replayed_by, "now": now} for r in done]
+            history = [{"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
+                        "max_attempts_before": before[int(r[0])].max_attempts,
+                        "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
+                        "now": now}
+                       for r in done]
             if history:
                 conn.execute(self._q(q.job_replay_insert), history)
-        return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped, last_id=last_id,
-                           keys=frozenset(keys))
+        return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped,
+                           last_id=last_id, keys=frozenset(keys))
 
     def replays(self, job_id: int) -> list[ReplayRecord]:
         """A job's replays, oldest first."""
         with self.db.begin() as conn:
             rows = conn.execute(self._q(q.job_replays_for), {"id": job_id}).all()
-        return [ReplayRecord(job_id=int(r[0]), attempt=int(r[1]), replayed_at=self.db.from_db(r[2]),  # type: ignore[arg-type]
+        at = self.db.from_db
+        return [ReplayRecord(job_id=int(r[0]), attempt=int(r[1]), replayed_at=at(r[2]),  # type: ignore[arg-type]
                              max_attempts_before=int(r[3]), max_attempts_after=int(r[4]), error_kind=r[5],
                              replayed_by=r[6]) for r in rows]
 
@@ -398,12 +405,79 @@ class JobStore:
         return {"queue": filters.queue, "kind": filters.kind, "error_kind": filters.error_kind,
                 "since": self.db.to_db(filters.finished_since)}
 
-    # --- end of dead letters and pruning ------------------------------------------------------------------
+    # --- end of dead letters and pruning --------------------------------------------------------------------
+
+    # --- workers and pool metrics (recon.metrics, `recon stats`) -------------------------------------------
+
+    def upsert_worker(self, presence: WorkerPresence) -> None:
+        """Write a worker process's row (``last_seen_at = now``; ``stopped_at = now`` when it stops)."""
+        with self.db.begin() as conn:
+            conn.execute(self._q(q.worker_upsert), {
+                "id": presence.id, "host": presence.host, "pid": presence.pid,
+                "queues": json.dumps(list(presence.queues)), "slots": presence.slots,
+                "busy_slots": presence.busy_slots, "stopped": 1 if presence.stopped else 0,
+                "counters": json.dumps(presence.counters, separators=(",", ":")), "now": self.db.now_param()})
+
+    def prune_workers(self, *, older_than: timedelta) -> int:
+        """Forget workers not seen for ``older_than``; return how many rows went."""
+        with self.db.begin() as conn:
+            result = conn.execute(self._q(q.worker_delete_not_seen_since),
+                                  {"retention": older_than.total_seconds(), "now": self.db.now_param()})
+        return int(result.rowcount or 0)
+
+    def pool_snapshot(self, *, workers_within: timedelta | None) -> dict[str, Any]:
+        """One transaction's view of the pool: the database clock (``now``), unfinished jobs per queue, kind,
+        tenant, priority and state (``depth``: tuples ending in the count), the oldest due job per queue
+        (``oldest_due``), and the workers seen within ``workers_within`` (all rows when None)."""
+        with self.db.begin() as conn:
+            now_param = self.db.now_param()
+            now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
+            assert now is not None
+            depth = [(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]))
+                     for r in conn.execute(self._q(q.job_stats_depth_detail))]
+            oldest = {r[0]: self.db.from_db(r[1])
+                      for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
+            since = (now - workers_within if workers_within is not None
+                     else datetime.fromtimestamp(0, now.tzinfo))
+            workers = [self._worker(r) for r in conn.execute(self._q(q.worker_list_seen_since),
+                                                             {"since": self.db.to_db(since)})]
+        return {"now": now, "depth": depth, "oldest_due": oldest, "workers": workers}
+
+    def attempt_stats(self, *, since: datetime) -> dict[str, Any]:
+        """Attempts ended since ``since``: per kind and outcome (count, sum and max of attempt numbers), and
+        per kind the duration count, p50, p95, max and sum in seconds (claim to finish commit)."""
+        with self.db.begin() as conn:
+            params = {"since": self.db.to_db(since)}
+            by_kind = [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0))
+                       for r in conn.execute(self._q(q.job_attempt_stats_by_kind), params)]
+            durations = {r[0]: {"count": int(r[1]), "p50": _float(r[2]), "p95": _float(r[3]),
+                                "max": _float(r[4]), "sum": _float(r[5])}
+                         for r in conn.execute(self._q(q.job_attempt_stats_durations), params)}
+        return {"by_kind": by_kind, "durations": durations}
+
+    def _worker(self, r: Any) -> WorkerRecord:
+        t = self.db.from_db
+        return WorkerRecord(id=r[0], host=r[1], pid=int(r[2]), queues=tuple(_json(r[3]) or ()),
+                            slots=int(r[4]), busy_slots=int(r[5]),
+                            started_at=t(r[6]), last_seen_at=t(r[7]),  # type: ignore[arg-type]
+                            stopped_at=t(r[8]), counters=_json(r[9]) or {})
+
+    # --- end of workers and pool metrics -----------------------------------------------------------------
 
     # --- plumbing ---------------------------------------------------------------------------------------
 
     def _q(self, query: q.Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)
+
+    def _claimed(self, r: Any, worker: str) -> Job:
+        """A claimed job from ``queries.CLAIM_COLUMNS`` (the claim loop's hot path: no more than needed)."""
+        t = self.db.from_db
+        return Job(
+            id=r[0], queue=r[1], kind=r[2], payload=_json(r[3]) or {}, state=JobState.LEASED, priority=r[4],
+            run_after=t(r[5]), attempts=r[6], max_attempts=r[7], lease_owner=worker,  # type: ignore[arg-type]
+            lease_until=t(r[8]), unique_key=r[9], tenant=r[10], progress=_json(r[11]),
+            created_at=t(r[12]), last_error_kind=r[13],  # type: ignore[arg-type]
+        )
 
     def _job(self, r: Any) -> Job:
         t = self.db.from_db
@@ -462,7 +536,7 @@ def make_listener(db: Database, *, channel: str = "recon_jobs") -> Any:
     return listen
 
 
-# --- dead letters and pruning: value types -------------------------------------------------------------------
+# --- dead letters and pruning: value types ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,4 +582,43 @@ class PruneCount:
     jobs: int = 0
     attempts: int = 0
 
-# --- end of dead letters and pruning: value types ------------------------------------------------------------
+# --- end of dead letters and pruning: value types -----------------------------------------------------------
+
+
+# --- workers and pool metrics: value types ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPresence:
+    """What a worker process writes about itself every few seconds (``JobStore.upsert_worker``)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    slots: int
+    busy_slots: int
+    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.metrics's
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One row of ``workers``. Datetimes are aware UTC."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    slots: int
+    busy_slots: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    counters: dict[str, Any]
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+# --- end of workers and pool metrics: value types -----------------------------------------------------------

@@ -29,29 +29,36 @@ log = logging.getLogger(__name__)
 
 
 class Lease:
-    """The handler's view of its claim: lost? cancel requested? and the fencing token for its writes."""
+    """The handler's view of its claim: lost? cancel requested? and the fencing token for its writes.
+
+    One is made per claimed job, on the claim loop's hot path: the flags are plain booleans (written by
+    the heartbeat thread, read by the handler; a bool assignment is atomic in CPython) and the Event a
+    sleeping handler waits on is created only when a handler first calls ``wait()``.
+    """
+
+    __slots__ = ("_cancel", "_changed", "_lost", "_store", "attempt", "job_id", "worker")
 
     def __init__(self, *, store: JobStore, job_id: int, attempt: int, worker: str) -> None:
         self.job_id = job_id
         self.attempt = attempt  #: the fencing token
         self.worker = worker
         self._store = store
-        self._lost = threading.Event()
-        self._cancel = threading.Event()
-        self._changed = threading.Event()
+        self._lost = False
+        self._cancel = False
+        self._changed: threading.Event | None = None
 
     @property
     def lost(self) -> bool:
         """True once a heartbeat or fenced write found that another worker may own the job."""
-        return self._lost.is_set()
+        return self._lost
 
     @property
     def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancel
 
     def check(self) -> None:
         """Raise LeaseLost if the lease is gone; call it before any side effect."""
-        if self._lost.is_set():
+        if self._lost:
             raise LeaseLost(f"lease on job {self.job_id} (attempt {self.attempt}) was lost")
 
     def save_progress(self, progress: dict[str, Any]) -> None:
@@ -71,20 +78,34 @@ class Lease:
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return True early when the lease is lost or a cancel is requested."""
-        if self._lost.is_set() or self._cancel.is_set():
+        if self._changed is None:
+            with _EVENT_LOCK:
+                if self._changed is None:
+                    self._changed = threading.Event()
+        # the markers set their flag before the event, so a mark between this check and the wait is seen
+        if self._lost or self._cancel:
             return True
         self._changed.wait(seconds)
-        return self._lost.is_set() or self._cancel.is_set()
+        return self._lost or self._cancel
 
     def mark_lost(self) -> None:
-        if not self._lost.is_set():
+        if not self._lost:
             log.warning("lease lost", extra={"job_id": self.job_id, "attempt": self.attempt, "worker": self.worker})
-        self._lost.set()
-        self._changed.set()
+        self._lost = True
+        self._wake()
 
     def mark_cancel_requested(self) -> None:
-        self._cancel.set()
-        self._changed.set()
+        self._cancel = True
+        self._wake()
+
+    def _wake(self) -> None:
+        with _EVENT_LOCK:
+            event = self._changed
+        if event is not None:
+            event.set()
+
+
+_EVENT_LOCK = threading.Lock()
 
 
 class Heartbeater:
