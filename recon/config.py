@@ -11,10 +11,12 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from recon.errors import ConfigError
+from recon.durations import parse_duration
+from recon.errors import ConfigError, UsageError
 
 DATABASE_URL_DEFAULT = "sqlite:///recon.db"
 LEASE_TTL_SECONDS_DEFAULT = 30.0
@@ -27,6 +29,12 @@ CONCURRENCY_DEFAULT = 8
 DRAIN_TIMEOUT_SECONDS_DEFAULT = 30.0
 MAX_ATTEMPTS_DEFAULT = 10
 QUEUE_DEFAULT = "default"
+#: pruning of finished jobs by the worker: off ("" or "0"), or a duration ("7d") or seconds ("604800")
+PRUNE_OLDER_THAN_DEFAULT = ""
+PRUNE_INTERVAL_SECONDS_DEFAULT = 300.0
+PRUNE_BATCH_SIZE_DEFAULT = 1000
+#: keys that take a duration: a string ("7d") or a number of seconds
+_DURATION_KEYS = {"prune_older_than"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,9 @@ class EngineConfig:
     drain_timeout_seconds: float = DRAIN_TIMEOUT_SECONDS_DEFAULT
     default_max_attempts: int = MAX_ATTEMPTS_DEFAULT
     default_queue: str = QUEUE_DEFAULT
+    prune_older_than: str = PRUNE_OLDER_THAN_DEFAULT
+    prune_interval_seconds: float = PRUNE_INTERVAL_SECONDS_DEFAULT
+    prune_batch_size: int = PRUNE_BATCH_SIZE_DEFAULT
 
     def validate(self, where: str = "engine") -> None:
         for name in ("lease_ttl_seconds", "watcher_interval_seconds", "poll_interval_seconds",
@@ -59,6 +70,28 @@ class EngineConfig:
             )
         if not self.default_queue:
             raise ConfigError(f"{where}.default_queue: must not be empty")
+        self._validate_prune(where)
+
+    @property
+    def prune_after(self) -> timedelta | None:
+        """How old a finished job must be for the worker's pruner to delete it; None: pruning is off."""
+        return _prune_age(self.prune_older_than, what="engine.prune_older_than")
+
+    def _validate_prune(self, where: str) -> None:
+        try:
+            _prune_age(self.prune_older_than, what=f"{where}.prune_older_than")
+        except UsageError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.prune_interval_seconds <= 0:
+            raise ConfigError(f"{where}.prune_interval_seconds: must be > 0, "
+                              f"got {self.prune_interval_seconds}")
+        if self.prune_batch_size < 1:
+            raise ConfigError(f"{where}.prune_batch_size: must be >= 1, got {self.prune_batch_size}")
+
+
+def _prune_age(raw: str, *, what: str) -> timedelta | None:
+    age = parse_duration(raw, what=what) if raw.strip() else timedelta(0)
+    return age if age > timedelta(0) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +229,9 @@ def _coerce(value: Any, typ: type, where: str) -> Any:
         return float(value)
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
         return value
+    if typ is str and where.rsplit(".", 1)[-1] in _DURATION_KEYS and isinstance(value, int | float) \
+            and not isinstance(value, bool):
+        return str(value)  # seconds
     if typ is str and isinstance(value, str):
         return value
     raise ConfigError(f"{where}: expected {typ.__name__}, got {value!r}")

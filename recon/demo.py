@@ -31,7 +31,9 @@ from recon.db.store import JobStore
 from recon.engine.client import Client
 from recon.engine.retry import RetryPolicy
 from recon.engine.worker import Handlers, Worker
+from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
+from recon.payments.instrumented import instrument
 from recon.payments.model import PaymentStatus
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
@@ -58,7 +60,10 @@ def _story(where: Path, n: int, say: Any) -> int:
     with SandboxServer(where / "psp-sandbox.db", faults=DEMO_FAULTS) as server:
         say(f"PSP sandbox on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
             f"12% slow settlement, 4% declines")
-        adapter = SandboxAdapter(server.url, timeout=httpx.Timeout(connect=1.0, read=1.0, write=1.0, pool=1.0))
+        metrics = ProcessMetrics()  # PSP latency and 429s through the instrumented adapter (recon.metrics)
+        adapter = instrument(
+            SandboxAdapter(server.url, timeout=httpx.Timeout(connect=1.0, read=1.0, write=1.0, pool=1.0)),
+            recorder=metrics)
         ledger = LedgerStore(db)
         rng = random.Random(42)
         new = [NewPayment(merchant_account="demo-shop", merchant_reference=f"order-{i:05d}",
@@ -74,7 +79,8 @@ def _story(where: Path, n: int, say: Any) -> int:
         rc = ReconcileConfig(default=PspSchedule(schedule=(), grace_period=_seconds(0)),
                              settlement_window=_seconds(0))
         handlers.register("reconcile", ReconcileHandler(ledger, lambda _name: adapter, config=rc, clock=SystemClock()))
-        charged = _run_until_done(store, handlers, settings, queue="charges", total=n, timeout=40)
+        charged = _run_until_done(store, handlers, settings, queue="charges", total=n, timeout=40,
+                                  observer=metrics)
         counts = _statuses(ledger)
         say(f"charge workers: {charged['succeeded']} charge jobs done first time or after retries; "
             f"payments now {_fmt(counts)}")
@@ -86,7 +92,8 @@ def _story(where: Path, n: int, say: Any) -> int:
             time.sleep(DEMO_FAULTS.settle_after_seconds + 0.5)
         selection = sw.enqueue(ledger, Client(store, settings), sw.SweepOptions(older_than=_seconds(0)),
                                queue=rc.queue)
-        _run_until_done(store, handlers, settings, queue=rc.queue, total=len(selection), timeout=30)
+        _run_until_done(store, handlers, settings, queue=rc.queue, total=len(selection), timeout=30,
+                        observer=metrics)
         summary = sw.summarise(ledger, store, selection)
         say(f"sweep checked {summary.checked}: healed->succeeded {summary.counts['healed_succeeded']}, "
             f"healed->failed {summary.counts['healed_failed']}, needs review {summary.counts['needs_review']}, "
@@ -94,6 +101,8 @@ def _story(where: Path, n: int, say: Any) -> int:
         final = _statuses(ledger)
         say(f"final: {_fmt(final)}")
         charges = httpx.get(f"{server.url}/_admin/charges", timeout=5).json()
+        for psp, (requests, throttled) in metrics.psp_totals().items():
+            say(f"PSP calls to {psp}: {requests}, of which {throttled} were answered 429 (rate limited)")
         adapter.close()
     db.dispose()
     double = charges["max_per_key"] > 1
@@ -115,10 +124,10 @@ def _demo_settings() -> Settings:
 
 
 def _run_until_done(store: JobStore, handlers: Handlers, settings: Settings, *, queue: str, total: int,
-                    timeout: float) -> Counter[str]:
+                    timeout: float, observer: ProcessMetrics | None = None) -> Counter[str]:
     """Run a worker on ``queue`` until no job of it is unfinished (retries included), or ``timeout``."""
     worker = Worker(store, handlers, config=settings.engine, policy=RetryPolicy(settings.retry), queues=[queue],
-                    classify_func=classify)
+                    classify_func=classify, observer=observer)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

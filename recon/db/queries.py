@@ -21,12 +21,12 @@ from sqlalchemy import TextClause, bindparam, text
 JOB_COLUMNS = (
     "id, queue, kind, payload, state, priority, run_after, attempts, max_attempts, lease_owner, lease_until, "
     "heartbeat_at, attempted_at, unique_key, last_error_kind, last_error, tenant, progress, created_at, "
-    "finished_at, cancel_requested"
+    "finished_at, cancel_requested, free_attempts"
 )
 #: what a claim returns: only what a handler may read (the rest is known: state leased, owner = the worker)
 CLAIM_COLUMNS = (
     "id, queue, kind, payload, priority, run_after, attempts, max_attempts, lease_until, unique_key, tenant, "
-    "progress, created_at, last_error_kind"
+    "progress, created_at, last_error_kind, free_attempts"
 )
 CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
 FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
@@ -223,7 +223,7 @@ job_finish_many_if_owner = Query(
                 lease_owner = NULL, lease_until = NULL,
                 last_error_kind = coalesce(v.error_kind, jobs.last_error_kind),
                 last_error = coalesce(v.error, jobs.last_error),
-                max_attempts = jobs.max_attempts + v.bump
+                max_attempts = jobs.max_attempts + v.bump, free_attempts = jobs.free_attempts + v.bump
             FROM v
             -- "= ANY(:ids)" lets the planner drive the update from the primary key (it knows the array's
             -- length); joined on v alone, it may pick the leased partial index, whose dead entries grow
@@ -253,7 +253,7 @@ job_finish_one_if_owner = Query(
             lease_owner = NULL, lease_until = NULL,
             last_error_kind = coalesce(:error_kind, last_error_kind),
             last_error = coalesce(:error, last_error),
-            max_attempts = max_attempts + :bump
+            max_attempts = max_attempts + :bump, free_attempts = free_attempts + :bump
         WHERE id = :id AND attempts = :attempt AND lease_owner = :worker AND state = 'leased'
         RETURNING attempted_at, state
     """,
@@ -358,7 +358,8 @@ job_retry_now = Query(
     "job_retry_now",
     "Run by `recon jobs retry`: a dead, canceled or waiting job becomes runnable now, with attempts to spare.",
     sql=f"""UPDATE jobs SET state = 'runnable', run_after = {{now}}, finished_at = NULL, cancel_requested = FALSE,
-                max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END
+                max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END,
+                free_attempts = attempts
             WHERE id = :id AND state IN ('dead', 'canceled', 'retryable', 'pending') RETURNING id""",
 )
 
@@ -410,7 +411,7 @@ job_finish_one_unfenced = Query(
                              ELSE {now} + {secs:delay} END,
             finished_at = CASE WHEN :state IN ('succeeded', 'dead', 'canceled') THEN {now} END,
             last_error_kind = coalesce(:error_kind, last_error_kind), last_error = coalesce(:error, last_error),
-            max_attempts = max_attempts + :bump
+            max_attempts = max_attempts + :bump, free_attempts = free_attempts + :bump
         WHERE id = :id
         RETURNING attempted_at, state
     """,
@@ -480,7 +481,7 @@ job_replay_dead = Query(
     "Run by `recon jobs replay`: dead jobs become runnable now with :budget fresh attempts; attempts (the "
     "fencing token) is kept.",
     sql="""UPDATE jobs SET state = 'runnable', run_after = {now}, finished_at = NULL,
-                cancel_requested = FALSE, max_attempts = attempts + :budget
+                cancel_requested = FALSE, max_attempts = attempts + :budget, free_attempts = attempts
             WHERE id IN :ids AND state = 'dead'
             RETURNING id, attempts, max_attempts""",
     expanding=("ids",),

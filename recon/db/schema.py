@@ -53,6 +53,7 @@ jobs = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("free_attempts", sa.Integer(), nullable=False, server_default="0"),
     sa.CheckConstraint(_in("state", JOB_STATES), name="jobs_state_valid"),
     sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="jobs_attempts_valid"),
     sa.CheckConstraint(

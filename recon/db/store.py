@@ -476,7 +476,7 @@ class JobStore:
             id=r[0], queue=r[1], kind=r[2], payload=_json(r[3]) or {}, state=JobState.LEASED, priority=r[4],
             run_after=t(r[5]), attempts=r[6], max_attempts=r[7], lease_owner=worker,  # type: ignore[arg-type]
             lease_until=t(r[8]), unique_key=r[9], tenant=r[10], progress=_json(r[11]),
-            created_at=t(r[12]), last_error_kind=r[13],  # type: ignore[arg-type]
+            created_at=t(r[12]), last_error_kind=r[13], free_attempts=r[14],  # type: ignore[arg-type]
         )
 
     def _job(self, r: Any) -> Job:
@@ -487,6 +487,7 @@ class JobStore:
             lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
             unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=_json(r[17]),
             created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
+            free_attempts=int(r[21]),
         )
 
 

@@ -52,6 +52,7 @@ class Job:
     progress: dict[str, Any] | None = None
     finished_at: datetime | None = None
     cancel_requested: bool = False
+    free_attempts: int = 0  #: claims that did not spend the retry budget (snoozes, releases, replays)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

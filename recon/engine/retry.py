@@ -44,10 +44,11 @@ class RetryPolicy:
         ceiling = min(cfg.cap_seconds, cfg.base_seconds * (2 ** exponent))
         return self._rng.uniform(0.0, ceiling)
 
-    def decide(self, error_kind: str, *, attempt: int, max_attempts: int,
+    def decide(self, error_kind: str, *, attempt: int, max_attempts: int, free_attempts: int = 0,
                retry_after: float | None = None) -> RetryDecision:
-        """Dead when ``attempt`` reached the job's or the kind's budget, else retry after ``delay``."""
-        budget = min(max_attempts, self.backoff_for(error_kind).max_attempts)
-        if attempt >= budget:
+        """Dead when ``attempt`` reached the job's ``max_attempts``, or when the attempts that spent the
+        budget (``attempt - free_attempts``: snoozes, releases and replays are free) reached the kind's
+        ``max_attempts``; else retry after ``delay``."""
+        if attempt >= max_attempts or attempt - free_attempts >= self.backoff_for(error_kind).max_attempts:
             return RetryDecision(dead=True)
         return RetryDecision(dead=False, delay=self.delay(error_kind, attempt, retry_after=retry_after))

@@ -444,6 +444,7 @@ class Worker:
                 return Finish(**base, state="succeeded", outcome="succeeded")
             case Retry(error_kind=kind, error=error, retry_after=retry_after):
                 decision = self.policy.decide(kind, attempt=job.attempts, max_attempts=job.max_attempts,
+                                              free_attempts=job.free_attempts,
                                               retry_after=retry_after)
                 if decision.dead:
                     return Finish(**base, state="dead", outcome="dead", error_kind=kind, error=error)

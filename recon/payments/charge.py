@@ -13,6 +13,9 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | validation error (400/422)               | failed (rejected)                | dead                       |
 | unknown outcome, 5xx, busy, protocol     | pending (never failed from these)| retry, same idempotency key|
 | connect error, 429, 409, auth, bug       | unchanged                        | retry / dead as classified |
+
+Before anything changes, the PSP guard (``recon.payments.guard``) may snooze the job, no attempt spent:
+the PSP is paused, cooling down after a 429, its circuit breaker is open, or its rate limit has no token.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from recon.classify import ErrorKind, classify
 from recon.db.ledger import LedgerStore, Transition
 from recon.engine.jobs import Job
 from recon.engine.lease import Lease
-from recon.engine.outcome import Complete, Dead, Outcome, Retry
+from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
 from recon.errors import LeaseLost
+from recon.payments.guard import Guard, Unguarded
 from recon.payments.model import EventSource, Payment, PaymentStatus
 
 AdapterFunc = Callable[[str], PspAdapter]
@@ -70,9 +74,10 @@ def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
 class ChargeHandler:
     """Job kind ``charge``, payload ``{"payment_id": N}``."""
 
-    def __init__(self, ledger: LedgerStore, adapter_func: AdapterFunc) -> None:
+    def __init__(self, ledger: LedgerStore, adapter_func: AdapterFunc, *, guard: Guard | None = None) -> None:
         self.ledger = ledger
         self.adapter_func = adapter_func
+        self.guard = guard or Unguarded()
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         payment_id = int(job.payload["payment_id"])
@@ -81,6 +86,10 @@ class ChargeHandler:
             return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
         if payment.status.final:
             return Complete()  # reconciliation (or an earlier attempt) already knows the answer
+        # the PSP guard before anything changes: a paused or cooling PSP leaves the payment as it is
+        permit = self.guard.admit(payment.psp, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         if payment.status is PaymentStatus.CREATED:
             payment = self._mark_processing(payment, job, lease)
         elif not self._still_unfinished(payment, job, lease):
@@ -89,7 +98,8 @@ class ChargeHandler:
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
                                 currency=payment.currency, merchant_account=payment.merchant_account)
         try:
-            answer = self.adapter_func(payment.psp).create_payment(request, idempotency_key=payment.idempotency_key)
+            adapter, key = self.adapter_func(payment.psp), payment.idempotency_key
+            answer = permit.call(lambda: adapter.create_payment(request, idempotency_key=key))
         except PspError as exc:
             return self._on_error(payment, job, exc)
         return Complete(write=self._write_answer(payment, job, answer))

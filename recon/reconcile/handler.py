@@ -10,7 +10,8 @@
 | not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
 | anything                                  | final                  | nothing (consistent)                          |
 
-A payment whose charge job holds a live lease right now is left to that job (snoozed briefly). Every heal
+A payment whose charge job holds a live lease right now is left to that job (snoozed briefly). The PSP
+guard (``recon.payments.guard``) may snooze the job before the call: paused, cooling down, breaker open. Every heal
 is a payment event carrying the PSP's answer, committed with the fenced job finish.
 """
 
@@ -32,6 +33,7 @@ from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ReconError
 from recon.payments.charge import mismatch, outcome_details
+from recon.payments.guard import Guard, Unguarded
 from recon.payments.model import EventSource, Payment, PaymentStatus
 from recon.reconcile.config import ReconcileConfig
 
@@ -53,11 +55,12 @@ class ReconcileHandler:
     answers so far, so the schedule survives crashes and restarts."""
 
     def __init__(self, ledger: LedgerStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
-                 clock: Clock) -> None:
+                 clock: Clock, guard: Guard | None = None) -> None:
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.config = config
         self.clock = clock
+        self.guard = guard or Unguarded()
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         payment_id = int(job.payload["payment_id"])
@@ -68,10 +71,14 @@ class ReconcileHandler:
             return Complete()
         if self.ledger.charge_lease_live(payment_id):
             return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
+        permit = self.guard.admit(payment.psp, lease=lease)  # paused, cooling, breaker open, rate limit
+        if isinstance(permit, Snooze):
+            return permit
         lease.check()
         ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference)
         try:
-            answer = self.adapter_func(payment.psp).fetch_payment(ref)
+            adapter = self.adapter_func(payment.psp)
+            answer = permit.call(lambda: adapter.fetch_payment(ref))
         except PspError as exc:
             return classify(exc)
         return self._decide(payment, job, lease, answer)

@@ -266,3 +266,30 @@ def test_worker__none_means_complete(db: Database, outcome: Complete | None) -> 
     job_id = Client(store, Settings()).enqueue("k")
     run_burst(db, handlers_with("k", lambda j, l: outcome))
     assert store.get(job_id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_worker__snoozes_do_not_spend_the_error_kind_budget(db: Database) -> None:
+    """A job snoozed many times (a paused PSP) still gets its full retry budget for real errors."""
+    from recon.config import BackoffConfig
+
+    store = JobStore(db)
+    job_id = Client(store, Settings()).enqueue("waits", max_attempts=50)
+    calls = {"n": 0}
+
+    def waits(job: Job, lease: Lease) -> Snooze | Retry:
+        calls["n"] += 1
+        if calls["n"] <= 6:
+            return Snooze(timedelta(0), reason="psp paused")
+        return Retry(error_kind="network", error="connect refused")
+
+    policy = RetryPolicy({"default": BackoffConfig(0.01, 0.01, 10), "network": BackoffConfig(0.01, 0.01, 3)})
+    for _ in range(20):
+        run_burst(db, handlers_with("waits", waits), policy=policy)
+        with db.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET run_after = created_at WHERE id = :id"), {"id": job_id})
+        if store.get(job_id).state is JobState.DEAD:  # type: ignore[union-attr]
+            break
+    job = store.get(job_id)
+    assert job is not None and job.state is JobState.DEAD and job.free_attempts == 6
+    outcomes = [a.outcome for a in store.attempts(job_id)]
+    assert outcomes == ["snoozed"] * 6 + ["retried", "retried", "dead"]  # three network attempts, as budgeted

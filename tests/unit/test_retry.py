@@ -43,3 +43,11 @@ def test_retry_policy__dead_at_job_or_kind_budget() -> None:
 def test_retry_policy__needs_a_default() -> None:
     with pytest.raises(ValueError, match="default"):
         RetryPolicy({"fast": BackoffConfig()})
+
+
+def test_retry_policy__free_attempts_do_not_spend_the_kind_budget() -> None:
+    policy = RetryPolicy(BACKOFF, rng=random.Random(1))
+    # twenty snoozes (free), then the first real failure of a kind whose budget is 3
+    assert not policy.decide("fast", attempt=21, max_attempts=40, free_attempts=20).dead
+    assert policy.decide("fast", attempt=23, max_attempts=40, free_attempts=20).dead
+    assert policy.decide("fast", attempt=40, max_attempts=40, free_attempts=39).dead  # the job's own budget

@@ -1,0 +1,191 @@
+"""ControlStore: per-PSP pause switch, cool-down, circuit breaker and rate-limit bucket in ``psp_controls``.
+
+The only code that executes ``control_queries``. Every method is one short transaction, and every state
+change is one conditional statement (see the queries module), so any number of workers on any number of
+hosts may call these at once. Times come from the database clock on PostgreSQL (or the store's fixed clock
+in tests), from the process clock on SQLite; each answer carries the ``now`` it was computed at, so callers
+turn absolute times into delays without comparing clocks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from recon.db import control_queries as cq
+from recon.db.database import Database
+from recon.db.queries import Query
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One admission statement's answer: the PSP's state and how many rate-limit tokens were taken."""
+
+    paused: bool
+    cooldown_until: datetime | None
+    breaker_state: str  #: closed | open | half_open
+    probe_at: datetime | None
+    failures: int
+    granted: int  #: tokens taken (0 when blocked or when fewer than the batch were available)
+    tokens: float  #: tokens left in the bucket
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    breaker_state: str
+    failures: int
+    probe_at: datetime | None
+    opened: bool  #: this failure opened the breaker
+
+
+@dataclass(frozen=True, slots=True)
+class PspControl:
+    """One PSP's controls as ``recon psp status`` shows them."""
+
+    psp: str
+    paused: bool = False
+    paused_by: str | None = None
+    paused_at: datetime | None = None
+    pause_reason: str | None = None
+    cooldown_until: datetime | None = None
+    breaker_state: str = "closed"
+    failures: int = 0
+    opened_at: datetime | None = None
+    probe_at: datetime | None = None
+    breaker_reason: str | None = None
+    updated_at: datetime | None = None
+
+
+class ControlStore:
+    """``statements`` counts the statements executed, for the guard's cost measurement (bench/sweep.py)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.statements = 0
+        self._count_lock = threading.Lock()
+
+    # --- the guard's statements ---------------------------------------------------------------------------
+
+    def ensure(self, psp: str) -> None:
+        """Create the PSP's row if it does not exist yet (idempotent)."""
+        self._run(lambda conn: conn.execute(self._q(cq.psp_control_ensure), self._p(psp=psp)))
+
+    def admit(self, psp: str, *, rate: float | None, capacity: float, batch: int) -> Admission | None:
+        """Read the PSP's state and, unless it is paused, cooling down or its breaker is not closed, take
+        ``batch`` tokens (or none when fewer are available; ``rate=None``: no limit, always ``batch``).
+        None when the PSP has no row (call ``ensure``)."""
+        row = self._run(lambda conn: conn.execute(self._q(cq.psp_control_admit), self._p(
+            psp=psp, rate=rate, cap=capacity, k=batch)).first())
+        if row is None:
+            return None
+        t = self.db.from_db
+        now = t(row[7])
+        assert now is not None
+        return Admission(paused=bool(row[0]), cooldown_until=t(row[1]), breaker_state=row[2],
+                         probe_at=t(row[3]), failures=int(row[4]), granted=int(row[5]), tokens=float(row[6]),
+                         now=now)
+
+    def claim_probe(self, psp: str, *, probe_for: float) -> datetime | None:
+        """Win the half-open probe slot (its expiry, the probe's token), or None when another worker has it
+        or the probe time has not come."""
+        value = self._run(lambda conn: conn.execute(self._q(cq.psp_control_claim_probe),
+                                                    self._p(psp=psp, probe_for=probe_for)).scalar())
+        return self.db.from_db(value)
+
+    def record_failure(self, psp: str, *, threshold: int, force: bool, open_for: float,
+                       reason: str) -> FailureRecord:
+        """Count one failure; open the breaker when ``threshold`` consecutive failures are reached from
+        closed, or at once with ``force`` (auth) from closed or half-open."""
+        row = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_record_failure), self._p(
+            psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=reason)).first())
+        opened_at, now = self.db.from_db(row[3]), self.db.from_db(row[4])
+        return FailureRecord(breaker_state=row[0], failures=int(row[1]), probe_at=self.db.from_db(row[2]),
+                             opened=row[0] == "open" and opened_at == now)
+
+    def reopen_if_probe(self, psp: str, *, token: datetime, open_for: float, reason: str) -> datetime | None:
+        """A failed probe re-opens the breaker (returns the next probe time), if the slot ``token`` is
+        still its own; None otherwise."""
+        value = self._run(lambda conn: conn.execute(self._q(cq.psp_control_reopen_if_probe), self._p(
+            psp=psp, token=self.db.to_db(token), open_for=open_for, reason=reason)).scalar())
+        return self.db.from_db(value)
+
+    def close_if_probe(self, psp: str, *, token: datetime) -> bool:
+        """A successful probe closes the breaker, if the slot ``token`` is still its own."""
+        return self._run(lambda conn: conn.execute(self._q(cq.psp_control_close_if_probe), self._p(
+            psp=psp, token=self.db.to_db(token))).first()) is not None
+
+    def reset_failures(self, psp: str) -> bool:
+        return self._run(lambda conn: conn.execute(self._q(cq.psp_control_reset_failures),
+                                                   self._p(psp=psp)).first()) is not None
+
+    def cool_down(self, psp: str, *, seconds: float) -> datetime:
+        """Every worker backs off from the PSP until now + ``seconds`` (a later end already set stands)."""
+        value = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_cool_down),
+                                                            self._p(psp=psp, seconds=seconds)).scalar())
+        until = self.db.from_db(value)
+        assert until is not None
+        return until
+
+    # --- operators (`recon psp …`) -------------------------------------------------------------------------
+
+    def pause(self, psp: str, *, by: str, reason: str | None) -> None:
+        self._run(lambda conn: conn.execute(self._q(cq.psp_control_pause),
+                                            self._p(psp=psp, by=by, reason=reason)))
+
+    def resume(self, psp: str, *, snooze_reason: str) -> tuple[bool, int]:
+        """Un-pause and, in the same transaction, make the jobs snoozed by the pause (``snooze_reason``)
+        due now. Returns (was paused, jobs woken)."""
+        def run(conn: sa.Connection) -> tuple[bool, int]:
+            was = conn.execute(self._q(cq.psp_control_resume), self._p(psp=psp)).first() is not None
+            woken = conn.execute(self._q(cq.job_wake_snoozed_for), self._p(reason=snooze_reason)).rowcount
+            return was, int(woken or 0)
+        return self._run(run)
+
+    def list_controls(self) -> tuple[list[PspControl], datetime]:
+        """Every PSP row, and the database's now."""
+        def run(conn: sa.Connection) -> tuple[list[Any], Any]:
+            rows = conn.execute(self._q(cq.psp_control_list), self._p()).all()
+            now = rows[0][-1] if rows else conn.execute(self._q(cq.psp_control_db_now), self._p()).scalar()
+            return list(rows), now
+        rows, now = self._run(run)
+        t = self.db.from_db
+        controls = [PspControl(psp=r[0], paused=bool(r[1]), paused_by=r[2], paused_at=t(r[3]),
+                               pause_reason=r[4], cooldown_until=t(r[5]), breaker_state=r[6],
+                               failures=int(r[7]), opened_at=t(r[8]), probe_at=t(r[9]), breaker_reason=r[10],
+                               updated_at=t(r[11]))
+                    for r in rows]
+        now_dt = t(now)
+        assert now_dt is not None
+        return controls, now_dt
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    def _on_row(self, psp: str, func: Callable[[sa.Connection], T | None]) -> T:
+        """Run an UPDATE … RETURNING of the PSP's row, creating the row first if it is missing."""
+        result = self._run(func)
+        if result is None:
+            self.ensure(psp)
+            result = self._run(func)
+        assert result is not None
+        return result
+
+    def _run(self, func: Callable[[sa.Connection], T]) -> T:
+        with self._count_lock:
+            self.statements += 1
+        with self.db.begin() as conn:
+            return func(conn)
+
+    def _p(self, **params: Any) -> dict[str, Any]:
+        params["now"] = self.db.now_param()
+        return params
+
+    def _q(self, query: Query) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)

@@ -1,0 +1,349 @@
+"""PspGuard: what stands between a job handler and a PSP call (DESIGN §2 rule 10).
+
+Both PSP-calling handlers (charge, reconcile) ask ``guard.admit(psp, lease=lease)`` before the call and
+make the call through the ``Permit`` it returns, which records how it went. The state is PSP-wide, in the
+PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every host obeys it:
+
+| before the call                                     | the handler gets                                   |
+| --------------------------------------------------- | -------------------------------------------------- |
+| paused (``recon psp pause``)                        | Snooze(pause_snooze_seconds); resume wakes it      |
+| cooling down (a worker got a 429)                   | Snooze until the cool-down ends                    |
+| breaker open, probe time not come                   | Snooze until the probe time                        |
+| breaker open/half-open, probe time come             | the one worker whose conditional UPDATE wins gets  |
+|                                                     | the half-open probe Permit; the others Snooze      |
+| rate limit: a token within rate_wait_seconds        | a Permit (after waiting; the lease keeps beating)  |
+| rate limit: no token within rate_wait_seconds       | Snooze until one is due                            |
+
+| after the call                                  | effect                                                 |
+| ----------------------------------------------- | ------------------------------------------------------ |
+| 429 (PspRateLimited)                            | PSP-wide cool-down for Retry-After (no header:         |
+|                                                 | cooldown_default_seconds), at most cooldown_max_seconds|
+| network, unknown outcome, 5xx, busy (transient) | failures + 1; breaker_failures in a row open the       |
+|                                                 | breaker for breaker_open_seconds                       |
+| 401/403 (PspAuthError)                          | the breaker opens at once; logged as an error          |
+| the probe fails / succeeds                      | re-opens / closes the breaker                          |
+| any other answer (success, decline, rejection)  | the PSP is up: the failure count restarts              |
+
+A Snooze does not spend an attempt, so a paused or cooling PSP never kills jobs. The job that received the
+429 or the 5xx still returns what ``recon.classify`` says (a Retry): the guard only adds the PSP-wide part.
+
+Cost: the rate-limit bucket lives in the same row, and one admission statement both reads the state and
+takes a *batch* of tokens (50 ms worth, at most the burst), which this process's threads then share as
+local permits (valid PERMIT_SECONDS). So a rate-limited PSP costs rate/batch statements per second per
+process, an unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures
+were counted. The price of the batch: a pause or an open breaker decided elsewhere reaches this process
+after at most ``batch`` calls or PERMIT_SECONDS.
+
+Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the config file).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from psp_adapters.errors import PspAuthError, PspError, PspRateLimited
+from recon.classify import ErrorKind, classify, error_text
+from recon.db.control_store import Admission, ControlStore, PspControl
+from recon.engine.lease import Lease
+from recon.engine.outcome import Snooze
+from recon.errors import StoreError
+from recon.payments.psp_limits import GuardConfig, PspLimits
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: local permits expire after this long, so a pause or an open breaker decided elsewhere is seen soon
+PERMIT_SECONDS = 0.25
+#: a thread waits at least this long for another thread's admission statement before snoozing
+LOCK_WAIT_SECONDS_MIN = 1.0
+#: while another worker's half-open probe is out, look again after at most this long
+HALF_OPEN_RECHECK_SECONDS = 5.0
+#: failures of these kinds feed the breaker (the PSP is unreachable or failing), others mean it answered
+BREAKER_KINDS = frozenset({ErrorKind.NETWORK, ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE,
+                           ErrorKind.PSP_BUSY})
+
+
+def pause_reason(psp: str) -> str:
+    """The snooze reason of a paused PSP's jobs; ``recon psp resume`` wakes the jobs that carry it."""
+    return f"psp {psp} paused"
+
+
+# --- the guard -------------------------------------------------------------------------------------------
+
+
+class _Gate:
+    """This process's view of one PSP: local permits and the failure count last seen."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.permits = 0
+        self.permits_until = 0.0
+        self.failures = 0
+        self.known = False  #: the PSP's row exists
+
+    def take(self, now: float) -> bool:
+        if self.permits > 0 and now < self.permits_until:
+            self.permits -= 1
+            return True
+        return False
+
+    def clear(self) -> None:
+        self.permits = 0
+
+
+@dataclass(slots=True)
+class Permit:
+    """Leave to call the PSP once. ``call(func)`` runs the call and tells the guard how it went; a
+    ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token)."""
+
+    guard: PspGuard | None
+    psp: str
+    probe: datetime | None = None
+
+    def call(self, func: Callable[[], T]) -> T:
+        """``func()``; PspErrors are recorded and re-raised. Recording never raises (a database problem is
+        logged): the PSP's answer matters more than the bookkeeping."""
+        if self.guard is None:
+            return func()
+        try:
+            result = func()
+        except PspError as exc:
+            self.guard._after_error(self, exc)
+            raise
+        self.guard._after_answer(self)
+        return result
+
+
+class Unguarded:
+    """The guard of handlers built without one (tests, the demo): every call admitted, nothing recorded."""
+
+    def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
+        return Permit(None, psp)
+
+
+class PspGuard:
+    """Thread-safe; one per worker process, shared by its handlers (``recon.cli.App.guard``)."""
+
+    def __init__(self, store: ControlStore, config: GuardConfig, *, rng: random.Random | None = None,
+                 monotonic_func: Callable[[], float] = time.monotonic,
+                 sleep_func: Callable[[float], Any] = time.sleep) -> None:
+        self.store = store
+        self.config = config
+        self.counts: Counter[str] = Counter()
+        self._rng = rng or random.Random()
+        self._monotonic = monotonic_func
+        self._sleep = sleep_func
+        self._gates: dict[str, _Gate] = {}
+        self._gates_lock = threading.Lock()
+
+    # --- before the call ------------------------------------------------------------------------------
+
+    def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
+        """A Permit to call ``psp`` now, or the Snooze the job should return. May wait up to the PSP's
+        ``rate_wait_seconds`` for a rate-limit token (returning early if the lease is lost: LeaseLost)."""
+        limits = self.config.for_psp(psp)
+        gate = self._gate(psp)
+        deadline = self._monotonic() + limits.rate_wait_seconds
+        # the lock is held for one admission statement, or by a thread waiting for the PSP's next tokens
+        if not gate.lock.acquire(timeout=max(limits.rate_wait_seconds, LOCK_WAIT_SECONDS_MIN)):
+            wait = limits.batch / limits.rate_limit if limits.rate_limit else LOCK_WAIT_SECONDS_MIN
+            return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
+        try:
+            while True:
+                if gate.take(self._monotonic()):
+                    self.counts["admitted"] += 1
+                    return Permit(self, psp)
+                admission = self._admission(psp, limits, gate)
+                held = self._held(psp, limits, admission)
+                if held is not None:
+                    return held
+                if admission.granted:
+                    gate.permits = admission.granted - 1
+                    gate.permits_until = self._monotonic() + PERMIT_SECONDS
+                    self.counts["admitted"] += 1
+                    return Permit(self, psp)
+                assert limits.rate_limit is not None
+                wait = max((limits.batch - admission.tokens) / limits.rate_limit, 0.001)
+                if self._monotonic() + wait > deadline:
+                    return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
+                self.counts["rate_waits"] += 1
+                if self._wait(lease, wait):
+                    return Snooze(timedelta(0), reason="cancel requested while waiting for a PSP token")
+        finally:
+            gate.lock.release()
+
+    def _admission(self, psp: str, limits: PspLimits, gate: _Gate) -> Admission:
+        if not gate.known:
+            self.store.ensure(psp)
+            gate.known = True
+        rate, capacity, batch = limits.rate_limit, limits.capacity, limits.batch
+        admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
+        if admission is None:  # the row went away (tests truncate the table): make it again
+            self.store.ensure(psp)
+            admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
+        assert admission is not None
+        gate.failures = admission.failures
+        return admission
+
+    def _held(self, psp: str, limits: PspLimits, a: Admission) -> Permit | Snooze | None:
+        """The Snooze (or the probe Permit) when the PSP is paused, cooling down or its breaker not closed."""
+        if a.paused:
+            return self._snooze(psp, limits.pause_snooze_seconds, pause_reason(psp), "paused")
+        if a.cooldown_until is not None and a.cooldown_until > a.now:
+            return self._snooze(psp, (a.cooldown_until - a.now).total_seconds(),
+                                f"psp {psp} cooling down after a 429", "cooldown")
+        if a.breaker_state == "closed":
+            return None
+        half_open = f"psp {psp} circuit half-open: a probe is out"
+        left = (a.probe_at - a.now).total_seconds() if a.probe_at is not None else 0.0
+        if left <= 0:  # the probe time has come (or a probe's slot expired): one worker wins it
+            token = self.store.claim_probe(psp, probe_for=limits.breaker_open_seconds)
+            if token is not None:
+                log.warning("psp %s: circuit half-open, one probe call goes out", psp)
+                self.counts["probes"] += 1
+                return Permit(self, psp, probe=token)
+            return self._snooze(psp, HALF_OPEN_RECHECK_SECONDS, half_open, "breaker")
+        if a.breaker_state == "half_open":
+            return self._snooze(psp, min(left, HALF_OPEN_RECHECK_SECONDS), half_open, "breaker")
+        return self._snooze(psp, left, f"psp {psp} circuit open", "breaker")
+
+    def _snooze(self, psp: str, seconds: float, reason: str, why: str) -> Snooze:
+        # jitter, so that the jobs held back together do not all come back at the same instant
+        seconds = max(seconds, 0.0)
+        self.counts[f"snoozed_{why}"] += 1
+        return Snooze(timedelta(seconds=seconds + self._rng.uniform(0.0, min(0.1 * seconds, 5.0) + 0.05)),
+                      reason=reason)
+
+    def _wait(self, lease: Lease | None, seconds: float) -> bool:
+        """Sleep while the heartbeater keeps the lease; True when a cancel was requested meanwhile."""
+        if lease is None:
+            self._sleep(seconds)
+            return False
+        if lease.wait(seconds):
+            lease.check()  # lost: raises LeaseLost, the handler writes nothing
+            return True
+        return False
+
+    def _gate(self, psp: str) -> _Gate:
+        with self._gates_lock:
+            gate = self._gates.get(psp)
+            if gate is None:
+                gate = self._gates[psp] = _Gate()
+            return gate
+
+    # --- after the call -------------------------------------------------------------------------------
+
+    def _after_error(self, permit: Permit, exc: PspError) -> None:
+        try:
+            if isinstance(exc, PspRateLimited):
+                self._cool_down(permit.psp, exc.retry_after)
+                self._after_answer(permit)  # a 429 is an answer: the PSP is up
+            elif isinstance(exc, PspAuthError):
+                log.error("psp %s refused our credentials (%s): circuit open, its jobs wait; fix the key",
+                          permit.psp, error_text(exc))
+                self._failure(permit, exc, force=True)
+            elif classify(exc).error_kind in BREAKER_KINDS:
+                self._failure(permit, exc, force=False)
+            else:
+                self._after_answer(permit)  # a rejection or an odd answer: the PSP is up
+        except StoreError as store_exc:
+            log.warning("psp %s: could not record %s: %s", permit.psp, type(exc).__name__, store_exc)
+
+    def _after_answer(self, permit: Permit) -> None:
+        gate = self._gate(permit.psp)
+        try:
+            if permit.probe is not None:
+                if self.store.close_if_probe(permit.psp, token=permit.probe):
+                    log.warning("psp %s: probe succeeded, circuit closed", permit.psp)
+                    gate.failures = 0
+                return
+            if gate.failures > 0:
+                gate.failures = 0
+                self.store.reset_failures(permit.psp)
+        except StoreError as exc:
+            log.warning("psp %s: could not record a success: %s", permit.psp, exc)
+
+    def _failure(self, permit: Permit, exc: PspError, *, force: bool) -> None:
+        limits = self.config.for_psp(permit.psp)
+        gate = self._gate(permit.psp)
+        reason = error_text(exc)
+        if permit.probe is not None:
+            again = self.store.reopen_if_probe(permit.psp, token=permit.probe,
+                                               open_for=limits.breaker_open_seconds, reason=reason)
+            if again is not None:
+                log.warning("psp %s: probe failed (%s), circuit open again until %s", permit.psp, reason,
+                            again.isoformat())
+                gate.clear()
+                return
+        record = self.store.record_failure(permit.psp, threshold=limits.breaker_failures, force=force,
+                                           open_for=limits.breaker_open_seconds, reason=reason)
+        gate.failures = record.failures
+        if record.breaker_state != "closed":
+            gate.clear()
+        if record.opened:
+            self.counts["breaker_opened"] += 1
+            log.warning("psp %s: circuit open after %d failures in a row (%s); next probe at %s", permit.psp,
+                        record.failures, reason, record.probe_at.isoformat() if record.probe_at else "?")
+
+    def _cool_down(self, psp: str, retry_after: float | None) -> None:
+        limits = self.config.for_psp(psp)
+        seconds = limits.cooldown_default_seconds if retry_after is None else retry_after
+        seconds = min(max(seconds, 0.0), limits.cooldown_max_seconds)
+        self._gate(psp).clear()
+        if seconds <= 0:
+            return
+        until = self.store.cool_down(psp, seconds=seconds)
+        self.counts["cooldowns"] += 1
+        log.warning("psp %s answered 429: every worker backs off until %s", psp, until.isoformat())
+
+
+Guard = PspGuard | Unguarded
+
+
+# --- operators (`recon psp …`, `recon stats`) -----------------------------------------------------------
+
+
+def pause(store: ControlStore, psp: str, *, by: str, reason: str | None) -> None:
+    """Stop all traffic to ``psp``: its jobs snooze (no attempt spent) until ``resume``."""
+    store.pause(psp, by=by, reason=reason)
+
+
+def resume(store: ControlStore, psp: str) -> tuple[bool, int]:
+    """Let traffic to ``psp`` flow again and wake the jobs the pause put to sleep: (was paused, woken)."""
+    return store.resume(psp, snooze_reason=pause_reason(psp))
+
+
+def status_document(store: ControlStore, config: GuardConfig, names: Sequence[str]) -> dict[str, Any]:
+    """Every PSP in ``names`` (and any other with a row): pause, cool-down, breaker, rate limit. The ``psp``
+    section of ``recon stats --json`` and the whole of ``recon psp status --json``."""
+    controls, now = store.list_controls()
+    by_name = {c.psp: c for c in controls}
+    psps = [_status(by_name.get(name) or PspControl(psp=name), config.for_psp(name), now)
+            for name in sorted(set(names) | set(by_name))]
+    return {"at": now.isoformat(), "psps": psps}
+
+
+def _status(c: PspControl, limits: PspLimits, now: datetime) -> dict[str, Any]:
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    left = (c.cooldown_until - now).total_seconds() if c.cooldown_until is not None else 0.0
+    cooling = left > 0
+    return {
+        "psp": c.psp, "paused": c.paused, "paused_by": c.paused_by, "paused_at": iso(c.paused_at),
+        "pause_reason": c.pause_reason,
+        "cooling_down": cooling, "cooldown_until": iso(c.cooldown_until) if cooling else None,
+        "cooldown_seconds_left": round(left, 3) if cooling else 0.0,
+        "breaker_state": c.breaker_state, "consecutive_failures": c.failures, "opened_at": iso(c.opened_at),
+        "next_probe_at": iso(c.probe_at) if c.breaker_state != "closed" else None,
+        "breaker_reason": c.breaker_reason, "rate_limit": limits.rate_limit,
+    }
