@@ -1,0 +1,217 @@
+"""`recon jobs list|show|retry|cancel|replay|prune`: inspecting and managing jobs and the dead-letter set."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from recon.cli import (  # the composition root's shared pieces
+    App,
+    Duration,
+    Since,
+    _install_signal_handlers,
+    cli,
+    pass_app,
+)
+from recon.db.store import JobFilter, JobStore
+from recon.engine.jobs import JobState
+
+# --- jobs ---------------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def jobs() -> None:
+    """Inspect and manage jobs."""
+
+
+@jobs.command("list")
+@click.option("--state", type=click.Choice([s.value for s in JobState]))
+@click.option("--queue")
+@click.option("--kind")
+@click.option("--error-kind", help="Only jobs whose last error is of this kind (e.g. validation, bug).")
+@click.option("--since", type=Since(), metavar="DUR|ISO",
+              help="Only jobs finished since: a duration back from now (2h) or an ISO date/datetime.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, error_kind: str | None,
+              since: timedelta | datetime | None, limit: int, as_json: bool) -> None:
+    """List jobs, oldest first. The dead-letter set: --state dead."""
+    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    found: list[Any] = []
+    while len(found) < limit:
+        want = min(limit - len(found), 500)
+        after = found[-1].id if found else 0
+        page = app.store.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
+        found.extend(page)
+        if len(page) < want:
+            break
+    if as_json:
+        click.echo(json.dumps({"jobs": [j.to_dict() for j in found]}))
+        return
+    from recon.render import jobs_table
+
+    jobs_table(found)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_show(app: App, job_id: int, as_json: bool) -> None:
+    """One job with its attempt history."""
+    client = app.client()
+    job, attempts = client.get(job_id), client.attempts(job_id)
+    replays = app.store.replays(job_id)  # dead-letter replays, between the attempts they followed
+    if as_json:
+        click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts],
+                               "replays": [r.to_dict() for r in replays]}))
+        return
+    from recon.render import job_detail
+
+    job_detail(job, attempts, replays)
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=int)
+@pass_app
+def jobs_retry(app: App, job_id: int) -> None:
+    """Make a dead, canceled or waiting job runnable now."""
+    app.client().retry(job_id)
+    click.echo(f"job {job_id} is runnable")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@pass_app
+def jobs_cancel(app: App, job_id: int) -> None:
+    """Cancel a job: at once if it is not running, else through its next heartbeat."""
+    result = app.client().cancel(job_id)
+    click.echo(f"job {job_id} canceled" if result == "canceled"
+               else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
+
+
+# --- dead letters and pruning: jobs replay, jobs prune ------------------------------------------------------
+
+REPLAY_BATCH_DEFAULT = 500
+
+
+@jobs.command("replay")
+@click.option("--queue")
+@click.option("--kind")
+@click.option("--error-kind", help="Only jobs that died of this error kind (e.g. psp_unavailable, bug).")
+@click.option("--since", type=Since(), metavar="DUR|ISO",
+              help="Only jobs that died since: a duration back from now (2h) or an ISO date/datetime.")
+@click.option("--limit", type=click.IntRange(1), help="At most this many jobs (default: every match).")
+@click.option("--attempts", "budget", type=click.IntRange(1),
+              help="Fresh attempts per job (default: engine.default_max_attempts).")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=REPLAY_BATCH_DEFAULT, show_default=True,
+              help="Jobs per transaction.")
+@click.option("--dry-run", is_flag=True, help="List the jobs that would be replayed; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str | None,
+                since: timedelta | datetime | None, limit: int | None, budget: int | None, batch: int,
+                dry_run: bool, as_json: bool) -> None:
+    """Move dead jobs (the dead-letter set) back to runnable now, with fresh attempts.
+
+    Attempts are kept (they are the fencing token): max_attempts becomes attempts + --attempts. Each replay
+    is recorded in the job's history (recon jobs show). A job whose unique key an unfinished job holds
+    stays dead and is reported as skipped. Batches commit one by one; running it again continues.
+    """
+    from recon.render import replay_summary
+
+    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    budget = budget or app.settings.engine.default_max_attempts
+    run = _replay(app.store, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run)
+    if as_json:
+        doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run["batches"],
+                               "skipped": run["skipped"]}
+        if dry_run:
+            doc |= {"would_replay": len(run["replayed"]), "jobs": [j.to_dict() for j in run["jobs"]]}
+        else:
+            doc |= {"replayed": len(run["replayed"]), "job_ids": run["replayed"]}
+        click.echo(json.dumps(doc))
+        return
+    replay_summary(run["jobs"], replayed=run["replayed"], skipped=run["skipped"], budget=budget,
+                   dry_run=dry_run)
+
+
+def _job_filter(app: App, *, queue: str | None, kind: str | None, error_kind: str | None,
+                since: timedelta | datetime | None) -> JobFilter:
+    """``--since`` as a duration counts back from the database clock (the clock finished_at was set by)."""
+    if isinstance(since, timedelta):
+        since = app.store.db_now() - since
+    return JobFilter(queue=queue, kind=kind, error_kind=error_kind, finished_since=since)
+
+
+def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: int, batch: int,
+            dry_run: bool) -> dict[str, Any]:
+    """Replay batch after batch along the id cursor until the matches (or ``limit``) run out."""
+    run: dict[str, Any] = {"jobs": [], "replayed": [], "skipped": [], "batches": 0}
+    after, keys, operator = 0, frozenset[str](), _operator()
+    while limit is None or len(run["replayed"]) < limit:
+        want = batch if limit is None else min(batch, limit - len(run["replayed"]))
+        b = store.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
+                              replayed_by=operator, dry_run=dry_run)
+        run["batches"] += 1 if b.jobs else 0
+        if dry_run:  # the listing; a real run keeps only ids (it may move millions)
+            picked = set(b.replayed)
+            run["jobs"].extend(j for j in b.jobs if j.id in picked)
+        run["replayed"].extend(b.replayed)
+        run["skipped"].extend(b.skipped)
+        if len(b.jobs) < want:
+            break
+        after, keys = b.last_id, b.keys
+    return run
+
+
+def _operator() -> str:
+    """Who replays, for the job's history: user@host."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@jobs.command("prune")
+@click.option("--older-than", type=Duration(), required=True,
+              help="Delete jobs that finished (succeeded, dead, canceled) longer ago than this (7d; 0: all).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=1000, show_default=True,
+              help="Jobs per transaction.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_json: bool) -> None:
+    """Delete finished jobs older than --older-than with their attempt history, a batch per transaction.
+
+    Unfinished jobs are never touched; it is safe while workers run. Ctrl-C stops between batches.
+    """
+    from recon.engine.pruner import Pruner
+    from recon.render import prune_summary
+
+    doc: dict[str, Any] = {"dry_run": dry_run, "older_than_seconds": older_than.total_seconds()}
+    if dry_run:
+        by_state = app.store.count_prunable(older_than=older_than.total_seconds())
+        doc |= {"would_delete": sum(by_state.values()), "by_state": by_state}
+    else:
+        stop = threading.Event()
+        _install_signal_handlers(stop.set)
+        result = Pruner(app.store, older_than=older_than, batch=batch).run_once(stop)
+        doc |= {"deleted": result.jobs, "attempts_deleted": result.attempts, "batches": result.batches,
+                "seconds": round(result.seconds, 3), "interrupted": stop.is_set()}
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        prune_summary(doc)
+
+
+# --- end of dead letters and pruning ------------------------------------------------------------------------

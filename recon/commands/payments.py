@@ -1,0 +1,100 @@
+"""`recon payments import|show|list`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from recon.cli import (  # the composition root's shared pieces
+    EXIT_USAGE,
+    App,
+    cli,
+    pass_app,
+)
+from recon.errors import UsageError
+from recon.payments.model import Payment, PaymentStatus
+
+# --- payments -----------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def payments() -> None:
+    """Import, show and list payments."""
+
+
+@payments.command("import")
+@click.argument("path", metavar="FILE.csv", type=click.Path(exists=True, dir_okay=False))
+@click.option("--merchant-account", default="default", show_default=True,
+              help="For rows that name no merchant_account.")
+@click.option("--no-charge", is_flag=True, help="Record the payments only; queue no charge jobs.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_import(app: App, path: str, merchant_account: str, no_charge: bool, as_json: bool) -> None:
+    """Import payments from a CSV file, all or nothing: with any bad row, nothing is imported.
+
+    Columns: merchant_reference, amount (decimal, e.g. 12.34), currency (ISO-4217), psp; optional
+    created_at (ISO-8601, no offset means UTC) and merchant_account.
+    """
+    from recon.payments.importer import ImportRejected, read_payments
+
+    if not merchant_account.strip():
+        raise UsageError("--merchant-account: must not be empty")
+    try:
+        new = read_payments(path, psp_names=app.psp_names(), merchant_account=merchant_account.strip(),
+                            existing_func=app.ledger.existing_references)
+    except ImportRejected as exc:
+        for line in exc.lines():  # the first problem first, then the others and a count
+            click.echo(f"recon: {line}", err=True)
+        sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
+    ids = app.ledger.create(new, charge=not no_charge)
+    queued = 0 if no_charge else len(ids)
+    if as_json:
+        click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
+    else:
+        click.echo(f"imported {len(ids)} payments ({queued} charge jobs queued)")
+
+
+@payments.command("show")
+@click.argument("reference", metavar="REF")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_show(app: App, reference: str, as_json: bool) -> None:
+    """One payment, by merchant reference, with its event history."""
+    payment = app.ledger.by_reference(reference)
+    if payment is None:
+        raise UsageError(f"payment {reference} not found")
+    events = app.ledger.events(payment.id)
+    if as_json:
+        click.echo(json.dumps({"payment": _payment_doc(payment), "events": [e.to_dict() for e in events]}))
+        return
+    from recon.render import payment_detail
+
+    payment_detail(payment, events)
+
+
+@payments.command("list")
+@click.option("--status", type=click.Choice([s.value for s in PaymentStatus]))
+@click.option("--psp")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_json: bool) -> None:
+    """List payments, oldest first."""
+    from itertools import islice
+
+    found = list(islice(app.ledger.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
+    if as_json:
+        click.echo(json.dumps({"payments": [_payment_doc(p) for p in found]}))
+        return
+    from recon.render import payments_table
+
+    payments_table(found)
+
+
+def _payment_doc(payment: Payment) -> dict[str, Any]:
+    from recon.payments.money import format_amount
+
+    return {**payment.to_dict(), "amount_formatted": format_amount(payment.amount, payment.currency)}

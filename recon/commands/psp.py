@@ -1,0 +1,137 @@
+"""`recon psp pause|resume|status`, `recon psp-sandbox` and `recon demo`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from recon.cli import (  # the composition root's shared pieces
+    App,
+    _install_signal_handlers,
+    cli,
+    pass_app,
+)
+from recon.errors import UsageError
+
+# --- psp controls (issue 5): recon psp pause | resume | status ----------------------------------------------
+
+
+@cli.group()
+def psp() -> None:
+    """Per-PSP controls: pause and resume traffic; see cool-downs and circuit breakers."""
+
+
+def _known_psp(app: App, name: str) -> None:
+    if name not in app.psp_names():
+        raise UsageError(f"unknown PSP {name!r} (known: {', '.join(app.psp_names())})")
+
+
+def _operator() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@psp.command("pause")
+@click.argument("name")
+@click.option("--reason", help="Why; shown by `recon psp status`.")
+@click.option("--by", "by", help="Who pauses (default: USER@HOST).")
+@pass_app
+def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
+    """Stop all traffic to PSP NAME without stopping workers: its jobs wait (snoozed, no attempt spent)
+    until `recon psp resume NAME`. Running workers see it within a quarter of a second."""
+    from recon.payments import guard
+
+    _known_psp(app, name)
+    who = by or _operator()
+    guard.pause(app.control_store, name, by=who, reason=reason)
+    click.echo(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
+
+
+@psp.command("resume")
+@click.argument("name")
+@pass_app
+def psp_resume(app: App, name: str) -> None:
+    """Let traffic to PSP NAME flow again; the jobs the pause put to sleep are due at once."""
+    from recon.payments import guard
+
+    _known_psp(app, name)
+    was_paused, woken = guard.resume(app.control_store, name)
+    click.echo(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
+               else f"psp {name} was not paused")
+
+
+@psp.command("status")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def psp_status(app: App, as_json: bool) -> None:
+    """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
+    from recon.payments import guard
+
+    doc = guard.status_document(app.control_store, app.guard_config, app.psp_names())
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    from recon.render import psp_controls_table
+
+    psp_controls_table(doc["psps"], at=doc["at"])
+
+
+# --- end of psp controls -------------------------------------------------------------------------------------
+
+
+# --- the PSP sandbox ----------------------------------------------------------------------------------------
+
+
+def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    from psp_adapters.sandbox.faults import FAULT_FLAGS
+
+    for flag in reversed(FAULT_FLAGS):
+        func = click.option(flag.flag, type=flag.type, default=None, help=flag.help)(func)
+    return func
+
+
+@cli.command("psp-sandbox")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback only, unless you mean it.")
+@click.option("--state-file", type=click.Path(dir_okay=False), default="psp-sandbox.db", show_default=True,
+              help="SQLite file holding the sandbox's payments; survives restarts.")
+@click.option("--api-key", envvar="RECON_SANDBOX_API_KEY", help="Require this Bearer key (default: none).")
+@_sandbox_fault_options
+def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, **faults: Any) -> None:
+    """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults)."""
+    from psp_adapters.sandbox.faults import Faults
+    from psp_adapters.sandbox.server import serve_forever
+
+    try:
+        parsed = Faults.from_options(**faults)
+    except ValueError as exc:
+        raise UsageError(f"psp-sandbox: {exc}") from None
+    stop = threading.Event()
+    _install_signal_handlers(stop.set)
+    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop,
+                  on_ready_func=lambda url: click.echo(f"PSP sandbox listening on {url} (state in {state_file})"))
+
+
+# --- demo ---------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--payments", "count", type=click.IntRange(10, 5000), default=300, show_default=True)
+@click.option("--dir", "directory", type=click.Path(file_okay=False),
+              help="Keep the demo's database and sandbox state here (default: a temporary directory).")
+@click.pass_context
+def demo(ctx: click.Context, count: int, directory: str | None) -> None:
+    """End to end on SQLite and the PSP sandbox with faults on: charge, lose answers, heal, prove no double charge."""
+    from recon.demo import run_demo
+
+    ctx.exit(run_demo(payments=count, directory=directory, say=click.echo))

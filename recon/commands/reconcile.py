@@ -1,0 +1,174 @@
+"""`recon sweep` and `recon report`: reconciliation from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from psp_adapters.protocol import PspAdapter
+from recon.cli import (  # the composition root's shared pieces
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REVIEW,
+    App,
+    Duration,
+    _classify_func,
+    _install_signal_handlers,
+    cli,
+)
+from recon.engine.retry import RetryPolicy
+from recon.engine.worker import Worker
+from recon.errors import UsageError
+
+# --- sweep --------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--older-than", type=Duration(), default="15m", show_default=True,
+              help="Payments not updated for this long are stale.")
+@click.option("--psp", help="Only this PSP.")
+@click.option("--limit", type=click.IntRange(1), help="At most this many payments.")
+@click.option("--dry-run", is_flag=True, help="Show what would be checked; enqueue nothing.")
+@click.option("--enqueue-only", is_flag=True, help="Enqueue the reconcile jobs and leave them to the workers.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write every checked payment with its outcome (CSV, or JSON for *.json).")
+@click.option("--concurrency", type=click.IntRange(1, 512), help="Reconcile jobs in flight (default: config).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
+          enqueue_only: bool, report_path: str | None, concurrency: int | None, as_json: bool) -> None:
+    """Reconcile stale unfinished payments with their PSP and print what happened."""
+    from recon.reconcile import sweep as sw
+
+    app: App = ctx.obj
+    if psp is not None and psp not in app.psp_names():
+        raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
+    options = sw.SweepOptions(older_than=older_than, psp=psp, limit=limit)
+    if dry_run:
+        from recon.render import sweep_dry_run
+
+        candidates = list(sw.iter_candidates(app.ledger, options))
+        if as_json:
+            click.echo(json.dumps({"dry_run": True, "would_check": len(candidates),
+                                   "payments": [p.to_dict() for p in candidates]}))
+        else:
+            sweep_dry_run(candidates)
+        return
+    rc = app.reconcile_config
+    selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
+    if not enqueue_only and len(selection):
+        _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
+    writer = sw.ReportWriter(report_path) if report_path else None
+    summary = sw.summarise(app.ledger, app.store, selection, on_item=writer.item if writer else None)
+    if writer:
+        writer.close(summary)
+    doc = {"enqueue_only": enqueue_only, **summary.to_dict()}
+    if as_json:
+        click.echo(json.dumps(doc))
+    else:
+        from recon.render import sweep_summary
+
+        sweep_summary(doc)
+    ctx.exit(summary.exit_code)
+
+
+def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show_progress: bool) -> None:
+    engine = app.settings.engine
+    if concurrency:
+        engine = replace(engine, concurrency=concurrency)
+    queue = app.reconcile_config.queue
+    worker = Worker(app.store, app.handlers(kinds=("reconcile",)), config=engine,
+                    policy=RetryPolicy(app.settings.retry), queues=[queue],
+                    queue_caps={queue: app.settings.queue(queue).concurrency},
+                    classify_func=_classify_func(), wakeup_func=None, observer=app.metrics)
+    _install_signal_handlers(worker.request_stop)
+    from recon.render import progress_while
+
+    progress_while(lambda: worker.run(burst=True), lambda: sum(worker.stats.outcomes.values()), total=total,
+                   label="reconciling", enabled=show_progress)
+
+
+# --- report -------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--psp", required=True, help="The PSP whose settlement listing is matched.")
+@click.option("--since", required=True,
+              help="Period start, inclusive: 2026-11-01 or an ISO datetime (UTC if no offset).")
+@click.option("--until", required=True, help="Period end, exclusive; same forms as --since.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json"]), default="csv", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False),
+              help="Write the report here (replaced only when complete), not stdout; totals go to stderr.")
+@click.pass_context
+def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, output: str | None) -> None:
+    """Match the PSP's settlement listing for [SINCE, UNTIL) against our payments. Never heals.
+
+    One row per item: matched, expected, missing_locally, missing_at_psp, amount_mismatch, currency_mismatch,
+    status_mismatch, duplicate_at_psp (amounts in minor units). Failed payments the PSP does not list are
+    consistent and not itemised. Exit 0: all matched or expected; 1: discrepancies; 2: bad usage; 3: the PSP
+    listing (or the database) failed.
+    """
+    from psp_adapters.errors import PspError
+    from recon.reconcile import settlement as st
+
+    app: App = ctx.obj
+    start, end = st.parse_bound(since, option="--since"), st.parse_bound(until, option="--until")
+    if start >= end:
+        raise UsageError(f"--since {since!r} must be before --until {until!r}")
+    if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise UsageError(f"--output {output!r}: the directory does not exist")
+    adapter = app.adapter(psp)
+    try:
+        result = _write_report(app, adapter, psp=psp, since=start, until=end, fmt=fmt, output=output)
+    except PspError as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        click.echo(f"recon: report: the {psp} settlement listing failed: {type(exc).__name__}: {first}",
+                   err=True)
+        # sys.exit, not ctx.exit: main() runs click with standalone_mode=False, where ctx.exit's code is
+        # returned by cli.main() and dropped (main then exits 0)
+        sys.exit(EXIT_FAILED)
+    if output:
+        for line in st.summary_lines(result, psp=psp, since=start, until=end):
+            click.echo(line, err=True)
+    sys.exit(EXIT_OK if result.consistent else EXIT_REVIEW)
+
+
+def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until: Any, fmt: str,
+                  output: str | None) -> Any:
+    """Run the report into stdout, or into a temporary file renamed over ``output`` once complete."""
+    import tempfile
+    from typing import TextIO
+
+    from recon.db.report_store import ReportStore
+    from recon.reconcile import settlement as st
+
+    tmp: str | None = None
+    out: TextIO
+    if output:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)), prefix=".recon-report-")
+        out = os.fdopen(fd, "w", encoding="utf-8", newline="")
+    else:
+        out = sys.stdout
+    try:
+        writer = st.JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else st.CsvWriter(out)
+        result = st.run_report(ReportStore(app.db), adapter, writer, psp=psp, since=since, until=until,
+                               settlement_window=app.reconcile_config.settlement_window)
+        out.flush()
+    except BaseException:
+        if tmp:
+            out.close()
+            os.unlink(tmp)
+        raise
+    if tmp and output:
+        out.close()
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the report gets the mode any new file would
+        os.replace(tmp, output)
+    return result
