@@ -1,0 +1,126 @@
+"""`recon psp pause | resume | status` and the PSP controls in `recon stats`, through the real command line,
+with charge workers against the real sandbox on both databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from random import Random
+
+import pytest
+
+from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.server import SandboxServer
+from recon import Client, Handlers, JobState, JobStore, RetryPolicy, Settings, Worker
+from recon.classify import classify
+from recon.db.control_store import ControlStore
+from recon.db.database import Database
+from recon.db.ledger import LedgerStore, NewPayment
+from recon.payments.charge import ChargeHandler
+from recon.payments.guard import PspGuard
+from recon.payments.model import PaymentStatus
+from recon.payments.psp_limits import GuardConfig
+from tests.integration.payment_flow import admin, fast_settings, sandbox_adapter
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
+    with SandboxServer(tmp_path / "psp.db", faults=Faults(decline_amount_suffix=None)) as server:
+        yield server
+
+
+def recon(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RECON_CONFIG"}
+    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, "--log-level", "ERROR",
+                           *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def status(url: str) -> dict[str, dict[str, object]]:
+    run = recon(url, "psp", "status", "--json")
+    assert run.returncode == 0, run.stderr
+    return {p["psp"]: p for p in json.loads(run.stdout)["psps"]}
+
+
+def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_them_run(
+        db: Database, db_url: str, sandbox: SandboxServer) -> None:
+    paused = recon(db_url, "psp", "pause", "sandbox", "--reason", "maintenance window", "--by", "ops@test")
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.strip() == "psp sandbox paused by ops@test: maintenance window"
+    doc = status(db_url)
+    assert doc["sandbox"]["paused"] is True and doc["sandbox"]["pause_reason"] == "maintenance window"
+    assert doc["sandbox"]["paused_by"] == "ops@test" and doc["sandbox"]["paused_at"]
+    assert doc["stripe"]["paused"] is False and set(doc) == {"adyen", "sandbox", "stripe"}
+
+    ledger = LedgerStore(db)
+    new = [NewPayment("shop", f"order-{i}", 1000, "EUR", "sandbox") for i in range(3)]
+    ids = ledger.create(new, max_attempts=2)
+    adapter = sandbox_adapter(sandbox.url)
+    guard = PspGuard(ControlStore(db), GuardConfig(per_psp={}), rng=Random(3))
+    handlers = Handlers()
+    handlers.register("charge", ChargeHandler(ledger, lambda _n: adapter, guard=guard))
+    settings = fast_settings()
+    store = JobStore(db)
+
+    def burst() -> None:
+        Worker(store, handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
+               queues=["charges"], classify_func=classify).run(burst=True)
+
+    client = Client(store, Settings())
+    for _ in range(3):  # more snoozes than the jobs' budget of 2 attempts: none of them dies
+        burst()
+        for job in store.list_jobs(kind="charge"):
+            assert job.state is JobState.PENDING and job.last_error == "psp sandbox paused"
+            client.retry(job.id)  # due again at once, so the next burst meets the pause again
+    jobs = store.list_jobs(kind="charge")
+    assert {(j.attempts, j.max_attempts, j.free_attempts) for j in jobs} == {(3, 5, 3)}  # 2 left, as before
+    assert all([a.outcome for a in store.attempts(j.id)] == ["snoozed"] * 3 for j in jobs)
+    assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.CREATED}
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 0
+
+    burst()  # the jobs are snoozed for pause_snooze_seconds (60 s): a burst finds nothing due
+    resumed = recon(db_url, "psp", "resume", "sandbox")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
+    burst()
+    assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
+    assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 3
+    again = recon(db_url, "psp", "resume", "sandbox")
+    assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
+    adapter.close()
+
+
+def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_url: str) -> None:
+    store = ControlStore(db)
+    store.ensure("sandbox")
+    store.cool_down("sandbox", seconds=45)
+    for _ in range(2):
+        store.record_failure("sandbox", threshold=2, force=False, open_for=30,
+                             reason="PspTransientError: 503")
+    doc = status(db_url)["sandbox"]
+    assert doc["cooling_down"] is True and 40 < float(doc["cooldown_seconds_left"]) <= 45  # type: ignore[arg-type]
+    assert (doc["breaker_state"], doc["consecutive_failures"]) == ("open", 2)
+    assert doc["next_probe_at"] and doc["breaker_reason"] == "PspTransientError: 503"
+    human = recon(db_url, "psp", "status")
+    assert human.returncode == 0 and "sandbox" in human.stdout and "open" in human.stdout
+    stats = recon(db_url, "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    [entry] = [p for p in json.loads(stats.stdout)["psp_controls"] if p["psp"] == "sandbox"]
+    assert entry["breaker_state"] == "open" and entry["cooling_down"] is True
+
+
+def test_psp_cli__unknown_psp_is_bad_usage(tmp_path: Path) -> None:
+    for args in (("pause", "paypal"), ("resume", "paypal")):
+        run = recon(f"sqlite:///{tmp_path / 'recon.db'}", "psp", *args)
+        assert run.returncode == 2 and "unknown PSP 'paypal'" in run.stderr
+
+
+def test_psp_cli__bad_guard_config_is_bad_usage(tmp_path: Path) -> None:
+    config = tmp_path / "recon.toml"
+    config.write_text('[psp.sandbox]\nrate_limit = "fast"\n')
+    run = recon(f"sqlite:///{tmp_path / 'recon.db'}", "--config", str(config), "psp", "status")
+    assert run.returncode == 2 and "psp.sandbox.rate_limit: expected a number" in run.stderr

@@ -1,0 +1,262 @@
+"""The PSP guard against the real sandbox over HTTP, on both databases: the PSP-wide 429 cool-down seen by
+another worker process, the circuit breaker (with a fixed clock), auth failures, and the shared rate limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from random import Random
+
+import pytest
+
+from psp_adapters.errors import PspError, PspRateLimited, PspTransientError
+from psp_adapters.protocol import NotFound, PspRef, Secret
+from psp_adapters.sandbox.adapter import SandboxAdapter
+from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.server import SandboxServer
+from recon import FixedClock, Handlers, JobState, JobStore, RetryPolicy, Snooze, Worker
+from recon.classify import classify
+from recon.db.control_store import ControlStore
+from recon.db.database import Database, connect
+from recon.db.ledger import LedgerStore
+from recon.errors import ConfigError
+from recon.payments.charge import ChargeHandler
+from recon.payments.guard import Permit, PspGuard
+from recon.payments.model import PaymentStatus
+from recon.payments.psp_limits import GuardConfig, PspLimits
+from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+MISSING = PspRef(psp_reference="psp_missing")  # the sandbox answers 404: NotFound, a good answer
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
+    with SandboxServer(tmp_path / "psp.db", faults=Faults(decline_amount_suffix=None)) as server:
+        yield server
+
+
+@pytest.fixture
+def adapter(sandbox: SandboxServer) -> Iterator[SandboxAdapter]:
+    with sandbox_adapter(sandbox.url) as a:
+        yield a
+
+
+def guard_for(db: Database, **limits: float) -> PspGuard:
+    return PspGuard(ControlStore(db), GuardConfig(per_psp={"sandbox": PspLimits(**limits)}),  # type: ignore[arg-type]
+                    rng=Random(7))
+
+
+def control(db: Database) -> dict[str, object]:
+    controls, _now = ControlStore(db).list_controls()
+    [row] = [c for c in controls if c.psp == "sandbox"]
+    return {"state": row.breaker_state, "failures": row.failures, "probe_at": row.probe_at,
+            "cooldown_until": row.cooldown_until, "reason": row.breaker_reason}
+
+
+def fetch(permit: Permit | Snooze, adapter: SandboxAdapter) -> object:
+    assert isinstance(permit, Permit), permit
+    return permit.call(lambda: adapter.fetch_payment(MISSING))
+
+
+def test_guard__429_cool_down_is_observed_by_a_second_worker_process(db: Database, db_url: str,
+                                                                     sandbox: SandboxServer) -> None:
+    sandbox.set_faults(Faults(rate_429=1.0, retry_after_seconds=20, decline_amount_suffix=None))
+    env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url}
+    env.pop("RECON_CONFIG", None)
+    worker = [sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "worker",
+              "--burst", "--queues", "charges"]
+    [first] = create(db, 1, prefix="a")
+    a = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=60)
+    assert a.returncode == 0, a.stderr
+    [job_a] = JobStore(db).list_jobs(kind="charge")
+    assert (job_a.state, job_a.last_error_kind) == (JobState.RETRYABLE, "rate_limited")
+    cooldown_until = control(db)["cooldown_until"]
+    assert isinstance(cooldown_until, datetime)
+    assert 8 < (cooldown_until - datetime.now(UTC)).total_seconds() <= 20  # Retry-After, PSP-wide
+
+    sandbox.set_faults(Faults(decline_amount_suffix=None))  # the PSP would answer now: B must not ask
+    [second] = create(db, 1, prefix="b")
+    b = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=60)
+    assert b.returncode == 0, b.stderr
+    job_b = next(j for j in JobStore(db).list_jobs(kind="charge") if j.id != job_a.id)
+    assert job_b.state is JobState.PENDING and job_b.last_error == "psp sandbox cooling down after a 429"
+    assert job_b.max_attempts - job_b.attempts == 12 - 0  # snoozed: no attempt spent (12: the charge default)
+    assert job_b.run_after >= cooldown_until
+    assert [a.outcome for a in JobStore(db).attempts(job_b.id)] == ["snoozed"]
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 0  # B never called the sandbox
+    ledger = LedgerStore(db)
+    assert ledger.get(second).status is PaymentStatus.CREATED  # type: ignore[union-attr]  # held before sending
+    assert ledger.get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
+
+
+def test_guard__breaker_opens_half_opens_and_closes_with_a_fixed_clock(db_url: str, sandbox: SandboxServer,
+                                                                       adapter: SandboxAdapter) -> None:
+    clock = FixedClock(T0)
+    fdb = connect(db_url, clock=clock)
+    limits = {"breaker_failures": 3, "breaker_open_seconds": 30.0}
+    guard = guard_for(fdb, **limits)
+    try:
+        sandbox.set_faults(Faults(rate_500=1.0, decline_amount_suffix=None))
+        for _ in range(2):
+            with pytest.raises(PspTransientError):
+                fetch(guard.admit("sandbox"), adapter)
+        assert control(fdb)["failures"] == 2
+        sandbox.set_faults(Faults(decline_amount_suffix=None))
+        assert isinstance(fetch(guard.admit("sandbox"), adapter), NotFound)  # an answer: the count restarts
+        assert control(fdb)["failures"] == 0
+        sandbox.set_faults(Faults(rate_500=1.0, decline_amount_suffix=None))
+        for _ in range(3):
+            with pytest.raises(PspTransientError):
+                fetch(guard.admit("sandbox"), adapter)
+        assert control(fdb) | {"reason": None} == {"state": "open", "failures": 3, "cooldown_until": None,
+                                                  "probe_at": T0 + timedelta(seconds=30), "reason": None}
+        held = guard.admit("sandbox")
+        assert isinstance(held, Snooze) and held.reason == "psp sandbox circuit open"
+        assert timedelta(seconds=30) <= held.delay <= timedelta(seconds=33.1)
+
+        clock.advance(30)  # the probe time: many workers race for the one probe slot
+        guards = [guard_for(fdb, **limits) for _ in range(6)]
+        answers: list[Permit | Snooze] = []
+        threads = [threading.Thread(target=lambda g=g: answers.append(g.admit("sandbox"))) for g in guards]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        probes = [p for p in answers if isinstance(p, Permit)]
+        assert len(probes) == 1 and probes[0].probe is not None
+        losers = {s.reason for s in answers if isinstance(s, Snooze)}
+        assert losers == {"psp sandbox circuit half-open: a probe is out"}
+        assert control(fdb)["state"] == "half_open"
+        with pytest.raises(PspTransientError):
+            fetch(probes[0], adapter)  # the probe fails: open again, for another 30 s
+        assert control(fdb)["state"] == "open" and control(fdb)["probe_at"] == T0 + timedelta(seconds=60)
+        assert isinstance(guard.admit("sandbox"), Snooze)
+
+        clock.advance(30)
+        sandbox.set_faults(Faults(decline_amount_suffix=None))
+        probe = guard.admit("sandbox")
+        assert isinstance(probe, Permit) and probe.probe is not None
+        assert isinstance(fetch(probe, adapter), NotFound)  # the probe succeeds: closed
+        assert control(fdb) == {"state": "closed", "failures": 0, "probe_at": None, "cooldown_until": None,
+                                "reason": None}
+        permit = guard.admit("sandbox")
+        assert isinstance(permit, Permit) and permit.probe is None
+    finally:
+        fdb.dispose()
+
+
+def test_guard__auth_failure_opens_the_breaker_and_later_jobs_snooze(db: Database, tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    class Counting(SandboxAdapter):
+        def create_payment(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append("create")
+            return super().create_payment(*args, **kwargs)
+
+    faults = Faults(decline_amount_suffix=None)
+    with SandboxServer(tmp_path / "auth.db", api_key="sk_right", faults=faults) as server:
+        adapter = Counting(server.url, api_key=Secret("sk_wrong"), timeout=2.0)
+        guard = guard_for(db)  # default threshold 5: auth does not wait for it
+        handlers = Handlers()
+        handlers.register("charge", ChargeHandler(LedgerStore(db), lambda _n: adapter, guard=guard))
+        settings = fast_settings()
+
+        def burst() -> None:
+            Worker(JobStore(db), handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
+                   queues=["charges"], classify_func=classify).run(burst=True)
+
+        [first] = create(db, 1, prefix="a")
+        burst()
+        [job] = JobStore(db).list_jobs(kind="charge")
+        assert (job.state, job.last_error_kind) == (JobState.DEAD, "auth")
+        state = control(db)
+        assert state["state"] == "open" and state["failures"] == 1 and "PspAuthError" in str(state["reason"])
+        assert "sk_wrong" not in str(state["reason"])
+        create(db, 1, prefix="b")
+        burst()
+        second = next(j for j in JobStore(db).list_jobs(kind="charge") if j.id != job.id)
+        assert second.state is JobState.PENDING and second.last_error == "psp sandbox circuit open"
+        assert second.max_attempts - second.attempts == 12
+        assert calls == ["create"]  # the second job never reached the PSP
+        adapter.close()
+    assert LedgerStore(db).get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
+
+
+def test_guard__rate_limit_bounds_the_request_rate_across_guards(db: Database, sandbox: SandboxServer,
+                                                                 adapter: SandboxAdapter) -> None:
+    """Two guards (as two worker processes would) share the PSP's bucket: 20 requests/s in all, against a
+    sandbox that answers 429 beyond 25/s. 50 calls from 8 threads take at least (50 - burst - held)/20 s."""
+    sandbox.set_faults(Faults(rate_limit=25, decline_amount_suffix=None))
+    guards = [guard_for(db, rate_limit=20, rate_wait_seconds=10) for _ in range(2)]
+    stamps: list[float] = []
+    errors: list[PspError] = []
+    tickets = iter(range(50))
+    lock = threading.Lock()
+
+    def run(guard: PspGuard) -> None:
+        while True:
+            with lock:
+                if next(tickets, None) is None:
+                    return
+            permit = guard.admit("sandbox")
+            try:
+                fetch(permit, adapter)
+            except PspError as exc:
+                errors.append(exc)
+            with lock:
+                stamps.append(time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(guards[i % 2],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - started
+    assert errors == [] and len(stamps) == 50
+    assert not any(isinstance(e, PspRateLimited) for e in errors)
+    cap, batch = guards[0].config.for_psp("sandbox").capacity, guards[0].config.for_psp("sandbox").batch
+    assert (cap, batch) == (2.0, 1)
+    assert elapsed >= (50 - cap - 2 * batch) / 20 - 0.05, elapsed
+    assert elapsed < 50 / 20 + 2.0, elapsed
+    stamps.sort()  # no second holds more than the rate plus the bucket and the permits held locally
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 20 + cap + 2 * batch
+
+
+def test_guard__no_token_within_the_wait_snoozes(db: Database) -> None:
+    guard = guard_for(db, rate_limit=1, rate_wait_seconds=0.1)
+    assert isinstance(guard.admit("sandbox"), Permit)
+    held = guard.admit("sandbox")
+    assert isinstance(held, Snooze) and held.reason == "psp sandbox rate limit"
+    assert timedelta(seconds=0.5) < held.delay < timedelta(seconds=1.3)
+
+
+def test_guard__unlimited_psp_costs_one_statement_per_batch_of_calls(db: Database) -> None:
+    guard = guard_for(db)  # no rate limit: one admission statement serves UNLIMITED_BATCH calls
+    for _ in range(100):
+        permit = guard.admit("sandbox")
+        assert isinstance(permit, Permit)
+        permit.call(lambda: None)
+    assert guard.store.statements <= 100 // 20 + 2  # + the row's creation
+
+
+def test_guard__config_reads_its_keys_and_leaves_the_adapters_alone() -> None:
+    config = GuardConfig.from_table({"sandbox": {"base_url": "http://127.0.0.1:1", "rate_limit": 500,
+                                                 "breaker_failures": 3},
+                                     "stripe": {"rate_limit": 0}}, source="r.toml")
+    sandbox = config.for_psp("sandbox")
+    assert (sandbox.rate_limit, sandbox.capacity, sandbox.batch) == (500, 50.0, 25)
+    assert sandbox.breaker_failures == 3
+    assert config.for_psp("stripe").rate_limit is None and config.for_psp("adyen") == PspLimits()
+    for table, message in (({"rate_limit": -1}, "psp.x.rate_limit: must be > 0"),
+                           ({"breaker_failures": 2.5}, "psp.x.breaker_failures: expected an integer"),
+                           ({"breaker_open_seconds": 0}, "psp.x.breaker_open_seconds: must be > 0")):
+        with pytest.raises(ConfigError, match=message):
+            GuardConfig.from_table({"x": table}, source="r.toml")
