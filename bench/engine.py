@@ -179,7 +179,8 @@ def main() -> None:
                 print(json.dumps({"case": f"drain_{processes}p", **base, "concurrency": args.concurrency,
                                   **figures}), flush=True)
             lat = wakeup_latency(fresh_db(backend, Path(tmp)), args.latency_samples)
-            print(json.dumps({"case": "wakeup_latency", **base, "poll_interval_s": Settings().engine.poll_interval_seconds,
+            poll = Settings().engine.poll_interval_seconds
+            print(json.dumps({"case": "wakeup_latency", **base, "poll_interval_s": poll,
                               "wakeup": "LISTEN/NOTIFY" if backend == "postgresql" else "polling", **lat}), flush=True)
 
 

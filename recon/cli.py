@@ -34,14 +34,15 @@ EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 log = logging.getLogger("recon")
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[timedelta, Any]):
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
             return value
         try:
-            return parse_duration(str(value), what=f"--{param.name.replace('_', '-')}" if param and param.name else "duration")
+            what = f"--{param.name.replace('_', '-')}" if param and param.name else "duration"
+            return parse_duration(str(value), what=what)
         except UsageError as exc:
             self.fail(str(exc).split(": ", 1)[-1], param, ctx)
 
@@ -49,7 +50,7 @@ class Duration(click.ParamType):
 # --- dead letters and pruning: --since ----------------------------------------------------------------------
 
 
-class Since(click.ParamType):
+class Since(click.ParamType[timedelta | datetime, Any]):
     """``--since``: a duration back from now (``2h``, ``7d``) or an ISO date / datetime (UTC if no offset)."""
 
     name = "since"

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from psp_adapters.sandbox.adapter import SandboxAdapter
+from psp_adapters.sandbox.api import SANDBOX_PORT_DEFAULT
 from psp_adapters.sandbox.faults import FAULT_FLAGS, Faults
-from psp_adapters.sandbox.server import SANDBOX_PORT_DEFAULT, SandboxServer, serve_forever
+from psp_adapters.sandbox.server import SandboxServer, serve_forever
 
 __all__ = [
     "FAULT_FLAGS",

@@ -357,7 +357,7 @@ job_request_cancel_leased = Query(
 job_retry_now = Query(
     "job_retry_now",
     "Run by `recon jobs retry`: a dead, canceled or waiting job becomes runnable now, with attempts to spare.",
-    sql=f"""UPDATE jobs SET state = 'runnable', run_after = {{now}}, finished_at = NULL, cancel_requested = FALSE,
+    sql="""UPDATE jobs SET state = 'runnable', run_after = {now}, finished_at = NULL, cancel_requested = FALSE,
                 max_attempts = CASE WHEN attempts >= max_attempts THEN attempts + 1 ELSE max_attempts END,
                 free_attempts = attempts
             WHERE id = :id AND state IN ('dead', 'canceled', 'retryable', 'pending') RETURNING id""",

@@ -129,7 +129,8 @@ class Heartbeater:
         leases = list(self._leases_func())
         if not leases:
             return
-        held = self._store.extend_leases(worker=self._worker, leases=[(l.job_id, l.attempt) for l in leases],
+        pairs = [(lease.job_id, lease.attempt) for lease in leases]
+        held = self._store.extend_leases(worker=self._worker, leases=pairs,
                                          ttl=self._ttl)
         self.beats += 1
         for lease in leases:

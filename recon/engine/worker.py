@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any, Protocol
 
 from recon.config import EngineConfig
@@ -438,25 +439,25 @@ class Worker:
         self._wake.set()
 
     def _to_finish(self, job: Job, outcome: Outcome) -> Finish:
-        base = {"id": job.id, "attempt": job.attempts}
+        base = partial(Finish, id=job.id, attempt=job.attempts)
         match outcome:
             case Complete():
-                return Finish(**base, state="succeeded", outcome="succeeded")
+                return base(state="succeeded", outcome="succeeded")
             case Retry(error_kind=kind, error=error, retry_after=retry_after):
                 decision = self.policy.decide(kind, attempt=job.attempts, max_attempts=job.max_attempts,
                                               free_attempts=job.free_attempts,
                                               retry_after=retry_after)
                 if decision.dead:
-                    return Finish(**base, state="dead", outcome="dead", error_kind=kind, error=error)
-                return Finish(**base, state="retryable", outcome="retried", delay=decision.delay,
+                    return base(state="dead", outcome="dead", error_kind=kind, error=error)
+                return base(state="retryable", outcome="retried", delay=decision.delay,
                               error_kind=kind, error=error)
             case Snooze(delay=delay, reason=reason):
-                return Finish(**base, state="pending", outcome="snoozed", delay=delay.total_seconds(),
+                return base(state="pending", outcome="snoozed", delay=delay.total_seconds(),
                               error=reason, bump=1)
             case Dead(error_kind=kind, error=error):
-                return Finish(**base, state="dead", outcome="dead", error_kind=kind, error=error)
+                return base(state="dead", outcome="dead", error_kind=kind, error=error)
             case Cancel(reason=reason):
-                return Finish(**base, state="canceled", outcome="canceled", error=reason)
+                return base(state="canceled", outcome="canceled", error=reason)
         raise TypeError(f"handler for job {job.id} returned {outcome!r}, not an Outcome")
 
     # --- presence: this process's row in the workers table (recon.metrics reads it) ----------------------

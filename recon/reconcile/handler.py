@@ -5,7 +5,7 @@
 | succeeded, same amount and currency       | unfinished             | heal -> succeeded                             |
 | failed / canceled                         | unfinished             | heal -> failed                                |
 | succeeded, other amount or currency       | unfinished             | needs_review (never auto-healed)              |
-| pending / cannot say (Unknown)            | unfinished             | snooze on the PSP's schedule; at its end -> needs_review |
+| pending / cannot say (Unknown)            | unfinished             | snooze on the schedule, then needs_review     |
 | not found, no PSP reference ever recorded | unfinished             | snooze within the grace period, then failed   |
 | not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
 | anything                                  | final                  | nothing (consistent)                          |

@@ -38,8 +38,8 @@ class SweepOptions:
 
 @dataclass(slots=True)
 class Selection:
-    payment_ids: array = field(default_factory=lambda: array("q"))
-    job_ids: array = field(default_factory=lambda: array("q"))
+    payment_ids: array[int] = field(default_factory=lambda: array("q"))
+    job_ids: array[int] = field(default_factory=lambda: array("q"))
 
     def __len__(self) -> int:
         return len(self.payment_ids)
@@ -144,7 +144,7 @@ class ReportWriter:
         self.path = path
         self.tmp = f"{path}.tmp"
         self.json = path.endswith(".json")
-        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")  # noqa: SIM115
+        self.fh = open(self.tmp, "w", newline="", encoding="utf-8")
         self.first = True
         if self.json:
             self.fh.write('{"items": [\n')

@@ -83,7 +83,8 @@ def unfinished(store: JobStore, queues: list[str]) -> int:
     return sum(n for queue, state, n in depth if queue in queues and state not in ("succeeded", "dead", "canceled"))
 
 
-def sweep_now(db: Database, handlers: Handlers, *, timeout: float = 30, until_finished: bool = False) -> sw.SweepSummary:
+def sweep_now(db: Database, handlers: Handlers, *, timeout: float = 30,
+              until_finished: bool = False) -> sw.SweepSummary:
     """Enqueue and run a sweep: like `recon sweep` (until nothing is due), or until every job finished."""
     settings = fast_settings()
     selection = sw.enqueue(LedgerStore(db), Client(JobStore(db), settings),

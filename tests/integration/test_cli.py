@@ -28,7 +28,7 @@ def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str) -> None:
     client = Client(store, Settings())
     a = client.enqueue("charge", {"payment": 1}, max_attempts=1)
     b = client.enqueue("charge", {"payment": 2})
-    [job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
+    [_job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
     from recon.db.store import Finish
 
     store.finish(worker="w", finishes=[Finish(id=a, attempt=1, state="dead", outcome="dead", error_kind="validation",

@@ -87,7 +87,7 @@ def test_fencing__a_stale_worker_cannot_finish_or_overwrite(db: Database) -> Non
     db.clock = FixedClock(T0)
     store = JobStore(db)
     job_id = Client(store, Settings()).enqueue("k")
-    [old] = store.claim(worker="slow", queues=["default"], n=1, ttl=5)
+    [_old] = store.claim(worker="slow", queues=["default"], n=1, ttl=5)
     db.clock.advance(6)  # type: ignore[attr-defined]  # the slow worker is paused past its TTL
     store.rescue_expired(limit=10)
     [new] = store.claim(worker="fast", queues=["default"], n=1, ttl=5)
@@ -123,7 +123,7 @@ def test_finish__write_shares_the_transaction_and_is_fenced(db: Database) -> Non
     store = JobStore(db)
     client = Client(store, Settings())
     job_id = client.enqueue("k")
-    [job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
+    [_job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
     calls: list[int] = []
 
     def failing_write(conn: object) -> None:

@@ -6,7 +6,6 @@ from alembic.migration import MigrationContext
 from recon.db.database import Database, upgrade
 from recon.db.schema import metadata
 
-
 # Alembic cannot compare expression indexes (jobs_claimable has "priority DESC"): it is left out of the
 # diff and checked by name and, on PostgreSQL, by the query plan below.
 EXPRESSION_INDEXES = {"jobs_claimable"}

@@ -91,7 +91,7 @@ def test_worker__retry_uses_policy_backoff_then_dead_at_max_attempts(db: Databas
 def test_worker__retry_after_wins_over_backoff(db: Database) -> None:
     store = JobStore(db)
     job_id = Client(store, Settings()).enqueue("limited")
-    run_burst(db, handlers_with("limited", lambda j, l: Retry(error_kind="rate_limited", error="429",
+    run_burst(db, handlers_with("limited", lambda _job, _lease: Retry(error_kind="rate_limited", error="429",
                                                               retry_after=120)))
     job = store.get(job_id)
     assert job is not None and job.state is JobState.RETRYABLE
@@ -102,7 +102,7 @@ def test_worker__retry_after_wins_over_backoff(db: Database) -> None:
 def test_worker__snooze_does_not_spend_an_attempt(db: Database) -> None:
     store = JobStore(db)
     job_id = Client(store, Settings()).enqueue("later", max_attempts=1)
-    run_burst(db, handlers_with("later", lambda j, l: Snooze(timedelta(minutes=5), reason="psp pending")))
+    run_burst(db, handlers_with("later", lambda _job, _lease: Snooze(timedelta(minutes=5), reason="psp pending")))
     job = store.get(job_id)
     assert job is not None and job.state is JobState.PENDING and job.attempts == 1 and job.max_attempts == 2
     assert [a.outcome for a in store.attempts(job_id)] == ["snoozed"]
@@ -113,7 +113,7 @@ def test_worker__dead_outcome_and_unknown_kind_go_to_dead(db: Database) -> None:
     client = Client(store, Settings())
     bad = client.enqueue("invalid")
     unknown = client.enqueue("nobody-handles-this")
-    run_burst(db, handlers_with("invalid", lambda j, l: Dead(error_kind="validation", error="amount < 0")))
+    run_burst(db, handlers_with("invalid", lambda _job, _lease: Dead(error_kind="validation", error="amount < 0")))
     assert store.get(bad).state is JobState.DEAD  # type: ignore[union-attr]
     job = store.get(unknown)
     assert job is not None and job.state is JobState.DEAD and job.last_error_kind == "unknown_kind"
@@ -165,7 +165,7 @@ def test_worker__write_commits_with_finish(db: Database) -> None:
     def write(conn: sa.Connection) -> None:
         conn.execute(sa.text("INSERT INTO side_effects VALUES (:id)"), {"id": job_id})
 
-    run_burst(db, handlers_with("w", lambda j, l: Complete(write=write)))
+    run_burst(db, handlers_with("w", lambda _job, _lease: Complete(write=write)))
     with db.begin() as conn:
         assert conn.execute(sa.text("SELECT job_id FROM side_effects")).scalars().all() == [job_id]
         conn.execute(sa.text("DROP TABLE side_effects"))
@@ -243,7 +243,7 @@ def test_worker__wakes_on_enqueue(db: Database) -> None:
     store = JobStore(db)
     started = threading.Event()
     config = replace(FAST, poll_interval_seconds=0.05 if not db.is_postgresql else 30)
-    worker = Worker(store, handlers_with("ping", lambda j, l: started.set()), config=config,
+    worker = Worker(store, handlers_with("ping", lambda _job, _lease: started.set()), config=config,
                     policy=RetryPolicy(Settings().retry), wakeup_func=make_listener(db))
     t = threading.Thread(target=worker.run)
     t.start()
@@ -264,7 +264,7 @@ def test_worker__queue_config_cap_is_read_from_settings(db: Database) -> None:
 def test_worker__none_means_complete(db: Database, outcome: Complete | None) -> None:
     store = JobStore(db)
     job_id = Client(store, Settings()).enqueue("k")
-    run_burst(db, handlers_with("k", lambda j, l: outcome))
+    run_burst(db, handlers_with("k", lambda _job, _lease: outcome))
     assert store.get(job_id).state is JobState.SUCCEEDED  # type: ignore[union-attr]
 
 
