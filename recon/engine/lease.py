@@ -36,7 +36,7 @@ class Lease:
     sleeping handler waits on is created only when a handler first calls ``wait()``.
     """
 
-    __slots__ = ("_cancel", "_changed", "_lost", "_store", "attempt", "job_id", "worker")
+    __slots__ = ("_cancel", "_changed", "_lost", "_store", "attempt", "finishing", "job_id", "worker")
 
     def __init__(self, *, store: JobStore, job_id: int, attempt: int, worker: str) -> None:
         self.job_id = job_id
@@ -46,6 +46,9 @@ class Lease:
         self._lost = False
         self._cancel = False
         self._changed: threading.Event | None = None
+        #: set by the worker just before it commits this attempt's finish: from then on a heartbeat that
+        #: misses the row is seeing the finish, not a lost lease
+        self.finishing = False
 
     @property
     def lost(self) -> bool:
@@ -129,12 +132,17 @@ class Heartbeater:
         leases = list(self._leases_func())
         if not leases:
             return
+        leases = [lease for lease in leases if not lease.finishing]
+        if not leases:
+            return
         pairs = [(lease.job_id, lease.attempt) for lease in leases]
         held = self._store.extend_leases(worker=self._worker, leases=pairs,
                                          ttl=self._ttl)
         self.beats += 1
         for lease in leases:
             if lease.job_id not in held:
+                if lease.finishing:
+                    continue  # its finish committed between our snapshot and our statement
                 if not lease.lost:
                     self.lost += 1
                 lease.mark_lost()

@@ -361,6 +361,8 @@ class Worker:
             self._finish_batch(batch)
 
     def _finish_batch(self, batch: list[_Done]) -> None:
+        for done in batch:
+            done.lease.finishing = True
         grouped: list[tuple[_Done, Finish]] = []
         for done in batch:
             if done.outcome is None:

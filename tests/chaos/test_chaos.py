@@ -114,6 +114,7 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
             elif "postgres" not in done and progress >= events["postgres"] and can_restart_postgres():
                 done.add("postgres")
                 restart_postgres()
+                pg.engine.dispose()  # this test's own pooled connections died with the server
             elif "sandbox" not in done and progress >= events["sandbox"]:
                 done.add("sandbox")
                 sandbox.restart()
