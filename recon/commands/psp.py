@@ -132,6 +132,10 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, **fa
 @click.pass_context
 def demo(ctx: click.Context, count: int, directory: str | None) -> None:
     """End to end on SQLite and the PSP sandbox with faults on: charge, lose answers, heal, prove no double charge."""
+    import logging
+
     from recon.demo import run_demo
 
+    if logging.getLogger().level >= logging.INFO:  # the story is the output; the workers' start/stop lines are noise
+        logging.getLogger("recon.engine").setLevel(logging.WARNING)
     ctx.exit(run_demo(payments=count, directory=directory, say=click.echo))
