@@ -84,6 +84,7 @@ class App:
         self._settings: Settings | None = None
         self._db: Database | None = None
         self._adapters: dict[str, PspAdapter] = {}
+        self._adapter_lock = threading.Lock()
         self._metrics: Any = None
         self._guard: Any = None  # psp controls (issue 5)
 
@@ -124,9 +125,14 @@ class App:
 
     def adapter(self, name: str) -> PspAdapter:
         """The adapter for PSP ``name``: ``[psp.NAME]`` in the config file (base_url, merchant_account,
-        timeouts) over ``RECON_NAME_*`` variables. Keys come only from the environment."""
-        if name in self._adapters:
+        timeouts) over ``RECON_NAME_*`` variables. Keys come only from the environment. Handler threads call
+        this concurrently: one adapter (one connection pool) per PSP per process."""
+        with self._adapter_lock:
+            if name not in self._adapters:
+                self._adapters[name] = self._build_adapter(name)
             return self._adapters[name]
+
+    def _build_adapter(self, name: str) -> PspAdapter:
         from psp_adapters import registry
 
         if name not in registry.names():
@@ -144,9 +150,7 @@ class App:
             raise ConfigError(f"PSP {name!r}: {exc}") from None
         from recon.payments.instrumented import instrument
 
-        adapter = instrument(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
-        self._adapters[name] = adapter
-        return adapter
+        return instrument(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
 
     @property
     def metrics(self) -> Any:
