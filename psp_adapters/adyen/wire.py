@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, assert_never
 
-from psp_adapters.errors import PspProtocolError, PspRejectedError
+from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import (
     ChargeRequest,
     Failed,
@@ -31,6 +31,7 @@ from psp_adapters.protocol import (
     Succeeded,
     Unknown,
 )
+from psp_adapters.units import from_psp_units, to_psp_units
 
 if TYPE_CHECKING:
     from psp_adapters.adyen.report import ReportRow
@@ -103,24 +104,12 @@ class AdyenError:
 
 def to_adyen_amount(amount: int, currency: str) -> int:
     """ISO minor units -> Adyen units. Raises PspRejectedError when Adyen cannot represent it."""
-    shift = _EXPONENT_SHIFT.get(currency.upper(), 0)
-    factor: int = 10 ** abs(shift)
-    if shift >= 0:
-        return amount * factor
-    if amount % factor:
-        raise PspRejectedError(f"{PSP_NAME}: {currency} amounts must be whole units at Adyen", psp=PSP_NAME)
-    return amount // factor
+    return to_psp_units(amount, currency, shifts=_EXPONENT_SHIFT, psp=PSP_NAME, label="Adyen")
 
 
 def from_adyen_amount(amount: int, currency: str) -> int:
     """Adyen units -> ISO minor units. Raises PspProtocolError when the amount is not whole minor units."""
-    shift = _EXPONENT_SHIFT.get(currency.upper(), 0)
-    factor: int = 10 ** abs(shift)
-    if shift <= 0:
-        return amount * factor
-    if amount % factor:
-        raise PspProtocolError(f"{PSP_NAME}: {currency} amount {amount} is fractional", psp=PSP_NAME)
-    return amount // factor
+    return from_psp_units(amount, currency, shifts=_EXPONENT_SHIFT, psp=PSP_NAME)
 
 
 def payment_body(request: ChargeRequest, *, merchant_account: str) -> dict[str, object]:

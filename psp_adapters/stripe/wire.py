@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar, assert_never
 
-from psp_adapters.errors import PspProtocolError, PspRejectedError
+from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import (
     ChargeRequest,
     Failed,
@@ -36,6 +36,7 @@ from psp_adapters.protocol import (
     Succeeded,
     Unknown,
 )
+from psp_adapters.units import from_psp_units, to_psp_units
 
 PSP_NAME = "stripe"
 #: the metadata key under which we store our merchant reference on every PaymentIntent
@@ -84,24 +85,12 @@ class StripeError:
 
 def to_stripe_amount(amount: int, currency: str) -> int:
     """ISO minor units -> Stripe units. Raises PspRejectedError when Stripe cannot represent the amount."""
-    shift = _EXPONENT_SHIFT.get(currency.upper(), 0)
-    factor: int = 10 ** abs(shift)
-    if shift >= 0:
-        return amount * factor
-    if amount % factor:
-        raise PspRejectedError(f"{PSP_NAME}: {currency} amounts must be whole units at Stripe", psp=PSP_NAME)
-    return amount // factor
+    return to_psp_units(amount, currency, shifts=_EXPONENT_SHIFT, psp=PSP_NAME, label="Stripe")
 
 
 def from_stripe_amount(amount: int, currency: str) -> int:
     """Stripe units -> ISO minor units. Raises PspProtocolError when the amount is not whole minor units."""
-    shift = _EXPONENT_SHIFT.get(currency.upper(), 0)
-    factor: int = 10 ** abs(shift)
-    if shift <= 0:
-        return amount * factor
-    if amount % factor:
-        raise PspProtocolError(f"{PSP_NAME}: {currency} amount {amount} is fractional", psp=PSP_NAME)
-    return amount // factor
+    return from_psp_units(amount, currency, shifts=_EXPONENT_SHIFT, psp=PSP_NAME)
 
 
 def create_form(request: ChargeRequest) -> dict[str, str]:
