@@ -184,9 +184,10 @@ class Recon:
             conn.execute(sa.text("SELECT 1"))
         if role == "drain":
             handlers.register("noop", lambda job, lease: seen.append(0.0))
-            # bench/engine.py's drain settings: a claim may fill every free slot; 10 ms idle poll
+            # the settings the README recommends for short jobs: claims of up to `concurrency` jobs, and
+            # as many prefetched (so that the next claim overlaps the current batch); 10 ms idle poll
             config = replace(settings.engine, concurrency=concurrency, claim_batch_size=concurrency,
-                             poll_interval_seconds=0.01)
+                             prefetch=concurrency, poll_interval_seconds=0.01)
             worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry))
             _say("ready")
             if not _wait_go(timeout):

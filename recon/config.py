@@ -26,6 +26,7 @@ POLL_INTERVAL_SECONDS_DEFAULT = 0.5
 CLAIM_BATCH_SIZE_DEFAULT = 50
 FINISH_BATCH_SIZE_DEFAULT = 200
 CONCURRENCY_DEFAULT = 8
+PREFETCH_DEFAULT = 0
 DRAIN_TIMEOUT_SECONDS_DEFAULT = 30.0
 MAX_ATTEMPTS_DEFAULT = 10
 QUEUE_DEFAULT = "default"
@@ -46,6 +47,9 @@ class EngineConfig:
     claim_batch_size: int = CLAIM_BATCH_SIZE_DEFAULT
     finish_batch_size: int = FINISH_BATCH_SIZE_DEFAULT
     concurrency: int = CONCURRENCY_DEFAULT
+    #: jobs a worker process may claim beyond its free handler threads, waiting in the process (leased and
+    #: heartbeated) for a thread: for short jobs, so that the next claim overlaps the current batch
+    prefetch: int = PREFETCH_DEFAULT
     drain_timeout_seconds: float = DRAIN_TIMEOUT_SECONDS_DEFAULT
     default_max_attempts: int = MAX_ATTEMPTS_DEFAULT
     default_queue: str = QUEUE_DEFAULT
@@ -61,6 +65,8 @@ class EngineConfig:
         for name in ("claim_batch_size", "finish_batch_size", "concurrency", "default_max_attempts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.prefetch < 0:
+            raise ConfigError(f"{where}.prefetch: must be >= 0, got {self.prefetch}")
         if self.drain_timeout_seconds < 0:
             raise ConfigError(f"{where}.drain_timeout_seconds: must be >= 0")
         if self.heartbeat_interval_seconds >= self.lease_ttl_seconds:

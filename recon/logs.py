@@ -52,11 +52,21 @@ _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 def job_scope(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every line logged in this thread inside the ``with`` carries ``fields`` (the dict itself, so that
     ``bind`` and the caller see later additions)."""
-    token = _job.set(fields)
+    token = enter_job(fields)
     try:
         yield fields
     finally:
-        _job.reset(token)
+        leave_job(token)
+
+
+def enter_job(fields: dict[str, Any]) -> contextvars.Token[dict[str, Any] | None]:
+    """``job_scope`` without the context manager, for the worker's per-job loop: pair with ``leave_job``
+    in a ``finally``."""
+    return _job.set(fields)
+
+
+def leave_job(token: contextvars.Token[dict[str, Any] | None]) -> None:
+    _job.reset(token)
 
 
 def bind(**fields: Any) -> None:

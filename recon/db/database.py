@@ -82,6 +82,11 @@ class Database:
     def is_postgresql(self) -> bool:
         return self.dialect == "postgresql"
 
+    @property
+    def dbapi(self) -> Any:
+        """The driver module (its ``Error`` classes)."""
+        return self.engine.dialect.loaded_dbapi
+
     @contextlib.contextmanager
     def begin(self) -> Iterator[sa.Connection]:
         with translate_errors(), self.engine.begin() as conn:
@@ -135,13 +140,76 @@ def translate_errors() -> Iterator[None]:
 def is_transient(exc: sa.exc.DBAPIError) -> bool:
     if exc.connection_invalidated:
         return True
-    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return _transient_driver_error(exc.orig, operational=isinstance(exc, sa.exc.OperationalError))
+
+
+def _transient_driver_error(orig: BaseException | None, *, operational: bool) -> bool:
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if code:
         return code in _TRANSIENT_PGCODES or code.startswith("08")
-    message = str(exc.orig).lower()
-    return isinstance(exc, sa.exc.OperationalError) and (
+    message = str(orig).lower()
+    return operational and (
         "locked" in message or "busy" in message or "connection" in message or "closed" in message
     )
+
+
+class DedicatedConnection:
+    """One driver connection kept by one thread for its hot loop: the worker's claim loop and finisher
+    (PostgreSQL only, autocommit: each of their statements is atomic on its own).
+
+    They run a statement per batch, and going through SQLAlchemy for each (pool checkout and checkin,
+    isolation-level switch, compiled-statement lookup, result wrapping) cost the worker more CPU than the
+    statement's own client side. Here a statement is a plain string (``queries.Query.for_driver``) that
+    psycopg prepares on the server after a few runs. A connection that broke (database restart) is
+    dropped and the next call opens a new one; errors are translated as in ``translate_errors``.
+    """
+
+    def __init__(self, db: Database) -> None:
+        if not db.is_postgresql:
+            raise ValueError("a dedicated driver connection is for PostgreSQL")
+        self._db = db
+        self._pooled: Any = None  # SQLAlchemy's pooled wrapper, returned to the pool on close()
+        self._conn: Any = None  # the psycopg connection inside it
+
+    def execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run one statement and return its rows (an empty list for a statement without rows)."""
+        conn = self._conn if self._conn is not None else self._open()
+        try:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+        except self._db.dbapi.Error as exc:
+            broken = conn.broken or conn.closed
+            if broken:
+                self._drop(invalidate=True)
+            message = f"database: {_first_line(exc)}"
+            if broken or _transient_driver_error(exc, operational=isinstance(exc, self._db.dbapi.OperationalError)):
+                raise DatabaseTransientError(message) from exc
+            raise StoreError(message) from exc
+
+    def close(self) -> None:
+        self._drop(invalidate=False)
+
+    def _open(self) -> Any:
+        try:
+            pooled = self._db.engine.raw_connection()
+        except sa.exc.DBAPIError as exc:
+            raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
+        conn: Any = pooled.driver_connection
+        conn.autocommit = True
+        self._pooled, self._conn = pooled, conn
+        return conn
+
+    def _drop(self, *, invalidate: bool) -> None:
+        pooled, self._pooled, self._conn = self._pooled, None, None
+        if pooled is None:
+            return
+        with contextlib.suppress(Exception):
+            if invalidate:
+                pooled.invalidate()
+            else:
+                driver: Any = pooled.driver_connection
+                driver.autocommit = False  # as the pool handed it out
+                pooled.close()
 
 
 def _first_line(exc: BaseException | None) -> str:

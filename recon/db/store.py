@@ -16,15 +16,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import queries as q
-from recon.db.database import UNSAFE_DISABLE_FENCING, Database
+from recon.db.database import UNSAFE_DISABLE_FENCING, Database, DedicatedConnection
 from recon.engine.jobs import AttemptRecord, Job, JobState
 
 ENQUEUE_CHUNK = 5000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Finish:
-    """How one attempt ends: the job's next state and the attempt-history row."""
+    """How one attempt ends: the job's next state and the attempt-history row (a value; not frozen for
+    the same reason as ``Job``: one is made per finished job)."""
 
     id: int
     attempt: int
@@ -127,14 +128,26 @@ class JobStore:
 
     # --- lease ----------------------------------------------------------------------------------------
 
-    def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float) -> list[Job]:
+    def dedicated(self) -> DedicatedConnection | None:
+        """A connection of its own for one thread's claim or finish loop (PostgreSQL; None on SQLite, whose
+        statements take the ordinary path). Pass it as ``via``; close it when the loop ends."""
+        return DedicatedConnection(self.db) if self.db.is_postgresql else None
+
+    def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float,
+              via: DedicatedConnection | None = None) -> list[Job]:
         """Lease up to ``n`` due jobs of ``queues`` for ``worker``, in one statement."""
-        with self.db.autocommit() as conn:
-            rows = conn.execute(self._q(q.job_claim_available),
-                                {"worker": worker, "queues": list(queues), "n": n, "ttl": ttl,
-                                 "now": self.db.now_param()}).all()
+        params: dict[str, Any] = {"worker": worker, "n": n, "ttl": ttl, "now": self.db.now_param()}
+        rows: Sequence[Any]
+        if via is not None:
+            for i, name in enumerate(queues):
+                params[f"queues_{i}"] = name
+            rows = via.execute(q.job_claim_available.for_driver(self.db.dialect, queues=len(queues)), params)
+        else:
+            params["queues"] = list(queues)
+            with self.db.autocommit() as conn:
+                rows = conn.execute(self._q(q.job_claim_available), params).all()
         jobs = [self._claimed(r, worker) for r in rows]
-        jobs.sort(key=lambda j: (-j.priority, j.run_after, j.id))  # RETURNING order is unspecified
+        jobs.sort(key=_claim_order)  # RETURNING order is unspecified
         return jobs
 
     def extend_leases(self, *, worker: str, leases: Sequence[tuple[int, int]], ttl: float) -> dict[int, bool]:
@@ -167,7 +180,8 @@ class JobStore:
         return row.first() is not None
 
     def finish(self, *, worker: str, finishes: Sequence[Finish],
-               write: Callable[[sa.Connection], Any] | None = None) -> set[int]:
+               write: Callable[[sa.Connection], Any] | None = None,
+               via: DedicatedConnection | None = None) -> set[int]:
         """End attempts, fenced; return the ids whose lease still matched (the others are stale finishes).
 
         With ``write`` (only for a single finish), it runs in the same transaction after the fenced update
@@ -178,8 +192,12 @@ class JobStore:
         if write is not None and len(finishes) != 1:
             raise ValueError("a finish with a domain write must be alone in its transaction")
         if write is None and self.db.is_postgresql and not UNSAFE_DISABLE_FENCING:
-            with self.db.autocommit() as conn:  # one data-modifying CTE: atomic on its own
-                return self._finish_in(conn, worker, finishes)
+            # one data-modifying CTE: atomic on its own
+            params = self._finish_many_params(worker, finishes)
+            if via is not None:
+                return {r[0] for r in via.execute(q.job_finish_many_if_owner.for_driver(self.db.dialect), params)}
+            with self.db.autocommit() as conn:
+                return {int(r[0]) for r in conn.execute(self._q(q.job_finish_many_if_owner), params)}
         with self.db.begin() as conn:
             matched = self._finish_in(conn, worker, finishes)
             if write is not None and matched:
@@ -191,9 +209,7 @@ class JobStore:
         if UNSAFE_DISABLE_FENCING:
             return self._finish_unfenced(conn, worker, finishes, now)
         if self.db.is_postgresql:
-            rows = json.dumps([f.row() for f in finishes], separators=(",", ":"))
-            result = conn.execute(self._q(q.job_finish_many_if_owner),
-                                  {"rows": rows, "ids": [f.id for f in finishes], "worker": worker, "now": now})
+            result = conn.execute(self._q(q.job_finish_many_if_owner), self._finish_many_params(worker, finishes))
             return {int(r[0]) for r in result}
         matched: set[int] = set()
         finish_one, insert = self._q(q.job_finish_one_if_owner), self._q(q.job_attempt_insert)
@@ -206,6 +222,10 @@ class JobStore:
                                   "now": now, "outcome": outcome, "error_kind": f.error_kind, "error": f.error})
             matched.add(f.id)
         return matched
+
+    def _finish_many_params(self, worker: str, finishes: Sequence[Finish]) -> dict[str, Any]:
+        rows = _dumps([f.row() for f in finishes])
+        return {"rows": rows, "ids": [f.id for f in finishes], "worker": worker, "now": self.db.now_param()}
 
     def _finish_unfenced(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish], now: Any) -> set[int]:
         """The chaos suite's planted bug: no lease check at all (see database.UNSAFE_DISABLE_FENCING)."""
@@ -470,13 +490,13 @@ class JobStore:
         return query.for_dialect(self.db.dialect)
 
     def _claimed(self, r: Any, worker: str) -> Job:
-        """A claimed job from ``queries.CLAIM_COLUMNS`` (the claim loop's hot path: no more than needed)."""
+        """A claimed job from ``queries.CLAIM_COLUMNS`` (the claim loop's hot path: positional arguments,
+        in ``Job``'s field order, are the cheapest construction)."""
         t = self.db.from_db
         return Job(
-            id=r[0], queue=r[1], kind=r[2], payload=_json(r[3]) or {}, state=JobState.LEASED, priority=r[4],
-            run_after=t(r[5]), attempts=r[6], max_attempts=r[7], lease_owner=worker,  # type: ignore[arg-type]
-            lease_until=t(r[8]), unique_key=r[9], tenant=r[10], progress=_json(r[11]),
-            created_at=t(r[12]), last_error_kind=r[13], free_attempts=r[14],  # type: ignore[arg-type]
+            r[0], r[1], r[2], _json(r[3]) or {}, JobState.LEASED, r[4], t(r[5]), r[6], r[7],  # type: ignore[arg-type]
+            t(r[12]), worker, t(r[8]), None, None, r[9], r[13], None, r[10], _json(r[11]),  # type: ignore[arg-type]
+            None, False, r[14],
         )
 
     def _job(self, r: Any) -> Job:
@@ -489,6 +509,13 @@ class JobStore:
             created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
             free_attempts=int(r[21]),
         )
+
+
+def _claim_order(job: Job) -> tuple[int, datetime, int]:
+    return -job.priority, job.run_after, job.id
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _json(value: Any) -> Any:

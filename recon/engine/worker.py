@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from recon.config import EngineConfig
+from recon.db.database import DedicatedConnection
 from recon.db.store import Finish, JobStore, WorkerPresence
 from recon.engine.jobs import Job
 from recon.engine.lease import Heartbeater, Lease
@@ -45,7 +46,7 @@ from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.errors import LeaseLost, StoreError, UnknownJobKind
-from recon.logs import job_scope
+from recon.logs import enter_job, leave_job
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ ClassifyFunc = Callable[[BaseException], Outcome]
 WakeupFunc = Callable[[threading.Event, Callable[[str], None]], None]
 
 FINISH_RETRIES = 5
+#: how long the claim loop waits for more slots to free up when only a few are free (see _low_water)
+GATHER_SECONDS = 0.002
 
 
 def make_worker_id() -> str:
@@ -168,6 +171,12 @@ class Worker:
         self._executing: set[int] = set()  # the subset whose handler is queued or running: the slots
         self._per_queue: Counter[str] = Counter()  # executing per queue, for the per-queue caps
         self._todo: queue_mod.SimpleQueue[_Running | None] = queue_mod.SimpleQueue()
+        #: the claim loop waits (up to GATHER_SECONDS) for this many free slots while others are busy, so
+        #: that short jobs are claimed in batches rather than one per freed slot
+        self._capacity = config.concurrency + config.prefetch  # jobs queued for or running in a thread
+        self._low_water = max(1, min(config.claim_batch_size, self._capacity) // 2)
+        self._claim_via: DedicatedConnection | None = None  # the claim loop's own connection (PostgreSQL)
+        self._finish_via: DedicatedConnection | None = None  # the finisher's
         self._done: queue_mod.SimpleQueue[_Done | None] = queue_mod.SimpleQueue()
         self._heartbeater = Heartbeater(store, worker=self.worker_id, ttl=config.lease_ttl_seconds,
                                         leases_func=self._leases)
@@ -194,7 +203,7 @@ class Worker:
             awaiting_finish = len(self._running) - executing
         if awaiting_finish >= 2 * self.config.finish_batch_size:
             return 0
-        return self.config.concurrency - executing
+        return self._capacity - executing
 
     def run(self, *, burst: bool = False) -> WorkerStats:
         """Claim and run jobs until ``request_stop()`` (or, with ``burst``, until nothing is claimable)."""
@@ -257,22 +266,32 @@ class Worker:
 
     def _claim_loop(self, *, burst: bool) -> None:
         poll = self.config.poll_interval_seconds
-        while not self._stop.is_set():
-            self._wake.clear()
-            free = self._free_slots()
-            if free <= 0:
-                self._wake.wait(poll)
-                continue
-            try:
-                asked, claimed = self._claim(free)
-            except StoreError as exc:
-                log.warning("claim failed, retrying: %s", exc)
-                self._stop.wait(min(poll, 1.0))
-                continue
-            if claimed < asked:
-                if burst and self._idle():
-                    return
-                self._wake.wait(poll)
+        self._claim_via = self.store.dedicated()
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                free = self._free_slots()
+                if free <= 0:
+                    self._wake.wait(poll)
+                    continue
+                if free < self._low_water and self._wake.wait(GATHER_SECONDS):
+                    continue  # a few slots are free while most run: let more free up, then claim them together
+                # idle before the claim, not after: a finish committed between the two can make a job
+                # claimable again (a retry without delay) that this claim did not see
+                idle = burst and self._idle()
+                try:
+                    asked, claimed = self._claim(free)
+                except StoreError as exc:
+                    log.warning("claim failed, retrying: %s", exc)
+                    self._stop.wait(min(poll, 1.0))
+                    continue
+                if claimed < asked:
+                    if idle and claimed == 0:
+                        return
+                    self._wake.wait(poll)
+        finally:
+            if self._claim_via is not None:
+                self._claim_via.close()
 
     def _claim(self, free: int) -> tuple[int, int]:
         asked = claimed = 0
@@ -293,15 +312,22 @@ class Worker:
         return asked, claimed
 
     def _claim_into(self, queues: Sequence[str], n: int) -> int:
-        jobs = self.store.claim(worker=self.worker_id, queues=queues, n=n, ttl=self.config.lease_ttl_seconds)
-        for job in jobs:
-            lease = Lease(store=self.store, job_id=job.id, attempt=job.attempts, worker=self.worker_id)
-            running = _Running(job, lease)
-            with self._lock:
-                self._running[job.id] = running
-                self._executing.add(job.id)
-                self._per_queue[job.queue] += 1
-            self._todo.put(running)
+        jobs = self.store.claim(worker=self.worker_id, queues=queues, n=n, ttl=self.config.lease_ttl_seconds,
+                                via=self._claim_via)
+        if not jobs:
+            return 0
+        store, worker = self.store, self.worker_id
+        batch = [_Running(job, Lease(store=store, job_id=job.id, attempt=job.attempts, worker=worker))
+                 for job in jobs]
+        with self._lock:
+            running, executing, per_queue = self._running, self._executing, self._per_queue
+            for r in batch:
+                running[r.job.id] = r
+                executing.add(r.job.id)
+                per_queue[r.job.queue] += 1
+        put = self._todo.put
+        for r in batch:
+            put(r)
         self.stats.claimed += len(jobs)
         return len(jobs)
 
@@ -312,18 +338,26 @@ class Worker:
     # --- running --------------------------------------------------------------------------------------
 
     def _runner(self) -> None:
-        while (item := self._todo.get()) is not None:
-            fields = job_log_fields(item.job, self.worker_id)
+        get, done, lock, executing = self._todo.get, self._done.put, self._lock, self._executing
+        wake_at = (self._capacity - self._low_water, 0)  # executing counts that free enough slots
+        while (item := get()) is not None:
+            job = item.job
+            fields = job_log_fields(job, self.worker_id)
             started = time.monotonic()
-            with job_scope(fields):  # every line logged while the handler runs names the job
-                outcome = self._execute(item.job, item.lease)
+            token = enter_job(fields)  # every line logged while the handler runs names the job
+            try:
+                outcome = self._execute(job, item.lease)
+            finally:
+                leave_job(token)
             seconds = time.monotonic() - started
-            with self._lock:
-                if item.job.id in self._executing:
-                    self._executing.discard(item.job.id)
-                    self._per_queue[item.job.queue] -= 1
-            self._wake.set()
-            self._done.put(_Done(item.job, item.lease, outcome, seconds, fields))
+            with lock:
+                if job.id in executing:
+                    executing.discard(job.id)
+                    self._per_queue[job.queue] -= 1
+                left = len(executing)
+            if left in wake_at:
+                self._wake.set()  # the claim loop waits for a batch's worth of free slots (or none busy)
+            done(_Done(job, item.lease, outcome, seconds, fields))
 
     def _execute(self, job: Job, lease: Lease) -> Outcome | None:
         try:
@@ -344,28 +378,37 @@ class Worker:
     # --- finishing ------------------------------------------------------------------------------------
 
     def _finisher(self) -> None:
-        while True:
-            item = self._done.get()
-            if item is None:
-                return
-            batch = [item]
-            while len(batch) < self.config.finish_batch_size:
-                try:
-                    nxt = self._done.get_nowait()
-                except queue_mod.Empty:
-                    break
-                if nxt is None:
-                    self._done.put(None)
-                    break
-                batch.append(nxt)
-            self._finish_batch(batch)
+        self._finish_via = self.store.dedicated()
+        get, get_nowait, size = self._done.get, self._done.get_nowait, self.config.finish_batch_size
+        try:
+            while True:
+                item = get()
+                if item is None:
+                    return
+                batch = [item]
+                while len(batch) < size:
+                    try:
+                        nxt = get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    if nxt is None:
+                        self._done.put(None)
+                        break
+                    batch.append(nxt)
+                self._finish_batch(batch)
+        finally:
+            if self._finish_via is not None:
+                self._finish_via.close()
 
     def _finish_batch(self, batch: list[_Done]) -> None:
         for done in batch:
             done.lease.finishing = True
         grouped: list[tuple[_Done, Finish]] = []
         for done in batch:
-            if done.outcome is None:
+            outcome = done.outcome
+            if type(outcome) is Complete and outcome.write is None:  # the common case first
+                grouped.append((done, Finish(done.job.id, done.job.attempts, "succeeded", "succeeded")))
+            elif done.outcome is None:
                 self.stats.stale_finishes += 1
                 log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts,
                             extra=done.log_fields)
@@ -376,9 +419,8 @@ class Worker:
                 grouped.append((done, self._to_finish(done.job, done.outcome)))
         try:
             if grouped:
-                matched = self._store_finish([f for _, f in grouped])
-                for done, f in grouped:
-                    self._record(done.job, f, matched, done)
+                matched = self._store_finish([f for _, f in grouped], via=self._finish_via)
+                self._record_many(grouped, matched)
         except StoreError as exc:
             # the leases stay in the database until they expire; the watcher returns the jobs to the queue
             log.error("could not finish %d jobs (%s); their leases will expire", len(grouped), exc)
@@ -400,16 +442,29 @@ class Worker:
             return
         self._record(done.job, finish, matched, done)
 
-    def _store_finish(self, finishes: list[Finish], write: Any = None) -> set[int]:
+    def _store_finish(self, finishes: list[Finish], write: Any = None, via: Any = None) -> set[int]:
         for attempt in range(FINISH_RETRIES):
             try:
-                return self.store.finish(worker=self.worker_id, finishes=finishes, write=write)
+                return self.store.finish(worker=self.worker_id, finishes=finishes, write=write, via=via)
             except StoreError as exc:
                 if attempt == FINISH_RETRIES - 1 or not _is_transient(exc):
                     raise
                 log.warning("finish failed (%s); retrying", exc)
                 time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
+
+    def _record_many(self, finished: list[tuple[_Done, Finish]], matched: set[int]) -> None:
+        if self.observer is None and not log.isEnabledFor(logging.DEBUG):
+            # the hot path (no observer, no debug lines): count, and warn about what fencing rejected
+            outcomes = self.stats.outcomes
+            for done, finish in finished:
+                if done.job.id in matched:
+                    outcomes[finish.outcome] += 1
+                else:
+                    self._record(done.job, finish, matched, done)
+            return
+        for done, finish in finished:
+            self._record(done.job, finish, matched, done)
 
     def _record(self, job: Job, finish: Finish, matched: set[int], done: _Done | None = None) -> None:
         fields = done.log_fields if done is not None else job_log_fields(job, self.worker_id)
@@ -496,29 +551,45 @@ class Worker:
     # --- shutdown -------------------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        # prefetched jobs that no thread has started go back at once: the drain window is for running ones
+        unstarted: list[_Running] = []
+        while True:
+            try:
+                item = self._todo.get_nowait()
+            except queue_mod.Empty:
+                break
+            if item is not None:
+                unstarted.append(item)
+        if unstarted:
+            released = self._release(unstarted, reason="released on shutdown before it started")
+            log.info("stopping: released %d prefetched jobs", released)
         deadline = time.monotonic() + self.config.drain_timeout_seconds
         while self.in_flight and time.monotonic() < deadline:
             self._wake.clear()
             self._wake.wait(min(0.05, max(deadline - time.monotonic(), 0)))
         with self._lock:
             leftover = [self._running[i] for i in self._executing]
-        if not leftover:
-            return
+        if leftover:
+            released = self._release(leftover, reason="released on shutdown")
+            log.warning("drain window over: released %d running jobs", released)
+
+    def _release(self, items: list[_Running], *, reason: str) -> int:
+        """Give leases back (runnable now, the attempt not spent); returns how many were still ours."""
         finishes = [Finish(id=r.job.id, attempt=r.job.attempts, state="runnable", outcome="released", delay=0.0,
-                           error="released on shutdown", bump=1) for r in leftover]
+                           error=reason, bump=1) for r in items]
         try:
             matched = self.store.finish(worker=self.worker_id, finishes=finishes)
         except StoreError as exc:
             log.error("could not release %d leases (%s); the watcher will rescue them", len(finishes), exc)
-            return
+            return 0
         finally:
             # only now (a handler told earlier could finish first and beat the release): the handlers may
             # keep running, but nothing they finish will count
-            for r in leftover:
+            for r in items:
                 r.lease.mark_lost()
         self.stats.released += len(matched)
-        self._release_slots([r.job for r in leftover])
-        log.warning("drain window over: released %d running jobs", len(matched))
+        self._release_slots([r.job for r in items])
+        return len(matched)
 
 
 def _is_transient(exc: StoreError) -> bool:

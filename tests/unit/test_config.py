@@ -56,3 +56,10 @@ def test_config__missing_file_and_bad_env(tmp_path: Path) -> None:
         load_settings(tmp_path / "nope.toml", environ={})
     with pytest.raises(ConfigError, match="RECON_ENGINE_CONCURRENCY: expected int, got 'many'"):
         load_settings(None, environ={"RECON_ENGINE_CONCURRENCY": "many"})
+
+
+def test_config__prefetch_must_not_be_negative(tmp_path: Path) -> None:
+    path = tmp_path / "recon.toml"
+    path.write_text("[engine]\nprefetch = -1\n")
+    with pytest.raises(ConfigError, match=r"engine\.prefetch: must be >= 0"):
+        load_settings(path, environ={})

@@ -1,0 +1,149 @@
+"""The worker's hot path: claims and finishes on a dedicated driver connection (PostgreSQL), and prefetch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+import sqlalchemy as sa
+
+from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
+from recon.config import EngineConfig
+from recon.db.database import Database
+from recon.db.store import Finish
+from recon.errors import DatabaseTransientError, StoreError
+
+FAST = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,
+                    poll_interval_seconds=0.02, concurrency=1, drain_timeout_seconds=5)
+
+
+def test_claim__the_dedicated_path_builds_the_same_job_as_get(db: Database) -> None:
+    store = JobStore(db)
+    client = Client(store, Settings())
+    ids = client.enqueue_many([
+        JobSpec("charge", {"payment_id": 7, "nested": {"a": [1, 2]}}, queue="charges", priority=5,
+                unique_key="charge:7", tenant="shop-eu", max_attempts=4),
+        JobSpec("sync", {}, queue="sync"),
+    ])
+    via = store.dedicated()
+    assert (via is not None) == db.is_postgresql  # SQLite: the ordinary path
+    try:
+        claimed = store.claim(worker="w1", queues=["charges", "sync"], n=10, ttl=30, via=via)
+    finally:
+        if via is not None:
+            via.close()
+    assert [j.id for j in claimed] == ids  # priority 5 first
+    for job in claimed:
+        stored = store.get(job.id)
+        assert stored is not None
+        for name in ("id", "queue", "kind", "payload", "state", "priority", "run_after", "attempts",
+                     "max_attempts", "lease_owner", "lease_until", "unique_key", "tenant", "progress",
+                     "created_at", "last_error_kind", "free_attempts"):
+            assert getattr(job, name) == getattr(stored, name), name
+    assert claimed[0].state is JobState.LEASED and claimed[0].lease_owner == "w1"
+    assert claimed[0].payload == {"payment_id": 7, "nested": {"a": [1, 2]}}
+
+
+def test_dedicated__a_dropped_connection_is_a_transient_error_then_reconnects(db: Database) -> None:
+    store = JobStore(db)
+    via = store.dedicated()
+    if via is None:
+        assert not db.is_postgresql
+        return  # SQLite has no dedicated connection: nothing can drop
+    client = Client(store, Settings())
+    first, second = client.enqueue_many([JobSpec("k"), JobSpec("k")])
+    try:
+        [job] = store.claim(worker="w1", queues=["default"], n=1, ttl=30, via=via)
+        assert job.id == first
+        pid = via.execute("SELECT pg_backend_pid()", {})[0][0]
+        with db.engine.begin() as conn:  # the server goes away under the worker (a restart, a kill)
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(DatabaseTransientError):
+            store.finish(worker="w1", finishes=[Finish(job.id, job.attempts, "succeeded", "succeeded")], via=via)
+        # the next call opens a new connection by itself
+        assert store.finish(worker="w1", finishes=[Finish(job.id, job.attempts, "succeeded", "succeeded")],
+                            via=via) == {first}
+        assert [j.id for j in store.claim(worker="w1", queues=["default"], n=1, ttl=30, via=via)] == [second]
+        assert via.execute("SELECT pg_backend_pid()", {})[0][0] != pid
+    finally:
+        via.close()
+    done = store.get(first)
+    assert done is not None and done.state is JobState.SUCCEEDED
+
+
+def test_dedicated__a_statement_error_names_the_database_problem(db: Database) -> None:
+    via = JobStore(db).dedicated()
+    if via is None:
+        return
+    try:
+        with pytest.raises(StoreError, match=r"database: .*no_such_table"):
+            via.execute("SELECT * FROM no_such_table", {})
+        assert via.execute("SELECT 1", {}) == [(1,)]  # the connection is still usable
+    finally:
+        via.close()
+
+
+def test_worker__prefetch_claims_ahead_and_gives_unstarted_jobs_back_on_stop(db: Database) -> None:
+    store = JobStore(db)
+    ids = Client(store, Settings()).enqueue_many([JobSpec("slow", {"i": i}) for i in range(10)])
+    started = threading.Event()
+    release = threading.Event()
+    ran: list[int] = []
+
+    def slow(job: Job, lease: Lease) -> None:
+        ran.append(job.id)
+        started.set()
+        release.wait(10)
+
+    handlers = Handlers()
+    handlers.register("slow", slow)
+    config = replace(FAST, concurrency=1, prefetch=3, claim_batch_size=10)
+    worker = Worker(store, handlers, config=config, policy=RetryPolicy(Settings().retry))
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        assert started.wait(5)
+        deadline = time.monotonic() + 5
+        while worker.in_flight < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # one running, three waiting for the thread: four leases held, never more
+        time.sleep(0.1)
+        assert worker.in_flight == 4
+        leased = [j for j in (store.get(i) for i in ids) if j is not None and j.state is JobState.LEASED]
+        assert len(leased) == 4
+        worker.request_stop()
+        deadline = time.monotonic() + 5
+        while worker.stats.released < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.stats.released == 3  # given back at once, while the running job still runs
+    finally:
+        release.set()
+        t.join(10)
+    assert not t.is_alive()
+    assert ran == [ids[0]]
+    states = {i: store.get(i) for i in ids}
+    assert states[ids[0]] is not None and states[ids[0]].state is JobState.SUCCEEDED
+    for i in ids[1:4]:
+        job = states[i]
+        assert job is not None and job.state is JobState.RUNNABLE and job.lease_owner is None
+        assert job.max_attempts == Settings().engine.default_max_attempts + 1  # the attempt is not spent
+        assert [a.outcome for a in store.attempts(i)] == ["released"]
+    for i in ids[4:]:
+        job = states[i]
+        assert job is not None and job.attempts == 0  # never claimed
+
+
+def test_worker__prefetch_drains_a_queue_with_every_job_once(db: Database) -> None:
+    store = JobStore(db)
+    ids = Client(store, Settings()).enqueue_many([JobSpec("k", {"i": i}) for i in range(500)])
+    seen: list[int] = []
+    handlers = Handlers()
+    handlers.register("k", lambda job, lease: seen.append(job.id))
+    config = replace(FAST, concurrency=8, prefetch=8, claim_batch_size=8)
+    worker = Worker(store, handlers, config=config, policy=RetryPolicy(Settings().retry))
+    worker.run(burst=True)
+    assert sorted(seen) == ids
+    assert worker.stats.outcomes["succeeded"] == 500 and worker.stats.stale_finishes == 0
+    assert all(len(store.attempts(i)) == 1 for i in ids[:20])
