@@ -196,6 +196,12 @@ class DedicatedConnection:
             raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
         conn: Any = pooled.driver_connection
         conn.autocommit = True
+        try:
+            # datetimes come back aware in UTC, as recon's types promise, without a conversion per value
+            conn.execute("SET TIME ZONE 'UTC'")
+        except self._db.dbapi.Error as exc:
+            pooled.invalidate()
+            raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
         self._pooled, self._conn = pooled, conn
         return conn
 
@@ -208,6 +214,7 @@ class DedicatedConnection:
                 pooled.invalidate()
             else:
                 driver: Any = pooled.driver_connection
+                driver.execute("RESET TIME ZONE")
                 driver.autocommit = False  # as the pool handed it out
                 pooled.close()
 

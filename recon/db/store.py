@@ -40,6 +40,17 @@ class Finish:
         return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
                 "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
 
+    def row_json(self) -> str:
+        """``row()`` as JSON; a plain success (most finishes) is formatted directly, without the encoder."""
+        if (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
+                and self.error_kind is None and self.delay is None):
+            return _SUCCEEDED_ROW % (self.id, self.attempt, self.bump)
+        return _dumps(self.row())
+
+
+#: the finish row of a plain success; absent keys are NULL in jsonb_to_recordset
+_SUCCEEDED_ROW = '{"id":%d,"attempt":%d,"state":"succeeded","outcome":"succeeded","bump":%d}'
+
 
 @dataclass(frozen=True, slots=True)
 class EnqueueRow:
@@ -146,7 +157,8 @@ class JobStore:
             params["queues"] = list(queues)
             with self.db.autocommit() as conn:
                 rows = conn.execute(self._q(q.job_claim_available), params).all()
-        jobs = [self._claimed(r, worker) for r in rows]
+        claimed = self._claimed_pg if via is not None else self._claimed
+        jobs = [claimed(r, worker) for r in rows]
         jobs.sort(key=_claim_order)  # RETURNING order is unspecified
         return jobs
 
@@ -224,8 +236,10 @@ class JobStore:
         return matched
 
     def _finish_many_params(self, worker: str, finishes: Sequence[Finish]) -> dict[str, Any]:
-        rows = _dumps([f.row() for f in finishes])
-        return {"rows": rows, "ids": [f.id for f in finishes], "worker": worker, "now": self.db.now_param()}
+        rows = "[" + ",".join([f.row_json() for f in finishes]) + "]"
+        # the ids as an array literal: psycopg dumps a list item by item in Python
+        ids = "{" + ",".join([str(f.id) for f in finishes]) + "}"
+        return {"rows": rows, "ids": ids, "worker": worker, "now": self.db.now_param()}
 
     def _finish_unfenced(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish], now: Any) -> set[int]:
         """The chaos suite's planted bug: no lease check at all (see database.UNSAFE_DISABLE_FENCING)."""
@@ -496,6 +510,15 @@ class JobStore:
         return Job(
             r[0], r[1], r[2], _json(r[3]) or {}, JobState.LEASED, r[4], t(r[5]), r[6], r[7],  # type: ignore[arg-type]
             t(r[12]), worker, t(r[8]), None, None, r[9], r[13], None, r[10], _json(r[11]),  # type: ignore[arg-type]
+            None, False, r[14],
+        )
+
+    def _claimed_pg(self, r: Any, worker: str) -> Job:
+        """``_claimed`` for a row from a dedicated connection: its session is in UTC (see
+        ``DedicatedConnection``), so psycopg's datetimes are aware UTC already."""
+        return Job(
+            r[0], r[1], r[2], _json(r[3]) or {}, JobState.LEASED, r[4], r[5], r[6], r[7],
+            r[12], worker, r[8], None, None, r[9], r[13], None, r[10], _json(r[11]),
             None, False, r[14],
         )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
@@ -43,6 +45,7 @@ def test_claim__the_dedicated_path_builds_the_same_job_as_get(db: Database) -> N
                      "created_at", "last_error_kind", "free_attempts"):
             assert getattr(job, name) == getattr(stored, name), name
     assert claimed[0].state is JobState.LEASED and claimed[0].lease_owner == "w1"
+    assert all(j.run_after.utcoffset() == timedelta(0) and j.created_at.utcoffset() == timedelta(0) for j in claimed)
     assert claimed[0].payload == {"payment_id": 7, "nested": {"a": [1, 2]}}
 
 
@@ -147,3 +150,18 @@ def test_worker__prefetch_drains_a_queue_with_every_job_once(db: Database) -> No
     assert sorted(seen) == ids
     assert worker.stats.outcomes["succeeded"] == 500 and worker.stats.stale_finishes == 0
     assert all(len(store.attempts(i)) == 1 for i in ids[:20])
+
+
+@pytest.mark.parametrize("finish", [
+    Finish(1, 2, "succeeded", "succeeded"),
+    Finish(3, 1, "retryable", "retried", delay=1.5, error_kind="network", error='timed out "read"'),
+    Finish(4, 5, "runnable", "released", delay=0.0, error="released on shutdown", bump=1),
+    Finish(5, 1, "succeeded", "succeeded", error="a note"),
+])
+def test_finish__row_json_is_the_row_as_json_with_nulls_left_out_only_for_plain_successes(finish: Finish) -> None:
+    decoded = json.loads(finish.row_json())
+    expected = finish.row()
+    if decoded.keys() != expected.keys():  # the plain-success fast path: absent keys read as NULL
+        assert finish.error is None and finish.state == "succeeded"
+        expected = {k: v for k, v in expected.items() if v is not None}
+    assert decoded == expected
