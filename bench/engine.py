@@ -103,8 +103,10 @@ def _drain_worker(url: str, go: str, concurrency: int) -> None:
     settings = Settings()
     handlers = Handlers()
     handlers.register("noop", lambda job, lease: None)
+    # the settings the README recommends for short jobs (as bench/compare.py): claims of up to
+    # `concurrency` jobs and as many prefetched
     config = replace(settings.engine, concurrency=concurrency, claim_batch_size=concurrency,
-                     poll_interval_seconds=0.01)
+                     prefetch=concurrency, poll_interval_seconds=0.01)
     worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry), run_watcher=False)
     with db.begin() as conn:
         conn.execute(sa.text("SELECT 1"))

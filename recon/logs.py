@@ -59,14 +59,10 @@ def job_scope(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
         leave_job(token)
 
 
-def enter_job(fields: dict[str, Any]) -> contextvars.Token[dict[str, Any] | None]:
-    """``job_scope`` without the context manager, for the worker's per-job loop: pair with ``leave_job``
-    in a ``finally``."""
-    return _job.set(fields)
-
-
-def leave_job(token: contextvars.Token[dict[str, Any] | None]) -> None:
-    _job.reset(token)
+#: ``job_scope`` without the context manager or a function call, for the worker's per-job loop:
+#: ``token = enter_job(fields)``, then ``leave_job(token)`` in a ``finally``
+enter_job = _job.set
+leave_job = _job.reset
 
 
 def bind(**fields: Any) -> None:

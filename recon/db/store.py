@@ -516,10 +516,11 @@ class JobStore:
     def _claimed_pg(self, r: Any, worker: str) -> Job:
         """``_claimed`` for a row from a dedicated connection: its session is in UTC (see
         ``DedicatedConnection``), so psycopg's datetimes are aware UTC already."""
+        progress = r[11]
         return Job(
-            r[0], r[1], r[2], _json(r[3]) or {}, JobState.LEASED, r[4], r[5], r[6], r[7],
-            r[12], worker, r[8], None, None, r[9], r[13], None, r[10], _json(r[11]),
-            None, False, r[14],
+            r[0], r[1], r[2], _scan_json(r[3], 0)[0], JobState.LEASED, r[4], r[5], r[6], r[7],
+            r[12], worker, r[8], None, None, r[9], r[13], None, r[10],
+            None if progress is None else _scan_json(progress, 0)[0], None, False, r[14],
         )
 
     def _job(self, r: Any) -> Job:
@@ -539,6 +540,9 @@ def _claim_order(job: Job) -> tuple[int, datetime, int]:
 
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+#: json.loads without its two Python-level frames, for documents PostgreSQL printed (jsonb as text: no
+#: leading whitespace, nothing after the value): (value, end)
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _json(value: Any) -> Any:

@@ -38,7 +38,7 @@ class Lease:
 
     __slots__ = ("_cancel", "_changed", "_lost", "_store", "attempt", "finishing", "job_id", "worker")
 
-    def __init__(self, *, store: JobStore, job_id: int, attempt: int, worker: str) -> None:
+    def __init__(self, store: JobStore, job_id: int, attempt: int, worker: str) -> None:
         self.job_id = job_id
         self.attempt = attempt  #: the fencing token
         self.worker = worker

@@ -57,6 +57,8 @@ WakeupFunc = Callable[[threading.Event, Callable[[str], None]], None]
 FINISH_RETRIES = 5
 #: how long the claim loop waits for more slots to free up when only a few are free (see _low_water)
 GATHER_SECONDS = 0.002
+#: what a handler's None means (outcomes are immutable: one serves every job)
+_COMPLETE = Complete()
 
 
 def make_worker_id() -> str:
@@ -317,8 +319,7 @@ class Worker:
         if not jobs:
             return 0
         store, worker = self.store, self.worker_id
-        batch = [_Running(job, Lease(store=store, job_id=job.id, attempt=job.attempts, worker=worker))
-                 for job in jobs]
+        batch = [_Running(job, Lease(store, job.id, job.attempts, worker)) for job in jobs]
         with self._lock:
             running, executing, per_queue = self._running, self._executing, self._per_queue
             for r in batch:
@@ -365,7 +366,7 @@ class Worker:
         except UnknownJobKind as exc:
             return Dead(error_kind="unknown_kind", error=str(exc))
         try:
-            return handler(job, lease) or Complete()
+            return handler(job, lease) or _COMPLETE
         except LeaseLost:
             return None
         except Exception as exc:  # a handler's unclassified failure must never kill the worker
