@@ -184,10 +184,12 @@ class Recon:
             conn.execute(sa.text("SELECT 1"))
         if role == "drain":
             handlers.register("noop", lambda job, lease: seen.append(0.0))
-            # the settings the README recommends for short jobs: claims of up to `concurrency` jobs, and
-            # as many prefetched (so that the next claim overlaps the current batch); 10 ms idle poll
-            config = replace(settings.engine, concurrency=concurrency, claim_batch_size=concurrency,
-                             prefetch=concurrency, poll_interval_seconds=0.01)
+            # the settings the README recommends for short jobs: prefetch (the next claim overlaps the
+            # current batch) and claims of up to `recon_batch` jobs; 10 ms idle poll
+            batch = opts.get("recon_batch") or concurrency
+            prefetch = opts["recon_prefetch"] if opts.get("recon_prefetch") is not None else batch
+            config = replace(settings.engine, concurrency=concurrency, claim_batch_size=batch,
+                             prefetch=prefetch, poll_interval_seconds=0.01)
             worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry))
             _say("ready")
             if not _wait_go(timeout):
@@ -790,7 +792,8 @@ def run_all(args: argparse.Namespace, emit: Callable[[dict[str, Any]], None]) ->
     dbs = Databases(args.admin_url)
     info = machine(dbs)
     emit({"machine": info})
-    opts = {"concurrency": args.concurrency, "procrastinate_pool": args.procrastinate_pool}
+    opts = {"concurrency": args.concurrency, "procrastinate_pool": args.procrastinate_pool,
+            "recon_batch": args.recon_batch, "recon_prefetch": args.recon_prefetch}
     records: list[dict[str, Any]] = []
     started = time.monotonic()
     systems = list(args.systems)
@@ -859,6 +862,10 @@ def summarize(records: list[dict[str, Any]], args: argparse.Namespace) -> tuple[
     def label(system: str) -> str:
         if _base(system) == "pgqueuer":
             return f"pgqueuer (batch_size {_variant_opts(system).get('pgqueuer_batch', args.concurrency)})"
+        if system == "recon":
+            batch = args.recon_batch or args.concurrency
+            prefetch = batch if args.recon_prefetch is None else args.recon_prefetch
+            return f"recon (concurrency {args.concurrency}, claim batch {batch}, prefetch {prefetch})"
         return f"{system} (concurrency {args.concurrency})"
 
     for system in [s for s in args.systems if s != "raw"]:
@@ -922,6 +929,10 @@ def main() -> None:
                         help="jobs for the drains that commit per job (procrastinate, raw batch 1); 0: all")
     parser.add_argument("--concurrency", type=int, default=64,
                         help="recon handler threads / procrastinate sub-workers per worker process")
+    parser.add_argument("--recon-batch", type=int, default=0,
+                        help="recon's claim_batch_size (default: --concurrency)")
+    parser.add_argument("--recon-prefetch", type=int, default=None,
+                        help="recon's prefetch (default: the claim batch)")
     parser.add_argument("--procrastinate-pool", type=int, default=0,
                         help="procrastinate pool max_size (default: psycopg_pool's, 4)")
     parser.add_argument("--systems", default=DEFAULT_SYSTEMS, type=lambda s: [x for x in s.split(",") if x],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -164,10 +164,13 @@ class DedicatedConnection:
     dropped and the next call opens a new one; errors are translated as in ``translate_errors``.
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, session: Mapping[str, str] | None = None) -> None:
         if not db.is_postgresql:
             raise ValueError("a dedicated driver connection is for PostgreSQL")
         self._db = db
+        #: settings for this connection's session (names and values are recon's own, never user input);
+        #: TimeZone UTC always: datetimes come back aware in UTC, without a conversion per value
+        self._session = {"TimeZone": "UTC", **(session or {})}
         self._pooled: Any = None  # SQLAlchemy's pooled wrapper, returned to the pool on close()
         self._conn: Any = None  # the psycopg connection inside it
 
@@ -197,8 +200,8 @@ class DedicatedConnection:
         conn: Any = pooled.driver_connection
         conn.autocommit = True
         try:
-            # datetimes come back aware in UTC, as recon's types promise, without a conversion per value
-            conn.execute("SET TIME ZONE 'UTC'")
+            for name, value in self._session.items():
+                conn.execute(f"SET {name} = '{value}'")
         except self._db.dbapi.Error as exc:
             pooled.invalidate()
             raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
@@ -214,7 +217,7 @@ class DedicatedConnection:
                 pooled.invalidate()
             else:
                 driver: Any = pooled.driver_connection
-                driver.execute("RESET TIME ZONE")
+                driver.execute("RESET ALL")  # the pool's next user gets the session as the pool opened it
                 driver.autocommit = False  # as the pool handed it out
                 pooled.close()
 

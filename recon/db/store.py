@@ -139,10 +139,17 @@ class JobStore:
 
     # --- lease ----------------------------------------------------------------------------------------
 
-    def dedicated(self) -> DedicatedConnection | None:
+    def dedicated(self, *, finishing: bool = False) -> DedicatedConnection | None:
         """A connection of its own for one thread's claim or finish loop (PostgreSQL; None on SQLite, whose
-        statements take the ordinary path). Pass it as ``via``; close it when the loop ends."""
-        return DedicatedConnection(self.db) if self.db.is_postgresql else None
+        statements take the ordinary path). Pass it as ``via``; close it when the loop ends.
+
+        ``finishing``: the finisher's, with nested loops off. Its only statement joins the batch's rows
+        (``jsonb_to_recordset``) to the jobs found by primary key; the planner, which expects one leased
+        row, picks a nested loop that reads the whole batch again for every job: quadratic, 88 µs of server
+        CPU a job in batches of 1,024. A hash join is linear (11 µs a job in batches of 256)."""
+        if not self.db.is_postgresql:
+            return None
+        return DedicatedConnection(self.db, session={"enable_nestloop": "off"} if finishing else None)
 
     def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float,
               via: DedicatedConnection | None = None) -> list[Job]:

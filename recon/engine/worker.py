@@ -379,7 +379,7 @@ class Worker:
     # --- finishing ------------------------------------------------------------------------------------
 
     def _finisher(self) -> None:
-        self._finish_via = self.store.dedicated()
+        self._finish_via = self.store.dedicated(finishing=True)
         get, get_nowait, size = self._done.get, self._done.get_nowait, self.config.finish_batch_size
         try:
             while True:

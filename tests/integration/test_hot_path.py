@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
-from recon.db.database import Database
+from recon.db.database import Database, connect
 from recon.db.store import Finish
 from recon.errors import DatabaseTransientError, StoreError
 
@@ -165,3 +165,31 @@ def test_finish__row_json_is_the_row_as_json_with_nulls_left_out_only_for_plain_
         assert finish.error is None and finish.state == "succeeded"
         expected = {k: v for k, v in expected.items() if v is not None}
     assert decoded == expected
+
+
+def test_dedicated__the_finishers_session_settings_do_not_leak_into_the_pool(db_url: str) -> None:
+    db = connect(db_url, pool_size=1)
+    try:
+        via = JobStore(db).dedicated(finishing=True)
+        if via is None:
+            assert not db.is_postgresql
+            return
+        pid = via.execute("SELECT pg_backend_pid()", {})[0][0]
+        assert via.execute("SHOW enable_nestloop", {}) == [("off",)]  # the finish's hash join
+        assert via.execute("SHOW TimeZone", {}) == [("UTC",)]
+        via.close()
+        with db.engine.connect() as conn:  # the same connection, back in the pool as it was
+            assert conn.exec_driver_sql("SELECT pg_backend_pid()").scalar() == pid
+            assert conn.exec_driver_sql("SHOW enable_nestloop").scalar() == "on"
+            assert conn.exec_driver_sql("SHOW TimeZone").scalar() == _server_timezone(db_url)
+    finally:
+        db.dispose()
+
+
+def _server_timezone(db_url: str) -> str:
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return str(conn.exec_driver_sql("SHOW TimeZone").scalar())
+    finally:
+        engine.dispose()
