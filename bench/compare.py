@@ -72,7 +72,7 @@ ADMIN_URL = os.environ.get("RECON_COMPARE_ADMIN_URL", "postgresql://postgres@127
 SYSTEMS = ("recon", "procrastinate", "pgqueuer", "raw")
 PEERS = ("procrastinate", "pgqueuer")
 #: what runs by default; "pgqueuer:200" is pgqueuer with batch_size 200 (plain "pgqueuer": --concurrency)
-DEFAULT_SYSTEMS = "recon,procrastinate,pgqueuer,pgqueuer:200,raw"
+DEFAULT_SYSTEMS = "recon,recon:128,procrastinate,pgqueuer,pgqueuer:200,raw"
 RAW_BATCHES = (1, 10, 50)
 READY_TIMEOUT = 60.0
 LATENCY_INTERVAL = 0.02
@@ -103,8 +103,10 @@ def _base(system: str) -> str:
 
 
 def _variant_opts(system: str) -> dict[str, Any]:
+    """pgqueuer:B sets its batch_size; recon:B its claim batch (and prefetch) to B."""
     if ":" in system:
-        return {"pgqueuer_batch": int(system.split(":")[1])}
+        key = "recon_batch" if _base(system) == "recon" else "pgqueuer_batch"
+        return {key: int(system.split(":")[1])} | ({"recon_prefetch": None} if key == "recon_batch" else {})
     return {}
 
 
@@ -700,7 +702,7 @@ def drain_case(system: str, dsn: str, n: int, processes: int, opts: dict[str, An
                "per_process": [r["handled"] for r in results],
                # CPU of the worker processes (all their threads) per job: less sensitive to a busy machine
                "worker_cpu_us_per_job": round(sum(r["cpu_s"] for r in results) / n * 1e6, 1)}
-    if system == "recon":
+    if _base(system) == "recon":
         figures["stale_finishes"] = sum(r["stats"]["stale_finishes"] for r in results)
     return figures
 
@@ -862,9 +864,9 @@ def summarize(records: list[dict[str, Any]], args: argparse.Namespace) -> tuple[
     def label(system: str) -> str:
         if _base(system) == "pgqueuer":
             return f"pgqueuer (batch_size {_variant_opts(system).get('pgqueuer_batch', args.concurrency)})"
-        if system == "recon":
-            batch = args.recon_batch or args.concurrency
-            prefetch = batch if args.recon_prefetch is None else args.recon_prefetch
+        if _base(system) == "recon":
+            batch = _variant_opts(system).get("recon_batch") or args.recon_batch or args.concurrency
+            prefetch = batch if args.recon_prefetch is None or ":" in system else args.recon_prefetch
             return f"recon (concurrency {args.concurrency}, claim batch {batch}, prefetch {prefetch})"
         return f"{system} (concurrency {args.concurrency})"
 
@@ -910,6 +912,12 @@ def summarize(records: list[dict[str, Any]], args: argparse.Namespace) -> tuple[
                 parts.append(f"best raw floor (batch {b}) {raws[b]:,.0f} -> {ratio:.0%} of it, "
                              f"{'holds' if ratio >= 0.7 else 'MISSED'} (>= 70 %)")
             verdicts.append("; ".join(parts))
+            for variant in [s for s in args.systems if _base(s) == "recon" and s != "recon"]:
+                rate = _median(records, variant, f"drain_{p}p", "jobs_per_s")[0]
+                if rate is not None and raws:
+                    b = max(raws, key=lambda k: raws[k])
+                    verdicts.append(f"drain {p}p, for information: {label(variant)} {rate:,.0f} jobs/s, "
+                                    f"{rate / raws[b]:.0%} of the floor")
     return "\n".join(lines), verdicts
 
 
@@ -936,8 +944,8 @@ def main() -> None:
     parser.add_argument("--procrastinate-pool", type=int, default=0,
                         help="procrastinate pool max_size (default: psycopg_pool's, 4)")
     parser.add_argument("--systems", default=DEFAULT_SYSTEMS, type=lambda s: [x for x in s.split(",") if x],
-                        help=f"comma-separated, from {', '.join(SYSTEMS)}; pgqueuer:B sets its batch_size "
-                        f"(default: {DEFAULT_SYSTEMS})")
+                        help=f"comma-separated, from {', '.join(SYSTEMS)}; pgqueuer:B sets its batch_size, "
+                        f"recon:B its claim batch and prefetch (default: {DEFAULT_SYSTEMS})")
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per drain or latency case")
     parser.add_argument("--budget", type=float, default=14 * 60.0,
@@ -946,7 +954,7 @@ def main() -> None:
     parser.add_argument("--markdown", help="also write the machine, the command and the table to this file")
     args = parser.parse_args()
     unknown = [s for s in args.systems if _base(s) not in SYSTEMS
-               or (":" in s and not (_base(s) == "pgqueuer" and s.split(":")[1].isdigit()))]
+               or (":" in s and not (_base(s) in ("pgqueuer", "recon") and s.split(":")[1].isdigit()))]
     if unknown:
         parser.error(f"unknown systems: {', '.join(unknown)}")
 
