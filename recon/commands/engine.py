@@ -50,6 +50,8 @@ def db_upgrade(app: App) -> None:
 @cli.command()
 @click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile).")
 @click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
+@click.option("--prefetch", type=click.IntRange(0, 4096),
+              help="Jobs claimed beyond the free threads (short jobs: e.g. the concurrency; default 0).")
 @click.option("--burst", is_flag=True, help="Exit when no claimable work is left.")
 @click.option("--lease-ttl", type=Duration(), help="Lease TTL, e.g. 30s.")
 @click.option("--heartbeat", type=Duration(), help="Heartbeat interval (default: from config).")
@@ -60,7 +62,8 @@ def db_upgrade(app: App) -> None:
 @click.option("--metrics-port", type=click.IntRange(1, 65535),
               help="Serve the whole pool's Prometheus metrics on 127.0.0.1:PORT (read from the database).")
 @pass_app
-def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, lease_ttl: timedelta | None,
+def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int | None, burst: bool,
+           lease_ttl: timedelta | None,
            heartbeat: timedelta | None, drain_timeout: timedelta | None, poll_interval: timedelta | None,
            handler_refs: tuple[str, ...], metrics_port: int | None) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (or, with --burst, until the queues are empty)."""
@@ -68,6 +71,8 @@ def worker(app: App, queues: str | None, concurrency: int | None, burst: bool, l
     changes: dict[str, Any] = {}
     if concurrency:
         changes["concurrency"] = concurrency
+    if prefetch is not None:
+        changes["prefetch"] = prefetch
     if lease_ttl is not None:
         changes["lease_ttl_seconds"] = lease_ttl.total_seconds()
         if heartbeat is None and engine.heartbeat_interval_seconds >= lease_ttl.total_seconds():

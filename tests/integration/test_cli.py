@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recon import Client, JobState, JobStore, Settings
+from recon import Client, JobSpec, JobState, JobStore, Settings
 from recon.db.database import Database
 
 
@@ -116,3 +116,17 @@ def test_cli__psp_sandbox_bad_fault_value_exits_2() -> None:
     r = subprocess.run([sys.executable, "-m", "recon", "psp-sandbox", "--rate-500", "1.5"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "rate_500 must be a probability" in r.stderr
+
+
+def test_cli__worker_prefetch_runs_every_job_once(db: Database, db_url: str, subprocess_env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    ids = Client(JobStore(db), Settings()).enqueue_many(
+        [JobSpec("record", {"log": str(log)}) for _ in range(40)])
+    r = recon(db_url, "worker", "--burst", "--concurrency", "2", "--prefetch", "6", "--handlers",
+              "tests.integration.handlers", env=subprocess_env)
+    assert r.returncode == 0, r.stderr
+    runs = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert sorted(runs) == ids  # each once
+    bad = recon(db_url, "worker", "--burst", "--prefetch", "-1", env=subprocess_env)
+    assert bad.returncode == 2 and "--prefetch" in bad.stderr
