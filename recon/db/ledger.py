@@ -197,10 +197,14 @@ class LedgerStore:
                 return self.charge_unfinished(payment_id, own)
         return conn.execute(self._q(lq.job_unfinished_by_key), {"key": charge_key(payment_id)}).first() is not None
 
-    def charge_lease_live(self, payment_id: int) -> bool:
+    def get_with_charge_lease(self, payment_id: int) -> tuple[Payment | None, bool]:
+        """The payment (None if there is none) and whether a charge job holds a live lease on it now."""
         with self.db.begin() as conn:
-            return conn.execute(self._q(lq.job_charge_lease_live),
-                                {"key": charge_key(payment_id), "now": self.db.now_param()}).first() is not None
+            row = conn.execute(self._q(lq.payment_get_with_charge_lease),
+                               {"id": payment_id, "key": charge_key(payment_id), "now": self.db.now_param()}).first()
+        if row is None:
+            return None, False
+        return self._payment(row), bool(row[-1])
 
     def money_at_risk(self) -> list[dict[str, Any]]:
         """Unfinished payments per currency and age bucket (lt_1h, 1h_1d, 1d_7d, gt_7d): count and sum."""

@@ -145,10 +145,13 @@ job_unfinished_by_key = Query(
     sql="SELECT 1 FROM jobs WHERE unique_key = :key AND NOT state IN ('succeeded', 'dead', 'canceled')",
 )
 
-job_charge_lease_live = Query(
-    "job_charge_lease_live",
-    "Run by the reconcile handler: does a charge job hold a live lease on this payment right now?",
-    sql="SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {now}",
+payment_get_with_charge_lease = Query(
+    "payment_get_with_charge_lease",
+    "Run by the reconcile handler, first: the payment, and whether a charge job holds a live lease on it right "
+    "now (one round trip for the two reads every reconcile attempt makes).",
+    sql=f"""SELECT {PAYMENT_COLUMNS},
+                   EXISTS (SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {{now}})
+            FROM payments WHERE id = :id""",
 )
 
 

@@ -64,12 +64,12 @@ class ReconcileHandler:
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         payment_id = int(job.payload["payment_id"])
-        payment = self.ledger.get(payment_id)
+        payment, charge_leased = self.ledger.get_with_charge_lease(payment_id)
         if payment is None:
             return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
         if payment.status.final:
             return Complete()
-        if self.ledger.charge_lease_live(payment_id):
+        if charge_leased:
             return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
         permit = self.guard.admit(payment.psp, lease=lease)  # paused, cooling, breaker open, rate limit
         if isinstance(permit, Snooze):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -12,10 +13,12 @@ import sqlalchemy as sa
 
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
-from recon import JobState, JobStore
+from recon import Client, JobSpec, JobState, JobStore, Lease, Settings, Snooze
+from recon.clock import SystemClock
 from recon.db.database import Database
 from recon.db.ledger import LedgerStore
 from recon.payments.model import PaymentStatus
+from recon.reconcile.handler import ReconcileHandler
 from tests.integration.payment_flow import (
     admin,
     create,
@@ -155,7 +158,7 @@ def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Dat
     the charge worker's late answer must change nothing."""
     import threading
 
-    from recon import Lease, RetryPolicy, Settings, Worker
+    from recon import RetryPolicy, Settings, Worker
     from recon.payments.charge import ChargeHandler
 
     [pid] = create(db, 1)
@@ -333,4 +336,32 @@ def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: San
                        env={**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url})
     assert r.returncode == 1, r.stderr
     assert json.loads(r.stdout)["needs_review"] == 1
+    adapter.close()
+
+
+def test_reconcile__snoozes_while_a_charge_job_holds_a_live_lease(db: Database, sandbox: SandboxServer) -> None:
+    """The payment and its charge lease are read in one statement; a live lease means: the charge decides."""
+    from recon.db.ledger import Transition
+    from recon.payments.model import EventSource
+
+    [pid] = create(db, 1)
+    ledger, store = LedgerStore(db), JobStore(db)
+    with db.begin() as conn:
+        ledger.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING, EventSource.CHARGE))
+    [charge] = store.claim(worker="charger", queues=["charges"], n=1, ttl=60)  # a charge worker is sending
+    adapter = sandbox_adapter(sandbox.url)
+    handler = ReconcileHandler(ledger, lambda _name: adapter, config=reconcile_config(grace=0),
+                               clock=SystemClock())
+    [rid] = Client(store, Settings()).enqueue_many([JobSpec("reconcile", {"payment_id": pid}, queue="reconcile")])
+    [job] = store.claim(worker="reconciler", queues=["reconcile"], n=1, ttl=60)
+    lease = Lease(store, job.id, job.attempts, "reconciler")
+    outcome = handler(job, lease)
+    assert isinstance(outcome, Snooze) and outcome.reason == "charge job holds a live lease"
+    # the charge worker dies: once its lease has expired, reconciliation goes on to ask the PSP
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET lease_until = :t WHERE id = :id"),
+                     {"id": charge.id, "t": db.to_db(SystemClock().now() - timedelta(seconds=1))})
+    outcome = handler(job, lease)
+    assert not (isinstance(outcome, Snooze) and outcome.reason == "charge job holds a live lease")
+    assert rid == job.id
     adapter.close()
