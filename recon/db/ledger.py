@@ -199,7 +199,7 @@ class LedgerStore:
 
     def get_with_charge_lease(self, payment_id: int) -> tuple[Payment | None, bool]:
         """The payment (None if there is none) and whether a charge job holds a live lease on it now."""
-        with self.db.begin() as conn:
+        with self.db.autocommit() as conn:  # one statement: no BEGIN and COMMIT round trips on PostgreSQL
             row = conn.execute(self._q(lq.payment_get_with_charge_lease),
                                {"id": payment_id, "key": charge_key(payment_id), "now": self.db.now_param()}).first()
         if row is None:
