@@ -22,6 +22,7 @@ from recon.cli import (  # the composition root's shared pieces
 )
 from recon.config import EngineConfig
 from recon.db.database import upgrade
+from recon.db.pool_store import PoolStore
 from recon.db.store import JobStore, make_listener
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
@@ -157,8 +158,9 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
 
     raw = app.store.stats(window=window)
     doc = stats_document(raw, window=window)
-    doc.update(stats_extension(app.store.pool_snapshot(workers_within=None),
-                               app.store.attempt_stats(since=raw["now"] - window), app.ledger.money_at_risk(),
+    pool = PoolStore(app.db)
+    doc.update(stats_extension(pool.pool_snapshot(workers_within=None),
+                               pool.attempt_stats(since=raw["now"] - window), app.ledger.money_at_risk(),
                                window=window, live_window=live_window.total_seconds()))
     # --- psp controls (issue 5): pause, cool-down and breaker per PSP, next to the PSP latency section -----
     from recon.payments.guard import status_document

@@ -39,7 +39,8 @@ from typing import Any, Protocol
 
 from recon.config import EngineConfig
 from recon.db.database import DedicatedConnection
-from recon.db.store import Finish, JobStore, WorkerPresence
+from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.store import Finish, JobStore
 from recon.engine.jobs import Job
 from recon.engine.lease import Heartbeater, Lease
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
@@ -183,6 +184,7 @@ class Worker:
         self._heartbeater = Heartbeater(store, worker=self.worker_id, ttl=config.lease_ttl_seconds,
                                         leases_func=self._leases)
         self._watcher = Watcher(store)
+        self._pool = PoolStore(store.db)  # this process's row in the workers table
 
     # --- public ---------------------------------------------------------------------------------------
 
@@ -538,8 +540,8 @@ class Worker:
         # Never fatal: without its row the worker still works; only the pool's view of it is missing.
         try:
             if start:
-                self.store.prune_workers(older_than=WORKER_RETENTION)
-            self.store.upsert_worker(self.presence(stopped=stopped))
+                self._pool.prune_workers(older_than=WORKER_RETENTION)
+            self._pool.upsert_worker(self.presence(stopped=stopped))
         except StoreError as exc:
             log.warning("could not update this worker's row in the workers table: %s", exc)
 

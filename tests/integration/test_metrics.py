@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker
 from recon.db.database import Database
-from recon.db.store import WorkerPresence
+from recon.db.pool_store import PoolStore, WorkerPresence
 from recon.metrics import ProcessMetrics, serve
 from tests.integration.metrics_workload import ENGINE, run_workload
 
@@ -108,8 +108,8 @@ def test_metrics__utilisation_and_live_workers_follow_the_workers_rows(db: Datab
     worker = Worker(store, handlers, config=ENGINE, policy=RetryPolicy(Settings().retry),
                     observer=ProcessMetrics(), presence_interval=0.05)
     # a second process's row, long silent: counted nowhere in the live gauges
-    store.upsert_worker(WorkerPresence(id="old-host:9:abc", host="old-host", pid=9, queues=("default",),
-                                       slots=8, busy_slots=8, counters={"claimed": 40}))
+    PoolStore(db).upsert_worker(WorkerPresence(id="old-host:9:abc", host="old-host", pid=9, queues=("default",),
+                                               slots=8, busy_slots=8, counters={"claimed": 40}))
     with db.begin() as conn:
         import sqlalchemy as sa
 

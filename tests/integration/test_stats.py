@@ -11,7 +11,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from recon.db.database import Database
-from recon.db.store import JobStore, WorkerPresence
+from recon.db.pool_store import PoolStore, WorkerPresence
 from tests.integration.metrics_workload import run_workload
 
 
@@ -28,8 +28,8 @@ def age_worker_row(db: Database, worker_id: str, *, by: timedelta) -> None:
 
 def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str) -> None:
     worker, _ = run_workload(db)
-    store = JobStore(db)
-    store.upsert_worker(WorkerPresence(id="gone:7:aaa", host="gone", pid=7, queues=("charges",), slots=8,
+    pool = PoolStore(db)
+    pool.upsert_worker(WorkerPresence(id="gone:7:aaa", host="gone", pid=7, queues=("charges",), slots=8,
                                        busy_slots=3, counters={"claimed": 5, "stale_finishes": 4}))
     age_worker_row(db, "gone:7:aaa", by=timedelta(hours=3))  # crashed hours ago: listed, not counted
     r = recon(db_url, "stats", "--json")
@@ -73,11 +73,11 @@ def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str) -
 
 
 def test_stats__live_workers_give_utilisation(db: Database, db_url: str) -> None:
-    store = JobStore(db)
+    pool = PoolStore(db)
     for i, busy in enumerate((2, 4)):
-        store.upsert_worker(WorkerPresence(id=f"h:{i}:x", host="h", pid=i, queues=("default",), slots=4,
+        pool.upsert_worker(WorkerPresence(id=f"h:{i}:x", host="h", pid=i, queues=("default",), slots=4,
                                            busy_slots=busy, counters={"stale_finishes": 1}))
-    store.upsert_worker(WorkerPresence(id="h:9:x", host="h", pid=9, queues=("default",), slots=4,
+    pool.upsert_worker(WorkerPresence(id="h:9:x", host="h", pid=9, queues=("default",), slots=4,
                                        busy_slots=0, counters={}, stopped=True))
     doc = json.loads(recon(db_url, "stats", "--json").stdout)
     w = doc["workers"]
@@ -90,7 +90,7 @@ def test_stats__live_workers_give_utilisation(db: Database, db_url: str) -> None
 
 
 def test_stats__worker_rows_are_upserted_and_pruned(db: Database) -> None:
-    store = JobStore(db)
+    store = PoolStore(db)
     row = WorkerPresence(id="h:1:x", host="h", pid=1, queues=("a", "b"), slots=2, busy_slots=1,
                          counters={"n": 1})
     store.upsert_worker(row)

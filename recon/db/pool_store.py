@@ -1,0 +1,117 @@
+"""PoolStore: the workers table (each worker process's presence and counters) and the pool-wide views that
+one metrics endpoint and `recon stats` read (recon.metrics). SQL in ``recon.db.pool_queries``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from recon.db import pool_queries as pq
+from recon.db import queries as q
+from recon.db.database import Database
+
+
+class PoolStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def upsert_worker(self, presence: WorkerPresence) -> None:
+        """Write a worker process's row (``last_seen_at = now``; ``stopped_at = now`` when it stops)."""
+        with self.db.begin() as conn:
+            conn.execute(self._q(pq.worker_upsert), {
+                "id": presence.id, "host": presence.host, "pid": presence.pid,
+                "queues": json.dumps(list(presence.queues)), "slots": presence.slots,
+                "busy_slots": presence.busy_slots, "stopped": 1 if presence.stopped else 0,
+                "counters": json.dumps(presence.counters, separators=(",", ":")), "now": self.db.now_param()})
+
+    def prune_workers(self, *, older_than: timedelta) -> int:
+        """Forget workers not seen for ``older_than``; return how many rows went."""
+        with self.db.begin() as conn:
+            result = conn.execute(self._q(pq.worker_delete_not_seen_since),
+                                  {"retention": older_than.total_seconds(), "now": self.db.now_param()})
+        return int(result.rowcount or 0)
+
+    def pool_snapshot(self, *, workers_within: timedelta | None) -> dict[str, Any]:
+        """One transaction's view of the pool: the database clock (``now``), unfinished jobs per queue, kind,
+        tenant, priority and state (``depth``: tuples ending in the count), the oldest due job per queue
+        (``oldest_due``), and the workers seen within ``workers_within`` (all rows when None)."""
+        with self.db.begin() as conn:
+            now_param = self.db.now_param()
+            now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
+            assert now is not None
+            depth = [(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]))
+                     for r in conn.execute(self._q(pq.job_stats_depth_detail))]
+            oldest = {r[0]: self.db.from_db(r[1])
+                      for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
+            since = (now - workers_within if workers_within is not None
+                     else datetime.fromtimestamp(0, now.tzinfo))
+            workers = [self._worker(r) for r in conn.execute(self._q(pq.worker_list_seen_since),
+                                                             {"since": self.db.to_db(since)})]
+        return {"now": now, "depth": depth, "oldest_due": oldest, "workers": workers}
+
+    def attempt_stats(self, *, since: datetime) -> dict[str, Any]:
+        """Attempts ended since ``since``: per kind and outcome (count, sum and max of attempt numbers), and
+        per kind the duration count, p50, p95, max and sum in seconds (claim to finish commit)."""
+        with self.db.begin() as conn:
+            params = {"since": self.db.to_db(since)}
+            by_kind = [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0))
+                       for r in conn.execute(self._q(pq.job_attempt_stats_by_kind), params)]
+            durations = {r[0]: {"count": int(r[1]), "p50": _float(r[2]), "p95": _float(r[3]),
+                                "max": _float(r[4]), "sum": _float(r[5])}
+                         for r in conn.execute(self._q(pq.job_attempt_stats_durations), params)}
+        return {"by_kind": by_kind, "durations": durations}
+
+    def _worker(self, r: Any) -> WorkerRecord:
+        t = self.db.from_db
+        return WorkerRecord(id=r[0], host=r[1], pid=int(r[2]), queues=tuple(_json_value(r[3]) or ()),
+                            slots=int(r[4]), busy_slots=int(r[5]),
+                            started_at=t(r[6]), last_seen_at=t(r[7]),  # type: ignore[arg-type]
+                            stopped_at=t(r[8]), counters=_json_value(r[9]) or {})
+
+    def _q(self, query: q.Query) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)
+
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPresence:
+    """What a worker process writes about itself every few seconds (``PoolStore.upsert_worker``)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    slots: int
+    busy_slots: int
+    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.metrics's
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One row of ``workers``. Datetimes are aware UTC."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    slots: int
+    busy_slots: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    counters: dict[str, Any]
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, dict | list):
+        return value
+    return json.loads(value)
