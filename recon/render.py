@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from recon.db.store import ReplayRecord
+from recon.db.dead_letters import ReplayRecord
 from recon.engine.jobs import AttemptRecord, Job
 from recon.payments.model import Payment, PaymentEvent
 

@@ -17,7 +17,8 @@ from recon.cli import (  # the composition root's shared pieces
     cli,
     pass_app,
 )
-from recon.db.store import JobFilter, JobStore
+from recon.db.dead_letters import JobFilter
+from recon.db.store import JobStore
 from recon.engine.jobs import JobState
 
 # --- jobs ---------------------------------------------------------------------------------------------------

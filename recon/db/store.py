@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from recon.db import queries as q
 from recon.db.database import UNSAFE_DISABLE_FENCING, Database, DedicatedConnection
+from recon.db.dead_letters import DeadLetters
 from recon.engine.jobs import AttemptRecord, Job, JobState
 
 ENQUEUE_CHUNK = 5000
@@ -65,7 +66,10 @@ class EnqueueRow:
     tenant: str | None
 
 
-class JobStore:
+class JobStore(DeadLetters):
+    """Jobs: enqueue, claim, heartbeat, finish, the stuck watcher's rescue, operations; the dead-letter set
+    and pruning come from ``DeadLetters`` (recon.db.dead_letters)."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -336,118 +340,6 @@ class JobStore:
                 self._q(q.job_stats_attempt_outcomes), {"since": self.db.to_db(now - window)})}
         return {"now": now, "depth": depth, "oldest_due": oldest, "outcomes": outcomes}
 
-    # --- dead letters and pruning (`recon jobs list/replay/prune`, recon.engine.pruner) ---------------------
-
-    def db_now(self) -> datetime:
-        """The clock leases use: PostgreSQL's now() (or the fixed test clock); the process clock on SQLite."""
-        with self.db.begin() as conn:
-            raw = conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one()
-        now = self.db.from_db(raw)
-        assert now is not None
-        return now
-
-    def list_jobs_filtered(self, *, filters: JobFilter, state: str | None = None, after_id: int = 0,
-                           limit: int = 100) -> list[Job]:
-        """One page of jobs after the id cursor ``after_id``, oldest first."""
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(q.job_list_page_filtered),
-                                {"state": state, **self._filter_params(filters), "after_id": after_id,
-                                 "n": limit}).all()
-        return [self._job(r) for r in rows]
-
-    def replay_dead(self, *, filters: JobFilter, after_id: int, limit: int, budget: int,
-                    taken_keys: frozenset[str] = frozenset(), replayed_by: str | None = None,
-                    dry_run: bool = False) -> ReplayBatch:
-        """Replay one batch, in one transaction: up to ``limit`` dead jobs matching ``filters`` after the id
-        cursor become runnable now with ``budget`` fresh attempts, and each gets a ``job_replays`` row.
-
-        ``attempts`` (the fencing token) is kept: ``max_attempts`` becomes attempts + budget, so the next
-        claim is attempt attempts + 1 and the history stays keyed by claim. ``cancel_requested`` is cleared
-        (a cancel that arrived while the job ran would otherwise keep it from ever being claimed).
-        A job whose unique key is held by an unfinished job, or in ``taken_keys`` (replayed earlier in this
-        run), stays dead and is reported as skipped: two unfinished jobs may not share a key.
-        With ``dry_run``, the same selection runs and nothing changes.
-
-        The rows are locked (FOR UPDATE on PostgreSQL, BEGIN IMMEDIATE on SQLite) from selection to commit.
-        Hazard: a producer that enqueues a job with the same unique key between the selection and the commit
-        makes the batch fail (StoreError, nothing written); run the replay again.
-        """
-        with self.db.begin() as conn:
-            now = self.db.now_param()
-            rows = conn.execute(self._q(q.job_select_dead_for_replay),
-                                {**self._filter_params(filters), "after_id": after_id, "n": limit}).all()
-            jobs = [self._job(r) for r in rows]
-            keys = set(taken_keys)
-            picked: list[Job] = []
-            skipped: list[int] = []
-            for job, row in zip(jobs, rows, strict=True):
-                if job.unique_key is not None and (row[-1] or job.unique_key in keys):
-                    skipped.append(job.id)
-                    continue
-                if job.unique_key is not None:
-                    keys.add(job.unique_key)
-                picked.append(job)
-            last_id = jobs[-1].id if jobs else after_id
-            if dry_run or not picked:
-                return ReplayBatch(jobs=jobs, replayed=[j.id for j in picked], skipped=skipped,
-                                   last_id=last_id, keys=frozenset(keys))
-            done = conn.execute(self._q(q.job_replay_dead),
-                                {"ids": [j.id for j in picked], "budget": budget, "now": now}).all()
-            before = {j.id: j for j in picked}
-            history = [{"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
-                        "max_attempts_before": before[int(r[0])].max_attempts,
-                        "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
-                        "now": now}
-                       for r in done]
-            if history:
-                conn.execute(self._q(q.job_replay_insert), history)
-        return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped,
-                           last_id=last_id, keys=frozenset(keys))
-
-    def replays(self, job_id: int) -> list[ReplayRecord]:
-        """A job's replays, oldest first."""
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(q.job_replays_for), {"id": job_id}).all()
-        at = self.db.from_db
-        return [ReplayRecord(job_id=int(r[0]), attempt=int(r[1]), replayed_at=at(r[2]),  # type: ignore[arg-type]
-                             max_attempts_before=int(r[3]), max_attempts_after=int(r[4]), error_kind=r[5],
-                             replayed_by=r[6]) for r in rows]
-
-    def prune_finished(self, *, older_than: float, limit: int) -> PruneCount:
-        """Delete up to ``limit`` jobs that finished (succeeded, dead, canceled) more than ``older_than``
-        seconds ago, with their attempt history and replays, in one short transaction.
-
-        Unfinished jobs are never touched: the state is part of the selection and re-checked by the delete.
-        PostgreSQL takes the batch with FOR UPDATE SKIP LOCKED from the jobs_finished_at index, so running
-        workers (and other pruners) are neither blocked nor blocking; SQLite runs it inside BEGIN IMMEDIATE.
-        A batch shorter than ``limit`` does not prove that nothing is left (locked rows were skipped).
-        """
-        params = {"older_than": older_than, "n": limit, "now": self.db.now_param()}
-        with self.db.begin() as conn:
-            if self.db.is_postgresql:
-                jobs, attempts = conn.execute(self._q(q.job_prune_finished), params).one()
-                return PruneCount(jobs=int(jobs), attempts=int(attempts))
-            ids = [int(r[0]) for r in conn.execute(self._q(q.job_select_prunable), params)]
-            if not ids:
-                return PruneCount()
-            payload = json.dumps(ids)
-            attempts = conn.execute(self._q(q.job_attempts_delete_for), {"ids": payload}).rowcount
-            jobs = conn.execute(self._q(q.job_delete_finished), {"ids": payload}).rowcount
-        return PruneCount(jobs=jobs, attempts=attempts)
-
-    def count_prunable(self, *, older_than: float) -> dict[str, int]:
-        """How many finished jobs ``prune_finished`` would delete, per state."""
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(q.job_count_prunable),
-                                {"older_than": older_than, "now": self.db.now_param()}).all()
-        return {r[0]: int(r[1]) for r in rows}
-
-    def _filter_params(self, filters: JobFilter) -> dict[str, Any]:
-        return {"queue": filters.queue, "kind": filters.kind, "error_kind": filters.error_kind,
-                "since": self.db.to_db(filters.finished_since)}
-
-    # --- end of dead letters and pruning --------------------------------------------------------------------
-
     # --- plumbing ---------------------------------------------------------------------------------------
 
     def _q(self, query: q.Query) -> sa.TextClause:
@@ -539,52 +431,3 @@ def make_listener(db: Database, *, channel: str = "recon_jobs") -> Any:
                 stop.wait(1.0)
 
     return listen
-
-
-# --- dead letters and pruning: value types ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs `recon jobs list` and `recon jobs replay` select; None matches anything."""
-
-    queue: str | None = None
-    kind: str | None = None
-    error_kind: str | None = None  #: the job's last_error_kind
-    finished_since: datetime | None = None  #: finished at or after this instant (aware UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayBatch:
-    """What one replay transaction looked at and did."""
-
-    jobs: list[Job]  #: the matching dead jobs of the batch, as they were before the replay
-    replayed: list[int]  #: ids made runnable (with dry_run: that would be)
-    skipped: list[int]  #: ids left dead: an unfinished job (or one replayed earlier in the run) holds the key
-    last_id: int  #: the id cursor for the next batch
-    keys: frozenset[str]  #: unique keys taken so far in this run (pass them to the next batch)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRecord:
-    """One row of ``job_replays``: a dead job made runnable again, after attempt ``attempt``."""
-
-    job_id: int
-    attempt: int  #: the job's attempts when it was replayed; the next claim is attempt + 1
-    replayed_at: datetime
-    max_attempts_before: int
-    max_attempts_after: int
-    error_kind: str | None  #: the error kind that had killed the job
-    replayed_by: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: (getattr(self, name).isoformat() if isinstance(getattr(self, name), datetime)
-                       else getattr(self, name)) for name in self.__slots__}
-
-
-@dataclass(frozen=True, slots=True)
-class PruneCount:
-    jobs: int = 0
-    attempts: int = 0
-
-# --- end of dead letters and pruning: value types -----------------------------------------------------------

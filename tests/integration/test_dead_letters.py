@@ -13,7 +13,8 @@ import pytest
 
 from recon import Client, FixedClock, JobState, JobStore, Settings, connect
 from recon.db.database import Database
-from recon.db.store import Finish, JobFilter
+from recon.db.dead_letters import JobFilter
+from recon.db.store import Finish
 
 DEFAULT_BUDGET = Settings().engine.default_max_attempts
 

@@ -30,7 +30,8 @@ from recon import (
 )
 from recon.config import BackoffConfig, EngineConfig, load_settings
 from recon.db.database import Database
-from recon.db.store import Finish, JobFilter
+from recon.db.dead_letters import JobFilter
+from recon.db.store import Finish
 from recon.engine.pruner import Pruner
 from recon.engine.worker import Handlers, Worker
 from recon.errors import ConfigError
