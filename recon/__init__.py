@@ -7,12 +7,13 @@ from recon.config import Settings, load_settings
 from recon.db.database import Database, connect, upgrade
 from recon.db.store import JobStore
 from recon.engine.client import Client
+from recon.engine.handlers import Handlers
 from recon.engine.jobs import AttemptRecord, Job, JobSpec, JobState
 from recon.engine.lease import Lease
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher, WatchResult
-from recon.engine.worker import Handlers, Worker, WorkerStats
+from recon.engine.worker import Worker, WorkerStats
 from recon.errors import (
     ConfigError,
     InvalidJobState,

@@ -26,7 +26,7 @@ from recon.db.ledger import LedgerStore
 from recon.db.store import JobStore
 from recon.durations import parse_duration
 from recon.engine.client import Client
-from recon.engine.worker import Handlers
+from recon.engine.handlers import Handlers
 from recon.errors import ConfigError, ReconError, UsageError
 from recon.reconcile.config import ReconcileConfig
 

@@ -29,8 +29,9 @@ from recon.db.database import connect, upgrade
 from recon.db.ledger import LedgerStore, NewPayment
 from recon.db.store import JobStore
 from recon.engine.client import Client
+from recon.engine.handlers import Handlers
 from recon.engine.retry import RetryPolicy
-from recon.engine.worker import Handlers, Worker
+from recon.engine.worker import Worker
 from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument

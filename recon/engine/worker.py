@@ -33,16 +33,17 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from recon.config import EngineConfig
 from recon.db.database import DedicatedConnection
 from recon.db.pool_store import PoolStore, WorkerPresence
 from recon.db.store import Finish, JobStore
+from recon.engine.handlers import Handlers
 from recon.engine.jobs import Job
 from recon.engine.lease import Heartbeater, Lease
+from recon.engine.observe import PRESENCE_INTERVAL_SECONDS_DEFAULT, WORKER_RETENTION, WorkerObserver, job_log_fields
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
@@ -51,7 +52,6 @@ from recon.logs import enter_job, leave_job
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Job, Lease], Outcome | None]
 ClassifyFunc = Callable[[BaseException], Outcome]
 WakeupFunc = Callable[[threading.Event, Callable[[str], None]], None]
 
@@ -74,33 +74,6 @@ def classify_as_bug(exc: BaseException) -> Outcome:
 
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
-
-
-class Handlers:
-    """Job kind -> handler. ``register`` can be used as a decorator."""
-
-    def __init__(self) -> None:
-        self._by_kind: dict[str, Handler] = {}
-
-    def register(self, kind: str, func: Handler | None = None) -> Any:
-        def add(f: Handler) -> Handler:
-            if kind in self._by_kind:
-                raise ValueError(f"a handler for job kind {kind!r} is already registered")
-            self._by_kind[kind] = f
-            return f
-        return add(func) if func is not None else add
-
-    def get(self, kind: str) -> Handler:
-        try:
-            return self._by_kind[kind]
-        except KeyError:
-            raise UnknownJobKind(f"no handler registered for job kind {kind!r}") from None
-
-    def __contains__(self, kind: object) -> bool:
-        return kind in self._by_kind
-
-    def kinds(self) -> list[str]:
-        return sorted(self._by_kind)
 
 
 @dataclass(slots=True)
@@ -599,31 +572,3 @@ def _is_transient(exc: StoreError) -> bool:
     from recon.errors import DatabaseTransientError
 
     return isinstance(exc, DatabaseTransientError)
-
-
-# --- observing a worker: metrics and logs (recon.metrics implements the observer) ---------------------------
-
-#: how often a worker upserts its row in the workers table (at most; never slower than its heartbeat)
-PRESENCE_INTERVAL_SECONDS_DEFAULT = 5.0
-#: a worker starting up deletes the rows of workers not seen for this long
-WORKER_RETENTION = timedelta(days=1)
-
-
-class WorkerObserver(Protocol):
-    """What a worker tells its observer. Calls come from the finisher thread and must be cheap (in-memory
-    counting); the observer's ``snapshot()`` travels to the database with the worker's presence row."""
-
-    def job_finished(self, job: Job, *, outcome: str, error_kind: str | None, seconds: float) -> None:
-        """An attempt's finish committed with ``outcome``; ``seconds`` is the handler's run time."""
-        ...
-
-    def snapshot(self) -> dict[str, Any]:
-        """Cumulative counters as a JSON-able dict, for the ``workers`` row."""
-        ...
-
-
-def job_log_fields(job: Job, worker: str) -> dict[str, Any]:
-    """The fields of every log line about ``job`` (recon.logs.job_scope)."""
-    return {"job_id": job.id, "kind": job.kind, "attempt": job.attempts, "queue": job.queue, "worker": worker}
-
-# --- end of observing a worker ------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ from recon.config import BackoffConfig, EngineConfig, load_settings
 from recon.db.database import Database
 from recon.db.dead_letters import JobFilter
 from recon.db.store import Finish
+from recon.engine.handlers import Handlers
 from recon.engine.pruner import Pruner
-from recon.engine.worker import Handlers, Worker
+from recon.engine.worker import Worker
 from recon.errors import ConfigError
 
 NOW = datetime.now(UTC)
