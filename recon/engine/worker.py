@@ -3,8 +3,11 @@
 One process runs one claim loop (the calling thread), ``concurrency`` handler threads, a finisher thread
 that groups finishes into few transactions, a heartbeat thread, the stuck watcher, and on PostgreSQL a
 LISTEN thread for wake-ups. Commits are the cost of a database queue, so claims are batched (up to the
-free slots) and finishes without domain writes are grouped; a finish that carries a domain write
-(``Outcome.write``) gets its own transaction, shared with that write.
+free slots, plus ``prefetch`` more) and finishes without domain writes are grouped; a finish that carries a
+domain write (``Outcome.write``) gets its own transaction, shared with that write. On PostgreSQL the claim
+loop and the finisher each keep a dedicated driver connection (``JobStore.dedicated``). Per job the hot
+path does little: one ``Job`` and ``Lease``, one queue hand-off to a runner and one back; the runners
+wake the claim loop only when half a batch of slots is free (or none is busy).
 
 A presence thread upserts the process's row in ``workers`` every few seconds (slots, busy slots, and the
 counters of its ``WorkerObserver``, which the finisher tells of every committed finish in memory): that is
@@ -15,9 +18,9 @@ The worker never computes a delay (``RetryPolicy`` does) and never decides wheth
 (the handler returns an outcome; an exception it did not classify goes through ``classify_func``, by
 default a retryable ``bug``).
 
-Graceful shutdown (``request_stop``, SIGTERM/SIGINT in the CLI): stop claiming; let running jobs finish
-within the drain window while heartbeating; then release the leases still held (back to ``runnable``,
-outcome ``released``, the attempt not spent).
+Graceful shutdown (``request_stop``, SIGTERM/SIGINT in the CLI): stop claiming; release prefetched jobs
+no thread has started; let running jobs finish within the drain window while heartbeating; then release
+the leases still held (back to ``runnable``, outcome ``released``, the attempt not spent).
 """
 
 from __future__ import annotations
