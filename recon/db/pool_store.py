@@ -76,7 +76,6 @@ class PoolStore:
         return query.for_dialect(self.db.dialect)
 
 
-
 @dataclass(frozen=True, slots=True)
 class WorkerPresence:
     """What a worker process writes about itself every few seconds (``PoolStore.upsert_worker``)."""
