@@ -257,6 +257,18 @@ def _classify_func() -> Callable[[BaseException], Any]:
     return classify
 
 
+def operator_name() -> str:
+    """Who runs this command, for the records it leaves (replays, PSP pauses): user@host."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
 def _install_signal_handlers(stop: Callable[[], None]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return

@@ -15,6 +15,7 @@ from recon.cli import (  # the composition root's shared pieces
     Since,
     _install_signal_handlers,
     cli,
+    operator_name,
     pass_app,
 )
 from recon.db.dead_letters import JobFilter
@@ -154,7 +155,7 @@ def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: i
             dry_run: bool) -> dict[str, Any]:
     """Replay batch after batch along the id cursor until the matches (or ``limit``) run out."""
     run: dict[str, Any] = {"jobs": [], "replayed": [], "skipped": [], "batches": 0}
-    after, keys, operator = 0, frozenset[str](), _operator()
+    after, keys, operator = 0, frozenset[str](), operator_name()
     while limit is None or len(run["replayed"]) < limit:
         want = batch if limit is None else min(batch, limit - len(run["replayed"]))
         b = store.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
@@ -169,18 +170,6 @@ def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: i
             break
         after, keys = b.last_id, b.keys
     return run
-
-
-def _operator() -> str:
-    """Who replays, for the job's history: user@host."""
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 @jobs.command("prune")

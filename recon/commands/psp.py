@@ -13,6 +13,7 @@ from recon.cli import (  # the composition root's shared pieces
     App,
     _install_signal_handlers,
     cli,
+    operator_name,
     pass_app,
 )
 from recon.errors import UsageError
@@ -30,17 +31,6 @@ def _known_psp(app: App, name: str) -> None:
         raise UsageError(f"unknown PSP {name!r} (known: {', '.join(app.psp_names())})")
 
 
-def _operator() -> str:
-    import getpass
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 @psp.command("pause")
 @click.argument("name")
 @click.option("--reason", help="Why; shown by `recon psp status`.")
@@ -52,7 +42,7 @@ def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
     from recon.payments import guard
 
     _known_psp(app, name)
-    who = by or _operator()
+    who = by or operator_name()
     guard.pause(app.control_store, name, by=who, reason=reason)
     click.echo(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
 

@@ -10,6 +10,7 @@ a read lock (the classic SQLite deadlock).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -125,6 +126,13 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def json_from_db(value: Any) -> Any:
+    """A JSON column's value: PostgreSQL's driver already decoded jsonb; SQLite returns the text."""
+    if value is None or isinstance(value, dict | list):
+        return value
+    return json.loads(value)
 
 
 @contextlib.contextmanager

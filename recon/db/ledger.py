@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import ledger_queries as lq
-from recon.db.database import UNSAFE_DISABLE_FENCING, Database
+from recon.db.database import UNSAFE_DISABLE_FENCING, Database, json_from_db
 from recon.db.store import EnqueueRow, JobStore
 from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
@@ -182,7 +182,7 @@ class LedgerStore:
             rows = conn.execute(self._q(lq.payment_events_for), {"id": payment_id}).all()
         return [PaymentEvent(id=int(r[0]), payment_id=int(r[1]), from_status=r[2], to_status=r[3], source=r[4],
                              at=self.db.from_db(r[5]), job_id=r[6], attempt=r[7],  # type: ignore[arg-type]
-                             details=_json(r[8])) for r in rows]
+                             details=json_from_db(r[8])) for r in rows]
 
     def touch_unfinished(self, conn: sa.Connection, *, payment_id: int) -> PaymentStatus | None:
         """Lock the payment row if it is still unfinished (its status), else None."""
@@ -227,8 +227,3 @@ class LedgerStore:
                        updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
                        review_reason=r[12])
 
-
-def _json(value: Any) -> Any:
-    if value is None or isinstance(value, dict | list):
-        return value
-    return json.loads(value)

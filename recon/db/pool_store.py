@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from recon.db import pool_queries as pq
 from recon.db import queries as q
-from recon.db.database import Database
+from recon.db.database import Database, json_from_db
 
 
 class PoolStore:
@@ -67,10 +67,10 @@ class PoolStore:
 
     def _worker(self, r: Any) -> WorkerRecord:
         t = self.db.from_db
-        return WorkerRecord(id=r[0], host=r[1], pid=int(r[2]), queues=tuple(_json_value(r[3]) or ()),
+        return WorkerRecord(id=r[0], host=r[1], pid=int(r[2]), queues=tuple(json_from_db(r[3]) or ()),
                             slots=int(r[4]), busy_slots=int(r[5]),
                             started_at=t(r[6]), last_seen_at=t(r[7]),  # type: ignore[arg-type]
-                            stopped_at=t(r[8]), counters=_json_value(r[9]) or {})
+                            stopped_at=t(r[8]), counters=json_from_db(r[9]) or {})
 
     def _q(self, query: q.Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)
@@ -109,8 +109,3 @@ class WorkerRecord:
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
-
-def _json_value(value: Any) -> Any:
-    if value is None or isinstance(value, dict | list):
-        return value
-    return json.loads(value)

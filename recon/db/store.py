@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import queries as q
-from recon.db.database import UNSAFE_DISABLE_FENCING, Database, DedicatedConnection
+from recon.db.database import UNSAFE_DISABLE_FENCING, Database, DedicatedConnection, json_from_db
 from recon.db.dead_letters import DeadLetters
 from recon.engine.jobs import AttemptRecord, Job, JobState
 
@@ -350,8 +350,8 @@ class JobStore(DeadLetters):
         in ``Job``'s field order, are the cheapest construction)."""
         t = self.db.from_db
         return Job(
-            r[0], r[1], r[2], _json(r[3]) or {}, JobState.LEASED, r[4], t(r[5]), r[6], r[7],  # type: ignore[arg-type]
-            t(r[12]), worker, t(r[8]), None, None, r[9], r[13], None, r[10], _json(r[11]),  # type: ignore[arg-type]
+            r[0], r[1], r[2], json_from_db(r[3]) or {}, JobState.LEASED, r[4], t(r[5]), r[6], r[7],  # type: ignore[arg-type]
+            t(r[12]), worker, t(r[8]), None, None, r[9], r[13], None, r[10], json_from_db(r[11]),  # type: ignore[arg-type]
             None, False, r[14],
         )
 
@@ -368,10 +368,10 @@ class JobStore(DeadLetters):
     def _job(self, r: Any) -> Job:
         t = self.db.from_db
         return Job(
-            id=int(r[0]), queue=r[1], kind=r[2], payload=_json(r[3]) or {}, state=JobState(r[4]),
+            id=int(r[0]), queue=r[1], kind=r[2], payload=json_from_db(r[3]) or {}, state=JobState(r[4]),
             priority=int(r[5]), run_after=t(r[6]), attempts=int(r[7]), max_attempts=int(r[8]),  # type: ignore[arg-type]
             lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
-            unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=_json(r[17]),
+            unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=json_from_db(r[17]),
             created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
             free_attempts=int(r[21]),
         )
@@ -386,11 +386,6 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 #: leading whitespace, nothing after the value): (value, end)
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
-
-def _json(value: Any) -> Any:
-    if value is None or isinstance(value, dict | list):
-        return value
-    return json.loads(value)
 
 
 def iter_all_jobs(store: JobStore, *, page: int = 500, **filters: Any) -> Iterable[Job]:
