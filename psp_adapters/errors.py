@@ -29,6 +29,8 @@ class PspError(Exception):
         status_code: int | None = None,
         code: str | None = None,
         should_retry: bool | None = None,
+        saved: bool = False,
+        replayed: bool = False,
     ) -> None:
         self.psp = psp
         self.status_code = status_code
@@ -36,6 +38,12 @@ class PspError(Exception):
         self.code = code
         #: an explicit hint from the PSP (Stripe's ``Stripe-Should-Retry``); overrides the type's default
         self.should_retry = should_retry
+        #: the PSP saved this answer under the request's idempotency key (Stripe saves 500s for 24 h): the
+        #: same key will only replay it, so retrying the request is futile; reconciliation finds the truth
+        self.saved = saved
+        #: this answer is a replay of a saved one (``Idempotent-Replayed: true``): no news about the PSP's
+        #: health, so it must not feed the circuit breaker
+        self.replayed = replayed
         super().__init__(message or (self.__doc__ or "").strip())
 
     def __repr__(self) -> str:

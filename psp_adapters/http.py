@@ -161,6 +161,7 @@ def error_from_response(
     key_reused: bool = False,
     in_flight: bool = False,
     should_retry: bool | None = None,
+    saved: bool = False,
     secrets: Iterable[str] = (),
 ) -> PspError:
     """The PspError for a non-2xx ``response``; the caller raises it.
@@ -169,6 +170,8 @@ def error_from_response(
     says the body reports an idempotency key reused with other parameters (-> PspIdempotencyError on any
     4xx); ``in_flight`` says it reports the same key still executing (-> PspTransientError, like a 409).
     ``should_retry`` is an explicit PSP hint; when None, Stripe's ``Stripe-Should-Retry`` header is read.
+    ``saved`` says the PSP stored this answer under the idempotency key (a retry would replay it); an
+    ``Idempotent-Replayed: true`` header marks the error ``replayed`` (not news about the PSP's health).
 
     Table: 429 -> PspRateLimited(retry_after); 408/421/423/425 and 409 -> PspTransientError;
     424/500/502/503/504 and other 5xx -> PspTransientError; 401/403 -> PspAuthError (the PSP's message is
@@ -176,7 +179,9 @@ def error_from_response(
     """
     status = response.status_code
     hint = should_retry if should_retry is not None else _header_bool(response, "Stripe-Should-Retry")
-    kwargs: dict[str, object] = {"psp": psp, "status_code": status, "code": code, "should_retry": hint}
+    replayed = _header_bool(response, "Idempotent-Replayed") is True
+    kwargs: dict[str, object] = {"psp": psp, "status_code": status, "code": code, "should_retry": hint,
+                                 "saved": saved or replayed, "replayed": replayed}
     text = _describe(psp, status, code, None if status in _AUTH else message, secrets=secrets)
     logger.debug("%s answered HTTP %s (code %s)", psp, status, code)
     if status in _AUTH:

@@ -6,9 +6,9 @@ ISO-4217 currency code; conversion from a PSP's wire format happens only in that
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import ClassVar, Protocol, runtime_checkable
 
 
@@ -46,9 +46,18 @@ class ChargeRequest:
     merchant_reference: str
     amount: int  #: minor units
     currency: str  #: ISO-4217, upper case
-    merchant_account: str | None = None
-    payment_method: str | None = None  #: a PSP token (never a card number)
+    merchant_account: str | None = None  #: None or "": the adapter's configured default account
+    payment_method: str | None = None  #: a PSP token of a stored payment method (never a card number)
+    customer_reference: str | None = None  #: the PSP's customer (Stripe ``cus_…``) or shopper reference (Adyen)
     description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """Why a PSP would refuse a charge as given: ``field`` names the ChargeRequest field (or CSV column)."""
+
+    field: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,7 @@ class PspRef:
 
     psp_reference: str | None = None
     merchant_reference: str | None = None
+    merchant_account: str | None = None  #: where the payment was made (Adyen reads that account's reports)
 
     def __post_init__(self) -> None:
         if not (self.psp_reference or self.merchant_reference):
@@ -83,6 +93,14 @@ class Pending(_Outcome):
 
 
 @dataclass(frozen=True, slots=True)
+class ActionRequired(_Outcome):
+    """The PSP needs the customer (3-D Secure, a redirect): a merchant-initiated charge cannot finish it.
+
+    Never a success and never something to wait for: recon sends the payment to review with the reason.
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class Failed(_Outcome):
     """The PSP says no: declined, canceled, expired. ``reason`` is the PSP's refusal reason or code."""
 
@@ -99,7 +117,7 @@ class Unknown(_Outcome):
     """The PSP answered with a status we do not recognise: never guessed into another outcome."""
 
 
-PaymentOutcome = Succeeded | Pending | Failed | NotFound | Unknown
+PaymentOutcome = Succeeded | Pending | ActionRequired | Failed | NotFound | Unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +128,12 @@ class SettlementLine:
     merchant_reference: str | None
     amount: int  #: minor units
     currency: str
-    status: str  #: "succeeded", "failed", "refunded", ... normalised by the adapter
+    status: str  #: "succeeded", "failed", "refunded", "partially_refunded", "chargeback", ... by the adapter
     settled_at: datetime  #: aware UTC
     raw: dict[str, object] = field(default_factory=dict, compare=False)
+    fee: int | None = None  #: the PSP's fee in minor units of ``currency``, when the listing says
+    net: int | None = None  #: what reaches the merchant: amount - fee (minor units), when the listing says
+    payout: str | None = None  #: the payout (batch) that carries this line, when the listing says
 
 
 @runtime_checkable
@@ -125,11 +146,18 @@ class PspAdapter(Protocol):
     """
 
     name: ClassVar[str]
+    #: how long the PSP keeps an idempotency key's saved answer; None: as long as recon needs
+    idempotency_retention: ClassVar[timedelta | None]
 
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
     def fetch_payment(self, ref: PspRef) -> PaymentOutcome: ...
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]: ...
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[SettlementLine]:
+        """Settlement lines booked in ``[since, until)``; ``merchant_accounts``: the accounts to read where a
+        PSP lists per account (Adyen), besides the configured default."""
+        ...
 
     def close(self) -> None: ...

@@ -7,8 +7,8 @@ own ``wire``; never ``recon`` and never another PSP.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterator
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import ClassVar
 from urllib.parse import quote
@@ -33,6 +33,8 @@ class TemplateAdapter:
     """recon's view of <PSP>. Methods raise only PspError subclasses; the key never reaches a message."""
 
     name: ClassVar[str] = PSP_NAME
+    #: how long the PSP keeps an idempotency key (look it up in the PSP's documentation); None: forever
+    idempotency_retention: ClassVar[timedelta | None] = None
 
     def __init__(
         self,
@@ -82,7 +84,9 @@ class TemplateAdapter:
             raise self._error(response)
         return wire.to_outcome(json_body(response, psp=PSP_NAME))
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[SettlementLine]:
         """Settlement lines in ``[since, until)``, one page per request as iterated (write the paging)."""
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")

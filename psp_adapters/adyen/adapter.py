@@ -26,7 +26,7 @@ Adyen webhooks should answer ``fetch_payment`` from them instead; this adapter i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import date, datetime, timedelta
 from types import TracebackType
 from typing import ClassVar
@@ -64,6 +64,8 @@ class AdyenAdapter:
     """
 
     name: ClassVar[str] = PSP_NAME
+    #: Adyen keeps a key for a minimum of 7 days (docs.adyen.com/development-resources/api-idempotency)
+    idempotency_retention: ClassVar[timedelta | None] = timedelta(days=7)
 
     def __init__(
         self,
@@ -131,7 +133,9 @@ class AdyenAdapter:
                 return wire.report_outcome(matching)
         return Pending(psp_reference=ref.psp_reference, merchant_reference=ref.merchant_reference)
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[SettlementLine]:
         """Settlement events booked in ``[since, until)``, one daily report downloaded per day as iterated.
 
         ``since`` and ``until`` must be aware (ValueError otherwise, raised at once). A payment may appear

@@ -14,8 +14,8 @@ repr, a log line or an error message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterator, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import ClassVar
 from urllib.parse import quote
@@ -47,6 +47,8 @@ class SandboxAdapter:
     """
 
     name: ClassVar[str] = PSP_NAME
+    #: the sandbox keeps its keys for as long as its state file lives
+    idempotency_retention: ClassVar[timedelta | None] = None
 
     def __init__(
         self,
@@ -102,7 +104,9 @@ class SandboxAdapter:
         succeeded = [o for o in outcomes if isinstance(o, Succeeded)]
         return (succeeded or outcomes)[-1]
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[SettlementLine]:
         """Final payments with ``since <= settled_at < until``, a page fetched as the caller iterates.
 
         ``since`` and ``until`` must be aware (ValueError at once, not on iteration).

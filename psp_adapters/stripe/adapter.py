@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterator, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import ClassVar
 from urllib.parse import quote
@@ -56,6 +56,8 @@ class StripeAdapter:
     """
 
     name: ClassVar[str] = PSP_NAME
+    #: Stripe keeps a key and its saved answer for at least 24 hours (docs.stripe.com/api/idempotent_requests)
+    idempotency_retention: ClassVar[timedelta | None] = timedelta(hours=24)
 
     def __init__(
         self,
@@ -131,7 +133,9 @@ class StripeAdapter:
             )
         return wire.to_outcome(_most_telling(intents))
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[SettlementLine]:
         """Charges created in ``[since, until)``, newest first, fetched one page at a time as iterated.
 
         ``since`` and ``until`` must be aware (ValueError otherwise, raised at once, not on iteration).

@@ -38,6 +38,8 @@ class NewPayment:
     currency: str  #: ISO-4217, upper case
     psp: str
     created_at: datetime | None = None
+    payment_method: str | None = None
+    customer_reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class LedgerStore:
     def _insert(self, conn: sa.Connection, payments: Sequence[NewPayment]) -> list[int]:
         rows = [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
                  "amount": p.amount, "currency": p.currency, "psp": p.psp,
+                 "payment_method": p.payment_method, "customer_reference": p.customer_reference,
                  "idempotency_key": f"recon-{secrets.token_hex(12)}",
                  "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
                  if p.created_at else None} for p in payments]
@@ -190,6 +193,22 @@ class LedgerStore:
                            {"id": payment_id, "now": self.db.now_param()}).first()
         return PaymentStatus(row[0]) if row else None
 
+    def next_key_generation(self, conn: sa.Connection, payment: Payment, *, job_id: int | None,
+                            attempt: int | None, details: dict[str, Any]) -> int | None:
+        """Move ``payment`` to its next idempotency key generation (compare-and-set on the generation) with an
+        audit event (status unchanged, ``details.key_generation``); None when it had moved already."""
+        row = conn.execute(self._q(lq.payment_next_key_generation_if),
+                           {"id": payment.id, "generation": payment.key_generation,
+                            "now": self.db.now_param()}).first()
+        if row is None:
+            return None
+        generation = int(row[0])
+        status = str(payment.status)
+        self._events(conn, [dict(payment_id=payment.id, from_status=status, to_status=status, source="charge",
+                                 job_id=job_id, attempt=attempt,
+                                 details={**details, "key_generation": generation})])
+        return generation
+
     def charge_unfinished(self, payment_id: int, conn: sa.Connection | None = None) -> bool:
         """Is the payment's charge job unfinished (running, or waiting to retry): may it still send?"""
         if conn is None:
@@ -225,5 +244,6 @@ class LedgerStore:
         return Payment(id=int(r[0]), merchant_account=r[1], merchant_reference=r[2], amount=int(r[3]), currency=r[4],
                        psp=r[5], idempotency_key=r[6], status=PaymentStatus(r[7]), created_at=t(r[8]),  # type: ignore[arg-type]
                        updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
-                       review_reason=r[12])
+                       review_reason=r[12], payment_method=r[13], customer_reference=r[14],
+                       key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None)
 

@@ -10,7 +10,8 @@ from recon.db.queries import Query
 
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
-    "updated_at, psp_reference, failure_reason, review_reason"
+    "updated_at, psp_reference, failure_reason, review_reason, payment_method, customer_reference, key_generation, "
+    "key_sent_at"
 )
 UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
@@ -19,19 +20,21 @@ payment_insert_many = Query(
     "Run by payment creation (API, import, demo): a batch of new payments in one round trip.",
     postgresql="""
         INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
-                              status, created_at, updated_at)
+                              status, created_at, updated_at, payment_method, customer_reference)
         SELECT r.merchant_account, r.merchant_reference, r.amount, r.currency, r.psp, r.idempotency_key,
-               'created', coalesce(r.created_at, {now}), {now}
+               'created', coalesce(r.created_at, {now}), {now}, r.payment_method, r.customer_reference
         FROM jsonb_to_recordset({json:rows}) AS r(merchant_account text, merchant_reference text, amount bigint,
-             currency text, psp text, idempotency_key text, created_at timestamptz)
+             currency text, psp text, idempotency_key text, created_at timestamptz, payment_method text,
+             customer_reference text)
         RETURNING id, merchant_reference
     """,
     sqlite="""
         INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
-                              status, created_at, updated_at)
+                              status, created_at, updated_at, payment_method, customer_reference)
         SELECT value ->> '$.merchant_account', value ->> '$.merchant_reference', value ->> '$.amount',
                value ->> '$.currency', value ->> '$.psp', value ->> '$.idempotency_key', 'created',
-               coalesce(value ->> '$.created_at', :now), :now
+               coalesce(value ->> '$.created_at', :now), :now, value ->> '$.payment_method',
+               value ->> '$.customer_reference'
         FROM json_each(:rows) ORDER BY key
         RETURNING id, merchant_reference
     """,
@@ -134,8 +137,19 @@ payment_money_at_risk = Query(
 payment_touch_if_unfinished = Query(
     "payment_touch_if_unfinished",
     "Run by the charge handler right before each send: locks the payment row and proves it is still "
-    "unfinished, so a concurrent 'failed, never reached the PSP' heal and a send cannot both happen.",
-    sql=f"UPDATE payments SET updated_at = {{now}} WHERE id = :id AND {UNFINISHED} RETURNING status",
+    "unfinished, so a concurrent 'failed, never reached the PSP' heal and a send cannot both happen; "
+    "stamps when the current idempotency key was sent.",
+    sql=f"""UPDATE payments SET updated_at = {{now}}, key_sent_at = {{now}}
+            WHERE id = :id AND {UNFINISHED} RETURNING status""",
+)
+
+payment_next_key_generation_if = Query(
+    "payment_next_key_generation_if",
+    "Run by the charge handler when the PSP has forgotten the current key and has no payment for it: the "
+    "next charge uses a new key generation (compare-and-set on the generation; no row: someone else did).",
+    sql=f"""UPDATE payments SET key_generation = key_generation + 1, key_sent_at = NULL, updated_at = {{now}}
+            WHERE id = :id AND key_generation = :generation AND {UNFINISHED}
+            RETURNING key_generation""",
 )
 
 job_unfinished_by_key = Query(

@@ -8,44 +8,61 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | ---------------------------------------- | -------------------------------- | -------------------------- |
 | Succeeded, same amount and currency      | succeeded                        | complete                   |
 | Succeeded, other amount or currency      | needs_review                     | complete                   |
+| ActionRequired (3-D Secure, redirect)    | needs_review (authentication)    | complete                   |
 | Failed (declined)                        | failed (reason)                  | complete                   |
 | Pending / Unknown / NotFound             | pending (reconciliation decides) | complete                   |
 | validation error (400/422)               | failed (rejected)                | dead                       |
+| an error the PSP saved under the key     | pending (reconciliation decides) | complete: a retry replays it|
 | unknown outcome, 5xx, busy, protocol     | pending (never failed from these)| retry, same idempotency key|
 | connect error, 429, 409, auth, bug       | unchanged                        | retry / dead as classified |
+| the PSP's settings are missing           | unchanged (never processing)     | dead (replay after fixing)  |
 
 Before anything changes, the PSP guard (``recon.payments.guard``) may snooze the job, no attempt spent:
 the PSP is paused, cooling down after a 429, its circuit breaker is open, or its rate limit has no token.
+
+**Key generations.** A PSP keeps an idempotency key's saved answer for a limited time
+(``PspAdapter.idempotency_retention``: Stripe 24 h). A re-send of a key that old could charge a second time
+if the first charge exists, so the handler never re-sends it blindly: it asks the PSP for the payment
+first. Found: its answer is recorded like a charge answer. Not found (and the key was last sent longer ago
+than the PSP's search can lag): the payment moves to its next key generation (an audit event with
+``key_generation``) and the next attempt charges with the new key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
-from psp_adapters.errors import PspError
+from psp_adapters.errors import PspError, PspRejectedError
 from psp_adapters.protocol import (
+    ActionRequired,
     ChargeRequest,
     Failed,
     NotFound,
     PaymentOutcome,
     Pending,
     PspAdapter,
+    PspRef,
     Succeeded,
     Unknown,
 )
 from recon.classify import ErrorKind, classify
+from recon.clock import Clock, SystemClock
 from recon.db.ledger import LedgerStore, Transition
 from recon.engine.jobs import Job
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
-from recon.errors import LeaseLost
+from recon.errors import ConfigError, LeaseLost
 from recon.payments.guard import Guard, Unguarded
 from recon.payments.model import EventSource, Payment, PaymentStatus
 
 AdapterFunc = Callable[[str], PspAdapter]
+AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
+#: a key is treated as forgotten this long before the PSP's retention ends (clocks and queues drift)
+KEY_RETENTION_MARGIN = timedelta(hours=1)
 
 #: error kinds after which the charge may have reached the PSP: the payment is pending until known
 _MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKind.PSP_BUSY, ErrorKind.PROTOCOL,
@@ -62,6 +79,16 @@ def outcome_details(outcome: PaymentOutcome) -> dict[str, Any]:
     return details
 
 
+def authentication_reason(outcome: PaymentOutcome) -> str:
+    """The review reason of an ActionRequired answer."""
+    return f"{AUTHENTICATION_REQUIRED} (PSP status {outcome.raw_status or 'unknown'})"
+
+
+def config_dead(exc: ConfigError) -> Dead:
+    """The outcome of a job whose PSP cannot be called as configured: dead, to replay once fixed."""
+    return Dead(error_kind="config", error=f"ConfigError: {exc}")
+
+
 def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
     """Why the PSP's amount or currency differs from ours, or None when they agree (or it did not say)."""
     if outcome.currency is not None and outcome.currency.upper() != payment.currency:
@@ -74,10 +101,12 @@ def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
 class ChargeHandler:
     """Job kind ``charge``, payload ``{"payment_id": N}``."""
 
-    def __init__(self, ledger: LedgerStore, adapter_func: AdapterFunc, *, guard: Guard | None = None) -> None:
+    def __init__(self, ledger: LedgerStore, adapter_func: AdapterFunc, *, guard: Guard | None = None,
+                 clock: Clock | None = None) -> None:
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.guard = guard or Unguarded()
+        self.clock = clock or SystemClock()
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         payment_id = int(job.payload["payment_id"])
@@ -86,23 +115,62 @@ class ChargeHandler:
             return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
         if payment.status.final:
             return Complete()  # reconciliation (or an earlier attempt) already knows the answer
+        try:
+            adapter = self.adapter_func(payment.psp)  # before anything changes: never processing for a PSP
+        except ConfigError as exc:  # that cannot be called as configured
+            return config_dead(exc)
         # the PSP guard before anything changes: a paused or cooling PSP leaves the payment as it is
         permit = self.guard.admit(payment.psp, lease=lease)
         if isinstance(permit, Snooze):
             return permit
         if payment.status is PaymentStatus.CREATED:
             payment = self._mark_processing(payment, job, lease)
+        elif self._key_may_be_forgotten(payment, adapter):
+            return self._look_before_resending(payment, job, lease, adapter, permit)
         elif not self._still_unfinished(payment, job, lease):
             return Complete()  # healed by reconciliation since we read it: nothing to send
         lease.check()
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
-                                currency=payment.currency, merchant_account=payment.merchant_account)
+                                currency=payment.currency, merchant_account=payment.merchant_account,
+                                payment_method=payment.payment_method,
+                                customer_reference=payment.customer_reference)
+        key = payment.charge_key
         try:
-            adapter, key = self.adapter_func(payment.psp), payment.idempotency_key
             answer = permit.call(lambda: adapter.create_payment(request, idempotency_key=key))
         except PspError as exc:
             return self._on_error(payment, job, exc)
         return Complete(write=self._write_answer(payment, job, answer))
+
+    def _key_may_be_forgotten(self, payment: Payment, adapter: PspAdapter) -> bool:
+        retention: timedelta | None = adapter.idempotency_retention
+        if retention is None or payment.key_sent_at is None:
+            return False
+        return self.clock.now() - payment.key_sent_at >= retention - min(KEY_RETENTION_MARGIN, retention / 10)
+
+    def _look_before_resending(self, payment: Payment, job: Job, lease: Lease, adapter: PspAdapter,
+                               permit: Any) -> Outcome:
+        """The key may be forgotten by the PSP: ask for the payment instead of re-sending the key."""
+        lease.check()
+        ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference,
+                     merchant_account=payment.merchant_account)
+        try:
+            answer = permit.call(lambda: adapter.fetch_payment(ref))
+        except PspError as exc:
+            result = classify(exc)
+            return result  # nothing changes; the lookup is tried again
+        if not isinstance(answer, NotFound):
+            return Complete(write=self._write_answer(payment, job, answer))
+        if payment.psp_reference:  # the PSP told us about it once and has lost it: a person looks
+            return Complete(write=self._transition(
+                payment, job, PaymentStatus.NEEDS_REVIEW, outcome_details(answer),
+                review_reason=f"missing_at_psp: PSP has no payment {payment.psp_reference}"))
+        details = {"reason": "the PSP holds no payment for the previous key and has forgotten it",
+                   "previous_key_sent_at": payment.key_sent_at.isoformat() if payment.key_sent_at else None}
+
+        def renew(conn: sa.Connection) -> None:
+            self.ledger.next_key_generation(conn, payment, job_id=job.id, attempt=job.attempts, details=details)
+
+        return Snooze(timedelta(0), reason="new idempotency key generation", write=renew)
 
     def _mark_processing(self, payment: Payment, job: Job, lease: Lease) -> Payment:
         """created -> processing before the request goes out, fenced by the lease: a crash after sending
@@ -112,6 +180,7 @@ class ChargeHandler:
                 raise LeaseLost(f"lease on job {job.id} lost before charging")
             self.ledger.apply(conn, Transition(payment.id, PaymentStatus.CREATED, PaymentStatus.PROCESSING,
                                                EventSource.CHARGE, job_id=job.id, attempt=job.attempts))
+            self.ledger.touch_unfinished(conn, payment_id=payment.id)  # stamps key_sent_at
             current = self.ledger.get(payment.id, conn)
         assert current is not None
         return current
@@ -133,6 +202,9 @@ class ChargeHandler:
                 problem = mismatch(payment, answer)
                 target = PaymentStatus.NEEDS_REVIEW if problem else PaymentStatus.SUCCEEDED
                 return self._transition(payment, job, target, details, psp_reference=ref, review_reason=problem)
+            case ActionRequired():
+                return self._transition(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
+                                        review_reason=authentication_reason(answer))
             case Failed(reason=reason):
                 return self._transition(payment, job, PaymentStatus.FAILED, details, psp_reference=ref,
                                         failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
@@ -141,13 +213,21 @@ class ChargeHandler:
 
     def _on_error(self, payment: Payment, job: Job, exc: PspError) -> Outcome:
         result = classify(exc)
-        details = {"error_kind": result.error_kind, "error": result.error}
+        details: dict[str, Any] = {"error_kind": result.error_kind, "error": result.error}
+        if exc.saved and not isinstance(exc, PspRejectedError):
+            # the PSP saved this answer under our key (Stripe: a 500 for 24 h): the same key only replays it,
+            # so re-sending is futile; the payment may or may not exist, and reconciliation finds out
+            details.update(saved_answer=True, replayed=exc.replayed)
+            return Complete(write=self._pending(payment, job, details))
         if isinstance(result, Dead) and result.error_kind == ErrorKind.VALIDATION:
             return Dead(error_kind=result.error_kind, error=result.error, write=self._transition(
                 payment, job, PaymentStatus.FAILED, details, failure_reason=f"rejected: {result.error}"))
-        if isinstance(result, Retry) and result.error_kind in _MAYBE_CHARGED:
-            return Retry(error_kind=result.error_kind, error=result.error, retry_after=result.retry_after,
-                         write=self._pending(payment, job, details))
+        if result.error_kind in _MAYBE_CHARGED:
+            if isinstance(result, Retry):
+                return Retry(error_kind=result.error_kind, error=result.error, retry_after=result.retry_after,
+                             write=self._pending(payment, job, details))
+            # the PSP said not to retry (Stripe-Should-Retry: false) after it may have charged: pending
+            return Dead(error_kind=result.error_kind, error=result.error, write=self._pending(payment, job, details))
         return result
 
     def _pending(self, payment: Payment, job: Job, details: dict[str, Any], *,

@@ -244,6 +244,10 @@ class PspGuard:
 
     def _after_error(self, permit: Permit, exc: PspError) -> None:
         try:
+            if exc.replayed:
+                # a saved answer replayed under its idempotency key (Stripe replays a saved 500 for 24 h):
+                # it says nothing about the PSP's health now, so neither a failure nor a success
+                return
             if isinstance(exc, PspRateLimited):
                 self._cool_down(permit.psp, exc.retry_after)
                 self._after_answer(permit)  # a 429 is an answer: the PSP is up

@@ -13,8 +13,8 @@ and the lookup's merchant reference becomes ``payment_reference`` on every later
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterator
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from psp_adapters.errors import PspRateLimited
@@ -34,7 +34,8 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
     adapter's: a subclass of InstrumentedAdapter per PSP name carries it, as the protocol's ClassVar."""
     cls = _CLASSES.get(inner.name)
     if cls is None:
-        made = type(f"InstrumentedAdapter[{inner.name}]", (InstrumentedAdapter,), {"name": inner.name})
+        made = type(f"InstrumentedAdapter[{inner.name}]", (InstrumentedAdapter,),
+                    {"name": inner.name, "idempotency_retention": inner.idempotency_retention})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -43,10 +44,12 @@ class InstrumentedAdapter:
     """``inner`` with every call timed and reported to ``recorder``; build one with ``instrument()``."""
 
     name: ClassVar[str] = "instrumented"
+    idempotency_retention: ClassVar[timedelta | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner
         self._recorder = recorder
+
 
     def __repr__(self) -> str:
         return f"InstrumentedAdapter({self.inner!r})"
@@ -60,10 +63,12 @@ class InstrumentedAdapter:
         bind(payment_reference=ref.merchant_reference)
         return self._timed("fetch_payment", lambda: self.inner.fetch_payment(ref))
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(self, since: datetime, until: datetime, *,
+                         merchant_accounts: Collection[str] = ()) -> Iterator[SettlementLine]:
         """Times the listing as a whole, from this call to the last line read (or the iterator's end)."""
         started = time.perf_counter()
-        lines = self.inner.iter_settlements(since, until)  # bad arguments raise now, as the inner's do
+        # bad arguments raise now, as the inner's do
+        lines = self.inner.iter_settlements(since, until, merchant_accounts=merchant_accounts)
         return self._timed_iter("iter_settlements", lines, started)
 
     def close(self) -> None:

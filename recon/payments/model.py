@@ -71,6 +71,16 @@ class Payment:
     psp_reference: str | None = None
     failure_reason: str | None = None
     review_reason: str | None = None
+    payment_method: str | None = None  #: the PSP's token of the stored payment method
+    customer_reference: str | None = None  #: the PSP's customer / shopper reference
+    key_generation: int = 0  #: 0: ``idempotency_key`` itself; N: ``idempotency_key-gN`` (see ``charge_key``)
+    key_sent_at: datetime | None = None  #: when the current key was last sent to the PSP
+
+    @property
+    def charge_key(self) -> str:
+        """The idempotency key the next charge sends: a new generation only after the PSP was proved to
+        hold no payment for the previous one and to have forgotten it."""
+        return self.idempotency_key if self.key_generation == 0 else f"{self.idempotency_key}-g{self.key_generation}"
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -5,6 +5,7 @@
 | succeeded, same amount and currency       | unfinished             | heal -> succeeded                             |
 | failed / canceled                         | unfinished             | heal -> failed                                |
 | succeeded, other amount or currency       | unfinished             | needs_review (never auto-healed)              |
+| customer action required (3-D Secure)     | unfinished             | needs_review: authentication required         |
 | pending / cannot say (Unknown)            | unfinished             | snooze on the schedule, then needs_review     |
 | not found, no PSP reference ever recorded | unfinished             | snooze within the grace period, then failed   |
 | not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
@@ -24,15 +25,25 @@ from typing import Any
 import sqlalchemy as sa
 
 from psp_adapters.errors import PspError
-from psp_adapters.protocol import Failed, NotFound, PaymentOutcome, Pending, PspAdapter, PspRef, Succeeded, Unknown
+from psp_adapters.protocol import (
+    ActionRequired,
+    Failed,
+    NotFound,
+    PaymentOutcome,
+    Pending,
+    PspAdapter,
+    PspRef,
+    Succeeded,
+    Unknown,
+)
 from recon.classify import classify
 from recon.clock import Clock
 from recon.db.ledger import LedgerStore, Transition
 from recon.engine.jobs import Job
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
-from recon.errors import ReconError
-from recon.payments.charge import mismatch, outcome_details
+from recon.errors import ConfigError, ReconError
+from recon.payments.charge import authentication_reason, config_dead, mismatch, outcome_details
 from recon.payments.guard import Guard, Unguarded
 from recon.payments.model import EventSource, Payment, PaymentStatus
 from recon.reconcile.config import ReconcileConfig
@@ -71,13 +82,17 @@ class ReconcileHandler:
             return Complete()
         if charge_leased:
             return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
+        try:
+            adapter = self.adapter_func(payment.psp)
+        except ConfigError as exc:
+            return config_dead(exc)
         permit = self.guard.admit(payment.psp, lease=lease)  # paused, cooling, breaker open, rate limit
         if isinstance(permit, Snooze):
             return permit
         lease.check()
-        ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference)
+        ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference,
+                     merchant_account=payment.merchant_account)
         try:
-            adapter = self.adapter_func(payment.psp)
             answer = permit.call(lambda: adapter.fetch_payment(ref))
         except PspError as exc:
             return classify(exc)
@@ -93,6 +108,9 @@ class ReconcileHandler:
                     return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
                                       review_reason=problem)
                 return self._heal(payment, job, PaymentStatus.SUCCEEDED, details, psp_reference=ref)
+            case ActionRequired():
+                return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
+                                  review_reason=authentication_reason(answer))
             case Failed(reason=reason):
                 return self._heal(payment, job, PaymentStatus.FAILED, details, psp_reference=ref,
                                   failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")

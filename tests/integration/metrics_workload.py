@@ -57,6 +57,7 @@ class FakePsp:
     """Succeeds, except that each ``throttle-*`` key is rate limited on its first call."""
 
     name = "fakepsp"
+    idempotency_retention = None
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
@@ -71,7 +72,7 @@ class FakePsp:
     def fetch_payment(self, ref: PspRef) -> PaymentOutcome:
         raise NotImplementedError
 
-    def iter_settlements(self, since: Any, until: Any) -> list[SettlementLine]:
+    def iter_settlements(self, since: Any, until: Any, *, merchant_accounts: Any = ()) -> list[SettlementLine]:
         return []
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -204,11 +204,13 @@ class Listing:
     """An in-test PSP whose listing is given: for merged lines (Adyen) and duplicates inside the listing."""
 
     name = "sandbox"
+    idempotency_retention = None
 
     def __init__(self, lines: list[SettlementLine]) -> None:
         self.lines = lines
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(self, since: datetime, until: datetime, *,
+                         merchant_accounts: Collection[str] = ()) -> Iterator[SettlementLine]:
         return iter(self.lines)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
@@ -27,6 +27,7 @@ class Recorder:
 
 class Scripted:
     name: ClassVar[str] = "scripted"
+    idempotency_retention: ClassVar[timedelta | None] = None
 
     def __init__(self, *answers: Any) -> None:
         self.answers = list(answers)
@@ -44,7 +45,9 @@ class Scripted:
     def fetch_payment(self, ref: PspRef) -> PaymentOutcome:
         return self._next()  # type: ignore[no-any-return]
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(
+        self, since: datetime, until: datetime, *, merchant_accounts: Any = ()
+    ) -> Iterator[SettlementLine]:
         if since.tzinfo is None:
             raise ValueError("aware datetimes only")
         return iter(self._next())
