@@ -131,8 +131,9 @@ class SettlementLine:
     status: str  #: "succeeded", "failed", "refunded", "partially_refunded", "chargeback", ... by the adapter
     settled_at: datetime  #: aware UTC
     raw: dict[str, object] = field(default_factory=dict, compare=False)
-    fee: int | None = None  #: the PSP's fee in minor units of ``currency``, when the listing says
-    net: int | None = None  #: what reaches the merchant: amount - fee (minor units), when the listing says
+    fee: int | None = None  #: the PSP's fee, minor units of ``settlement_currency``, when the listing says
+    net: int | None = None  #: what reaches the merchant after fees, same units, when the listing says
+    settlement_currency: str | None = None  #: currency of ``fee`` and ``net``; None: the same as ``currency``
     payout: str | None = None  #: the payout (batch) that carries this line, when the listing says
 
 

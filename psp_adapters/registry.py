@@ -3,8 +3,12 @@
 A factory takes a settings mapping and returns a ready ``PspAdapter``. Keys it reads:
 
 - ``base_url`` (str): the PSP's API root; ``report_base_url`` (str, Adyen only): the report host
-- ``api_key`` (``Secret``): required for stripe and adyen; ``report_api_key`` (``Secret``, Adyen, optional)
-- ``merchant_account`` (str): required for adyen; ``report_timezone`` (IANA name, Adyen, default UTC)
+- ``api_key`` (``Secret``): required for stripe and adyen
+- Stripe: ``api_version`` (str, the ``Stripe-Version`` sent; default the adapter's pinned version)
+- Adyen: ``merchant_account`` (str, the default account; a payment may name its own), ``return_url`` (str),
+  ``recurring_processing_model`` (str), ``report_timezone`` (IANA name, the zone of report rows without a
+  ``TimeZone`` column), and the report user's credentials: ``report_api_key`` (``Secret``) or
+  ``report_username`` (str) with ``report_password`` (``Secret``)
 - ``timeout`` (``httpx.Timeout``, optional; all four phases set) and ``transport`` (tests only)
 
 ``settings_from_env`` builds that mapping from ``RECON_<NAME>_*`` variables. Base URLs may default to the
@@ -33,6 +37,11 @@ _DEFAULT_BASE_URLS = {
     "sandbox": SANDBOX_BASE_URL_DEFAULT,
 }
 _TIMEOUT_PHASES = ("connect", "read", "write", "pool")
+#: settings read from RECON_<NAME>_<KEY> (and, for PLAIN_KEYS, from the config file's [psp.NAME] table)
+PLAIN_KEYS = ("base_url", "api_version", "merchant_account", "return_url", "recurring_processing_model",
+              "report_base_url", "report_username", "report_timezone")
+#: credentials: from the environment only, never from a file
+SECRET_KEYS = ("api_key", "report_api_key", "report_password")
 
 
 def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
@@ -95,19 +104,20 @@ def get_factory(name: str) -> AdapterFactory:
 def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings mapping for adapter ``name`` from ``RECON_<NAME>_*`` variables in ``environ``.
 
-    Reads BASE_URL, API_KEY, MERCHANT_ACCOUNT, REPORT_BASE_URL, REPORT_API_KEY, REPORT_TIMEZONE and the
-    timeouts CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, POOL_TIMEOUT (seconds). Keys become ``Secret``.
+    Reads BASE_URL, API_KEY, API_VERSION, MERCHANT_ACCOUNT, RETURN_URL, RECURRING_PROCESSING_MODEL,
+    REPORT_BASE_URL, REPORT_API_KEY, REPORT_USERNAME, REPORT_PASSWORD, REPORT_TIMEZONE and the timeouts
+    CONNECT_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, POOL_TIMEOUT (seconds). Keys and passwords become ``Secret``.
     Unset variables are left out (the factory then reports what is missing). Raises LookupError for an
     unknown name and ValueError for a timeout that is not a positive number.
     """
     get_factory(name)
     prefix = f"RECON_{name.upper()}_"
     settings: dict[str, Any] = {"base_url": environ.get(prefix + "BASE_URL") or _DEFAULT_BASE_URLS.get(name)}
-    for key in ("merchant_account", "report_base_url", "report_timezone"):
+    for key in PLAIN_KEYS:
         value = environ.get(prefix + key.upper())
         if value:
             settings[key] = value
-    for key in ("api_key", "report_api_key"):
+    for key in SECRET_KEYS:
         value = environ.get(prefix + key.upper())
         if value:
             settings[key] = Secret(value)

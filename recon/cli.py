@@ -139,7 +139,7 @@ class App:
             raise ConfigError(f"unknown PSP {name!r} (known: {', '.join(registry.names())})")
         settings = registry.settings_from_env(name, os.environ)
         table = dict(self.settings.extra.get("psp", {}).get(name, {}))
-        for key in ("api_key", "report_api_key"):
+        for key in registry.SECRET_KEYS:
             if key in table:
                 raise ConfigError(f"{self.settings.source}: psp.{name}.{key}: keys come from the environment "
                                   f"(RECON_{name.upper()}_{key.upper()}), never from a file")
