@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from psp_adapters.http import DEFAULT_TIMEOUT, timeout_from_seconds
-from psp_adapters.protocol import PspAdapter, Secret
+from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secret
 
 AdapterFactory = Callable[[Mapping[str, Any]], PspAdapter]
 
@@ -101,6 +101,25 @@ def get_factory(name: str) -> AdapterFactory:
         raise LookupError(f"unknown PSP adapter {name!r}; known: {', '.join(names())}") from None
 
 
+def check_charge(name: str, request: ChargeRequest) -> list[FieldProblem]:
+    """What PSP ``name`` would refuse about ``request``, by its adapter's own rules (``check_charge`` in the
+    adapter package; none: nothing to check). Needs no settings and makes no call. LookupError: unknown name."""
+    get_factory(name)
+    import importlib
+
+    package = importlib.import_module(f"psp_adapters.{name}")
+    rules = getattr(package, "check_charge", None)
+    return list(rules(request)) if rules is not None else []
+
+
+class MissingSetting(ValueError):
+    """A required setting of an adapter is not set; ``key`` names it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"setting {key!r} is required")
+
+
 def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
     """The settings mapping for adapter ``name`` from ``RECON_<NAME>_*`` variables in ``environ``.
 
@@ -145,7 +164,7 @@ def _text(settings: Mapping[str, Any], key: str, *, required: bool = False) -> s
     value = settings.get(key)
     if value is None or value == "":
         if required:
-            raise ValueError(f"setting {key!r} is required")
+            raise MissingSetting(key)
         return ""
     if not isinstance(value, str):
         raise ValueError(f"setting {key!r} must be a string")
@@ -156,7 +175,7 @@ def _secret(settings: Mapping[str, Any], key: str, *, required: bool = False) ->
     value = settings.get(key)
     if value is None or not value:
         if required:
-            raise ValueError(f"setting {key!r} is required")
+            raise MissingSetting(key)
         return Secret("")
     if not isinstance(value, Secret):
         raise ValueError(f"setting {key!r} must be a Secret")  # a bare str would end up in reprs and logs

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -137,8 +137,11 @@ class App:
 
         if name not in registry.names():
             raise ConfigError(f"unknown PSP {name!r} (known: {', '.join(registry.names())})")
-        settings = registry.settings_from_env(name, os.environ)
-        table = dict(self.settings.extra.get("psp", {}).get(name, {}))
+        try:
+            settings = registry.settings_from_env(name, os.environ)
+        except ValueError as exc:
+            raise ConfigError(f"PSP {name!r}: {exc}") from None
+        table = self.psp_table(name)
         for key in registry.SECRET_KEYS:
             if key in table:
                 raise ConfigError(f"{self.settings.source}: psp.{name}.{key}: keys come from the environment "
@@ -146,11 +149,35 @@ class App:
         settings.update(table)
         try:
             adapter = registry.get_factory(name)(settings)
+        except registry.MissingSetting as exc:
+            raise ConfigError(_missing_setting(name, exc.key, secret=exc.key in registry.SECRET_KEYS)) from None
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"PSP {name!r}: {exc}") from None
         from recon.payments.instrumented import instrument
 
         return instrument(adapter, recorder=self.metrics)  # PSP latency and 429s (recon.metrics)
+
+    def psp_table(self, name: str) -> dict[str, Any]:
+        """``[psp.NAME]`` of the config file (adapter settings and guard limits), empty when absent."""
+        table = self.settings.extra.get("psp", {}).get(name, {})
+        return dict(table) if isinstance(table, dict) else {}
+
+    def require_psps(self, names: Iterable[str]) -> None:
+        """Before a command does any work: every PSP in ``names`` can be called as configured (its adapter
+        builds: keys, accounts, report credentials, base URL). Raises ConfigError naming the setting."""
+        for name in sorted(set(names)):
+            self.adapter(name)
+
+    def account_defaults(self) -> dict[str, str]:
+        """Each PSP's configured default merchant account (``[psp.NAME] merchant_account`` over
+        ``RECON_NAME_MERCHANT_ACCOUNT``), for rows of an import that name none."""
+        out = {}
+        for name in self.psp_names():
+            value = self.psp_table(name).get("merchant_account") or os.environ.get(
+                f"RECON_{name.upper()}_MERCHANT_ACCOUNT")
+            if isinstance(value, str) and value.strip():
+                out[name] = value.strip()
+        return out
 
     @property
     def metrics(self) -> Any:
@@ -199,13 +226,19 @@ class App:
 
         handlers = Handlers()
         if "charge" in kinds:
-            handlers.register("charge", ChargeHandler(self.ledger, self.adapter, guard=self.guard))
+            handlers.register("charge", ChargeHandler(self.ledger, self.adapter, guard=self.guard, clock=SystemClock()))
         if "reconcile" in kinds:
             handlers.register("reconcile", ReconcileHandler(self.ledger, self.adapter, config=self.reconcile_config,
                                                             clock=SystemClock(), guard=self.guard))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
+
+
+def _missing_setting(name: str, key: str, *, secret: bool) -> str:
+    variable = f"RECON_{name.upper()}_{key.upper()}"
+    where = f"the environment variable {variable}" if secret else f"[psp.{name}] {key} in the config file or {variable}"
+    return f"PSP {name!r}: {key} is not set; set {where}"
 
 
 def _import_ref(ref: str) -> Handlers:

@@ -90,6 +90,9 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
+    if {"charges", app.reconcile_config.queue} & set(queue_list):
+        # before any work: a worker never claims a payment job for a PSP it cannot call
+        app.require_psps(set(app.psp_names()) & app.ledger.psps_unfinished())
     w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
                queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
                classify_func=_classify_func(), wakeup_func=make_listener(app.db), observer=app.metrics)

@@ -27,23 +27,28 @@ def payments() -> None:
 
 @payments.command("import")
 @click.argument("path", metavar="FILE.csv", type=click.Path(exists=True, dir_okay=False))
-@click.option("--merchant-account", default="default", show_default=True,
-              help="For rows that name no merchant_account.")
+@click.option("--merchant-account",
+              help="For rows that name no merchant_account (default: the PSP's [psp.NAME] merchant_account).")
 @click.option("--no-charge", is_flag=True, help="Record the payments only; queue no charge jobs.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def payments_import(app: App, path: str, merchant_account: str, no_charge: bool, as_json: bool) -> None:
+def payments_import(app: App, path: str, merchant_account: str | None, no_charge: bool, as_json: bool) -> None:
     """Import payments from a CSV file, all or nothing: with any bad row, nothing is imported.
 
     Columns: merchant_reference, amount (decimal, e.g. 12.34), currency (ISO-4217), psp; optional
-    created_at (ISO-8601, no offset means UTC) and merchant_account.
+    created_at (ISO-8601, no offset means UTC), merchant_account, payment_method (the PSP's token of a stored
+    payment method: Stripe pm_..., Adyen storedPaymentMethodId) and customer_reference (Stripe cus_...,
+    Adyen shopperReference). Each row is checked against what its PSP requires for a charge.
     """
+    from psp_adapters import registry
     from recon.payments.importer import ImportRejected, read_payments
 
-    if not merchant_account.strip():
+    if merchant_account is not None and not merchant_account.strip():
         raise UsageError("--merchant-account: must not be empty")
     try:
-        new = read_payments(path, psp_names=app.psp_names(), merchant_account=merchant_account.strip(),
+        new = read_payments(path, psp_names=app.psp_names(),
+                            merchant_account=merchant_account.strip() if merchant_account else None,
+                            account_defaults=app.account_defaults(), charge_check=registry.check_charge,
                             existing_func=app.ledger.existing_references)
     except ImportRejected as exc:
         for line in exc.lines():  # the first problem first, then the others and a count

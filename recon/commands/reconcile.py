@@ -60,6 +60,8 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         else:
             sweep_dry_run(candidates)
         return
+    if not enqueue_only:  # before any work: every PSP the sweep will call can be called as configured
+        app.require_psps([psp] if psp else set(app.psp_names()) & app.ledger.psps_unfinished())
     rc = app.reconcile_config
     selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
     if not enqueue_only and len(selection):

@@ -180,6 +180,11 @@ class LedgerStore:
                 return
             after = int(rows[-1][0])
 
+    def psps_unfinished(self) -> set[str]:
+        """The PSPs of unfinished payments: those a charge or reconcile job may call."""
+        with self.db.begin() as conn:
+            return {str(r[0]) for r in conn.execute(self._q(lq.payment_psps_unfinished))}
+
     def events(self, payment_id: int) -> list[PaymentEvent]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_events_for), {"id": payment_id}).all()

@@ -116,6 +116,13 @@ payment_list_stale = Query(
             ORDER BY id LIMIT :n""",
 )
 
+payment_psps_unfinished = Query(
+    "payment_psps_unfinished",
+    "Run by `recon worker` and `recon sweep` before any work: the PSPs that unfinished payments will call "
+    "(through the partial index payments_stale).",
+    sql=f"SELECT DISTINCT psp FROM payments WHERE {UNFINISHED}",
+)
+
 payment_events_for = Query(
     "payment_events_for",
     "Run by `recon payments show`: a payment's audit trail, oldest first.",

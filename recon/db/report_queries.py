@@ -28,14 +28,16 @@ report_lines_create = Query(
         CREATE TEMPORARY TABLE report_lines (
             psp_reference text PRIMARY KEY, merchant_reference text, amount bigint NOT NULL,
             currency text NOT NULL, status text NOT NULL, first_at bigint NOT NULL, last_at bigint NOT NULL,
-            lines int NOT NULL, seq bigint NOT NULL, payment_id bigint
+            lines int NOT NULL, seq bigint NOT NULL, payment_id bigint, fee bigint, net bigint,
+            settlement_currency text
         ) ON COMMIT DROP
     """,
     sqlite="""
         CREATE TEMPORARY TABLE report_lines (
             psp_reference TEXT PRIMARY KEY, merchant_reference TEXT, amount INTEGER NOT NULL,
             currency TEXT NOT NULL, status TEXT NOT NULL, first_at INTEGER NOT NULL, last_at INTEGER NOT NULL,
-            lines INTEGER NOT NULL, seq INTEGER NOT NULL, payment_id INTEGER
+            lines INTEGER NOT NULL, seq INTEGER NOT NULL, payment_id INTEGER, fee INTEGER, net INTEGER,
+            settlement_currency TEXT
         )
     """,
 )
@@ -48,14 +50,20 @@ _MATCH = """coalesce(
     (SELECT p.id FROM payments p WHERE p.psp = :psp AND p.merchant_reference = {mref}))"""
 
 # A line already loaded (an Adyen payment settled, then refunded): merge. The latest event gives the status
-# (a tie goes to the line listed later); the earliest gives amount and currency (later events, refunds or
-# chargebacks, carry their own amounts).
+# (a tie goes to the line listed later); the earliest gives amount, currency, fee and net (later events,
+# refunds or chargebacks, carry their own amounts; the charge's fee is the one that settled with it).
 _MERGE = """
     merchant_reference = coalesce(report_lines.merchant_reference, excluded.merchant_reference),
     amount = CASE WHEN excluded.first_at < report_lines.first_at
                   THEN excluded.amount ELSE report_lines.amount END,
     currency = CASE WHEN excluded.first_at < report_lines.first_at
                     THEN excluded.currency ELSE report_lines.currency END,
+    fee = CASE WHEN excluded.first_at < report_lines.first_at
+               THEN excluded.fee ELSE report_lines.fee END,
+    net = CASE WHEN excluded.first_at < report_lines.first_at
+               THEN excluded.net ELSE report_lines.net END,
+    settlement_currency = CASE WHEN excluded.first_at < report_lines.first_at
+                               THEN excluded.settlement_currency ELSE report_lines.settlement_currency END,
     status = CASE WHEN excluded.last_at >= report_lines.last_at
                   THEN excluded.status ELSE report_lines.status END,
     first_at = {least}(report_lines.first_at, excluded.first_at),
@@ -69,21 +77,23 @@ report_lines_upsert = Query(
     "Run by the report's loader: a batch of PSP lines (unique references), matched to our payments, merged.",
     postgresql=f"""
         INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
-                                  first_at, last_at, lines, seq, payment_id)
+                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency)
         SELECT r.psp_reference, r.merchant_reference, r.amount, r.currency, r.status, r.first_at, r.last_at,
-               r.lines, r.seq, {_MATCH.format(ref="r.psp_reference", mref="r.merchant_reference")}
+               r.lines, r.seq, {_MATCH.format(ref="r.psp_reference", mref="r.merchant_reference")},
+               r.fee, r.net, r.settlement_currency
         FROM jsonb_to_recordset({{json:rows}}) AS r(psp_reference text, merchant_reference text,
              amount bigint, currency text, status text, first_at bigint, last_at bigint, lines int,
-             seq bigint)
+             seq bigint, fee bigint, net bigint, settlement_currency text)
         ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE.format(least="least", greatest="greatest")}
     """,
     sqlite=f"""
         INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
-                                  first_at, last_at, lines, seq, payment_id)
+                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency)
         SELECT value ->> '$.psp_reference', value ->> '$.merchant_reference', value ->> '$.amount',
                value ->> '$.currency', value ->> '$.status', value ->> '$.first_at', value ->> '$.last_at',
                value ->> '$.lines', value ->> '$.seq',
-               {_MATCH.format(ref="value ->> '$.psp_reference'", mref="value ->> '$.merchant_reference'")}
+               {_MATCH.format(ref="value ->> '$.psp_reference'", mref="value ->> '$.merchant_reference'")},
+               value ->> '$.fee', value ->> '$.net', value ->> '$.settlement_currency'
         FROM json_each(:rows) ORDER BY key
         ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE.format(least="min", greatest="max")}
     """,
@@ -111,7 +121,7 @@ report_lines_matched = Query(
     sql="""
         SELECT l.psp_reference, l.merchant_reference, l.amount, l.currency, l.status, l.lines,
                p.id, p.merchant_reference, p.psp_reference, p.amount, p.currency, p.status,
-               CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END,
+               CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END, l.fee, l.net, l.settlement_currency,
                row_number() OVER (
                    PARTITION BY p.id,
                        CASE WHEN p.id IS NULL
@@ -121,6 +131,13 @@ report_lines_matched = Query(
         FROM report_lines l LEFT JOIN payments p ON p.id = l.payment_id
         ORDER BY l.seq
     """,
+)
+
+report_merchant_accounts = Query(
+    "report_merchant_accounts",
+    "Run by the report before listing: every merchant account our payments of this PSP were made in (Adyen "
+    "lists settlements per account).",
+    sql="SELECT DISTINCT merchant_account FROM payments WHERE psp = :psp ORDER BY merchant_account",
 )
 
 report_payments_unlisted = Query(

@@ -63,6 +63,9 @@ class LineMatch:
     currency: str | None
     status: str | None
     in_window: bool
+    fee: int | None = None  #: the PSP's fee for this payment, minor units of ``settlement_currency``
+    net: int | None = None  #: what the PSP pays out for it after fees, same units
+    settlement_currency: str | None = None  #: None: the line's own currency
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,13 @@ class ReportSession:
                             psp_currency=r[3], psp_status=r[4], lines=int(r[5]), payment_id=r[6],
                             merchant_reference=r[7], our_psp_reference=r[8],
                             amount=None if r[9] is None else int(r[9]), currency=r[10], status=r[11],
-                            in_window=bool(r[12]), rank=int(r[13]))
+                            in_window=bool(r[12]), fee=None if r[13] is None else int(r[13]),
+                            net=None if r[14] is None else int(r[14]), settlement_currency=r[15],
+                            rank=int(r[16]))
+
+    def merchant_accounts(self) -> list[str]:
+        """The merchant accounts of our payments of this PSP (Adyen lists settlements per account)."""
+        return [str(r[0]) for r in self.conn.execute(self.q(rq.report_merchant_accounts), {"psp": self.psp})]
 
     def unlisted_payments(self, *, since: datetime, until: datetime,
                           cutoff: datetime) -> Iterator[UnlistedPayment]:
@@ -178,15 +187,17 @@ def _line_row(line: SettlementLine, seq: int) -> dict[str, Any]:
     at = (line.settled_at - _EPOCH) // _MICRO
     return {"psp_reference": line.psp_reference, "merchant_reference": line.merchant_reference,
             "amount": line.amount, "currency": line.currency, "status": line.status,
-            "first_at": at, "last_at": at, "lines": 1, "seq": seq}
+            "first_at": at, "last_at": at, "lines": 1, "seq": seq, "fee": line.fee, "net": line.net,
+            "settlement_currency": line.settlement_currency}
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The in-batch twin of the upsert's merge: latest status, earliest amount and currency."""
+    """The in-batch twin of the upsert's merge: latest status; earliest amount, currency, fee and net."""
     earlier = new if new["first_at"] < old["first_at"] else old
     later = new if new["last_at"] >= old["last_at"] else old
     return {**old, "merchant_reference": old["merchant_reference"] or new["merchant_reference"],
             "amount": earlier["amount"], "currency": earlier["currency"], "status": later["status"],
+            "fee": earlier["fee"], "net": earlier["net"], "settlement_currency": earlier["settlement_currency"],
             "first_at": earlier["first_at"], "last_at": later["last_at"],
             "lines": old["lines"] + new["lines"]}
 

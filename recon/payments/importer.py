@@ -5,29 +5,41 @@ imports nothing. Problems name the physical line (the header is line 1) and the 
 ``payments.csv:7: amount '12.345' has more decimals than EUR allows (2) (field amount)``. Up to
 ``max_problems`` are collected, in line order; reading stops there, since the file is rejected anyway.
 
-Columns: merchant_reference, amount, currency, psp (required); created_at, merchant_account (optional).
-Amounts are converted exactly by the currency's ISO-4217 exponent (``recon.payments.money``), never rounded.
-A merchant reference must be unique within the file and must not exist already: ``existing_func`` is asked
-about the file's references in batches, as they are read.
+Columns: merchant_reference, amount, currency, psp (required); created_at, merchant_account, payment_method,
+customer_reference (optional). Amounts are converted exactly by the currency's ISO-4217 exponent
+(``recon.payments.money``), never rounded. A merchant reference must be unique within the file and must not
+exist already: ``existing_func`` is asked about the file's references in batches, as they are read.
+
+A row's merchant account is its ``merchant_account`` cell, else ``merchant_account`` (``--merchant-account``),
+else the PSP's configured default (``account_defaults``), else ``DEFAULT_ACCOUNT``, a label for PSPs that have
+no merchant accounts (it is never sent: an adapter that needs an account refuses it at import). Then each
+row is checked by its PSP's own rules (``charge_check``: what the PSP would refuse, e.g. a Stripe charge
+without a customer, an Adyen charge without a shopper reference), so a file a PSP cannot charge is rejected
+before anything is written.
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+from psp_adapters.protocol import ChargeRequest, FieldProblem
 from recon.db.ledger import NewPayment
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
 
 REQUIRED_COLUMNS = ("merchant_reference", "amount", "currency", "psp")
-OPTIONAL_COLUMNS = ("created_at", "merchant_account")
+OPTIONAL_COLUMNS = ("created_at", "merchant_account", "payment_method", "customer_reference")
+#: the merchant account of rows that name none, for PSPs without merchant accounts; never sent to a PSP
+DEFAULT_ACCOUNT = "default"
 MERCHANT_REFERENCE_MAX = 200
+#: merchant accounts, payment-method tokens and customer references: at most this long
+TOKEN_MAX = 255
 MAX_PROBLEMS_DEFAULT = 20
 #: references asked about per ``existing_func`` call
 EXISTING_BATCH = 5000
@@ -38,6 +50,8 @@ _PLAIN_DECIMAL = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 ExistingFunc = Callable[[Sequence[str]], Collection[str]]
+#: (psp name, the charge the row would make) -> what that PSP would refuse about it
+ChargeCheck = Callable[[str, ChargeRequest], Sequence[FieldProblem]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +85,21 @@ class ImportRejected(UsageError):
         return out
 
 
-def read_payments(path: str | Path, *, psp_names: Collection[str], merchant_account: str = "default",
+def read_payments(path: str | Path, *, psp_names: Collection[str], merchant_account: str | None = None,
+                  account_defaults: Mapping[str, str] | None = None, charge_check: ChargeCheck | None = None,
                   existing_func: ExistingFunc | None = None,
                   max_problems: int = MAX_PROBLEMS_DEFAULT) -> list[NewPayment]:
     """The payments in the CSV file at ``path``, validated; raises ImportRejected naming what is wrong."""
     source = str(path)
     with open(path, "rb") as fh:
         return validate(_decoded_lines(fh, source), source=source, psp_names=psp_names,
-                        merchant_account=merchant_account, existing_func=existing_func,
-                        max_problems=max_problems)
+                        merchant_account=merchant_account, account_defaults=account_defaults,
+                        charge_check=charge_check, existing_func=existing_func, max_problems=max_problems)
 
 
 def validate(lines: Iterable[str], *, source: str, psp_names: Collection[str],
-             merchant_account: str = "default", existing_func: ExistingFunc | None = None,
+             merchant_account: str | None = None, account_defaults: Mapping[str, str] | None = None,
+             charge_check: ChargeCheck | None = None, existing_func: ExistingFunc | None = None,
              max_problems: int = MAX_PROBLEMS_DEFAULT) -> list[NewPayment]:
     """The payments in CSV ``lines`` (line endings kept, as from a file opened with ``newline=""``)."""
     reader = csv.reader(lines, strict=True)
@@ -96,6 +112,7 @@ def validate(lines: Iterable[str], *, source: str, psp_names: Collection[str],
         raise ImportRejected(source, [Problem(None, empty)])
     columns = _check_header(header, source)
     rows = _RowChecker(columns, psp_names=frozenset(psp_names), merchant_account=merchant_account,
+                       account_defaults=dict(account_defaults or {}), charge_check=charge_check,
                        existing_func=existing_func)
     for line, record in _records(reader, source):
         rows.check(line, record)
@@ -179,7 +196,9 @@ class _RowChecker:
 
     columns: list[str]
     psp_names: frozenset[str]
-    merchant_account: str
+    merchant_account: str | None
+    account_defaults: dict[str, str]
+    charge_check: ChargeCheck | None
     existing_func: ExistingFunc | None
     payments: list[NewPayment] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
@@ -222,10 +241,21 @@ class _RowChecker:
         ref = _reference(cells["merchant_reference"])
         currency = _currency(cells["currency"])
         amount = _amount(cells["amount"], currency)
-        return NewPayment(merchant_account=cells.get("merchant_account", "").strip() or self.merchant_account,
-                          merchant_reference=ref, amount=amount, currency=currency,
-                          psp=_psp(cells["psp"], self.psp_names),
-                          created_at=_created_at(cells.get("created_at", "")))
+        psp = _psp(cells["psp"], self.psp_names)
+        account = (_token(cells, "merchant_account") or self.merchant_account or self.account_defaults.get(psp)
+                   or DEFAULT_ACCOUNT)
+        payment = NewPayment(merchant_account=account, merchant_reference=ref, amount=amount, currency=currency,
+                             psp=psp, created_at=_created_at(cells.get("created_at", "")),
+                             payment_method=_token(cells, "payment_method"),
+                             customer_reference=_token(cells, "customer_reference"))
+        if self.charge_check is not None:
+            request = ChargeRequest(merchant_reference=ref, amount=amount, currency=currency,
+                                    merchant_account="" if account == DEFAULT_ACCOUNT else account,
+                                    payment_method=payment.payment_method,
+                                    customer_reference=payment.customer_reference)
+            for problem in self.charge_check(psp, request):
+                raise _FieldError(f"{psp}: {problem.message}", problem.field)
+        return payment
 
 
 def _reference(text: str) -> str:
@@ -238,6 +268,18 @@ def _reference(text: str) -> str:
     if _CONTROL.search(ref):
         raise _FieldError(f"merchant_reference {ref!r} contains a control character", "merchant_reference")
     return ref
+
+
+def _token(cells: dict[str, str], column: str) -> str | None:
+    """An optional identifier cell: None when empty; no control characters, at most TOKEN_MAX long."""
+    value = cells.get(column, "").strip()
+    if not value:
+        return None
+    if len(value) > TOKEN_MAX:
+        raise _FieldError(f"{column} is {len(value)} characters long; at most {TOKEN_MAX} are allowed", column)
+    if _CONTROL.search(value):
+        raise _FieldError(f"{column} {value[:40]!r} contains a control character", column)
+    return value
 
 
 def _currency(text: str) -> str:

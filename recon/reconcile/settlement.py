@@ -28,6 +28,10 @@ Categories, first rule that applies:
   but not ``matched`` (nothing was matched). They are left out of items and totals, and counted apart
   (``ReportResult.unlisted_failed``).
 
+Every line also carries what the PSP says it kept and pays out: ``psp_fee`` and ``psp_net`` in minor units
+of ``settlement_currency`` (Stripe's balance transactions, Adyen's settled report rows; empty when the
+listing does not say). Merged lines keep the first event's fee and net (the charge's).
+
 Totals are per category and currency: the PSP's amount and currency for ``missing_locally`` and
 ``duplicate_at_psp`` (the money at the PSP), ours for the rest. Amounts are integer minor units throughout.
 """
@@ -63,7 +67,7 @@ class Category(StrEnum):
 
 CONSISTENT = frozenset({Category.MATCHED, Category.EXPECTED})
 COLUMNS = ("category", "merchant_reference", "psp_reference", "our_amount", "our_currency", "psp_amount",
-           "psp_currency", "our_status", "psp_status", "detail")
+           "psp_currency", "our_status", "psp_status", "detail", "psp_fee", "psp_net", "settlement_currency")
 _PSP_FAILED = frozenset({"failed", "canceled", "cancelled"})
 _UNFINISHED = frozenset({"created", "processing", "pending"})
 
@@ -82,6 +86,9 @@ class Item:
     our_status: str | None
     psp_status: str | None
     detail: str
+    psp_fee: int | None = None  #: the PSP's fee, minor units of ``settlement_currency``, when it lists one
+    psp_net: int | None = None  #: what the PSP pays out after fees, same units
+    settlement_currency: str | None = None  #: of fee and net; the PSP's currency when it did not say
 
     def money(self) -> tuple[str, int]:
         """(currency, amount) for the totals."""
@@ -94,7 +101,7 @@ class Item:
     def to_row(self) -> tuple[Any, ...]:
         return (str(self.category), self.merchant_reference, self.psp_reference, self.our_amount,
                 self.our_currency, self.psp_amount, self.psp_currency, self.our_status, self.psp_status,
-                self.detail)
+                self.detail, self.psp_fee, self.psp_net, self.settlement_currency)
 
 
 def classify_line(m: LineMatch) -> Item:
@@ -102,8 +109,10 @@ def classify_line(m: LineMatch) -> Item:
     category, detail = _line_category(m)
     if m.lines > 1:
         detail = f"{detail}; {m.lines} PSP lines merged"
+    settles_in = m.settlement_currency or (m.psp_currency if m.fee is not None or m.net is not None else None)
     return Item(category, m.merchant_reference or m.psp_merchant_reference, m.psp_reference, m.amount,
-                m.currency, m.psp_amount, m.psp_currency, m.status, m.psp_status, detail)
+                m.currency, m.psp_amount, m.psp_currency, m.status, m.psp_status, detail, m.fee, m.net,
+                settles_in)
 
 
 def _line_category(m: LineMatch) -> tuple[Category, str]:
@@ -271,7 +280,8 @@ def _run(store: ReportStore, adapter: PspAdapter, writer: ItemWriter, *, psp: st
          until: datetime, cutoff: datetime) -> ReportResult:
     totals, unlisted_failed = Totals(), 0
     with store.session(psp=psp) as session:
-        lines_read = session.load(adapter.iter_settlements(since, until))
+        accounts = session.merchant_accounts()
+        lines_read = session.load(adapter.iter_settlements(since, until, merchant_accounts=accounts))
         for m in session.matched_lines(cutoff=cutoff):
             item = classify_line(m)
             writer.write(item)

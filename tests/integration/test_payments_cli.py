@@ -39,10 +39,11 @@ def assert_nothing_imported(db: Database) -> None:
 
 def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(db: Database, db_url: str,
                                                                                tmp_path: Path) -> None:
-    path = write(tmp_path, "merchant_reference,amount,currency,psp,created_at,merchant_account\n"
-                           "order-1,12.34,eur,stripe,2024-05-01T10:00:00,shop-a\n"
-                           "order-2,1000,JPY,adyen,2024-05-01T12:00:00+02:00,\n"
-                           "order-3, 1.234 ,KWD,sandbox,,\n")
+    path = write(tmp_path, "merchant_reference,amount,currency,psp,created_at,merchant_account,payment_method,"
+                           "customer_reference\n"
+                           "order-1,12.34,eur,stripe,2024-05-01T10:00:00,shop-a,pm_card_visa,cus_NffrFeUfNV2Hib\n"
+                           "order-2,1000,JPY,adyen,2024-05-01T12:00:00+02:00,,8415718415172200,shopper-0042\n"
+                           "order-3, 1.234 ,KWD,sandbox,,,,\n")
     r = recon(db_url, "payments", "import", str(path), "--merchant-account", "shop-b")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "imported 3 payments (3 charge jobs queued)\n"
@@ -59,6 +60,9 @@ def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(d
     assert sorted(j["payload"]["payment_id"] for j in listed) == sorted(p.id for p in got.values())
     assert {(j["queue"], j["state"]) for j in listed} == {("charges", "runnable")}
     assert [e.to_status for e in ledger.events(got["order-1"].id)] == ["created"]
+    assert (got["order-1"].payment_method, got["order-1"].customer_reference) == ("pm_card_visa", "cus_NffrFeUfNV2Hib")
+    assert (got["order-2"].payment_method, got["order-2"].customer_reference) == ("8415718415172200", "shopper-0042")
+    assert (got["order-3"].payment_method, got["order-3"].customer_reference) == (None, None)
 
 
 def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path: Path) -> None:
@@ -71,34 +75,36 @@ def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path
 
 
 @pytest.mark.parametrize(("text", "line"), [
-    (HEADER + "r-1,1.00,EUR,stripe\nr-2,12.345,EUR,stripe\n",
+    (HEADER + "r-1,1.00,EUR,sandbox\nr-2,12.345,EUR,sandbox\n",
      "3: amount '12.345' has more decimals than EUR allows (2) (field amount)"),
-    (HEADER + "r-1,0.1,JPY,stripe\n", "2: amount '0.1' has more decimals than JPY allows (0) (field amount)"),
-    (HEADER + "r-1,1e3,EUR,stripe\n",
+    (HEADER + "r-1,0.1,JPY,sandbox\n", "2: amount '0.1' has more decimals than JPY allows (0) (field amount)"),
+    (HEADER + "r-1,1e3,EUR,sandbox\n",
      "2: amount '1e3' is not a plain decimal number (digits, optionally '.' and decimals) (field amount)"),
-    (HEADER + "r-1,0,EUR,stripe\n", "2: amount '0' must be positive (field amount)"),
-    (HEADER + "r-1,-1.00,EUR,stripe\n", "2: amount '-1.00' must be positive (field amount)"),
-    (HEADER + "r-1,1.00,EURO,stripe\n",
+    (HEADER + "r-1,0,EUR,sandbox\n", "2: amount '0' must be positive (field amount)"),
+    (HEADER + "r-1,-1.00,EUR,sandbox\n", "2: amount '-1.00' must be positive (field amount)"),
+    (HEADER + "r-1,1.00,EURO,sandbox\n",
      "2: currency 'EURO' is not an ISO-4217 currency code (field currency)"),
     (HEADER + "r-1,1.00,EUR,paypal\n", "2: psp 'paypal' is not one of adyen, sandbox, stripe (field psp)"),
-    (HEADER + "r-1,1.00,EUR,stripe\n\n,1.00,EUR,stripe\n",
+    (HEADER + "r-1,1.00,EUR,sandbox\n\n,1.00,EUR,sandbox\n",
      "4: merchant_reference is empty (field merchant_reference)"),
-    (HEADER + f"{'r' * 201},1.00,EUR,stripe\n",
+    (HEADER + f"{'r' * 201},1.00,EUR,sandbox\n",
      "2: merchant_reference is 201 characters long; at most 200 are allowed (field merchant_reference)"),
-    (HEADER + "r-1,1.00,EUR,stripe\nr-2,1.00,EUR,stripe\nr-1,1.00,EUR,stripe\n",
+    (HEADER + "r-1,1.00,EUR,sandbox\nr-2,1.00,EUR,sandbox\nr-1,1.00,EUR,sandbox\n",
      "4: merchant_reference 'r-1' is also on line 2 (field merchant_reference)"),
-    ("merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,stripe,tomorrow\n",
+    ("merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,sandbox,tomorrow\n",
      "2: created_at 'tomorrow' is not an ISO-8601 timestamp (e.g. 2024-05-01T12:30:00Z; no offset means UTC) "
      "(field created_at)"),
     (HEADER + "r-1,1.00,EUR\n", "2: expected 4 fields as in the header, found 3"),
     ("", " the file is empty; expected a header row naming the columns "
          "merchant_reference, amount, currency, psp"),
-    ("r-1,1.00,EUR,stripe\n", "1: no header row; the first line must name the columns merchant_reference, "
-                              "amount, currency, psp (optional: created_at, merchant_account)"),
-    ("merchant_reference,amount,psp\nr-1,1.00,stripe\n", "1: missing required column 'currency'"),
-    (HEADER.strip() + ",fee\nr-1,1.00,EUR,stripe,0.10\n",
+    ("r-1,1.00,EUR,sandbox\n", "1: no header row; the first line must name the columns merchant_reference, "
+                              "amount, currency, psp (optional: created_at, merchant_account, payment_method, "
+                              "customer_reference)"),
+    ("merchant_reference,amount,psp\nr-1,1.00,sandbox\n", "1: missing required column 'currency'"),
+    (HEADER.strip() + ",fee\nr-1,1.00,EUR,sandbox,0.10\n",
      "1: unknown column 'fee' "
-     "(allowed: merchant_reference, amount, currency, psp, created_at, merchant_account)"),
+     "(allowed: merchant_reference, amount, currency, psp, created_at, merchant_account, payment_method, "
+     "customer_reference)"),
 ])
 def test_payments_import__a_bad_file_exits_2_with_file_and_line_and_imports_nothing(
         db: Database, db_url: str, tmp_path: Path, text: str, line: str) -> None:
@@ -112,7 +118,7 @@ def test_payments_import__a_bad_file_exits_2_with_file_and_line_and_imports_noth
 
 def test_payments_import__not_utf8_exits_2_and_imports_nothing(db: Database, db_url: str,
                                                                tmp_path: Path) -> None:
-    path = write(tmp_path, HEADER.encode() + b"r-1,1.00,EUR,stripe\nr-\xff,1.00,EUR,stripe\n")
+    path = write(tmp_path, HEADER.encode() + b"r-1,1.00,EUR,sandbox\nr-\xff,1.00,EUR,sandbox\n")
     r = recon(db_url, "payments", "import", str(path))
     assert r.returncode == 2
     assert r.stderr == f"recon: {path}:3: not valid UTF-8 (byte 0xff at column 3); save the file as UTF-8\n"
@@ -121,7 +127,7 @@ def test_payments_import__not_utf8_exits_2_and_imports_nothing(db: Database, db_
 
 def test_payments_import__several_problems_first_one_first_then_a_count(db: Database, db_url: str,
                                                                         tmp_path: Path) -> None:
-    path = write(tmp_path, HEADER + "r-1,1.00,EUR,stripe\nr-2,1.001,EUR,stripe\nr-3,1.00,XXX,stripe\n")
+    path = write(tmp_path, HEADER + "r-1,1.00,EUR,sandbox\nr-2,1.001,EUR,sandbox\nr-3,1.00,XXX,sandbox\n")
     r = recon(db_url, "payments", "import", str(path), "--json")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
@@ -136,7 +142,7 @@ def test_payments_import__reference_already_in_the_database(db: Database, db_url
                                                             tmp_path: Path) -> None:
     ledger = LedgerStore(db)
     ledger.create([NewPayment("default", "taken", 100, "EUR", "stripe")], charge=False)
-    path = write(tmp_path, HEADER + "fresh,1.00,EUR,stripe\ntaken,2.00,EUR,stripe\n")
+    path = write(tmp_path, HEADER + "fresh,1.00,EUR,sandbox\ntaken,2.00,EUR,sandbox\n")
     r = recon(db_url, "payments", "import", str(path))
     assert r.returncode == 2
     assert r.stderr == (f"recon: {path}:3: merchant_reference 'taken' already exists "

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Collection, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,29 @@ def test_report__lines_of_one_psp_reference_are_merged_latest_status_wins(db: Da
     out, _ = report(db, listing)
     assert out.by_ref() == {"refunded": [Category.STATUS_MISMATCH], "settled": [Category.MATCHED]}
     assert "2 PSP lines merged" in out.items[0].detail
+
+
+def test_report__matched_lines_carry_the_psps_fee_and_net_and_reversals_never_match(db: Database) -> None:
+    local(db, "kept", psp_reference="R1")
+    local(db, "refunded-later", psp_reference="R2")
+    local(db, "disputed", psp_reference="R3")
+    listing = Listing([
+        replace(line("R1", "kept", "succeeded", at=timedelta(days=2)), fee=59, net=941),
+        replace(line("R2", "refunded-later", "succeeded", at=timedelta(days=3)), fee=59, net=941,
+                settlement_currency="USD"),
+        line("R2", None, "refunded", at=timedelta(days=1), amount=-1000),
+        replace(line("R3", "disputed", "chargeback", at=timedelta(days=2)), fee=59, net=941),
+    ])
+    out, result = report(db, listing)
+    assert out.by_ref() == {"kept": [Category.MATCHED], "refunded-later": [Category.STATUS_MISMATCH],
+                            "disputed": [Category.STATUS_MISMATCH]}
+    by_ref = {i.merchant_reference: i for i in out.items}
+    assert (by_ref["kept"].psp_fee, by_ref["kept"].psp_net, by_ref["kept"].settlement_currency) == (59, 941, "EUR")
+    # the charge's fee survives the merge with the later refund line; its own settlement currency is kept
+    assert (by_ref["refunded-later"].psp_fee, by_ref["refunded-later"].settlement_currency) == (59, "USD")
+    assert by_ref["refunded-later"].psp_status == "refunded" and not result.consistent
+    row = dict(zip(COLUMNS, by_ref["kept"].to_row(), strict=True))
+    assert (row["psp_fee"], row["psp_net"], row["settlement_currency"]) == (59, 941, "EUR")
 
 
 def test_report__a_psp_reference_we_did_not_store_is_a_duplicate(db: Database) -> None:
