@@ -10,6 +10,11 @@ queue = "reconcile"
 [reconcile.psp.stripe]        # per-PSP overrides of schedule and grace_period
 schedule = ["1m", "5m", "30m"]
 ```
+
+Built-in per-PSP defaults (``PSP_GRACE_DEFAULTS``) apply where the PSP's own table does not set a grace
+period: Stripe's search, which finds a PaymentIntent by our reference after a lost answer, is eventually
+consistent ("data is typically searchable in under a minute; during outages, up to an hour",
+docs.stripe.com/search), so a Stripe payment is called "never reached the PSP" only after an hour.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ SCHEDULE_DEFAULT = ("5m", "15m", "1h", "6h", "1d", "1d", "1d")
 GRACE_PERIOD_DEFAULT = "30m"
 SETTLEMENT_WINDOW_DEFAULT = "2d"
 QUEUE_DEFAULT = "reconcile"
+#: grace periods that cover a PSP's own lag in finding a payment by our reference (see the module docstring)
+PSP_GRACE_DEFAULTS: Mapping[str, timedelta] = {"stripe": timedelta(hours=1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +63,13 @@ class ReconcileConfig:
                                                       parse_duration(GRACE_PERIOD_DEFAULT)))
         if not isinstance(per_psp_tables, dict):
             raise ConfigError(f"{where}.psp: must be a table")
-        per_psp = {}
+        per_psp = {name: PspSchedule(default.schedule, max(default.grace_period, grace))
+                   for name, grace in PSP_GRACE_DEFAULTS.items()}
         for name, sub in per_psp_tables.items():
             if not isinstance(sub, dict) or set(sub) - {"schedule", "grace_period"}:
                 raise ConfigError(f"{where}.psp.{name}: only schedule and grace_period may be set")
-            per_psp[name] = _schedule(sub, f"{where}.psp.{name}", default)
+            base = per_psp.get(name, default)
+            per_psp[name] = _schedule(sub, f"{where}.psp.{name}", base)
         window = _duration(table.get("settlement_window", SETTLEMENT_WINDOW_DEFAULT), f"{where}.settlement_window")
         queue = table.get("queue", QUEUE_DEFAULT)
         if not isinstance(queue, str) or not queue:

@@ -1,0 +1,70 @@
+"""Every command that will call a PSP checks that PSP's settings before it does any work: exit 2 with one line
+naming the setting and its environment variable, and nothing claimed, moved or enqueued."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from recon.db.database import Database
+from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.store import JobStore
+from recon.engine.jobs import JobState
+from recon.payments.model import PaymentStatus
+
+
+def recon(url: str, env: dict[str, str], *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in env.items() if not k.startswith(("RECON_STRIPE_", "RECON_ADYEN_"))}
+    clean.update(extra)
+    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
+                          text=True, timeout=60, env=clean)
+
+
+def stripe_payment(db: Database) -> int:
+    [pid] = LedgerStore(db).create([NewPayment("default", "s-1", 1000, "USD", "stripe", payment_method="pm_card_visa",
+                                               customer_reference="cus_NffrFeUfNV2Hib")])
+    return pid
+
+
+def test_worker__refuses_to_start_without_the_keys_of_a_psp_it_would_call(db: Database, db_url: str,
+                                                                          subprocess_env: dict[str, str]) -> None:
+    pid = stripe_payment(db)
+    r = recon(db_url, subprocess_env, "worker", "--burst")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "recon: PSP 'stripe': api_key is not set; set the environment variable RECON_STRIPE_API_KEY"]
+    payment = LedgerStore(db).get(pid)
+    assert payment is not None and payment.status is PaymentStatus.CREATED
+    [job] = JobStore(db).list_jobs(kind="charge", limit=10)
+    assert job.state is JobState.RUNNABLE and job.attempts == 0
+
+
+def test_worker__psps_without_unfinished_payments_are_not_required(db: Database, db_url: str,
+                                                                   subprocess_env: dict[str, str]) -> None:
+    r = recon(db_url, subprocess_env, "worker", "--burst")
+    assert r.returncode == 0, r.stderr
+
+
+def test_sweep__checks_the_psps_it_will_call_before_enqueueing(db: Database, db_url: str,
+                                                               subprocess_env: dict[str, str]) -> None:
+    stripe_payment(db)
+    r = recon(db_url, subprocess_env, "sweep", "--older-than", "0s")
+    assert r.returncode == 2, r.stderr
+    assert "RECON_STRIPE_API_KEY" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert JobStore(db).list_jobs(kind="reconcile", limit=10) == []
+    dry = recon(db_url, subprocess_env, "sweep", "--older-than", "0s", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr  # a dry run calls no PSP
+
+
+def test_adyen__report_user_credentials_are_a_setting_of_their_own(db: Database, db_url: str,
+                                                                   subprocess_env: dict[str, str]) -> None:
+    r = recon(db_url, subprocess_env, "report", "--psp", "adyen", "--since", "2026-11-01", "--until", "2026-11-02",
+              RECON_ADYEN_API_KEY="AQEyhmfxNotARealKey", RECON_ADYEN_MERCHANT_ACCOUNT="AcmeShopEU")
+    assert r.returncode == 2, r.stderr
+    assert "RECON_ADYEN_REPORT" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.stdout == ""
+
+
+def test_report__names_the_missing_key(db_url: str, subprocess_env: dict[str, str]) -> None:
+    r = recon(db_url, subprocess_env, "report", "--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02")
+    assert r.returncode == 2 and "RECON_STRIPE_API_KEY" in r.stderr and r.stdout == ""
