@@ -96,11 +96,6 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
                queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
                classify_func=_classify_func(), wakeup_func=make_listener(app.db), observer=app.metrics)
-    from recon.db.database import UNSAFE_DISABLE_FENCING
-
-    if UNSAFE_DISABLE_FENCING:
-        log.critical("RECON_CHAOS_DISABLE_FENCING=1: fencing is OFF (the chaos suite's planted bug); "
-                     "stale workers WILL overwrite results. Never run like this outside tests/chaos.")
     _install_signal_handlers(w.request_stop)
     stop_pruner = _start_pruner(app.store, engine)  # dead letters and pruning
     metrics_server = _serve_metrics(app, metrics_port)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,11 +25,6 @@ from recon.clock import Clock, SystemClock
 from recon.errors import ConfigError, DatabaseTransientError, StoreError
 
 log = logging.getLogger(__name__)
-
-#: The chaos suite's planted bug, never for production: finishes ignore the lease (owner + attempt) and
-#: payment transitions ignore the expected status, so stale workers overwrite newer results.
-#: ``tests/chaos`` sets it to prove that its invariants catch exactly this; `recon worker` warns loudly.
-UNSAFE_DISABLE_FENCING = os.environ.get("RECON_CHAOS_DISABLE_FENCING") == "1"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)

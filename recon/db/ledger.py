@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import ledger_queries as lq
-from recon.db.database import UNSAFE_DISABLE_FENCING, Database, json_from_db
+from recon.db.database import Database, json_from_db
 from recon.db.store import EnqueueRow, JobStore
 from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
@@ -112,8 +112,7 @@ class LedgerStore:
         ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
         machine forbids."""
         check_transition(t.from_status, t.to_status)
-        query = lq.payment_transition_unfenced if UNSAFE_DISABLE_FENCING else lq.payment_transition_if_status
-        row = conn.execute(self._q(query), {
+        row = conn.execute(self._q(lq.payment_transition_if_status), {
             "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
             "psp_reference": t.psp_reference, "failure_reason": t.failure_reason, "review_reason": t.review_reason,
             "now": self.db.now_param()}).first()

@@ -174,17 +174,3 @@ payment_get_with_charge_lease = Query(
                    EXISTS (SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {{now}})
             FROM payments WHERE id = :id""",
 )
-
-
-payment_transition_unfenced = Query(
-    "payment_transition_unfenced",
-    "UNSAFE, planted bug for tests/chaos (RECON_CHAOS_DISABLE_FENCING=1): a status write without compare-and-set.",
-    sql="""
-        UPDATE payments SET status = :to_status, updated_at = {now},
-            psp_reference = coalesce(:psp_reference, psp_reference),
-            failure_reason = coalesce(:failure_reason, failure_reason),
-            review_reason = coalesce(:review_reason, review_reason)
-        WHERE id = :id AND CAST(:from_status AS TEXT) IS NOT NULL
-        RETURNING id
-    """,
-)

@@ -435,31 +435,3 @@ job_db_now = Query(
     "Run by `recon stats`: the database clock, so ages are measured against the clock leases use.",
     sql="SELECT {now}",
 )
-
-
-# --- the chaos suite's planted bug (RECON_CHAOS_DISABLE_FENCING=1); never used otherwise --------------------
-
-job_finish_one_unfenced = Query(
-    "job_finish_one_unfenced",
-    "UNSAFE, planted bug for tests/chaos: ends an attempt without checking that the lease is still ours.",
-    sql="""
-        UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL,
-            run_after = CASE WHEN CAST(:delay AS REAL) IS NULL THEN run_after
-                             ELSE {now} + {secs:delay} END,
-            finished_at = CASE WHEN :state IN ('succeeded', 'dead', 'canceled') THEN {now} END,
-            last_error_kind = coalesce(:error_kind, last_error_kind), last_error = coalesce(:error, last_error),
-            max_attempts = max_attempts + :bump, free_attempts = free_attempts + :bump
-        WHERE id = :id
-        RETURNING attempted_at, state
-    """,
-)
-
-job_attempt_insert_unfenced = Query(
-    "job_attempt_insert_unfenced",
-    "UNSAFE, planted bug for tests/chaos: history row that silently yields to an existing one.",
-    sql="""
-        INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)
-        VALUES (:id, :attempt, :worker, :started_at, {now}, :outcome, :error_kind, :error)
-        ON CONFLICT (job_id, attempt) DO NOTHING
-    """,
-)

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import queries as q
-from recon.db.database import UNSAFE_DISABLE_FENCING, Database, DedicatedConnection, json_from_db
+from recon.db.database import Database, DedicatedConnection, json_from_db
 from recon.db.dead_letters import DeadLetters
 from recon.engine.jobs import AttemptRecord, Job, JobState
 
@@ -214,7 +214,7 @@ class JobStore(DeadLetters):
             return set()
         if write is not None and len(finishes) != 1:
             raise ValueError("a finish with a domain write must be alone in its transaction")
-        if write is None and self.db.is_postgresql and not UNSAFE_DISABLE_FENCING:
+        if write is None and self.db.is_postgresql:
             # one data-modifying CTE: atomic on its own
             params = self._finish_many_params(worker, finishes)
             if via is not None:
@@ -229,8 +229,6 @@ class JobStore(DeadLetters):
 
     def _finish_in(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish]) -> set[int]:
         now = self.db.now_param()
-        if UNSAFE_DISABLE_FENCING:
-            return self._finish_unfenced(conn, worker, finishes, now)
         if self.db.is_postgresql:
             result = conn.execute(self._q(q.job_finish_many_if_owner), self._finish_many_params(worker, finishes))
             return {int(r[0]) for r in result}
@@ -251,16 +249,6 @@ class JobStore(DeadLetters):
         # the ids as an array literal: psycopg dumps a list item by item in Python
         ids = "{" + ",".join([str(f.id) for f in finishes]) + "}"
         return {"rows": rows, "ids": ids, "worker": worker, "now": self.db.now_param()}
-
-    def _finish_unfenced(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish], now: Any) -> set[int]:
-        """The chaos suite's planted bug: no lease check at all (see database.UNSAFE_DISABLE_FENCING)."""
-        for f in finishes:
-            row = conn.execute(self._q(q.job_finish_one_unfenced), f.row() | {"worker": worker, "now": now}).first()
-            if row is not None:
-                conn.execute(self._q(q.job_attempt_insert_unfenced),
-                             {"id": f.id, "attempt": f.attempt, "worker": worker, "started_at": row[0], "now": now,
-                              "outcome": f.outcome, "error_kind": f.error_kind, "error": f.error})
-        return {f.id for f in finishes}
 
     # --- the stuck watcher ----------------------------------------------------------------------------
 

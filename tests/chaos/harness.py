@@ -107,7 +107,9 @@ class Sandbox:
 class WorkerProcess:
     """One `recon worker` process; ``kill`` is SIGKILL, ``freeze``/``thaw`` are SIGSTOP/SIGCONT."""
 
-    def __init__(self, db_url: str, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(self, db_url: str, env: dict[str, str], log: Path, *args: str, unfenced: bool = False) -> None:
+        #: run the planted bug (tests.chaos.unfenced_worker) instead of `recon`
+        self.module = "tests.chaos.unfenced_worker" if unfenced else "recon"
         self.db_url = db_url
         self.env = env
         self.log = log
@@ -118,7 +120,7 @@ class WorkerProcess:
     def start(self) -> None:
         with self.log.open("ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "recon", "--database-url", self.db_url, "--log-level", "WARNING", "worker",
+                [sys.executable, "-m", self.module, "--database-url", self.db_url, "--log-level", "WARNING", "worker",
                  *self.args], env=self.env, stdout=fh, stderr=fh)
 
     @property

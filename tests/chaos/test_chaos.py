@@ -6,7 +6,7 @@ and sweeps run from a simulated cron; one worker frozen with SIGSTOP past its le
 PostgreSQL restarted once; the sandbox restarted once. Then the invariants (tests/chaos/invariants.py).
 
 Bounded: `--chaos-seconds` (default 20) of chaos, then at most 90 s to settle. `--chaos-seconds 120` for
-a longer run. The planted bug (RECON_CHAOS_DISABLE_FENCING=1) must make the invariants fail.
+a longer run. The planted bug (tests/chaos/unfenced_worker.py: fencing removed) must make the invariants fail.
 """
 
 from __future__ import annotations
@@ -143,16 +143,17 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
     assert report.ok, report.render()
 
 
-def stale_worker_scenario(pg: Database, pg_migrated: str, tmp_path: Path, **extra_env: str) -> invariants.Report:
+def stale_worker_scenario(pg: Database, pg_migrated: str, tmp_path: Path, *,
+                          unfenced: bool = False) -> invariants.Report:
     """Deterministic: worker A sends charges, the PSP answers "pending" slowly, A is frozen past its lease;
     worker B re-runs the jobs (same keys: the PSP replays "pending"); a sweep heals the payments to
     succeeded once the PSP settles; then A thaws and delivers its stale "pending" answers."""
     sandbox = Sandbox(tmp_path / "psp.db", "--latency-ms", "600", "--pending-fraction", "1", "--settle-after", "1",
                       "--decline-suffix", "off")
     sandbox.start()
-    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url, **extra_env)
-    a = WorkerProcess(pg_migrated, env, tmp_path / "a.log", "--queues", "charges")
-    b = WorkerProcess(pg_migrated, env, tmp_path / "b.log", "--queues", "charges")
+    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url)
+    a = WorkerProcess(pg_migrated, env, tmp_path / "a.log", "--queues", "charges", unfenced=unfenced)
+    b = WorkerProcess(pg_migrated, env, tmp_path / "b.log", "--queues", "charges", unfenced=unfenced)
     try:
         create_payments(pg, 0, 6)
         a.start()
@@ -189,8 +190,8 @@ def test_chaos__stale_worker_cannot_undo_a_heal(pg: Database, pg_migrated: str, 
 
 
 def test_chaos__planted_fencing_bug_is_caught(pg: Database, pg_migrated: str, tmp_path: Path) -> None:
-    """With fencing disabled (RECON_CHAOS_DISABLE_FENCING=1), the same run must violate the invariants."""
-    report = stale_worker_scenario(pg, pg_migrated, tmp_path, RECON_CHAOS_DISABLE_FENCING="1")
+    """With fencing removed (tests.chaos.unfenced_worker), the same run must violate the invariants."""
+    report = stale_worker_scenario(pg, pg_migrated, tmp_path, unfenced=True)
     assert not report.ok, "the planted bug went unnoticed:\n" + report.render()
     broken = report.violations["every status change has its audit event"] + \
         report.violations["local status equals the PSP's for every final payment"] + \

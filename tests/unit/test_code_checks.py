@@ -20,3 +20,12 @@ def test_code_checks__mypy_strict_is_clean() -> None:
     result = subprocess.run([str(BIN / "mypy"), "--strict", "recon", "psp_adapters"], cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:]
+
+
+def test_code_checks__no_setting_of_a_shipped_process_can_switch_fencing_off() -> None:
+    """The planted bug that proves the chaos suite bites lives in tests/chaos/unfenced_worker.py only."""
+    offenders = [f"{path.relative_to(REPO)}:{n}" for package in ("recon", "psp_adapters")
+                 for path in sorted((REPO / package).rglob("*.py"))
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                 if "DISABLE_FENCING" in line or "unfenced" in line.lower()]
+    assert offenders == []
