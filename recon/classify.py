@@ -29,7 +29,6 @@ The stored error text is one line, at most ERROR_TEXT_LIMIT characters, with cre
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterator
 
 from sqlalchemy.exc import DBAPIError
@@ -46,20 +45,13 @@ from psp_adapters.errors import (
 )
 from recon.engine.outcome import Dead, Retry
 from recon.errors import DatabaseTransientError
+from recon.redact import redact
 
 ERROR_TEXT_LIMIT = 500
 
 _BUSY = frozenset({408, 421, 423, 425})
 _TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 _CAUSE_DEPTH = 5
-# credentials that may hide in a driver's or a PSP's message
-_REDACTIONS = (
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # user:password@ in a URL
-    (re.compile(r"(?i)\b(password|passwd|pwd|api[_-]?key|secret|token)(\s*[=:]\s*)\S+"), r"\1\2***"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
-    (re.compile(r"\b(sk|rk)_(live|test)_[A-Za-z0-9*]+"), "[redacted]"),  # Stripe secret/restricted keys
-    (re.compile(r"\bAQE[A-Za-z0-9+/=_.-]{16,}"), "[redacted]"),  # Adyen API keys
-)
 
 
 class ErrorKind(enum.StrEnum):
@@ -97,8 +89,7 @@ def error_text(exc: BaseException) -> str:
     """``Type: first line of the message``, credentials masked, at most ERROR_TEXT_LIMIT characters."""
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    for pattern, replacement in _REDACTIONS:
-        text = pattern.sub(replacement, text)
+    text = redact(text)
     if len(text) > ERROR_TEXT_LIMIT:
         text = text[: ERROR_TEXT_LIMIT - 1] + "…"
     return text

@@ -10,12 +10,9 @@
   instrumented PSP adapter does, from the charge request or the payment lookup);
 - lines logged later by the worker's finisher thread pass the same dict as ``extra``.
 
-Redaction runs on every string that goes into a line, in both formats: credentials (URL passwords,
-``api_key=…`` and quoted ``"api_key": "…"``, Bearer/Basic tokens, Stripe and Adyen keys) and card numbers
-(13-19 digits passing the Luhn check). It is a last line of defence: adapters keep keys in ``Secret`` and
-never log them in the first place. The credential patterns repeat ``recon.classify``'s (which masks stored
-error texts) rather than import them: the engine logs through this module, and must not depend on
-``recon.classify`` and, through it, on ``psp_adapters``.
+Redaction (``recon.redact``, the same function the stores apply) runs on every string that goes into a
+line, in both formats: card numbers and codes, API keys, tokens and passwords. It is a last line of
+defence: adapters keep keys in ``Secret`` and never log them in the first place.
 """
 
 from __future__ import annotations
@@ -24,11 +21,12 @@ import contextlib
 import contextvars
 import json
 import logging
-import re
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from recon.redact import redact, redact_value
 
 FORMATS = ("text", "json")
 #: the fields of a line about a job, in the order a text line shows them
@@ -36,16 +34,6 @@ JOB_FIELDS = ("job_id", "kind", "attempt", "queue", "worker", "payment_reference
 
 _job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("recon_job_log", default=None)
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
-_CREDENTIALS = (
-    (re.compile(r"(://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # user:password@ in a URL
-    (re.compile(r"(?i)\b(password|passwd|pwd|api[_-]?key|secret|token)(\s*[=:]\s*)[^\s\"',}]+"), r"\1\2***"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
-    (re.compile(r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9*]+"), "[redacted]"),  # Stripe keys
-    (re.compile(r"\bAQE[A-Za-z0-9+/=_.-]{16,}"), "[redacted]"),  # Adyen API keys
-)
-_QUOTED_KEY = re.compile(
-    r"""(?i)(["']?\b(?:password|passwd|pwd|api[_-]?key|secret|token|authorization)["']?\s*[=:]\s*["'])[^"']+""")
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 
 
 @contextlib.contextmanager
@@ -72,20 +60,6 @@ def bind(**fields: Any) -> None:
         current.update({k: v for k, v in fields.items() if v is not None})
 
 
-def redact(text: str) -> str:
-    """``text`` with credentials and card numbers masked."""
-    for pattern, replacement in _CREDENTIALS:
-        text = pattern.sub(replacement, text)
-    text = _QUOTED_KEY.sub(r"\1***", text)
-    return _CARD.sub(_mask_card, text)
-
-
-def _mask_card(match: re.Match[str]) -> str:
-    digits = [int(c) for c in match.group(0) if c.isdigit()]
-    checksum = sum(digits[-1::-2]) + sum(sum(divmod(2 * d, 10)) for d in digits[-2::-2])
-    return "[card]" if checksum % 10 == 0 else match.group(0)
-
-
 class JobContextFilter(logging.Filter):
     """Copies the current job scope onto each record (in the emitting thread, where the scope is set)."""
 
@@ -108,7 +82,7 @@ def _clean(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): _clean(v) for k, v in redact_value(value).items()}
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     return redact(repr(value) if not isinstance(value, datetime) else value.isoformat())

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from recon.db import control_queries as cq
 from recon.db.database import Database
 from recon.db.queries import Query
+from recon.redact import redact, redact_optional
 
 T = TypeVar("T")
 
@@ -105,7 +106,7 @@ class ControlStore:
         """Count one failure; open the breaker when ``threshold`` consecutive failures are reached from
         closed, or at once with ``force`` (auth) from closed or half-open."""
         row = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_record_failure), self._p(
-            psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=reason)).first())
+            psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=redact(reason))).first())
         opened_at, now = self.db.from_db(row[3]), self.db.from_db(row[4])
         return FailureRecord(breaker_state=row[0], failures=int(row[1]), probe_at=self.db.from_db(row[2]),
                              opened=row[0] == "open" and opened_at == now)
@@ -114,7 +115,7 @@ class ControlStore:
         """A failed probe re-opens the breaker (returns the next probe time), if the slot ``token`` is
         still its own; None otherwise."""
         value = self._run(lambda conn: conn.execute(self._q(cq.psp_control_reopen_if_probe), self._p(
-            psp=psp, token=self.db.to_db(token), open_for=open_for, reason=reason)).scalar())
+            psp=psp, token=self.db.to_db(token), open_for=open_for, reason=redact(reason))).scalar())
         return self.db.from_db(value)
 
     def close_if_probe(self, psp: str, *, token: datetime) -> bool:
@@ -138,7 +139,7 @@ class ControlStore:
 
     def pause(self, psp: str, *, by: str, reason: str | None) -> None:
         self._run(lambda conn: conn.execute(self._q(cq.psp_control_pause),
-                                            self._p(psp=psp, by=by, reason=reason)))
+                                            self._p(psp=psp, by=by, reason=redact_optional(reason))))
 
     def resume(self, psp: str, *, snooze_reason: str) -> tuple[bool, int]:
         """Un-pause and, in the same transaction, make the jobs snoozed by the pause (``snooze_reason``)

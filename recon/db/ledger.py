@@ -20,6 +20,7 @@ from recon.db import ledger_queries as lq
 from recon.db.database import Database, json_from_db
 from recon.db.store import EnqueueRow, JobStore
 from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
+from recon.redact import redact_optional, redact_value
 
 CHARGE_KIND = "charge"
 CHARGE_QUEUE = "charges"
@@ -114,8 +115,8 @@ class LedgerStore:
         check_transition(t.from_status, t.to_status)
         row = conn.execute(self._q(lq.payment_transition_if_status), {
             "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-            "psp_reference": t.psp_reference, "failure_reason": t.failure_reason, "review_reason": t.review_reason,
-            "now": self.db.now_param()}).first()
+            "psp_reference": t.psp_reference, "failure_reason": redact_optional(t.failure_reason),
+            "review_reason": redact_optional(t.review_reason), "now": self.db.now_param()}).first()
         if row is None:
             return False
         self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status), to_status=str(t.to_status),
@@ -129,6 +130,8 @@ class LedgerStore:
                              "now": self.db.now_param()}).first() is not None
 
     def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
+        # the storage boundary of PSP evidence: details quote PSP texts, which may carry card data or keys
+        events = [{**e, "details": redact_value(e["details"])} if e.get("details") else e for e in events]
         for start in range(0, len(events), 5000):
             conn.execute(self._q(lq.payment_event_insert_many),
                          {"rows": json.dumps(events[start:start + 5000]), "now": self.db.now_param()})

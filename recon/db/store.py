@@ -19,6 +19,7 @@ from recon.db import queries as q
 from recon.db.database import Database, DedicatedConnection, json_from_db
 from recon.db.dead_letters import DeadLetters
 from recon.engine.jobs import AttemptRecord, Job, JobState
+from recon.redact import redact
 
 ENQUEUE_CHUNK = 5000
 
@@ -38,8 +39,10 @@ class Finish:
     bump: int = 0  #: 1 when the attempt is not spent (snooze, release)
 
     def row(self) -> dict[str, Any]:
+        # the storage boundary of error texts (jobs.last_error, job_attempts.error): never a card number or key
+        error = redact(self.error) if self.error else self.error
         return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
-                "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
+                "outcome": self.outcome, "error_kind": self.error_kind, "error": error, "bump": self.bump}
 
     def row_json(self) -> str:
         """``row()`` as JSON; a plain success (most finishes) is formatted directly, without the encoder."""
