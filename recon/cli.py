@@ -86,7 +86,9 @@ class App:
         self._adapters: dict[str, PspAdapter] = {}
         self._adapter_lock = threading.Lock()
         self._metrics: Any = None
-        self._guard: Any = None  # psp controls (issue 5)
+        self._guard: Any = None
+        #: False only for `recon db upgrade`, which brings an old schema up to date
+        self.check_schema = True
 
     @property
     def settings(self) -> Settings:
@@ -99,8 +101,12 @@ class App:
 
     @property
     def db(self) -> Database:
+        """The database, its schema checked once: a command never works on a schema it does not know."""
         if self._db is None:
-            self._db = connect(self.settings.database_url, pool_size=self.settings.engine.concurrency + 4)
+            db = connect(self.settings.database_url, pool_size=self.settings.engine.concurrency + 4)
+            if self.check_schema:
+                _require_current_schema(db)
+            self._db = db
         return self._db
 
     @property
@@ -235,6 +241,15 @@ class App:
         return handlers
 
 
+def _require_current_schema(db: Database) -> None:
+    from recon.db.database import schema_revisions
+
+    current, head = schema_revisions(db)
+    if current != head:
+        have = f"at revision {current}" if current else "empty (no recon tables)"
+        raise ConfigError(f"the database schema is {have}; this recon needs revision {head}: run `recon db upgrade`")
+
+
 def _missing_setting(name: str, key: str, *, secret: bool) -> str:
     variable = f"RECON_{name.upper()}_{key.upper()}"
     where = f"the environment variable {variable}" if secret else f"[psp.{name}] {key} in the config file or {variable}"
@@ -342,7 +357,22 @@ def main(argv: list[str] | None = None) -> NoReturn:
         sys.exit(_exit_code_for(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug or an environment failure: exit 3, never 1 (1 means "items need review")
+        _unexpected(exc, argv)
     sys.exit(rc if isinstance(rc, int) else EXIT_OK)
+
+
+def _unexpected(exc: Exception, argv: list[str] | None) -> NoReturn:
+    """One line on stderr (the traceback only at --log-level debug), then exit 3."""
+    from recon.redact import redact
+
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    command = next((w for w in words if w in cli.commands), "recon")
+    log.debug("unexpected error", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    click.echo(redact(f"recon: {command} failed unexpectedly: {type(exc).__name__}: {first} "
+                      "(rerun with --log-level debug for the traceback)"), err=True)
+    sys.exit(EXIT_FAILED)
 
 
 def _exit_code_for(exc: ReconError) -> int:

@@ -41,6 +41,7 @@ def db() -> None:
 @pass_app
 def db_upgrade(app: App) -> None:
     """Apply migrations (idempotent)."""
+    app.check_schema = False
     upgrade(app.db)
     click.echo(f"database at {app.db.url.render_as_string(hide_password=True)} is up to date")
 

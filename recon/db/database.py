@@ -269,6 +269,20 @@ def _setup_sqlite(engine: sa.Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def schema_revisions(db: Database) -> tuple[str | None, str]:
+    """(the database's migration revision, None for an empty database; the revision this recon needs)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    import migrations
+
+    head = ScriptDirectory(str(Path(migrations.__file__).parent)).get_current_head()
+    assert head is not None
+    with translate_errors(), db.engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    return current, head
+
+
 def upgrade(db: Database, revision: str = "head") -> None:
     """Apply the Alembic migrations up to ``revision``; a no-op when the schema is current."""
     from alembic import command
