@@ -50,6 +50,7 @@ def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
     return StripeAdapter(
         _text(settings, "base_url", required=True),
         api_key=_secret(settings, "api_key", required=True),
+        api_version=_text(settings, "api_version") or None,  # None: the adapter's pinned API_VERSION
         timeout=_timeout(settings),
         transport=settings.get("transport"),
     )
