@@ -9,7 +9,7 @@ Recommended CLI flags (``recon psp-sandbox``), each mapping to a field through `
 
     --rate-429 P  --retry-after S  --rate-500 P  --rate-503 P  --rate-hang P  --hang-seconds S
     --latency-ms MS  --pending-fraction P  --settle-after S  --pending-fail-fraction P
-    --rate-decline P  --decline-suffix DIGITS  --rate-limit RPS  --seed N
+    --rate-decline P  --decline-suffix DIGITS  --rate-requires-action P  --rate-limit RPS  --seed N
 
 ``FAULT_FLAGS`` lists them with their types and help texts, so the CLI can declare them in a loop.
 """
@@ -38,6 +38,11 @@ PENDING_METHODS: Mapping[str, PaymentStatus] = {
     "pm_pending": PaymentStatus.SUCCEEDED,
     "pm_pending_fail": PaymentStatus.FAILED,
 }
+#: payment methods that always need the customer to authenticate (like Stripe's ``pm_card_authenticationRequired``)
+REQUIRES_ACTION_METHODS = frozenset({"pm_card_authenticationRequired", "pm_requires_action"})
+#: the failure reason of a payment that needed the customer to authenticate (each flavour answers it as its
+#: PSP does: native and Stripe as a decline, Adyen as ``RedirectShopper``)
+AUTHENTICATION_REQUIRED = "authentication_required"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +51,9 @@ class Faults:
 
     Invariants (checked by ``validate()`` on construction): rates in [0, 1]; durations >= 0;
     ``rate_limit`` > 0 when set; ``decline_amount_suffix`` is digits. Request-level faults (rate limit,
-    429, 500, 503) answer before anything is recorded, so a retry is always safe. ``rate_hang`` is the
+    429, 500, 503) answer before anything is recorded, so a retry is always safe (except in the Stripe flavour,
+    where an injected 500 on a create is decided once the key is claimed and saved for it, as Stripe saves 500s;
+    see ``FaultInjector.server_error``). ``rate_hang`` is the
     unknown-outcome case: the charge is recorded and its idempotent response stored, then the answer is
     held back ``hang_seconds`` (longer than the client's read timeout).
     """
@@ -63,6 +70,9 @@ class Faults:
     pending_fail_fraction: float = 0.0  #: of pending payments: settle to failed instead of succeeded
     rate_decline: float = 0.0  #: of payments: decline at random (HTTP 402)
     decline_amount_suffix: str | None = "402"  #: amounts whose digits end like this decline; None disables
+    #: of payments that are not declined: the customer must authenticate (3-D Secure), which an off-session
+    #: charge cannot do; each flavour answers it as its PSP does (see the flavour modules)
+    rate_requires_action: float = 0.0
     rate_limit: float | None = None  #: requests/s over the whole API (token bucket); None: unlimited
     seed: int | None = None  #: seed of the fault dice; None: unpredictable
 
@@ -79,6 +89,7 @@ class Faults:
             "pending_fraction",
             "pending_fail_fraction",
             "rate_decline",
+            "rate_requires_action",
         ):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value <= 1.0:
@@ -140,7 +151,7 @@ class FaultFlag(NamedTuple):
 FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--rate-429", float, "probability of HTTP 429 with Retry-After"),
     FaultFlag("--retry-after", int, "Retry-After seconds sent with an injected 429"),
-    FaultFlag("--rate-500", float, "probability of HTTP 500 (before anything is recorded)"),
+    FaultFlag("--rate-500", float, "probability of HTTP 500 (before anything is recorded; stripe: saved for the key)"),
     FaultFlag("--rate-503", float, "probability of HTTP 503 (before anything is recorded)"),
     FaultFlag("--rate-hang", float, "probability that a create is recorded, then its answer delayed"),
     FaultFlag("--hang-seconds", float, "how long a hanging answer is delayed"),
@@ -150,6 +161,7 @@ FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--pending-fail-fraction", float, "fraction of pending payments that settle to failed"),
     FaultFlag("--rate-decline", float, "probability of a random card decline (HTTP 402)"),
     FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline (default 402; off)"),
+    FaultFlag("--rate-requires-action", float, "probability that a payment needs customer authentication (3DS)"),
     FaultFlag("--rate-limit", float, "global rate limit in requests/s; beyond it, 429"),
     FaultFlag("--seed", int, "seed of the fault dice, for reproducible runs"),
 )
@@ -208,8 +220,11 @@ class FaultInjector:
             self._rng = random.Random(faults.seed)
             self._bucket = _TokenBucket(faults.rate_limit, self._monotonic) if faults.rate_limit else None
 
-    def reject(self) -> Rejection | None:
-        """The request-level fault for this request, if any: rate limit first, then 429, 500, 503."""
+    def reject(self, *, include_500: bool = True) -> Rejection | None:
+        """The request-level fault for this request, if any: rate limit first, then 429, 500, 503.
+
+        ``include_500=False`` leaves the 500 out, for a create whose 500 is decided later by ``server_error``.
+        """
         with self._lock:
             f = self._faults
             if self._bucket is not None:
@@ -218,11 +233,16 @@ class FaultInjector:
                     return Rejection(429, "rate_limited", max(1, math.ceil(wait)))
             if self._roll(f.rate_429):
                 return Rejection(429, "rate_limited", f.retry_after_seconds)
-            if self._roll(f.rate_500):
+            if include_500 and self._roll(f.rate_500):
                 return Rejection(500, "internal_error")
             if self._roll(f.rate_503):
                 return Rejection(503, "service_unavailable")
             return None
+
+    def server_error(self) -> bool:
+        """For a create that already executes (its key claimed): whether it fails with an injected 500."""
+        with self._lock:
+            return self._roll(self._faults.rate_500)
 
     def latency_seconds(self) -> float:
         return self._faults.latency_ms / 1000.0
@@ -234,7 +254,8 @@ class FaultInjector:
             return f.hang_seconds if self._roll(f.rate_hang) else None
 
     def decide(self, *, amount: int, payment_method: str | None) -> Decision:
-        """Decline, pending or success for an accepted charge; magic methods and amounts win over the dice."""
+        """Decline, authentication needed, pending or success for an accepted charge; magic methods and amounts
+        win over the dice."""
         with self._lock:
             f = self._faults
             declined = DECLINING_METHODS.get(payment_method or "")
@@ -245,6 +266,9 @@ class FaultInjector:
                 return Decision(PaymentStatus.FAILED, "card_declined")
             if self._roll(f.rate_decline):
                 return Decision(PaymentStatus.FAILED, "card_declined")
+            if (payment_method or "") in REQUIRES_ACTION_METHODS or self._roll(f.rate_requires_action):
+                # an off-session attempt that needed authentication failed (as Stripe books it)
+                return Decision(PaymentStatus.FAILED, AUTHENTICATION_REQUIRED)
             settle_to = PENDING_METHODS.get(payment_method or "")
             if settle_to is None and self._roll(f.pending_fraction):
                 fail = self._roll(f.pending_fail_fraction)

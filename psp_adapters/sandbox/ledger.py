@@ -1,4 +1,4 @@
-"""The sandbox PSP's books: payments and idempotency records in one SQLite file (WAL).
+"""The sandbox PSP's books: payments, refunds/disputes and idempotency records in one SQLite file (WAL).
 
 Invariants:
 - A charge and its stored idempotent response are written in one transaction, so after any crash a key either
@@ -7,6 +7,8 @@ Invariants:
   again belong to a request that never finished (nothing was recorded for it) and are dropped.
 - ``payments.idempotency_key`` is deliberately not unique: ``charge_counts()`` counts real rows, so it would
   show a double charge rather than hide it behind a constraint.
+- The ledger is the only writer. The schema grows additively: a file written by an older sandbox is upgraded
+  in place (``CREATE TABLE IF NOT EXISTS``, ``ALTER TABLE … ADD COLUMN``), its payments read as native ones.
 
 One connection, guarded by a lock, serves all server threads; a write is one short transaction. One server
 per file at a time: opening the file drops in-flight keys, which would be wrong under a live second server.
@@ -14,20 +16,40 @@ per file at a time: opening the file drops in-flight keys, which would be wrong 
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import sqlite3
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
-from psp_adapters.protocol import ChargeRequest
+from psp_adapters.sandbox.ledger_adjustments import AdjustmentBooks
+from psp_adapters.sandbox.records import (
+    PAYMENT_COLUMNS,
+    Adjustment,
+    Claimed,
+    ClaimResult,
+    Cursor,
+    InFlight,
+    Mismatch,
+    PaymentRecord,
+    Replay,
+    ts,
+)
 from psp_adapters.sandbox.wire import PENDING_FAILURE_REASON, PaymentStatus, format_timestamp, parse_timestamp
+
+# the record types are re-exported: older code imports them from here
+__all__ = [
+    "Adjustment",
+    "ClaimResult",
+    "Claimed",
+    "Cursor",
+    "InFlight",
+    "Ledger",
+    "Mismatch",
+    "PaymentRecord",
+    "Replay",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
@@ -60,173 +82,31 @@ CREATE TABLE IF NOT EXISTS idempotency (
     response TEXT,
     created_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS adjustments (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('refund', 'dispute')),
+    psp_reference TEXT NOT NULL REFERENCES payments (psp_reference),
+    amount INTEGER NOT NULL,
+    currency TEXT NOT NULL,
+    fee INTEGER NOT NULL,
+    reason TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS adjustments_payment ON adjustments (psp_reference);
+CREATE INDEX IF NOT EXISTS adjustments_created ON adjustments (created_at, seq);
 """
-
-_COLUMNS = (
-    "psp_reference, idempotency_key, merchant_reference, merchant_account, payment_method, description, "
-    "amount, currency, status, failure_reason, settle_to, settle_at, created_at, updated_at, settled_at"
+#: columns added to ``payments`` after the first release: (name, declaration)
+_ADDED_COLUMNS = (
+    ("flavor", "TEXT NOT NULL DEFAULT 'native'"),
+    ("customer_reference", "TEXT"),
+    ("metadata", "TEXT"),  # a JSON object of strings, or NULL
+    ("fee", "INTEGER"),
 )
+_AFTER_COLUMNS = "CREATE INDEX IF NOT EXISTS payments_flavor_account ON payments (flavor, merchant_account, seq);"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PaymentRecord:
-    """One payment as the sandbox PSP keeps it. Amounts in integer minor units; times aware UTC."""
-
-    psp_reference: str
-    idempotency_key: str
-    merchant_reference: str
-    amount: int
-    currency: str
-    status: PaymentStatus
-    created_at: datetime
-    updated_at: datetime
-    merchant_account: str | None = None
-    payment_method: str | None = None
-    description: str | None = None
-    failure_reason: str | None = None
-    settle_to: PaymentStatus | None = None  #: for a pending payment: where it goes at ``settle_at``
-    settle_at: datetime | None = None
-    settled_at: datetime | None = None  #: when it reached a final status
-
-    @classmethod
-    def new(
-        cls,
-        charge: ChargeRequest,
-        *,
-        idempotency_key: str,
-        status: PaymentStatus,
-        reason: str | None,
-        settle_to: PaymentStatus | None,
-        settle_after: timedelta,
-        now: datetime,
-    ) -> PaymentRecord:
-        """A fresh payment for ``charge``: final now, or pending until ``now + settle_after``."""
-        final = status.is_final
-        return cls(
-            psp_reference=f"psp_{uuid.uuid4().hex[:24]}",
-            idempotency_key=idempotency_key,
-            merchant_reference=charge.merchant_reference,
-            amount=charge.amount,
-            currency=charge.currency,
-            merchant_account=charge.merchant_account,
-            payment_method=charge.payment_method,
-            description=charge.description,
-            status=status,
-            failure_reason=reason,
-            settle_to=None if final else settle_to,
-            settle_at=None if final else now + settle_after,
-            created_at=now,
-            updated_at=now,
-            settled_at=now if final else None,
-        )
-
-    def to_json(self) -> dict[str, object]:
-        """The payment on the wire (see ``wire``); internal scheduling fields are not shown."""
-        return {
-            "object": "payment",
-            "psp_reference": self.psp_reference,
-            "merchant_reference": self.merchant_reference,
-            "amount": self.amount,
-            "currency": self.currency,
-            "merchant_account": self.merchant_account,
-            "payment_method": self.payment_method,
-            "description": self.description,
-            "status": self.status.value,
-            "failure_reason": self.failure_reason,
-            "created_at": format_timestamp(self.created_at),
-            "updated_at": format_timestamp(self.updated_at),
-            "settled_at": format_timestamp(self.settled_at) if self.settled_at else None,
-        }
-
-    def _params(self) -> tuple[object, ...]:
-        return (
-            self.psp_reference,
-            self.idempotency_key,
-            self.merchant_reference,
-            self.merchant_account,
-            self.payment_method,
-            self.description,
-            self.amount,
-            self.currency,
-            self.status.value,
-            self.failure_reason,
-            self.settle_to.value if self.settle_to else None,
-            _ts(self.settle_at),
-            _ts(self.created_at),
-            _ts(self.updated_at),
-            _ts(self.settled_at),
-        )
-
-    @classmethod
-    def _from_row(cls, row: sqlite3.Row) -> PaymentRecord:
-        return cls(
-            psp_reference=row["psp_reference"],
-            idempotency_key=row["idempotency_key"],
-            merchant_reference=row["merchant_reference"],
-            merchant_account=row["merchant_account"],
-            payment_method=row["payment_method"],
-            description=row["description"],
-            amount=row["amount"],
-            currency=row["currency"],
-            status=PaymentStatus(row["status"]),
-            failure_reason=row["failure_reason"],
-            settle_to=PaymentStatus(row["settle_to"]) if row["settle_to"] else None,
-            settle_at=_dt(row["settle_at"]),
-            created_at=parse_timestamp(row["created_at"]),
-            updated_at=parse_timestamp(row["updated_at"]),
-            settled_at=_dt(row["settled_at"]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    """The key is ours: execute the request, then ``complete_charge`` or ``release_key``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """The key already has a stored answer: send it again, byte for byte."""
-
-    status_code: int
-    body: str
-
-
-@dataclass(frozen=True, slots=True)
-class InFlight:
-    """Another request with this key is still executing."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mismatch:
-    """The key was used before with a different request body."""
-
-
-ClaimResult = Claimed | Replay | InFlight | Mismatch
-
-
-class Cursor(NamedTuple):
-    """Keyset position in the settlement listing: the last (settled_at, seq) returned."""
-
-    settled_at: str
-    seq: int
-
-    def encode(self) -> str:
-        """The opaque ``next_cursor`` token of the settlement listing."""
-        return base64.urlsafe_b64encode(json.dumps([self.settled_at, self.seq]).encode()).decode()
-
-    @classmethod
-    def decode(cls, token: str) -> Cursor:
-        """Parse a token made by ``encode``; raises ValueError on anything else."""
-        try:
-            settled_at, seq = json.loads(base64.urlsafe_b64decode(token.encode()))
-        except (ValueError, TypeError) as exc:
-            raise ValueError("bad cursor") from exc
-        if not isinstance(settled_at, str) or isinstance(seq, bool) or not isinstance(seq, int):
-            raise ValueError("bad cursor")
-        return cls(settled_at, seq)
-
-
-class Ledger:
+class Ledger(AdjustmentBooks):
     """SQLite persistence of the sandbox PSP. Thread-safe; every method is one short transaction."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -239,6 +119,11 @@ class Ledger:
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(_SCHEMA)
         with self._transaction():
+            present = {row["name"] for row in self._conn.execute("PRAGMA table_info(payments)")}
+            for name, declaration in _ADDED_COLUMNS:
+                if name not in present:
+                    self._conn.execute(f"ALTER TABLE payments ADD COLUMN {name} {declaration}")
+            self._conn.execute(_AFTER_COLUMNS)
             self._conn.execute("DELETE FROM idempotency WHERE state = 'in_flight'")
 
     def close(self) -> None:
@@ -247,46 +132,77 @@ class Ledger:
 
     # -- idempotency ---------------------------------------------------------------------------------------
 
-    def claim_key(self, key: str, request_hash: str, *, now: datetime) -> ClaimResult:
-        """Claim ``key`` for a request whose canonical body hashes to ``request_hash``."""
+    def claim_key(
+        self,
+        key: str,
+        request_hash: str,
+        *,
+        now: datetime,
+        retention: timedelta | None = None,
+        compare: bool = True,
+    ) -> ClaimResult:
+        """Claim ``key`` for a request whose canonical body hashes to ``request_hash``.
+
+        ``retention``: a finished key older than this (by ``now``) is forgotten and claimed afresh; None keeps
+        keys for ever. ``compare=False``: a finished key replays whatever the new request's body (Adyen).
+        """
         with self._transaction():
             row = self._conn.execute(
-                "SELECT request_hash, state, status_code, response FROM idempotency WHERE key = ?", (key,)
+                "SELECT request_hash, state, status_code, response, created_at FROM idempotency WHERE key = ?",
+                (key,),
             ).fetchone()
-            if row is None:
+            expired = (
+                row is not None
+                and retention is not None
+                and row["state"] == "done"
+                and parse_timestamp(row["created_at"]) <= now - retention
+            )
+            if row is None or expired:
                 self._conn.execute(
-                    "INSERT INTO idempotency (key, request_hash, state, created_at) "
+                    "INSERT OR REPLACE INTO idempotency (key, request_hash, state, created_at) "
                     "VALUES (?, ?, 'in_flight', ?)",
-                    (key, request_hash, _ts(now)),
+                    (key, request_hash, ts(now)),
                 )
                 return Claimed()
-        if row["request_hash"] != request_hash:
+        if compare and row["request_hash"] != request_hash:
             return Mismatch()
         if row["state"] == "in_flight":
             return InFlight()
         return Replay(status_code=row["status_code"], body=row["response"])
 
-    def complete_charge(self, key: str, payment: PaymentRecord, *, status_code: int, response: str) -> None:
-        """Record the charge and the answer to replay for ``key``, atomically."""
+    def complete_charge(self, key: str | None, payment: PaymentRecord, *, status_code: int, response: str) -> None:
+        """Record the charge and the answer to replay for the claimed ``key`` (None: no key), atomically."""
         with self._transaction():
-            self._conn.execute(
-                f"INSERT INTO payments ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", payment._params()
-            )
-            self._conn.execute(
-                "UPDATE idempotency SET state = 'done', status_code = ?, response = ? WHERE key = ?",
-                (status_code, response, key),
-            )
+            placeholders = ", ".join("?" * len(payment._params()))
+            self._conn.execute(f"INSERT INTO payments ({PAYMENT_COLUMNS}) VALUES ({placeholders})", payment._params())
+            if key is not None:
+                self._finish_key(key, status_code, response)
+
+    def complete_key(self, key: str, *, status_code: int, response: str) -> None:
+        """Save the answer of a claimed request that charged nothing (an error once execution began)."""
+        with self._transaction():
+            self._finish_key(key, status_code, response)
+
+    def _finish_key(self, key: str, status_code: int, response: str) -> None:
+        self._conn.execute(
+            "UPDATE idempotency SET state = 'done', status_code = ?, response = ? WHERE key = ?",
+            (status_code, response, key),
+        )
 
     def release_key(self, key: str) -> None:
         """Forget an in-flight claim whose request recorded nothing (it failed, or the server is stopping)."""
         with self._transaction():
             self._conn.execute("DELETE FROM idempotency WHERE key = ? AND state = 'in_flight'", (key,))
 
-    def charge_counts(self) -> dict[str, int]:
-        """Charges (payment rows) per idempotency key: the proof that no key was charged twice."""
+    def charge_counts(self, flavor: str | None = None) -> dict[str, int]:
+        """Charges (payment rows) per idempotency key: the proof that no key was charged twice.
+
+        Key "" counts the charges created without a key. ``flavor``: only that flavour's payments.
+        """
+        where, args = ("WHERE flavor = ?", (flavor,)) if flavor else ("", ())
         with self._lock:
             rows = self._conn.execute(
-                "SELECT idempotency_key, count(*) FROM payments GROUP BY idempotency_key"
+                f"SELECT idempotency_key, count(*) FROM payments {where} GROUP BY idempotency_key", args
             ).fetchall()
         return {key: count for key, count in rows}
 
@@ -300,28 +216,58 @@ class Ledger:
                 "failure_reason = CASE WHEN settle_to = 'failed' THEN coalesce(failure_reason, ?) END, "
                 "settle_to = NULL "
                 "WHERE status = 'pending' AND settle_at <= ?",
-                (PENDING_FAILURE_REASON, _ts(now)),
+                (PENDING_FAILURE_REASON, ts(now)),
             )
             return cur.rowcount
 
     def get_payment(self, psp_reference: str) -> PaymentRecord | None:
         with self._lock:
             row = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM payments WHERE psp_reference = ?", (psp_reference,)
+                f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp_reference = ?", (psp_reference,)
             ).fetchone()
         return PaymentRecord._from_row(row) if row else None
 
-    def find_payments(self, merchant_reference: str) -> list[PaymentRecord]:
+    def find_payments(self, merchant_reference: str, *, flavor: str = "native") -> list[PaymentRecord]:
         """Every payment with this merchant reference, oldest first (more than one is a duplicate charge)."""
+        return self._payments("merchant_reference = ? AND flavor = ? ORDER BY seq", (merchant_reference, flavor))
+
+    def search_metadata(self, key: str, value: str, *, flavor: str) -> list[PaymentRecord]:
+        """The payments whose metadata has ``key`` = ``value``, newest first."""
+        return self._payments(
+            "flavor = ? AND metadata IS NOT NULL AND EXISTS "
+            "(SELECT 1 FROM json_each(payments.metadata) AS m WHERE m.key = ? AND m.value = ?) "
+            "ORDER BY seq DESC",
+            (flavor, key, value),
+        )
+
+    def account_payments(self, merchant_account: str, *, flavor: str, before: datetime) -> list[PaymentRecord]:
+        """The payments of a merchant account created before ``before``, oldest first."""
+        return self._payments(
+            "flavor = ? AND merchant_account = ? AND created_at < ? ORDER BY seq",
+            (flavor, merchant_account, ts(before)),
+        )
+
+    def has_account(self, merchant_account: str, *, flavor: str) -> bool:
         with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM payments WHERE merchant_reference = ? ORDER BY seq",
-                (merchant_reference,),
-            ).fetchall()
+            row = self._conn.execute(
+                "SELECT 1 FROM payments WHERE flavor = ? AND merchant_account = ? LIMIT 1", (flavor, merchant_account)
+            ).fetchone()
+        return row is not None
+
+    def succeeded_between(self, lo: datetime, hi: datetime, *, flavor: str) -> list[PaymentRecord]:
+        """The succeeded payments with ``lo <= settled_at < hi``."""
+        return self._payments(
+            "flavor = ? AND status = 'succeeded' AND settled_at >= ? AND settled_at < ? ORDER BY settled_at, seq",
+            (flavor, ts(lo), ts(hi)),
+        )
+
+    def _payments(self, where: str, args: tuple[object, ...]) -> list[PaymentRecord]:
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE {where}", args).fetchall()
         return [PaymentRecord._from_row(row) for row in rows]
 
     def settlements_page(
-        self, since: datetime, until: datetime, *, after: Cursor | None, limit: int
+        self, since: datetime, until: datetime, *, after: Cursor | None, limit: int, flavor: str = "native"
     ) -> tuple[list[PaymentRecord], Cursor | None]:
         """Final payments with ``since <= settled_at < until`` in (settled_at, seq) order, after ``after``.
 
@@ -330,11 +276,11 @@ class Ledger:
         lo = after or Cursor(format_timestamp(since), 0)
         with self._lock:
             rows = self._conn.execute(
-                f"SELECT seq, {_COLUMNS} FROM payments "
-                "WHERE settled_at IS NOT NULL AND settled_at >= ? AND settled_at < ? "
+                f"SELECT seq, {PAYMENT_COLUMNS} FROM payments "
+                "WHERE settled_at IS NOT NULL AND settled_at >= ? AND settled_at < ? AND flavor = ? "
                 "AND (settled_at > ? OR (settled_at = ? AND seq > ?)) "
                 "ORDER BY settled_at, seq LIMIT ?",
-                (_ts(since), _ts(until), lo.settled_at, lo.settled_at, lo.seq, limit + 1),
+                (ts(since), ts(until), flavor, lo.settled_at, lo.settled_at, lo.seq, limit + 1),
             ).fetchall()
         page = rows[:limit]
         more = Cursor(page[-1]["settled_at"], page[-1]["seq"]) if len(rows) > limit else None
@@ -344,12 +290,12 @@ class Ledger:
         self, psp_reference: str, status: PaymentStatus, *, reason: str | None, now: datetime
     ) -> PaymentRecord | None:
         """Force a status (admin); a final status stamps ``settled_at`` and cancels any scheduled settling."""
-        settled_at = _ts(now) if status.is_final else None
+        settled_at = ts(now) if status.is_final else None
         with self._transaction():
             self._conn.execute(
                 "UPDATE payments SET status = ?, failure_reason = ?, settle_to = NULL, settle_at = NULL, "
                 "updated_at = ?, settled_at = ? WHERE psp_reference = ?",
-                (status.value, reason, _ts(now), settled_at, psp_reference),
+                (status.value, reason, ts(now), settled_at, psp_reference),
             )
         return self.get_payment(psp_reference)
 
@@ -361,13 +307,14 @@ class Ledger:
             self._conn.execute(
                 "UPDATE payments SET amount = ?, currency = coalesce(?, currency), updated_at = ? "
                 "WHERE psp_reference = ?",
-                (amount, currency, _ts(now), psp_reference),
+                (amount, currency, ts(now), psp_reference),
             )
         return self.get_payment(psp_reference)
 
     def reset(self) -> None:
-        """Forget every payment and idempotency record."""
+        """Forget every payment, refund, dispute and idempotency record."""
         with self._transaction():
+            self._conn.execute("DELETE FROM adjustments")
             self._conn.execute("DELETE FROM payments")
             self._conn.execute("DELETE FROM idempotency")
 
@@ -381,11 +328,3 @@ class Ledger:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
-
-
-def _ts(value: datetime | None) -> str | None:
-    return format_timestamp(value) if value is not None else None
-
-
-def _dt(value: str | None) -> datetime | None:
-    return parse_timestamp(value) if value is not None else None
