@@ -1,70 +1,70 @@
-"""The sandbox's PSP and admin API: routing, idempotency, faults and the answers, independent of HTTP
-plumbing (``server.py`` serves it). The endpoints are listed in ``server.py``'s docstring."""
+"""The sandbox's shared dispatcher: faults, the idempotent create pipeline and the admin API, for every flavour.
+
+``server.py`` serves it over HTTP; the flavour (``native_api``, ``stripe_api``, ``adyen_api``) supplies the PSP's
+wire. Each request to the PSP API goes: auth (401 in the flavour's shape) -> request-level faults (rate limit,
+429, 503, and 500 unless the flavour saves 500s) -> for a create: key checks, body validation (an invalid
+request saves nothing), claim of the key, latency, [the flavour's late 500, saved under the key], the charge and
+its answer written together, an optional hang; for anything else: latency, ``settle_due``, the flavour's route.
+
+Admin API (no auth, never faulted, answered in the native error shape whatever the flavour)::
+
+    GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
+    GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}, this
+                                           flavour's payments; "without_key": n when some came without a key
+    POST /_admin/payments/{ref}/settle|fail|cancel   optional {"reason": "…"}; 200 payment | 404
+    POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
+    POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
+    POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
+    POST /_admin/reset                     forget all payments and keys, restore the start-up faults
+
+Payments are answered in the flavour's shape (a native payment, a Stripe PaymentIntent, an Adyen
+PaymentResponse); refunds and disputes likewise (a Stripe Refund/Dispute; an Adyen modification).
+"""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from email.message import Message
-from typing import NamedTuple
 
-from psp_adapters.errors import PspProtocolError
-from psp_adapters.protocol import ChargeRequest, Secret
-from psp_adapters.sandbox import wire
+from psp_adapters.sandbox.core import CreateCall, Flavor, Request, Response, json_response
 from psp_adapters.sandbox.faults import FaultInjector, Faults
-from psp_adapters.sandbox.ledger import Claimed, Cursor, InFlight, Ledger, Mismatch, PaymentRecord
+from psp_adapters.sandbox.ledger import Ledger
+from psp_adapters.sandbox.native_api import SETTLEMENT_LIMIT_DEFAULT, SETTLEMENT_LIMIT_MAX, native_error
+from psp_adapters.sandbox.records import DISPUTE_FEE, Claimed, InFlight, Mismatch, PaymentRecord
 from psp_adapters.sandbox.wire import PaymentStatus
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "MAX_BODY_BYTES",
+    "SANDBOX_PORT_DEFAULT",
+    "SETTLEMENT_LIMIT_DEFAULT",
+    "SETTLEMENT_LIMIT_MAX",
+    "_Request",
+    "_Response",
+    "_SandboxApp",
+    "_Stopping",
+    "_error",
+]
+
 SANDBOX_PORT_DEFAULT = 8787
-SETTLEMENT_LIMIT_DEFAULT = 100
-SETTLEMENT_LIMIT_MAX = 1000
 MAX_BODY_BYTES = 1 << 20
-_PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
-_ADMIN_PAYMENT_PATH = re.compile(r"^/_admin/payments/(?P<ref>[^/]+)/(?P<action>settle|fail|cancel|amount)$")
+_ADMIN_PAYMENT_PATH = re.compile(
+    r"^/_admin/payments/(?P<ref>[^/]+)/(?P<action>settle|fail|cancel|amount|refund|dispute)$"
+)
 _ADMIN_STATUS = {
     "settle": PaymentStatus.SUCCEEDED,
     "fail": PaymentStatus.FAILED,
     "cancel": PaymentStatus.CANCELED,
 }
-
-
-class _Request(NamedTuple):
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: Message
-    body: bytes
-
-    def param(self, name: str) -> str | None:
-        values = self.query.get(name)
-        return values[0] if values else None
-
-
-class _Response(NamedTuple):
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-    hold_seconds: float | None = None  #: an injected hang: wait this long before answering
-
-
-def _json(status: int, doc: object, *headers: tuple[str, str]) -> _Response:
-    return _Response(status, json.dumps(doc, separators=(",", ":")).encode(), headers)
-
-
-def _error(code: str, message: str | None = None, **extra: object) -> _Response:
-    """An error answer from the table in ``wire.ERRORS``; ``retry_after`` becomes the Retry-After header."""
-    status, kind, default = wire.ERRORS[code]
-    retry_after = extra.pop("retry_after", None)
-    headers = (("Retry-After", str(retry_after)),) if retry_after is not None else ()
-    error = {"type": kind, "code": code, "message": message or default, **extra}
-    return _json(status, {"error": error}, *headers)
+# the names this module has always exported
+_Request = Request
+_Response = Response
+_error = native_error
 
 
 class _SandboxApp:
@@ -74,177 +74,202 @@ class _SandboxApp:
         self,
         ledger: Ledger,
         *,
+        flavor: Flavor,
         faults: Faults,
-        api_key: Secret | None,
         stopping: threading.Event,
         now_func: Callable[[], datetime],
     ) -> None:
         self.ledger = ledger
+        self.flavor = flavor
         self.injector = FaultInjector(faults)
         self._initial_faults = faults
-        self._api_key = api_key.reveal().encode() if api_key else None
         self._stopping = stopping
         self._now = now_func
 
-    def handle(self, req: _Request) -> _Response:
+    def handle(self, req: Request) -> Response:
         if req.path.startswith("/_admin/"):
             return self._admin(req)
-        if req.path.startswith("/v1/"):
-            return self._api(req)
-        return _error("not_found")
+        if not self.flavor.serves(req.path):
+            return self.flavor.decorate(req, self.flavor.error("not_found"))
+        return self.flavor.decorate(req, self._api(req))
+
+    def error(self, path: str, kind: str, message: str | None = None) -> Response:
+        """An error of the HTTP plumbing (bad Content-Length, shutting down, a crash) in the path's shape."""
+        if path.startswith("/_admin/") or not self.flavor.serves(path):
+            codes = {"bad_request": "parameter_invalid"}
+            return native_error(codes.get(kind, kind), message)
+        return self.flavor.error(kind, message)
 
     # -- PSP API -------------------------------------------------------------------------------------------
 
-    def _api(self, req: _Request) -> _Response:
-        if self._api_key is not None and not self._authorized(req.headers.get("Authorization") or ""):
-            return _error("invalid_api_key")
-        rejection = self.injector.reject()
+    def _api(self, req: Request) -> Response:
+        flavor = self.flavor
+        if not flavor.authorized(req):
+            return flavor.error("unauthorized")
+        is_create = req.method == "POST" and req.path in flavor.create_paths
+        late_500 = is_create and flavor.idempotency.saves_server_errors
+        rejection = self.injector.reject(include_500=not late_500)
         if rejection is not None:
-            return _error(rejection.code, retry_after=rejection.retry_after)
-        if req.method == "POST" and req.path == "/v1/payments":
+            return flavor.error(rejection.code, retry_after=rejection.retry_after)
+        if is_create:
             return self._create(req)
         if req.method != "GET":
-            return _error("method_not_allowed")
+            return flavor.error("method_not_allowed")
         if self._stopping.wait(self.injector.latency_seconds()):
-            return _error("service_unavailable")
+            return flavor.error("service_unavailable")
         self.ledger.settle_due(now=self._now())
-        if req.path == "/v1/payments":
-            reference = req.param("merchant_reference")
-            if not reference:
-                return _error("parameter_missing", "merchant_reference is required")
-            found = self.ledger.find_payments(reference)
-            return _json(200, {"object": "list", "data": [p.to_json() for p in found]})
-        if match := _PAYMENT_PATH.match(req.path):
-            payment = self.ledger.get_payment(match["ref"])
-            return _json(200, payment.to_json()) if payment else _error("resource_missing")
-        if req.path == "/v1/settlements":
-            return self._settlements(req)
-        return _error("not_found")
+        return flavor.route(req)
 
-    def _authorized(self, header: str) -> bool:
-        scheme, _, token = header.partition(" ")
-        assert self._api_key is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._api_key)
-
-    def _create(self, req: _Request) -> _Response:
-        key = req.headers.get("Idempotency-Key") or ""
-        if not 0 < len(key) <= 255:
-            return _error(wire.IDEMPOTENCY_KEY_MISSING)
-        try:
-            payload = json.loads(req.body or b"null")
-            charge = wire.parse_charge_body(payload)
-        except wire.BadRequest as exc:
-            return _error(exc.code, str(exc))
-        except ValueError:
-            return _error("invalid_json")
-        claim = self.ledger.claim_key(key, wire.request_digest(payload), now=self._now())
+    def _create(self, req: Request) -> Response:
+        policy = self.flavor.idempotency
+        key = req.headers.get("Idempotency-Key")
+        if key is None or key == "":
+            if policy.required:
+                return self.flavor.error("idempotency_key_missing")
+            key = None
+        elif len(key) > policy.max_length:
+            return self.flavor.error(
+                "idempotency_key_invalid", f"Idempotency-Key must be at most {policy.max_length} characters"
+            )
+        parsed = self.flavor.parse_create(req, key)
+        if isinstance(parsed, Response):
+            return parsed
+        if parsed.key is None:
+            return self._execute(None, parsed)._replace(hold_seconds=self.injector.hang_seconds())
+        stored_key = policy.scope + parsed.key
+        claim = self.ledger.claim_key(
+            stored_key,
+            parsed.fingerprint,
+            now=self._now(),
+            retention=policy.retention,
+            compare=policy.compares_body,
+        )
         if isinstance(claim, Mismatch):
-            return _error(wire.IDEMPOTENCY_KEY_REUSED)
+            return self.flavor.error("idempotency_mismatch")
         if isinstance(claim, InFlight):
-            return _error(wire.IDEMPOTENCY_KEY_IN_FLIGHT)
+            return self.flavor.error("idempotency_in_flight")
         if isinstance(claim, Claimed):
             try:
-                response = self._charge(key, charge)
+                response = self._execute(stored_key, parsed)
             except BaseException:
-                self.ledger.release_key(key)  # nothing was recorded: the key is free for a retry
+                self.ledger.release_key(stored_key)  # nothing was recorded: the key is free for a retry
                 raise
         else:
-            response = _Response(claim.status_code, claim.body.encode(), (("Idempotent-Replayed", "true"),))
+            replayed = self.flavor.replay_headers(claim.status_code)
+            response = Response(claim.status_code, claim.body.encode(), replayed)
         return response._replace(hold_seconds=self.injector.hang_seconds())
 
-    def _charge(self, key: str, charge: ChargeRequest) -> _Response:
-        """Execute a claimed create: latency (the key stays in flight), then charge + answer in one write."""
+    def _execute(self, stored_key: str | None, call: CreateCall) -> Response:
+        """Execute a create (its key claimed, if any): latency (the key stays in flight), the flavour's late
+        500 (saved), then the charge and its answer in one write."""
         if self._stopping.wait(self.injector.latency_seconds()):
             raise _Stopping
+        if self.flavor.idempotency.saves_server_errors and self.injector.server_error():
+            response = self.flavor.error("internal_error", saved=True)
+            if stored_key is not None:
+                self.ledger.complete_key(stored_key, status_code=response.status, response=response.body.decode())
+            return response
+        charge = call.charge
         decision = self.injector.decide(amount=charge.amount, payment_method=charge.payment_method)
         record = PaymentRecord.new(
             charge,
-            idempotency_key=key,
+            idempotency_key=call.key or "",
             status=decision.status,
             reason=decision.reason,
             settle_to=decision.settle_to,
             settle_after=timedelta(seconds=decision.settle_after_seconds),
             now=self._now(),
+            psp_reference=call.psp_reference,
+            flavor=self.flavor.name,
+            metadata=call.metadata,
         )
-        if decision.status is PaymentStatus.FAILED:
-            response = _error(wire.CARD_DECLINED, decline_code=decision.reason, payment=record.to_json())
-        else:
-            response = _json(201, record.to_json())
-        self.ledger.complete_charge(key, record, status_code=response.status, response=response.body.decode())
+        response = self.flavor.render_create(call, record)
+        self.ledger.complete_charge(stored_key, record, status_code=response.status, response=response.body.decode())
         return response
-
-    def _settlements(self, req: _Request) -> _Response:
-        try:
-            since = wire.parse_timestamp(req.param("since") or "")
-            until = wire.parse_timestamp(req.param("until") or "")
-            limit = int(req.param("limit") or SETTLEMENT_LIMIT_DEFAULT)
-            token = req.param("cursor")
-            cursor = Cursor.decode(token) if token else None
-        except (PspProtocolError, ValueError):
-            return _error(
-                "parameter_invalid", "since/until need ISO-8601 with an offset; limit an int; cursor ours"
-            )
-        if not 0 < limit <= SETTLEMENT_LIMIT_MAX:
-            return _error("parameter_invalid", f"limit must be 1 to {SETTLEMENT_LIMIT_MAX}")
-        page, more = self.ledger.settlements_page(since, until, after=cursor, limit=limit)
-        data = [p.to_json() for p in page]
-        next_cursor = more.encode() if more else None
-        return _json(
-            200, {"object": "list", "data": data, "has_more": more is not None, "next_cursor": next_cursor}
-        )
 
     # -- admin API -----------------------------------------------------------------------------------------
 
-    def _admin(self, req: _Request) -> _Response:
+    def _admin(self, req: Request) -> Response:
         try:
             payload = json.loads(req.body) if req.body else {}
         except ValueError:
-            return _error("invalid_json")
+            return native_error("invalid_json")
         if not isinstance(payload, Mapping):
-            return _error("parameter_invalid", "the body must be a JSON object")
+            return native_error("parameter_invalid", "the body must be a JSON object")
         route = (req.method, req.path)
         if route == ("GET", "/_admin/faults"):
-            return _json(200, self.injector.faults.to_json())
+            return json_response(200, self.injector.faults.to_json())
         if route == ("POST", "/_admin/faults"):
             try:
                 self.injector.replace(self.injector.faults.merged(payload))
             except (ValueError, TypeError) as exc:
-                return _error("faults_invalid", str(exc))
-            return _json(200, self.injector.faults.to_json())
+                return native_error("faults_invalid", str(exc))
+            return json_response(200, self.injector.faults.to_json())
         if route == ("GET", "/_admin/charges"):
-            return _json(200, self._charges(req.param("idempotency_key")))
+            return json_response(200, self._charges(req.param("idempotency_key")))
         if route == ("POST", "/_admin/reset"):
             self.ledger.reset()
             self.injector.reset(self._initial_faults)
-            return _json(200, {"reset": True, "faults": self._initial_faults.to_json()})
+            return json_response(200, {"reset": True, "faults": self._initial_faults.to_json()})
         if req.method == "POST" and (match := _ADMIN_PAYMENT_PATH.match(req.path)):
             return self._admin_payment(match["ref"], match["action"], payload)
-        return _error("not_found")
+        return native_error("not_found")
 
     def _charges(self, key: str | None) -> dict[str, object]:
-        counts = self.ledger.charge_counts()
+        counts = self.ledger.charge_counts(self.flavor.name)
+        without_key = counts.pop("", 0)
         if key is not None:
             counts = {key: counts.get(key, 0)}
         total, most = sum(counts.values()), max(counts.values(), default=0)
-        return {"keys": len(counts), "charges": total, "max_per_key": most, "per_key": counts}
+        doc: dict[str, object] = {"keys": len(counts), "charges": total, "max_per_key": most, "per_key": counts}
+        if without_key and key is None:
+            doc["without_key"] = without_key
+        return doc
 
-    def _admin_payment(self, ref: str, action: str, payload: Mapping[str, object]) -> _Response:
+    def _admin_payment(self, ref: str, action: str, payload: Mapping[str, object]) -> Response:
         now = self._now()
         self.ledger.settle_due(now=now)
+        existing = self.ledger.get_payment(ref)
+        if existing is None or existing.flavor != self.flavor.name:
+            return native_error("resource_missing")
+        if action in ("refund", "dispute"):
+            return self._adjust(existing, action, payload, now)
         if action == "amount":
             amount, currency = payload.get("amount"), payload.get("currency")
             if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
-                return _error("amount_invalid")
+                return native_error("amount_invalid")
             if currency is not None and not isinstance(currency, str):
-                return _error("currency_invalid")
+                return native_error("currency_invalid")
             record = self.ledger.set_amount(ref, amount=amount, currency=currency, now=now)
         else:
             status, reason = _ADMIN_STATUS[action], payload.get("reason")
             if reason is not None and not isinstance(reason, str):
-                return _error("parameter_invalid", "reason must be a string")
+                return native_error("parameter_invalid", "reason must be a string")
             reason = None if status is PaymentStatus.SUCCEEDED else (reason or f"admin_{action}")
             record = self.ledger.set_status(ref, status, reason=reason, now=now)
-        return _json(200, record.to_json()) if record else _error("resource_missing")
+        return json_response(200, self.flavor.render_payment(record)) if record else native_error("resource_missing")
+
+    def _adjust(self, payment: PaymentRecord, kind: str, payload: Mapping[str, object], now: datetime) -> Response:
+        amount = payload.get("amount")
+        if kind == "refund" and amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
+            return native_error("amount_invalid")
+        reason = payload.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            return native_error("parameter_invalid", "reason must be a string")
+        result = self.ledger.add_adjustment(
+            kind,
+            self.flavor.adjustment_id(kind),
+            payment.psp_reference,
+            amount=amount if kind == "refund" else None,  # type: ignore[arg-type]
+            fee=DISPUTE_FEE if kind == "dispute" else 0,
+            now=now,
+            reason=reason or ("requested_by_customer" if kind == "refund" else "general"),
+        )
+        if isinstance(result, str):
+            code = "resource_missing" if result == "resource_missing" else "parameter_invalid"
+            return native_error(code, f"cannot {kind} {payment.psp_reference}: {result}")
+        return json_response(200, self.flavor.render_adjustment(result, payment))
+
 
 class _Stopping(Exception):
     """The server is stopping while a create waits; nothing was recorded (answered 503)."""

@@ -1,26 +1,10 @@
-"""The sandbox PSP: a real HTTP server on 127.0.0.1 with a small PSP-shaped JSON API and fault injection.
+"""The sandbox PSP: a real HTTP server on 127.0.0.1 speaking one PSP's wire, with fault injection.
 
-PSP API (``Authorization: Bearer <key>`` required when started with an api key; faults apply here)::
-
-    POST /v1/payments                      Idempotency-Key required; 201 payment | 402 decline | 4xx error
-    GET  /v1/payments/{psp_reference}      200 payment | 404
-    GET  /v1/payments?merchant_reference=  200 {"object": "list", "data": [payment, …]} (oldest first)
-    GET  /v1/settlements?since=&until=[&cursor=&limit=]     final payments, since <= settled_at < until:
-                                           200 {"object": "list", "data": [payment, …], "has_more": bool,
-                                                "next_cursor": str | null}
-
-Admin API (no auth, never faulted)::
-
-    GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
-    GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}
-    POST /_admin/payments/{ref}/settle|fail|cancel   optional {"reason": "…"}; 200 payment | 404
-    POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
-    POST /_admin/reset                     forget all payments and keys, restore the start-up faults
-
-Idempotency is Stripe's: the same key and body replay the stored answer (status and body, header
-``Idempotent-Replayed: true``) without a second charge; the same key with another body is 422
-``idempotency_key_reused``; the same key while the first request still executes is 409. Requests that fail
-validation, auth or an injected fault store nothing, so they can be retried with the same key.
+One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``) or ``stripe``
+(Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``). Their endpoints, auth, error
+shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
+API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
+survives restarts.
 """
 
 from __future__ import annotations
@@ -36,6 +20,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from psp_adapters.protocol import Secret
@@ -50,8 +35,11 @@ from psp_adapters.sandbox.api import (  # noqa: F401  (re-exported: the sandbox'
     _SandboxApp,
     _Stopping,
 )
+from psp_adapters.sandbox.core import Flavor
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.ledger import Ledger
+from psp_adapters.sandbox.native_api import NativeFlavor
+from psp_adapters.sandbox.stripe_api import StripeFlavor
 
 logger = logging.getLogger(__name__)
 
@@ -87,19 +75,20 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
+        url = urlsplit(self.path)
+        app = self.server.app
         if not 0 <= length <= MAX_BODY_BYTES:
             self.close_connection = True  # the unread body would be taken for the next request
-            return self._send(_error("parameter_invalid", "bad or too large Content-Length"))
+            return self._send(app.error(url.path, "bad_request", "bad or too large Content-Length"))
         body = self.rfile.read(length) if length else b""
-        url = urlsplit(self.path)
         request = _Request(self.command, url.path, parse_qs(url.query), self.headers, body)
         try:
-            response = self.server.app.handle(request)
+            response = app.handle(request)
         except _Stopping:
-            response = _error("service_unavailable", "shutting down")
+            response = app.error(url.path, "service_unavailable", "shutting down")
         except Exception:
             logger.exception("sandbox: unhandled error on %s %s", self.command, url.path)
-            response = _error("internal_error")
+            response = app.error(url.path, "internal_error")
         if response.hold_seconds and self.server.stopping.wait(response.hold_seconds):
             self.close_connection = True  # stopping during a hang: the client never gets an answer
             return None
@@ -108,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, response: _Response) -> None:
         self.send_response(response.status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))
         for name, value in response.headers:
             self.send_header(name, value)
@@ -167,6 +156,10 @@ def _shutdown(conn: socket.socket) -> None:
 class SandboxServer:
     """The sandbox PSP on ``host:port`` (port 0: any free port), its state in the SQLite file ``db_path``.
 
+    ``flavor``: "native" (default) or "stripe". ``api_key``: the key the PSP API requires
+    (``Authorization: Bearer``); None: any request is accepted. ``now_func`` is the server's clock (key expiry,
+    timestamps).
+
     ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
     ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
     thread and closes the database, so tests leak neither sockets nor threads. It starts once; for a restart,
@@ -182,7 +175,11 @@ class SandboxServer:
         faults: Faults | None = None,
         api_key: Secret | str | None = None,
         now_func: Callable[[], datetime] | None = None,
+        flavor: str = "native",
     ) -> None:
+        if flavor not in ("native", "stripe"):
+            raise ValueError(f"unknown sandbox flavor {flavor!r}; known: native, stripe")
+        self.flavor = flavor
         self._temp_dir = tempfile.TemporaryDirectory(prefix="psp-sandbox-") if db_path is None else None
         self.db_path = Path(self._temp_dir.name, "sandbox.db") if self._temp_dir else Path(db_path)  # type: ignore[arg-type]
         self._address = (host, port)
@@ -195,7 +192,7 @@ class SandboxServer:
         self._ledger: Ledger | None = None
 
     def __repr__(self) -> str:
-        return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r})"
+        return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r}, flavor={self.flavor!r})"
 
     @property
     def url(self) -> str:
@@ -218,8 +215,8 @@ class SandboxServer:
         self._ledger = Ledger(self.db_path)
         app = _SandboxApp(
             self._ledger,
+            flavor=self._make_flavor(self._ledger),
             faults=self._faults,
-            api_key=self._api_key,
             stopping=self._stopping,
             now_func=self._now,
         )
@@ -233,6 +230,12 @@ class SandboxServer:
         )
         self._thread.start()
         return self
+
+    def _make_flavor(self, ledger: Ledger) -> Flavor:
+        key = self._api_key.reveal().encode() if self._api_key else None
+        if self.flavor == "stripe":
+            return StripeFlavor(ledger, api_key=key, now_func=self._now)
+        return NativeFlavor(ledger, api_key=key, now_func=self._now)
 
     def stop(self) -> None:
         """Stop serving; idempotent."""
@@ -274,14 +277,15 @@ def serve_forever(
     api_key: Secret | str | None = None,
     stop: threading.Event | None = None,
     on_ready_func: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> None:
     """Run the sandbox until ``stop`` is set or Ctrl-C; ``on_ready_func(url)`` is called once it listens.
 
-    The CLI entry point (``recon psp-sandbox``). SIGTERM is not handled here: a CLI that wants a graceful
-    SIGTERM sets ``stop`` from its signal handler.
+    ``options``: the other ``SandboxServer`` arguments (``flavor``). The CLI entry point (``recon psp-sandbox``).
+    SIGTERM is not handled here: a CLI that wants a graceful SIGTERM sets ``stop`` from its signal handler.
     """
     stop = stop or threading.Event()
-    with SandboxServer(db_path, host=host, port=port, faults=faults, api_key=api_key) as server:
+    with SandboxServer(db_path, host=host, port=port, faults=faults, api_key=api_key, **options) as server:
         if on_ready_func is not None:
             on_ready_func(server.url)
         try:

@@ -1,0 +1,171 @@
+"""The native flavour: the sandbox's own small PSP-shaped JSON API (the shapes are ``wire``'s).
+
+PSP API (``Authorization: Bearer <key>`` required when started with an api key; faults apply here)::
+
+    POST /v1/payments                      Idempotency-Key required; 201 payment | 402 decline | 4xx error
+    GET  /v1/payments/{psp_reference}      200 payment | 404
+    GET  /v1/payments?merchant_reference=  200 {"object": "list", "data": [payment, …]} (oldest first)
+    GET  /v1/settlements?since=&until=[&cursor=&limit=]     final payments, since <= settled_at < until:
+                                           200 {"object": "list", "data": [payment, …], "has_more": bool,
+                                                "next_cursor": str | null}
+
+Idempotency: the same key and body replay the stored answer (status and body, header ``Idempotent-Replayed:
+true``) without a second charge; the same key with another body is 422 ``idempotency_key_reused``; the same key
+while the first request still executes is 409. Requests that fail validation, auth or an injected fault store
+nothing, so they can be retried with the same key. Keys are kept as long as the state file lives. A payment that
+needed authentication (``rate_requires_action``) is a 402 decline with ``decline_code`` ``authentication_required``,
+as Stripe answers an off-session charge that needs 3-D Secure.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+
+from psp_adapters.errors import PspProtocolError
+from psp_adapters.sandbox import wire
+from psp_adapters.sandbox.core import CreateCall, IdempotencyPolicy, Request, Response, json_response
+from psp_adapters.sandbox.ledger import Ledger
+from psp_adapters.sandbox.records import Adjustment, Cursor, PaymentRecord, random_id, ts
+from psp_adapters.sandbox.wire import PaymentStatus
+
+SETTLEMENT_LIMIT_DEFAULT = 100
+SETTLEMENT_LIMIT_MAX = 1000
+_PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
+#: generic error kinds (``core``) -> the native error code
+_KINDS = {
+    "unauthorized": "invalid_api_key",
+    "bad_request": "parameter_invalid",
+    "rate_limited": "rate_limited",
+    "idempotency_key_missing": wire.IDEMPOTENCY_KEY_MISSING,
+    "idempotency_key_invalid": wire.IDEMPOTENCY_KEY_MISSING,
+    "idempotency_in_flight": wire.IDEMPOTENCY_KEY_IN_FLIGHT,
+    "idempotency_mismatch": wire.IDEMPOTENCY_KEY_REUSED,
+}
+
+
+def native_error(code: str, message: str | None = None, **extra: object) -> Response:
+    """An error answer from the table in ``wire.ERRORS``; ``retry_after`` becomes the Retry-After header.
+
+    The admin API answers its errors in this shape whatever the server's flavour.
+    """
+    status, kind, default = wire.ERRORS[code]
+    retry_after = extra.pop("retry_after", None)
+    headers = (("Retry-After", str(retry_after)),) if retry_after is not None else ()
+    error = {"type": kind, "code": code, "message": message or default, **extra}
+    return json_response(status, {"error": error}, *headers)
+
+
+class NativeFlavor:
+    """The native wire (see the module docstring)."""
+
+    name = "native"
+    idempotency = IdempotencyPolicy(
+        required=True, max_length=255, retention=None, compares_body=True, saves_server_errors=False, scope=""
+    )
+    create_paths = frozenset({"/v1/payments"})
+
+    def __init__(self, ledger: Ledger, *, api_key: bytes | None, now_func: Callable[[], datetime]) -> None:
+        self._ledger = ledger
+        self._api_key = api_key
+        self._now = now_func
+
+    def serves(self, path: str) -> bool:
+        return path.startswith("/v1/")
+
+    def authorized(self, req: Request) -> bool:
+        if self._api_key is None:
+            return True
+        scheme, _, token = (req.headers.get("Authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._api_key)
+
+    def error(
+        self, kind: str, message: str | None = None, *, retry_after: int | None = None, saved: bool = False
+    ) -> Response:
+        extra = {"retry_after": retry_after} if retry_after is not None else {}
+        return native_error(_KINDS.get(kind, kind), message, **extra)
+
+    def parse_create(self, req: Request, key: str | None) -> CreateCall | Response:
+        try:
+            payload = json.loads(req.body or b"null")
+            charge = wire.parse_charge_body(payload)
+        except wire.BadRequest as exc:
+            return native_error(exc.code, str(exc))
+        except ValueError:
+            return native_error("invalid_json")
+        return CreateCall(
+            key=key,
+            fingerprint=wire.request_digest(payload),
+            charge=charge,
+            psp_reference=random_id("psp_", alphabet="0123456789abcdef"),
+        )
+
+    def render_create(self, call: CreateCall, record: PaymentRecord) -> Response:
+        if record.status is PaymentStatus.FAILED:
+            return native_error(wire.CARD_DECLINED, decline_code=record.failure_reason, payment=record.to_json())
+        return json_response(201, record.to_json())
+
+    def replay_headers(self, status: int) -> tuple[tuple[str, str], ...]:
+        return (("Idempotent-Replayed", "true"),)
+
+    def decorate(self, req: Request, response: Response) -> Response:
+        return response
+
+    def route(self, req: Request) -> Response:
+        if req.path == "/v1/payments":
+            reference = req.param("merchant_reference")
+            if not reference:
+                return native_error("parameter_missing", "merchant_reference is required")
+            found = self._ledger.find_payments(reference)
+            return json_response(200, {"object": "list", "data": [p.to_json() for p in found]})
+        if match := _PAYMENT_PATH.match(req.path):
+            payment = self._ledger.get_payment(match["ref"])
+            if payment is None or payment.flavor != self.name:
+                return native_error("resource_missing")
+            return json_response(200, payment.to_json())
+        if req.path == "/v1/settlements":
+            return self._settlements(req)
+        return native_error("not_found")
+
+    def _settlements(self, req: Request) -> Response:
+        try:
+            since = wire.parse_timestamp(req.param("since") or "")
+            until = wire.parse_timestamp(req.param("until") or "")
+            limit = int(req.param("limit") or SETTLEMENT_LIMIT_DEFAULT)
+            token = req.param("cursor")
+            cursor = Cursor.decode(token) if token else None
+        except (PspProtocolError, ValueError):
+            return native_error(
+                "parameter_invalid", "since/until need ISO-8601 with an offset; limit an int; cursor ours"
+            )
+        if not 0 < limit <= SETTLEMENT_LIMIT_MAX:
+            return native_error("parameter_invalid", f"limit must be 1 to {SETTLEMENT_LIMIT_MAX}")
+        page, more = self._ledger.settlements_page(since, until, after=cursor, limit=limit)
+        data = [p.to_json() for p in page]
+        next_cursor = more.encode() if more else None
+        return json_response(
+            200, {"object": "list", "data": data, "has_more": more is not None, "next_cursor": next_cursor}
+        )
+
+    def render_payment(self, record: PaymentRecord) -> object:
+        return record.to_json()
+
+    def adjustment_id(self, kind: str) -> str:
+        return ("rf_" if kind == "refund" else "dp_") + secrets.token_hex(12)
+
+    def render_adjustment(self, adjustment: Adjustment, record: PaymentRecord) -> object:
+        return {
+            "object": adjustment.kind,
+            "id": adjustment.id,
+            "psp_reference": record.psp_reference,
+            "merchant_reference": record.merchant_reference,
+            "amount": adjustment.amount,
+            "currency": adjustment.currency,
+            "fee": adjustment.fee,
+            "reason": adjustment.reason,
+            "created_at": ts(adjustment.created_at),
+        }
