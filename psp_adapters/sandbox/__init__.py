@@ -1,6 +1,6 @@
 """A local PSP simulator for demo, chaos tests and benchmarks: an HTTP server with fault injection
-(``server``, ``api``, ``faults``, ``ledger``) speaking one wire of several (``native_api``, ``stripe_api``),
-and the adapter recon uses to talk to the native one (``adapter``, ``wire``)."""
+(``server``, ``api``, ``faults``, ``ledger``) speaking one of three wires (``native_api``, ``stripe_api``,
+``adyen_api``), and the adapter recon uses to talk to the native one (``adapter``, ``wire``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The sandbox PSP: a real HTTP server on 127.0.0.1 speaking one PSP's wire, with fault injection.
 
-One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``) or ``stripe``
-(Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``). Their endpoints, auth, error
+One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``), ``stripe``
+(Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``) or ``adyen`` (Adyen's
+Checkout v71 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
 shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
 API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
 survives restarts.
@@ -24,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from psp_adapters.protocol import Secret
+from psp_adapters.sandbox.adyen_api import AdyenFlavor, ReportCredentials
 from psp_adapters.sandbox.api import (  # noqa: F401  (re-exported: the sandbox's public constants)
     MAX_BODY_BYTES,
     SANDBOX_PORT_DEFAULT,
@@ -39,6 +41,7 @@ from psp_adapters.sandbox.core import Flavor
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.native_api import NativeFlavor
+from psp_adapters.sandbox.records import FLAVORS
 from psp_adapters.sandbox.stripe_api import StripeFlavor
 
 logger = logging.getLogger(__name__)
@@ -156,9 +159,12 @@ def _shutdown(conn: socket.socket) -> None:
 class SandboxServer:
     """The sandbox PSP on ``host:port`` (port 0: any free port), its state in the SQLite file ``db_path``.
 
-    ``flavor``: "native" (default) or "stripe". ``api_key``: the key the PSP API requires
-    (``Authorization: Bearer``); None: any request is accepted. ``now_func`` is the server's clock (key expiry,
-    timestamps).
+    ``flavor``: "native" (default), "stripe" or "adyen". ``api_key``: the key the PSP API requires (native and
+    Stripe: ``Authorization: Bearer``; Adyen: ``X-API-Key``); None: any request is accepted. Adyen only: the
+    report user's credential (``report_username`` + ``report_password`` for HTTP basic auth, and/or
+    ``report_api_key`` for ``X-API-Key``; none configured: any request may download reports), the reports'
+    ``report_timezone`` (an IANA zone, default "CET") and ``company_account`` (their Company Account column).
+    ``now_func`` is the server's clock (key expiry, timestamps, report days).
 
     ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
     ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
@@ -176,10 +182,20 @@ class SandboxServer:
         api_key: Secret | str | None = None,
         now_func: Callable[[], datetime] | None = None,
         flavor: str = "native",
+        report_username: str | None = None,
+        report_password: Secret | str | None = None,
+        report_api_key: Secret | str | None = None,
+        report_timezone: str = "CET",
+        company_account: str = "SandboxCompany",
     ) -> None:
-        if flavor not in ("native", "stripe"):
-            raise ValueError(f"unknown sandbox flavor {flavor!r}; known: native, stripe")
+        if flavor not in FLAVORS:
+            raise ValueError(f"unknown sandbox flavor {flavor!r}; known: {', '.join(FLAVORS)}")
+        if (report_username is None) != (report_password is None):
+            raise ValueError("report_username and report_password go together")
         self.flavor = flavor
+        self._report = ReportCredentials.of(report_username, report_password, report_api_key)
+        self._report_timezone = AdyenFlavor.check_timezone(report_timezone)
+        self._company_account = company_account
         self._temp_dir = tempfile.TemporaryDirectory(prefix="psp-sandbox-") if db_path is None else None
         self.db_path = Path(self._temp_dir.name, "sandbox.db") if self._temp_dir else Path(db_path)  # type: ignore[arg-type]
         self._address = (host, port)
@@ -235,6 +251,15 @@ class SandboxServer:
         key = self._api_key.reveal().encode() if self._api_key else None
         if self.flavor == "stripe":
             return StripeFlavor(ledger, api_key=key, now_func=self._now)
+        if self.flavor == "adyen":
+            return AdyenFlavor(
+                ledger,
+                api_key=key,
+                now_func=self._now,
+                report=self._report,
+                timezone=self._report_timezone,
+                company_account=self._company_account,
+            )
         return NativeFlavor(ledger, api_key=key, now_func=self._now)
 
     def stop(self) -> None:
@@ -281,8 +306,9 @@ def serve_forever(
 ) -> None:
     """Run the sandbox until ``stop`` is set or Ctrl-C; ``on_ready_func(url)`` is called once it listens.
 
-    ``options``: the other ``SandboxServer`` arguments (``flavor``). The CLI entry point (``recon psp-sandbox``).
-    SIGTERM is not handled here: a CLI that wants a graceful SIGTERM sets ``stop`` from its signal handler.
+    ``options``: the other ``SandboxServer`` arguments (``flavor``, the report credentials, ``report_timezone``,
+    ``company_account``). The CLI entry point (``recon psp-sandbox``). SIGTERM is not handled here: a CLI that
+    wants a graceful SIGTERM sets ``stop`` from its signal handler.
     """
     stop = stop or threading.Event()
     with SandboxServer(db_path, host=host, port=port, faults=faults, api_key=api_key, **options) as server:

@@ -95,21 +95,45 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback only, unless you mean it.")
 @click.option("--state-file", type=click.Path(dir_okay=False), default="psp-sandbox.db", show_default=True,
               help="SQLite file holding the sandbox's payments; survives restarts.")
-@click.option("--api-key", envvar="RECON_SANDBOX_API_KEY", help="Require this Bearer key (default: none).")
+@click.option("--api-key", envvar="RECON_SANDBOX_API_KEY",
+              help="Require this key (native, stripe: Bearer; adyen: X-API-Key; default: none).")
+@click.option("--flavor", type=click.Choice(["native", "stripe", "adyen"]), default="native", show_default=True,
+              help="The wire the sandbox speaks: its own, Stripe's or Adyen's.")
+@click.option("--report-username", envvar="RECON_SANDBOX_REPORT_USERNAME",
+              help="adyen: the report user for basic auth on report downloads (e.g. report@Company.X).")
+@click.option("--report-password", envvar="RECON_SANDBOX_REPORT_PASSWORD", help="adyen: the report user's password.")
+@click.option("--report-api-key", envvar="RECON_SANDBOX_REPORT_API_KEY",
+              help="adyen: the report user's X-API-Key (no report credential configured: downloads need none).")
+@click.option("--report-timezone", default="CET", show_default=True,
+              help="adyen: the IANA time zone of the reports' days and Booking Date column.")
 @_sandbox_fault_options
-def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, **faults: Any) -> None:
+def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flavor: str,
+                report_username: str | None, report_password: str | None, report_api_key: str | None,
+                report_timezone: str, **faults: Any) -> None:
     """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults)."""
+    from zoneinfo import ZoneInfo
+
+    from psp_adapters.protocol import Secret
     from psp_adapters.sandbox.faults import Faults
     from psp_adapters.sandbox.server import serve_forever
 
     try:
         parsed = Faults.from_options(**faults)
-    except ValueError as exc:
+        if (report_username is None) != (report_password is None):
+            raise ValueError("--report-username and --report-password go together")
+        ZoneInfo(report_timezone)
+    except (ValueError, LookupError) as exc:
         raise UsageError(f"psp-sandbox: {exc}") from None
     stop = threading.Event()
     _install_signal_handlers(stop.set)
-    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop,
-                  on_ready_func=lambda url: click.echo(f"PSP sandbox listening on {url} (state in {state_file})"))
+    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop, flavor=flavor,
+                  report_username=report_username,
+                  report_password=Secret(report_password) if report_password else None,
+                  report_api_key=Secret(report_api_key) if report_api_key else None,
+                  report_timezone=report_timezone,
+                  on_ready_func=lambda url: click.echo(
+                      f"PSP sandbox{'' if flavor == 'native' else f' ({flavor})'} listening on {url} "
+                      f"(state in {state_file})"))
 
 
 # --- demo ---------------------------------------------------------------------------------------------------

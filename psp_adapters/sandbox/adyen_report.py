@@ -1,0 +1,159 @@
+"""Adyen's Payment accounting report, as the sandbox writes it from its books.
+
+docs.adyen.com/reporting/invoice-reconciliation/payment-accounting-report: a CSV file
+``payments_accounting_report_YYYY_MM_DD.csv`` per merchant account and day, one journal row per lifecycle event
+of a payment ("Record Type": Received, Authorised, SentForSettle, Settled, Refused, Cancelled, SentForRefund,
+Refunded, Chargeback), booked in the day of the account's time zone setting. ``Booking Date`` is
+``YYYY-MM-DD HH:MM:SS`` in that zone and ``TimeZone`` names it as a 4-character abbreviation in effect at that
+instant (CET in winter, CEST in summer for the default "CET"), so a client must read the zone from the column.
+
+Columns are the report's standard ones in their documented order (``COLUMNS``). Amounts are in major units
+("12.50"; "1250" for JPY). Register columns move as Adyen's journal does: Received (PC) +amount, Authorised
+moves it from Received to Authorised (PC), SentForSettle from Authorised to Captured (PC), Settled from Captured
+(PC) to Payable (SC) net of the fee in Commission (SC) (``records.sandbox_fee``); Refunded and Chargeback take
+Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)).
+
+Sandbox simplifications: the journal is derived from each payment's current state (an admin status change
+rewrites its history); an authorised payment is captured and settled at once; and files exist for any past day
+and for today (the rows so far), where Adyen writes a day's file the next morning, so that tests and demos
+finish in seconds. A day in the future, or an account that never had a payment, is 404.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from datetime import date, datetime, time, timedelta, tzinfo
+
+from psp_adapters.sandbox.faults import AUTHENTICATION_REQUIRED
+from psp_adapters.sandbox.records import Adjustment, PaymentRecord
+from psp_adapters.sandbox.wire import PaymentStatus
+
+COLUMNS = (
+    "Company Account",
+    "Merchant Account",
+    "Psp Reference",
+    "Merchant Reference",
+    "Payment Method",
+    "Booking Date",
+    "TimeZone",
+    "Main Currency",
+    "Main Amount",
+    "Record Type",
+    "Payment Currency",
+    "Received (PC)",
+    "Authorised (PC)",
+    "Captured (PC)",
+    "Settlement Currency",
+    "Payable (SC)",
+    "Commission (SC)",
+    "Markup (SC)",
+    "Scheme Fees (SC)",
+    "Interchange (SC)",
+    "Processing Fee Currency",
+    "Processing Fee (FC)",
+    "User Name",
+    "Payment Method Variant",
+    "Modification Merchant Reference",
+)
+# ISO-4217 minor-unit exponents that are not 2 (docs.adyen.com/development-resources/currency-codes)
+_EXPONENT_0 = frozenset("BIF CLP CVE DJF GNF IDR ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF".split())
+_EXPONENT_3 = frozenset("BHD IQD JOD KWD LYD OMR TND".split())
+
+
+def file_name(day: date) -> str:
+    return f"payments_accounting_report_{day:%Y_%m_%d}.csv"
+
+
+def major_units(amount: int, currency: str) -> str:
+    """Minor units -> the report's decimal text, exactly (integers only)."""
+    exponent = 0 if currency in _EXPONENT_0 else 3 if currency in _EXPONENT_3 else 2
+    sign, whole = ("-" if amount < 0 else ""), abs(amount)
+    if exponent == 0:
+        return f"{sign}{whole}"
+    return f"{sign}{whole // 10**exponent}.{whole % 10**exponent:0{exponent}d}"
+
+
+def day_window(day: date, zone: tzinfo) -> tuple[datetime, datetime]:
+    """The instants ``[start, end)`` of ``day`` in ``zone``."""
+    start = datetime.combine(day, time(0), tzinfo=zone)
+    end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
+    return start, end
+
+
+def journal(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> list[tuple[datetime, str, dict[str, object]]]:
+    """The payment's journal rows: (booked at, Record Type, {column: amount in minor units | text})."""
+    a, fee = record.amount, record.booked_fee
+    done = record.settled_at or record.created_at
+    rows: list[tuple[datetime, str, dict[str, object]]] = [(record.created_at, "Received", {"Received (PC)": a})]
+    if record.status is PaymentStatus.SUCCEEDED:
+        rows += [
+            (done, "Authorised", {"Received (PC)": -a, "Authorised (PC)": a}),
+            (done, "SentForSettle", {"Authorised (PC)": -a, "Captured (PC)": a}),
+            (done, "Settled", {"Captured (PC)": -a, "Payable (SC)": a - fee, "Commission (SC)": fee}),
+        ]
+    elif record.status is PaymentStatus.FAILED and record.failure_reason != AUTHENTICATION_REQUIRED:
+        rows.append((done, "Refused", {"Received (PC)": -a}))  # (a RedirectShopper never comes back: no row)
+    elif record.status is PaymentStatus.CANCELED:
+        rows.append((done, "Cancelled", {"Received (PC)": -a}))
+    for adj in adjustments:
+        main = {"Main Amount": adj.amount}
+        if adj.kind == "refund":
+            rows.append((adj.created_at, "SentForRefund", dict(main)))
+            rows.append((adj.created_at, "Refunded", {**main, "Payable (SC)": -adj.amount}))
+        else:
+            moved = {"Payable (SC)": -adj.amount - adj.fee, "Commission (SC)": adj.fee}
+            rows.append((adj.created_at, "Chargeback", {**main, **moved}))
+    return rows
+
+
+def render(
+    payments: Sequence[PaymentRecord],
+    adjustments: dict[str, list[Adjustment]],
+    *,
+    start: datetime,
+    end: datetime,
+    zone: tzinfo,
+    company_account: str,
+) -> str:
+    """The CSV text of the rows booked in ``[start, end)``: the header, then the rows in booking order."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    booked = [
+        (at, n, record, kind, moved)
+        for n, record in enumerate(payments)
+        for at, kind, moved in journal(record, adjustments.get(record.psp_reference, []))
+        if start <= at < end
+    ]
+    booked.sort(key=lambda row: (row[0], row[1]))
+    for at, _, record, kind, moved in booked:
+        writer.writerow(_row(record, at.astimezone(zone), kind, moved, company_account))
+    return out.getvalue()
+
+
+def _row(record: PaymentRecord, at: datetime, kind: str, moved: dict[str, object], company: str) -> list[str]:
+    currency = record.currency
+    settles = any(name.endswith("(SC)") for name in moved)
+    main = moved.get("Main Amount", record.amount)
+    cells: dict[str, str] = {
+        "Company Account": company,
+        "Merchant Account": record.merchant_account or "",
+        "Psp Reference": record.psp_reference,
+        "Merchant Reference": record.merchant_reference,
+        "Payment Method": "visa",
+        "Booking Date": at.strftime("%Y-%m-%d %H:%M:%S"),
+        "TimeZone": at.tzname() or "",
+        "Main Currency": currency,
+        "Main Amount": major_units(main, currency) if isinstance(main, int) else "",
+        "Record Type": kind,
+        "Payment Currency": currency,
+        "Settlement Currency": currency if settles else "",
+        "User Name": f"ws@Company.{company}",
+        "Payment Method Variant": "visa",
+    }
+    for name, value in moved.items():
+        if name != "Main Amount" and isinstance(value, int):
+            cells[name] = major_units(value, currency)
+    return [cells.get(name, "") for name in COLUMNS]
