@@ -54,20 +54,29 @@ def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
     return StripeAdapter(
         _text(settings, "base_url", required=True),
         api_key=_secret(settings, "api_key", required=True),
+        api_version=_text(settings, "api_version") or None,  # None: the adapter's pinned API_VERSION
         timeout=_timeout(settings),
         transport=settings.get("transport"),
     )
 
 
 def _adyen(settings: Mapping[str, Any]) -> PspAdapter:
+    """The Adyen adapter. ``merchant_account`` is only the default (a payment may name its own); the report
+    user's credentials (``report_api_key``, or ``report_username`` with ``report_password``) are required and
+    never fall back to ``api_key``: the adapter's ValueError names them and their variables."""
     from psp_adapters.adyen.adapter import DEFAULT_REPORT_BASE_URL, AdyenAdapter
+    from psp_adapters.adyen.wire import DEFAULT_RECURRING_PROCESSING_MODEL, DEFAULT_RETURN_URL
 
     return AdyenAdapter(
         _text(settings, "base_url", required=True),
         api_key=_secret(settings, "api_key", required=True),
-        merchant_account=_text(settings, "merchant_account", required=True),
+        merchant_account=_text(settings, "merchant_account") or None,
+        return_url=_text(settings, "return_url") or DEFAULT_RETURN_URL,
+        recurring_processing_model=_text(settings, "recurring_processing_model") or DEFAULT_RECURRING_PROCESSING_MODEL,
         report_base_url=_text(settings, "report_base_url") or DEFAULT_REPORT_BASE_URL,
         report_api_key=_secret(settings, "report_api_key") or None,
+        report_username=_text(settings, "report_username") or None,
+        report_password=_secret(settings, "report_password") or None,
         report_timezone=_text(settings, "report_timezone") or "UTC",
         timeout=_timeout(settings),
         transport=settings.get("transport"),

@@ -2,23 +2,40 @@
 
 How Adyen tells status, and what this adapter does about it:
 
-- ``POST {base_url}/v71/payments`` (JSON, ``X-API-Key``, ``Idempotency-Key``; keys kept at least 31 days)
-  answers with a ``resultCode``. A refusal is HTTP 200 with ``resultCode: Refused``, a decline like any other.
+- ``POST {base_url}/v71/payments`` (JSON, ``X-API-Key``, ``Idempotency-Key``) charges a stored card,
+  merchant-initiated (``wire.payment_body``), and answers with a ``resultCode``. A refusal is HTTP 200 with
+  ``resultCode: Refused``, a decline like any other; a result that needs the shopper is ActionRequired.
+- Idempotency (docs.adyen.com/development-resources/api-idempotency): a key is at most 64 characters; keys
+  are stored per **company account** (two merchant accounts of one company share the key space) and
+  regional endpoints do not check each other's keys; a key is valid "for a minimum period of 7 days after
+  first submission" (``idempotency_retention``). A second request with a key whose first request is still
+  running is answered HTTP 422 or 409 with error 704 ("request already processed or in progress"): a
+  transient error, retried later with the same key.
+- Errors: only what the docs call transient is retried. A ``Transient-Error: true`` header marks an error
+  "that can be retried at a later time using the same idempotency key"; without it (or with ``false``), "do
+  not retry the request": Adyen stores a non-transient answer as the key's final result, so a charge's 5xx
+  without that header is a saved answer (``PspError.saved``: recon leaves the payment pending and lets the
+  reports tell) rather than one to send again. Error 703 (HTTP 503, Adyen's idempotency store unavailable)
+  is transient by the same page. A ServiceError whose ``errorType`` is ``configuration`` or ``validation`` is
+  permanent whatever its HTTP status (docs.adyen.com/development-resources/response-handling: "Our servers may
+  return a 500 status code also when the request is incorrect"): PspRejectedError.
 - Checkout has no endpoint to read a payment back. Adyen's own channels are the standard webhooks
   (AUTHORISATION, CAPTURE, …), pushed to us, and the reports. recon's protocol is pull-based, so
   ``fetch_payment`` reads the daily **Payment accounting report**
   (``payments_accounting_report_YYYY_MM_DD.csv``, one journal row per lifecycle event: Received, Authorised,
-  SentForSettle, Settled, Refused, …),
-  downloaded from ``{report_base_url}/reports/download/MerchantAccount/{account}/{file}`` with the API key
-  of a report user (``X-API-Key``). It walks back from today over ``lookback_days`` files, newest first, and
-  the first file that mentions the payment answers (newer files hold newer events).
-- Reports are generated once a day (early morning CET, in the account's time zone), so today's events are
-  not in any file yet. A payment absent from every available file is therefore **Pending**, never
-  NotFound: absence here is not proof that Adyen never saw it. recon snoozes a Pending payment on its sync
-  schedule and sends it to ``needs_review`` at the end, never to ``failed``. A file that does not exist yet
-  (HTTP 404) is skipped.
-- ``iter_settlements`` reads the same daily files, one download per day, as iterated, and yields the
-  settlement events (Settled, Refunded, Chargeback, and failed payments) booked inside the window.
+  SentForSettle, Settled, Refused, …) of the payment's merchant account, downloaded from
+  ``{report_base_url}/reports/download/MerchantAccount/{account}/{file}`` as the **report user**, a user of its
+  own (docs.adyen.com/reporting/automatically-get-reports: basic auth ``report@Company.YourCompany`` with its
+  password, or its API key in ``X-API-Key``), never the Checkout API key. It walks back from today over
+  ``lookback_days`` files, newest first, and the first file that mentions the payment answers.
+- Reports are generated once a day (early morning, in the account's time zone), so today's events are not
+  in any file yet. A payment absent from every available file is therefore **Pending**, never NotFound:
+  absence here is not proof that Adyen never saw it. recon snoozes a Pending payment on its sync schedule and
+  sends it to ``needs_review`` at the end, never to ``failed``. A file that does not exist yet (HTTP 404) is
+  skipped.
+- ``iter_settlements`` reads the same daily files of every merchant account it is given plus the default,
+  one download per account per day, as iterated, and yields the settlement events (Settled, Refunded,
+  Chargeback, and failed payments) booked inside the window, compared in UTC.
 
 Cost: ``fetch_payment`` downloads up to ``lookback_days + 1`` report files. A deployment that receives
 Adyen webhooks should answer ``fetch_payment`` from them instead; this adapter is the fallback.
@@ -26,6 +43,7 @@ Adyen webhooks should answer ``fetch_payment`` from them instead; this adapter i
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Collection, Iterator
 from datetime import date, datetime, timedelta
 from types import TracebackType
@@ -37,7 +55,7 @@ import httpx
 
 from psp_adapters.adyen import report, wire
 from psp_adapters.adyen.wire import API_VERSION, PSP_NAME
-from psp_adapters.errors import PspError, PspProtocolError
+from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
 from psp_adapters.http import (
     DEFAULT_TIMEOUT,
     error_from_response,
@@ -54,17 +72,25 @@ from psp_adapters.protocol import ChargeRequest, PaymentOutcome, Pending, PspRef
 DEFAULT_BASE_URL = "https://checkout-test.adyen.com"
 DEFAULT_REPORT_BASE_URL = "https://ca-test.adyen.com"
 LOOKBACK_DAYS_DEFAULT = 7
+REPORT_CREDENTIALS_MISSING = (
+    "adyen: the report user's credentials are required: report_api_key or report_username/report_password "
+    "(RECON_ADYEN_REPORT_API_KEY, or RECON_ADYEN_REPORT_USERNAME and RECON_ADYEN_REPORT_PASSWORD); the "
+    "Checkout API key is a different user and is never used for reports"
+)
 
 
 class AdyenAdapter:
     """recon's view of Adyen (see the module docstring for how status is learned).
 
-    Raises only PspError subclasses from its methods (ValueError from the constructor on bad settings).
-    API keys are held only in the clients' headers and never appear in a message or a repr.
+    ``merchant_account`` is the default account: a charge or a payment that names its own account (other
+    than the label "default") goes there. Raises only PspError subclasses from its methods (ValueError from
+    the constructor on bad settings). Credentials are held only in the clients' headers and never appear in a
+    message or a repr.
     """
 
     name: ClassVar[str] = PSP_NAME
-    #: Adyen keeps a key for a minimum of 7 days (docs.adyen.com/development-resources/api-idempotency)
+    #: "Idempotency keys are valid for a minimum period of 7 days after first submission"
+    #: (docs.adyen.com/development-resources/api-idempotency, "Key scope and validity time")
     idempotency_retention: ClassVar[timedelta | None] = timedelta(days=7)
 
     def __init__(
@@ -72,9 +98,13 @@ class AdyenAdapter:
         base_url: str = DEFAULT_BASE_URL,
         *,
         api_key: Secret,
-        merchant_account: str,
+        merchant_account: str | None = None,
+        return_url: str = wire.DEFAULT_RETURN_URL,
+        recurring_processing_model: str = wire.DEFAULT_RECURRING_PROCESSING_MODEL,
         report_base_url: str = DEFAULT_REPORT_BASE_URL,
         report_api_key: Secret | None = None,
+        report_username: str | None = None,
+        report_password: Secret | None = None,
         report_timezone: str = "UTC",
         lookback_days: int = LOOKBACK_DAYS_DEFAULT,
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
@@ -83,51 +113,64 @@ class AdyenAdapter:
     ) -> None:
         if not api_key:
             raise ValueError("adyen: api_key is required")
-        if not merchant_account:
-            raise ValueError("adyen: merchant_account is required")
-        if lookback_days < 0:
-            raise ValueError("adyen: lookback_days must be >= 0")
-        report_key = report_api_key or api_key
+        _check_settings(merchant_account, return_url, recurring_processing_model, lookback_days)
+        report_headers, report_secrets = _report_credentials(report_api_key, report_username, report_password)
         self._base_url = base_url
-        self._merchant_account = merchant_account
+        self._merchant_account = merchant_account or None
+        self._return_url = return_url
+        self._recurring_processing_model = recurring_processing_model
         self._tz = ZoneInfo(report_timezone)  # the account's time zone setting: the reports' day boundaries
         self._lookback_days = lookback_days
         self._now_func = now_func
-        self._secrets = (api_key.reveal(), report_key.reveal())
+        self._secrets = (api_key.reveal(), *report_secrets)
         self._client = make_client(
             base_url, headers={"X-API-Key": api_key.reveal()}, timeout=timeout, transport=transport
         )
-        self._reports = make_client(
-            report_base_url, headers={"X-API-Key": report_key.reveal()}, timeout=timeout, transport=transport
-        )
+        self._reports = make_client(report_base_url, headers=report_headers, timeout=timeout, transport=transport)
 
     def __repr__(self) -> str:
         return f"AdyenAdapter(base_url={self._base_url!r}, merchant_account={self._merchant_account!r})"
 
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome:
-        """``POST /v71/payments``; ``idempotency_key`` (at most 64 characters) in ``Idempotency-Key``.
+        """``POST /v71/payments`` with ``idempotency_key`` (at most 64 characters) in ``Idempotency-Key``.
 
-        Returns the outcome of the ``resultCode`` (Refused -> Failed with ``refusalReason``). Raises
-        PspUnknownOutcome when the request may have reached Adyen but no answer came back, and a
-        PspTransientError for error 704 (the same key still in flight), honouring ``Transient-Error``.
+        The account is ``request.merchant_account`` unless empty or "default", else the configured one.
+        Returns the outcome of the ``resultCode`` (Refused -> Failed with ``refusalReason``; a shopper action
+        -> ActionRequired). Raises PspRejectedError before sending when the charge breaks a rule of
+        ``wire.check_charge``, no account is known, or the key is too long; PspUnknownOutcome when the
+        request may have reached Adyen but no answer came back; PspTransientError for error 704 (the same key
+        still in flight) and for answers marked ``Transient-Error: true``.
         """
-        body = wire.payment_body(request, merchant_account=self._merchant_account)
+        account = wire.resolve_merchant_account(request.merchant_account, self._merchant_account)
+        if not idempotency_key or len(idempotency_key) > wire.IDEMPOTENCY_KEY_MAX:
+            raise PspRejectedError(
+                f"{PSP_NAME}: an Idempotency-Key has 1 to {wire.IDEMPOTENCY_KEY_MAX} characters", psp=PSP_NAME
+            )
+        body = wire.payment_body(
+            request,
+            merchant_account=account,
+            return_url=self._return_url,
+            recurring_processing_model=self._recurring_processing_model,
+        )
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
             response = self._client.post(
                 f"/{API_VERSION}/payments", json=body, headers={"Idempotency-Key": idempotency_key}
             )
         if not response.is_success:
-            raise self._error(response)
+            raise self._error(response, keyed=True)
         return wire.payment_to_outcome(json_body(response, psp=PSP_NAME), request=request)
 
     def fetch_payment(self, ref: PspRef) -> PaymentOutcome:
-        """The payment's latest status in the Payment accounting reports of the last ``lookback_days`` days.
+        """The payment's latest status in the Payment accounting reports of its merchant account
+        (``ref.merchant_account``, else the default) over the last ``lookback_days`` days.
 
         Returns Pending (``raw_status=None``) when no available report mentions it: see the module docstring.
+        Raises PspRejectedError when no merchant account is known.
         """
+        account = wire.resolve_merchant_account(ref.merchant_account, self._merchant_account)
         today = self._now_func().astimezone(self._tz).date()
         for offset in range(self._lookback_days + 1):
-            rows = self._report(today - timedelta(days=offset))
+            rows = self._report(account, today - timedelta(days=offset))
             matching = [row for row in rows or () if report.row_matches(row, ref)]
             if matching:
                 return wire.report_outcome(matching)
@@ -136,14 +179,17 @@ class AdyenAdapter:
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
     ) -> Iterator[SettlementLine]:
-        """Settlement events booked in ``[since, until)``, one daily report downloaded per day as iterated.
+        """Settlement events booked in ``[since, until)`` in the reports of every account of
+        ``merchant_accounts`` plus the default (each once, in that order), one file per account per day,
+        downloaded as iterated. Days are the account time zone's; bookings compare in UTC.
 
-        ``since`` and ``until`` must be aware (ValueError otherwise, raised at once). A payment may appear
-        more than once, once per event (settled, then refunded on a later day).
+        ``since`` and ``until`` must be aware (ValueError otherwise) and some account must be known
+        (PspRejectedError otherwise), both raised at once. A payment may appear more than once, once per event
+        (settled, then refunded on a later day).
         """
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")
-        return self._settlement_days(since, until)
+        return self._settlement_days(since, until, self._accounts(merchant_accounts))
 
     def close(self) -> None:
         """Close both HTTP clients; the adapter is unusable afterwards."""
@@ -158,47 +204,92 @@ class AdyenAdapter:
     ) -> None:
         self.close()
 
-    def _settlement_days(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def _accounts(self, merchant_accounts: Collection[str]) -> list[str]:
+        """The given accounts then the default, without duplicates, empties or the label "default"."""
+        wanted = [*merchant_accounts, self._merchant_account or ""]
+        accounts = list(dict.fromkeys(a for a in wanted if a and a != wire.DEFAULT_ACCOUNT_LABEL))
+        if not accounts:
+            wire.resolve_merchant_account(None, None)  # raises, naming the setting
+        return accounts
+
+    def _settlement_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[SettlementLine]:
         day = since.astimezone(self._tz).date()
         last = (until - timedelta(microseconds=1)).astimezone(self._tz).date()
         while day <= last:
-            for row in self._report(day) or ():
-                status = wire.settlement_status(row.record_type)
-                if status is not None and since <= row.booked_at < until:
-                    yield wire.to_settlement_line(row, status=status)
+            for account in accounts:
+                for row in self._report(account, day) or ():
+                    status = wire.settlement_status(row.record_type)
+                    if status is not None and since <= row.booked_at < until:
+                        yield wire.to_settlement_line(row, status=status)
             day += timedelta(days=1)
 
-    def _report(self, day: date) -> list[report.ReportRow] | None:
-        """One day's report rows, or None when Adyen has not generated that file (yet)."""
-        path = (
-            f"/reports/download/MerchantAccount/{quote(self._merchant_account, safe='')}/"
-            f"{report.report_file_name(day)}"
-        )
+    def _report(self, account: str, day: date) -> list[report.ReportRow] | None:
+        """One account's report rows of one day, or None when Adyen has not generated that file (yet)."""
+        path = f"/reports/download/MerchantAccount/{quote(account, safe='')}/{report.report_file_name(day)}"
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):
             response = self._reports.get(path)
         if response.status_code == 404:
             return None
         if not response.is_success:
-            raise self._error(response)
+            raise self._error(response, keyed=False)
         try:
             text = response.content.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise PspProtocolError(f"{PSP_NAME}: report is not UTF-8", psp=PSP_NAME) from exc
         return report.parse_report(text, tz=self._tz)
 
-    def _error(self, response: httpx.Response) -> PspError:
+    def _error(self, response: httpx.Response, *, keyed: bool) -> PspError:
+        """The PspError of a non-2xx answer; ``keyed``: the request carried an Idempotency-Key."""
         try:
             error: wire.AdyenError | None = wire.parse_error(json_body(response, psp=PSP_NAME))
         except PspProtocolError:
             error = None  # a proxy's HTML 502, an empty 404: the status code alone decides
-        transient = response.headers.get("Transient-Error", "").strip().lower()
-        return error_from_response(
+        transient = {"true": True, "false": False}.get(response.headers.get("Transient-Error", "").strip().lower())
+        code = error.error_code if error else None
+        if code == wire.IDEMPOTENCY_UNAVAILABLE_ERROR_CODE:
+            transient = True
+        # an Adyen answer to a keyed request that it did not mark transient is the key's final answer
+        saved = keyed and error is not None and response.status_code >= 500 and transient is not True
+        built = error_from_response(
             response,
             psp=PSP_NAME,
             now=self._now_func(),
-            code=error.error_code if error else None,
+            code=code,
             message=error.message if error else None,
-            in_flight=error is not None and error.error_code == wire.IN_FLIGHT_ERROR_CODE,
-            should_retry={"true": True, "false": False}.get(transient),
+            in_flight=code == wire.IN_FLIGHT_ERROR_CODE,
+            should_retry=False if saved else transient,
+            saved=saved,
             secrets=self._secrets,
         )
+        if error is not None and error.permanent and transient is not True and response.status_code >= 500:
+            return PspRejectedError(str(built), psp=PSP_NAME, status_code=response.status_code, code=code)
+        return built
+
+
+def _check_settings(
+    merchant_account: str | None, return_url: str, recurring_processing_model: str, lookback_days: int
+) -> None:
+    if merchant_account == wire.DEFAULT_ACCOUNT_LABEL:
+        raise ValueError(f"adyen: merchant_account {merchant_account!r} is a label, not an Adyen merchant account")
+    if not return_url or len(return_url) > wire.RETURN_URL_MAX:
+        raise ValueError(f"adyen: return_url must have 1 to {wire.RETURN_URL_MAX} characters")
+    if recurring_processing_model not in wire.RECURRING_PROCESSING_MODELS:
+        raise ValueError(
+            f"adyen: recurring_processing_model {recurring_processing_model!r} is not one of "
+            f"{', '.join(wire.RECURRING_PROCESSING_MODELS)}"
+        )
+    if lookback_days < 0:
+        raise ValueError("adyen: lookback_days must be >= 0")
+
+
+def _report_credentials(
+    api_key: Secret | None, username: str | None, password: Secret | None
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The report client's headers and the secrets to scrub: basic auth when a username and a password are
+    given, else the report user's API key. Raises ValueError naming the settings when neither is given."""
+    if username and password:
+        token = base64.b64encode(f"{username}:{password.reveal()}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {token}"}, (password.reveal(), token)
+    if api_key:
+        return {"X-API-Key": api_key.reveal()}, (api_key.reveal(),)
+    raise ValueError(REPORT_CREDENTIALS_MISSING)

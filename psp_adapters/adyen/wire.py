@@ -1,30 +1,41 @@
 """Adyen's wire format, mirrored exactly, and its mapping to protocol outcomes.
 
-The only place where an Adyen document becomes a ``PaymentOutcome`` or a ``SettlementLine``, and where
-amounts cross between Adyen's units and ISO-4217 minor units. Two status fields exist:
+The only place where an Adyen document becomes a ``PaymentOutcome`` or a ``SettlementLine``, where a
+``ChargeRequest`` becomes a ``POST /v71/payments`` body, and where amounts cross between Adyen's units and
+ISO-4217 minor units. Two status fields exist:
 
 - ``resultCode`` of a Checkout ``POST /v71/payments`` answer (``ResultCode``);
 - ``Record Type`` of a row of the daily Payment accounting report, the journal of a payment's lifecycle
   (``RecordType``). Checkout has no "get payment" endpoint: Adyen tells status through webhooks and reports.
 
+The charge is a merchant-initiated payment with a stored card (docs.adyen.com/online-payments/tokenization/
+make-token-payments): ``paymentMethod {type: scheme, storedPaymentMethodId}``, ``shopperReference``,
+``shopperInteraction: ContAuth`` and a ``recurringProcessingModel``, plus what the v71 ``PaymentRequest``
+schema requires (``amount``, ``merchantAccount``, ``paymentMethod``, ``reference``, ``returnUrl``;
+docs.adyen.com/api-explorer/Checkout/71/post/payments). ``check_charge`` states every rule a charge must
+meet before it is sent; ``payment_body`` refuses (PspRejectedError) what ``check_charge`` refuses, so no body
+the schema would reject ever leaves.
+
 Shapes: PaymentResponse ``{"pspReference": "…", "resultCode": "Authorised", "merchantReference": "…",
 "amount": {"value": 1000, "currency": "EUR"}, "refusalReason": "…", "refusalReasonCode": "…"}``;
-error ``{"status": 422, "errorCode": "101", "message": "Invalid card number", "errorType": "validation",
-"pspReference": "…"}``. The report file's CSV layout is ``report.py``'s business; this module says what
-its ``Record Type`` means.
+ServiceError ``{"status": 422, "errorCode": "101", "message": "Invalid card number", "errorType":
+"validation", "pspReference": "…"}``. The report file's CSV layout is ``report.py``'s business; this module
+says what its ``Record Type`` means.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar, assert_never
 
-from psp_adapters.errors import PspProtocolError
+from psp_adapters.errors import PspProtocolError, PspRejectedError
 from psp_adapters.protocol import (
+    ActionRequired,
     ChargeRequest,
     Failed,
+    FieldProblem,
     PaymentOutcome,
     Pending,
     SettlementLine,
@@ -38,22 +49,54 @@ if TYPE_CHECKING:
 
 PSP_NAME = "adyen"
 API_VERSION = "v71"
-#: error code of "request already processed or in progress" (same idempotency key still executing)
+#: "request already processed or in progress": the same idempotency key is still executing; sent with HTTP
+#: 422 or 409, retry later with the same key (docs.adyen.com/development-resources/api-idempotency)
 IN_FLIGHT_ERROR_CODE = "704"
+#: "required resource temporarily unavailable" (HTTP 503): Adyen's idempotency store is down; Adyen marks it
+#: a transient error (same page, "Designing for resilience")
+IDEMPOTENCY_UNAVAILABLE_ERROR_CODE = "703"
+#: ``errorType`` values that mean the request itself is wrong, even on HTTP 500: "Our servers may return a 500
+#: status code also when the request is incorrect, for example because of a missing or not filled in mandatory
+#: field" (docs.adyen.com/development-resources/response-handling); e.g. 905 "Payment details are not
+#: supported" (configuration), 702 "Required field 'merchantAccount' is null" (validation)
+PERMANENT_ERROR_TYPES = frozenset({"configuration", "validation"})
+#: the ``Idempotency-Key`` header: "a unique identifier for the message with a maximum of 64 characters"
+IDEMPOTENCY_KEY_MAX = 64
+
+#: card on file, shopper not present (docs.adyen.com/online-payments/tokenization/make-token-payments)
+SHOPPER_INTERACTION = "ContAuth"
+#: the v71 ``PaymentRequest.recurringProcessingModel`` enum
+RECURRING_PROCESSING_MODELS = ("CardOnFile", "Subscription", "UnscheduledCardOnFile")
+#: a merchant-initiated charge on a non-fixed schedule (the v71 schema's description of the value)
+DEFAULT_RECURRING_PROCESSING_MODEL = "UnscheduledCardOnFile"
+#: ``returnUrl`` is required by the v71 schema (a missing one is error 14_030 "Return URL is missing") but a
+#: ContAuth charge never redirects a shopper: a redirect answer is ActionRequired, never followed. The default
+#: is on the reserved ``.invalid`` domain (RFC 2606), so nobody can be sent anywhere by it; set ``return_url``
+#: (``RECON_ADYEN_RETURN_URL``) to your own page if your account needs a real one.
+DEFAULT_RETURN_URL = "https://recon.invalid/adyen/return"
+RETURN_URL_MAX = 8000  #: ``PaymentRequest.returnUrl.maxLength``
+REFERENCE_MAX = 80  #: ``PaymentRequest.reference``: "Maximum length: 80 characters."
+SHOPPER_REFERENCE_MIN = 3  #: ``PaymentRequest.shopperReference.minLength`` ("Minimum length: 3 characters")
+SHOPPER_REFERENCE_MAX = 256  #: ``PaymentRequest.shopperReference.maxLength``
+STORED_PAYMENT_METHOD_ID_MAX = 64  #: ``CardDetails.storedPaymentMethodId.maxLength``
+#: a label recon uses for "no particular account"; it is never sent as a merchant account
+DEFAULT_ACCOUNT_LABEL = "default"
+MERCHANT_ACCOUNT_SETTING = "[psp.adyen] merchant_account / RECON_ADYEN_MERCHANT_ACCOUNT"
 
 _T = TypeVar("_T")
 
-# Adyen's currency table differs from ISO 4217 for four currencies (docs.adyen.com "Currency codes": "For
-# CLP, CVE, IDR, and ISK the standard has a different number of decimals"): CLP and ISK take two decimals,
-# CVE and IDR none. Value: Adyen exponent minus ISO exponent.
+# Adyen's currency table differs from ISO 4217 for four currencies (docs.adyen.com/development-resources/
+# currency-codes: "For CLP, CVE, IDR, and ISK the standard has a different number of decimals"): CLP and ISK
+# take two decimals, CVE and IDR none. Value: Adyen exponent minus ISO exponent.
 _EXPONENT_SHIFT: Mapping[str, int] = {"CLP": 2, "ISK": 2, "CVE": -2, "IDR": -2}
 
 
 class ResultCode(enum.Enum):
-    """``resultCode`` of a /payments answer (Checkout API v71).
+    """``resultCode`` of a /payments answer (Checkout API v71,
+    docs.adyen.com/online-payments/build-your-integration/payment-result-codes).
 
-    The v71 OpenAPI enum also lists ``Success`` without documenting it; it is left out on purpose, so it
-    arrives as Unknown rather than as a guess.
+    The v71 OpenAPI enum also lists ``Success``, which its own description and the result-codes page do not
+    document; it is left out on purpose, so it arrives as Unknown rather than as a guess.
     """
 
     AUTHORISED = "Authorised"  #: final: authorised (captured automatically unless delayed capture is set)
@@ -66,7 +109,7 @@ class ResultCode(enum.Enum):
     REDIRECT_SHOPPER = "RedirectShopper"  #: shopper must complete it elsewhere
     IDENTIFY_SHOPPER = "IdentifyShopper"  #: 3DS2 device fingerprint required
     CHALLENGE_SHOPPER = "ChallengeShopper"  #: 3DS2 challenge required
-    PRESENT_TO_SHOPPER = "PresentToShopper"  #: voucher/QR shown to the shopper, who pays later
+    PRESENT_TO_SHOPPER = "PresentToShopper"  #: information (voucher, QR code) to show the shopper, who pays
     AUTHENTICATION_FINISHED = "AuthenticationFinished"  #: 3DS2 authentication-only flow done, not authorised
     AUTHENTICATION_NOT_REQUIRED = "AuthenticationNotRequired"  #: authentication-only flow, not authorised
 
@@ -95,11 +138,19 @@ class RecordType(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class AdyenError:
-    """An Adyen error body (every field may be absent)."""
+    """An Adyen ServiceError body (every field may be absent)."""
 
     error_code: str | None
     message: str | None
     error_type: str | None
+
+    @property
+    def permanent(self) -> bool:
+        """The request itself is wrong (``errorType`` configuration or validation), whatever the HTTP status;
+        an in-flight or idempotency-store error never is."""
+        if self.error_code in (IN_FLIGHT_ERROR_CODE, IDEMPOTENCY_UNAVAILABLE_ERROR_CODE):
+            return False
+        return (self.error_type or "").lower() in PERMANENT_ERROR_TYPES
 
 
 def to_adyen_amount(amount: int, currency: str) -> int:
@@ -112,22 +163,110 @@ def from_adyen_amount(amount: int, currency: str) -> int:
     return from_psp_units(amount, currency, shifts=_EXPONENT_SHIFT, psp=PSP_NAME)
 
 
-def payment_body(request: ChargeRequest, *, merchant_account: str) -> dict[str, object]:
-    """The JSON body of ``POST /v71/payments``: a merchant-initiated charge of a stored payment method.
+def resolve_merchant_account(requested: str | None, default: str | None) -> str:
+    """The account a charge or a report read goes to: ``requested`` unless it is empty or the label
+    ``"default"``, else the configured ``default``. Raises PspRejectedError naming the setting when neither
+    gives one. The label ``"default"`` is never returned."""
+    for candidate in (requested, default):
+        if candidate and candidate != DEFAULT_ACCOUNT_LABEL:
+            return candidate
+    raise PspRejectedError(
+        f"{PSP_NAME}: no merchant account: the payment names none and {MERCHANT_ACCOUNT_SETTING} is not set",
+        psp=PSP_NAME,
+    )
 
-    ``payment_method`` is an Adyen ``storedPaymentMethodId`` (recon never handles card numbers).
+
+def check_charge(request: ChargeRequest) -> list[FieldProblem]:
+    """What Adyen would refuse about a merchant-initiated charge of ``request``; empty when none.
+
+    Pure: no settings, no call. ``request.merchant_account`` must be the resolved account (the caller
+    resolves its default first): ``None``/``""`` means none, and the label ``"default"`` is refused. Each
+    problem names the ChargeRequest field. Rules: the v71 ``PaymentRequest`` schema's bounds (``reference``
+    at most 80, ``shopperReference`` 3 to 256, ``storedPaymentMethodId`` at most 64 characters), a stored
+    payment method and a shopper reference for a token payment (docs.adyen.com/online-payments/tokenization/
+    make-token-payments), and amounts in Adyen's currency exponents (docs.adyen.com/development-resources/
+    currency-codes).
     """
-    body: dict[str, object] = {
+    problems = [
+        *_reference_problems(request.merchant_reference),
+        *_account_problems(request.merchant_account),
+        *_payment_method_problems(request.payment_method),
+        *_shopper_problems(request.customer_reference),
+        *_amount_problems(request.amount, request.currency),
+    ]
+    return problems
+
+
+def payment_body(
+    request: ChargeRequest, *, merchant_account: str, return_url: str, recurring_processing_model: str
+) -> dict[str, object]:
+    """The JSON body of ``POST /v71/payments``: a merchant-initiated charge of a stored card.
+
+    ``merchant_account`` is the resolved account (``resolve_merchant_account``). Raises PspRejectedError,
+    before anything is sent, listing every problem ``check_charge`` finds. ``request.description`` is not
+    sent: /payments has no free-text description field.
+    """
+    problems = check_charge(replace(request, merchant_account=merchant_account))
+    if problems:
+        text = "; ".join(f"{problem.field}: {problem.message}" for problem in problems)
+        raise PspRejectedError(f"{PSP_NAME}: charge refused before sending: {text}", psp=PSP_NAME)
+    assert request.payment_method is not None and request.customer_reference is not None  # check_charge
+    return {
         "amount": {"value": to_adyen_amount(request.amount, request.currency), "currency": request.currency},
         "reference": request.merchant_reference,
-        "merchantAccount": request.merchant_account or merchant_account,
-        "shopperInteraction": "ContAuth",
-        "recurringProcessingModel": "UnscheduledCardOnFile",
+        "merchantAccount": merchant_account,
+        "paymentMethod": {"type": "scheme", "storedPaymentMethodId": request.payment_method},
+        "shopperReference": request.customer_reference,
+        "shopperInteraction": SHOPPER_INTERACTION,
+        "recurringProcessingModel": recurring_processing_model,
+        "returnUrl": return_url,
     }
-    if request.payment_method is not None:
-        body["paymentMethod"] = {"type": "scheme", "storedPaymentMethodId": request.payment_method}
-    # /payments has no free-text description field; ``request.description`` stays with us
-    return body
+
+
+def _reference_problems(reference: str) -> list[FieldProblem]:
+    if not reference:
+        return [FieldProblem("merchant_reference", "Adyen needs a payment reference")]
+    if len(reference) > REFERENCE_MAX:
+        return [FieldProblem("merchant_reference", f"Adyen takes at most {REFERENCE_MAX} characters")]
+    return []
+
+
+def _account_problems(account: str | None) -> list[FieldProblem]:
+    if not account:
+        return [FieldProblem("merchant_account", f"Adyen needs a merchant account; set {MERCHANT_ACCOUNT_SETTING}")]
+    if account == DEFAULT_ACCOUNT_LABEL:
+        return [FieldProblem("merchant_account", f"{account!r} is not an Adyen merchant account")]
+    return []
+
+
+def _payment_method_problems(token: str | None) -> list[FieldProblem]:
+    if not token:
+        return [FieldProblem("payment_method", "Adyen needs the stored card's storedPaymentMethodId")]
+    if len(token) > STORED_PAYMENT_METHOD_ID_MAX:
+        return [FieldProblem("payment_method", f"a storedPaymentMethodId has at most "
+                                               f"{STORED_PAYMENT_METHOD_ID_MAX} characters")]
+    return []
+
+
+def _shopper_problems(shopper: str | None) -> list[FieldProblem]:
+    if not shopper:
+        return [FieldProblem("customer_reference", "Adyen needs the shopperReference the card is stored under")]
+    if not SHOPPER_REFERENCE_MIN <= len(shopper) <= SHOPPER_REFERENCE_MAX:
+        return [FieldProblem("customer_reference", f"a shopperReference has {SHOPPER_REFERENCE_MIN} to "
+                                                   f"{SHOPPER_REFERENCE_MAX} characters")]
+    return []
+
+
+def _amount_problems(amount: int, currency: str) -> list[FieldProblem]:
+    if len(currency) != 3 or not currency.isalpha() or not currency.isupper():
+        return [FieldProblem("currency", f"{currency!r} is not an upper-case ISO-4217 code")]
+    if amount < 0:
+        return [FieldProblem("amount", "Adyen charges no negative amounts")]
+    try:
+        to_adyen_amount(amount, currency)
+    except PspRejectedError:
+        return [FieldProblem("amount", f"Adyen takes whole {currency} units only (its currency exponent)")]
+    return []
 
 
 def to_outcome(
@@ -144,7 +283,10 @@ def to_outcome(
     Authorised is Succeeded (Adyen: "a final state; proceed with delivery", captured automatically by
     default). Refunds and chargebacks are later events of a payment that did succeed, so they stay
     Succeeded; their ``raw_status`` keeps the record type for the audit trail. PartiallyAuthorised is
-    Pending: part of the amount is still open. Shopper actions and authentication-only results are Pending.
+    Pending: part of the amount is still open. A result that needs the shopper (RedirectShopper,
+    IdentifyShopper, ChallengeShopper: 3-D Secure or a redirect; PresentToShopper: something to show them so
+    that they pay) is ActionRequired: a ContAuth charge has no shopper at hand, so nobody will ever act on it.
+    Authentication-only results are Pending: they say nothing about an authorisation.
     """
     common = {
         "psp_reference": psp_reference,
@@ -179,13 +321,16 @@ def to_outcome(
         ):
             return Failed(**common, reason=reason or status.value)
         case (
-            ResultCode.PARTIALLY_AUTHORISED
-            | ResultCode.PENDING
-            | ResultCode.RECEIVED
-            | ResultCode.REDIRECT_SHOPPER
+            ResultCode.REDIRECT_SHOPPER
             | ResultCode.IDENTIFY_SHOPPER
             | ResultCode.CHALLENGE_SHOPPER
             | ResultCode.PRESENT_TO_SHOPPER
+        ):
+            return ActionRequired(**common)
+        case (
+            ResultCode.PARTIALLY_AUTHORISED
+            | ResultCode.PENDING
+            | ResultCode.RECEIVED
             | ResultCode.AUTHENTICATION_FINISHED
             | ResultCode.AUTHENTICATION_NOT_REQUIRED
             | RecordType.RECEIVED
@@ -294,7 +439,13 @@ def settlement_status(record_type: str) -> str | None:
 
 
 def to_settlement_line(row: ReportRow, *, status: str) -> SettlementLine:
-    """A SettlementLine for a report row that is a settlement event."""
+    """A SettlementLine for a report row that is a settlement event.
+
+    A Settled row also carries what reaches the merchant: ``net`` is its ``Payable (SC)``, ``fee`` the fees
+    withheld (``report.ReportRow.fee``), both in minor units of ``settlement_currency``; any of the three is
+    None when the row leaves its column empty. Other events carry none of them.
+    """
+    settled = status == "succeeded"
     return SettlementLine(
         psp_reference=row.psp_reference,
         merchant_reference=row.merchant_reference,
@@ -303,6 +454,9 @@ def to_settlement_line(row: ReportRow, *, status: str) -> SettlementLine:
         status=status,
         settled_at=row.booked_at,
         raw=dict(row.raw),
+        fee=row.fee if settled else None,
+        net=row.payable if settled else None,
+        settlement_currency=row.settlement_currency if settled else None,
     )
 
 

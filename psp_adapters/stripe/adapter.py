@@ -1,18 +1,32 @@
 """The Stripe adapter: PaymentIntents over httpx, speaking Stripe's real API shape.
 
-Endpoints (form-encoded requests, ``Authorization: Bearer sk_…``, JSON answers):
+Every request is form-encoded with ``Authorization: Bearer sk_…`` and ``Stripe-Version: API_VERSION`` (the
+version stripe-python pins, overridable per adapter); answers are JSON. Endpoints:
 
-- ``POST /v1/payment_intents`` with ``confirm=true`` and ``Idempotency-Key``: create and confirm a charge.
+- ``POST /v1/payment_intents`` with ``confirm=true``, ``off_session=true`` and ``Idempotency-Key``: create
+  and confirm a merchant-initiated charge of a stored payment method (``wire.create_form``).
 - ``GET /v1/payment_intents/{id}``: one payment by its PSP reference.
 - ``GET /v1/payment_intents/search?query=metadata['merchant_reference']:'REF'``: by our reference. Stripe's
-  search is eventually consistent (searchable within about a minute, up to an hour during incidents), so
-  its NotFound is only final after recon's grace period; prefer the PaymentIntent id whenever we have it.
-- ``GET /v1/charges?created[gte]=…&created[lt]=…&limit=…&starting_after=…``: the settlement listing, newest
-  first, one page per request while iterated. Charges rather than ``/v1/balance_transactions``: a balance
-  transaction's ``source`` is a charge id with no metadata, while a charge names its PaymentIntent (the
-  reference recon stores) and carries the metadata copied from it at confirmation.
+  search is not read-after-write: "Under normal operating conditions, data is searchable in less than a
+  minute. Occasionally, propagation of new or updated data can be up to an hour behind during outages"
+  (https://docs.stripe.com/api/payment_intents/search, https://docs.stripe.com/search#data-freshness). So
+  its NotFound is only final after recon's grace period; the PaymentIntent id is used whenever we have it.
+- ``GET /v1/balance_transactions?created[gte]=…&created[lt]=…&limit=…&expand[0]=data.source`` with
+  ``starting_after=…``: the settlement listing (``balance.py``), newest first, one page per request while
+  iterated. ``expand[0]``: stripe-python always indexes list parameters (Stripe's docs write ``expand[]``),
+  and the tests hold every request to the parameters the SDK sends for the same call.
 
-A ``card_error`` (HTTP 402) is a decline, returned as ``Failed``; every other failure raises a PspError.
+Answers: a ``card_error`` (HTTP 402) is a business answer, ``Failed`` (a decline) or ``ActionRequired``
+(``authentication_required``); every other failure raises a PspError. Stripe saves the answer of a request
+under its idempotency key once the endpoint started executing, 500s included, and replays it for any retry
+with that key; it saves nothing for a request that failed validation or conflicted with a concurrent one
+(https://docs.stripe.com/api/idempotent_requests). So a 500 carrying Stripe's own error body, answering
+the create, is raised ``saved=True``: the same key would only replay it. 502/503/504 are not marked saved:
+the 500 is the server error Stripe documents as saved, and a gateway's 5xx (often without Stripe's body)
+may come before the endpoint ran; if Stripe did save one, the retry's ``Idempotent-Replayed: true`` says so
+(then ``replayed`` and ``saved``). A 409
+``idempotency_key_in_use`` is the concurrent case: transient, not saved. ``Stripe-Should-Retry`` is
+carried on every error as ``should_retry`` (``psp_adapters.http.error_from_response``).
 """
 
 from __future__ import annotations
@@ -37,8 +51,8 @@ from psp_adapters.http import (
     transport_errors,
 )
 from psp_adapters.protocol import ChargeRequest, NotFound, PaymentOutcome, PspRef, Secret, SettlementLine
-from psp_adapters.stripe import wire
-from psp_adapters.stripe.wire import PSP_NAME
+from psp_adapters.stripe import balance, wire
+from psp_adapters.stripe.wire import API_VERSION, PSP_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +70,8 @@ class StripeAdapter:
     """
 
     name: ClassVar[str] = PSP_NAME
-    #: Stripe keeps a key and its saved answer for at least 24 hours (docs.stripe.com/api/idempotent_requests)
+    #: Stripe may prune a key and its saved answer once it is at least 24 hours old; a key reused after that
+    #: makes a new request (https://docs.stripe.com/api/idempotent_requests)
     idempotency_retention: ClassVar[timedelta | None] = timedelta(hours=24)
 
     def __init__(
@@ -74,9 +89,8 @@ class StripeAdapter:
             raise ValueError("stripe: api_key is required")
         if not 1 <= page_size <= 100:
             raise ValueError("stripe: page_size must be within 1..100")
-        headers = {"Authorization": f"Bearer {api_key.reveal()}"}
-        if api_version:
-            headers["Stripe-Version"] = api_version  # pins the response shape; Stripe's default otherwise
+        # the version pins request parameters and response shapes; never the account's Dashboard default
+        headers = {"Authorization": f"Bearer {api_key.reveal()}", "Stripe-Version": api_version or API_VERSION}
         self._base_url = base_url
         self._secrets = (api_key.reveal(),)
         self._page_size = page_size
@@ -89,8 +103,10 @@ class StripeAdapter:
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome:
         """Create and confirm a PaymentIntent; ``idempotency_key`` goes in the ``Idempotency-Key`` header.
 
-        Returns Succeeded/Pending/Failed/Unknown; a decline is ``Failed(reason=decline_code or code)``.
-        Raises PspUnknownOutcome when the request may have reached Stripe but no answer came back.
+        Returns Succeeded/Pending/ActionRequired/Failed/Unknown; a decline is ``Failed(reason=decline_code or
+        code)``, ``authentication_required`` is ActionRequired. Raises PspRejectedError before sending when
+        ``wire.check_charge`` finds a problem; PspUnknownOutcome when the request may have reached Stripe but
+        no answer came back; a PspTransientError with ``saved=True`` for Stripe's 500 (see the module).
         """
         form = wire.create_form(request)
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
@@ -101,8 +117,8 @@ class StripeAdapter:
             return wire.to_outcome(json_body(response, psp=PSP_NAME))
         error = _maybe_error(response)
         if error is not None and error.type == "card_error":
-            return wire.decline_to_outcome(error)
-        raise self._error(response, error)
+            return wire.card_error_outcome(error)
+        raise self._error(response, error, saved=error is not None and response.status_code == 500)
 
     def fetch_payment(self, ref: PspRef) -> PaymentOutcome:
         """The PaymentIntent's outcome: by id when known, else by searching our merchant reference.
@@ -136,7 +152,8 @@ class StripeAdapter:
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
     ) -> Iterator[SettlementLine]:
-        """Charges created in ``[since, until)``, newest first, fetched one page at a time as iterated.
+        """Lines of the balance transactions created in ``[since, until)`` that concern a payment (see
+        ``balance``), newest first, fetched one page at a time as iterated.
 
         ``since`` and ``until`` must be aware (ValueError otherwise, raised at once, not on iteration).
         Stripe timestamps are whole seconds, so the window is widened to whole seconds.
@@ -147,6 +164,7 @@ class StripeAdapter:
             "created[gte]": str(math.floor(since.timestamp())),
             "created[lt]": str(math.ceil(until.timestamp())),
             "limit": str(self._page_size),
+            "expand[0]": balance.EXPAND_SOURCE,
         }
         return self._settlement_pages(params)
 
@@ -164,9 +182,11 @@ class StripeAdapter:
 
     def _settlement_pages(self, params: dict[str, str]) -> Iterator[SettlementLine]:
         while True:
-            items, has_more = wire.list_page(self._body(self._get("/v1/charges", params=params)))
+            items, has_more = wire.list_page(self._body(self._get("/v1/balance_transactions", params=params)))
             for item in items:
-                yield wire.to_settlement_line(item)
+                line = balance.to_settlement_line(item)
+                if line is not None:
+                    yield line
             if not has_more or not items:
                 return
             last_id = items[-1].get("id")
@@ -183,7 +203,7 @@ class StripeAdapter:
             raise self._error(response, _maybe_error(response))
         return json_body(response, psp=PSP_NAME)
 
-    def _error(self, response: httpx.Response, error: wire.StripeError | None) -> PspError:
+    def _error(self, response: httpx.Response, error: wire.StripeError | None, *, saved: bool = False) -> PspError:
         if error is None:
             return error_from_response(response, psp=PSP_NAME, now=self._now_func(), secrets=self._secrets)
         # Stripe answers a concurrent request on the same key with 409 idempotency_key_in_use: that one is
@@ -196,6 +216,7 @@ class StripeAdapter:
             code=error.code or error.type,
             message=error.message,
             key_reused=reused,
+            saved=saved,
             secrets=self._secrets,
         )
 

@@ -86,13 +86,17 @@ class Harness:
 
 
 def stripe_harness() -> Harness:
+    """Answers built from Stripe's canonical PaymentIntent (``stripe_oracle.canonical``, read from
+    ../shared/specs at test time; skipped when absent). Error bodies follow the error object of
+    https://docs.stripe.com/api/errors (fixtures3.json has none)."""
     from psp_adapters.stripe import StripeAdapter
     from psp_adapters.stripe.wire import PaymentIntentStatus
+    from tests.adapters.stripe_oracle import canonical
+
+    canonical("payment_intent")  # skip now, not inside a probe, when the canonical objects are missing
 
     def intent(status: str) -> httpx.Response:
-        doc = fixture_json("stripe", "payment_intent_succeeded.json")
-        doc["status"] = status
-        return httpx.Response(200, json=doc)
+        return httpx.Response(200, json=canonical("payment_intent", status=status))
 
     def error(status: int) -> httpx.Response:
         name = {401: "error_authentication.json", 429: "error_rate_limit.json"}.get(status, "error_api.json")
@@ -103,21 +107,26 @@ def stripe_harness() -> Harness:
         build=lambda: StripeAdapter(STRIPE_URL, api_key=Secret(STRIPE_KEY), now_func=lambda: NOW),
         create_route=("POST", re.escape(STRIPE_URL) + r"/v1/payment_intents$"),
         fetch_route=("GET", re.escape(STRIPE_URL) + r"/v1/payment_intents/pi_"),
-        fetch_ref=PspRef(psp_reference="pi_3MtwBwLkdIwHu7ix28a3tqPa"),
+        fetch_ref=PspRef(psp_reference="pi_1PgafyB7WZ01zgkWSjxsAJo3"),
         error=error,
         probes=(
             StatusProbe("create", tuple(s.value for s in PaymentIntentStatus), intent),
             StatusProbe("fetch", tuple(s.value for s in PaymentIntentStatus), intent),
         ),
         secrets=(STRIPE_KEY,),
+        # a merchant-initiated charge of a stored card names the PaymentMethod and its Customer
+        charge=ChargeRequest(merchant_reference=CHARGE.merchant_reference, amount=CHARGE.amount,
+                             currency=CHARGE.currency, payment_method="pm_card_visa",
+                             customer_reference="cus_QXg1o8vcGmoR32", description=CHARGE.description),
     )
 
 
 def adyen_report(record_type: str) -> httpx.Response:
-    """A one-row Payment accounting report for payment QFQTPCQ8HXSKGK82 with the given record type."""
+    """A one-row Payment accounting report for payment QFQTPCQ8HXSKGK82 with the given record type (the
+    documented standard columns, as the recorded fixtures have them)."""
     header = fixture_text("adyen", "payments_accounting_report_2024_05_01.csv").splitlines()[0]
     row = (
-        f"AcmeCompany,AcmeShopEU,QFQTPCQ8HXSKGK82,order-2001,visa,2024-05-02 09:14:02,UTC,EUR,12.50,"
+        f"AcmeCompany,AcmeShopEU,QFQTPCQ8HXSKGK82,order-2001,visa,2024-05-02 11:14:02,CEST,EUR,12.50,"
         f"{record_type}" + "," * 15
     )
     return httpx.Response(200, text=f"{header}\n{row}\n")
@@ -157,6 +166,10 @@ def adyen_harness() -> Harness:
             StatusProbe("fetch", tuple(s.value for s in RecordType), adyen_report),
         ),
         secrets=(ADYEN_KEY, ADYEN_REPORT_KEY),
+        # a charge Adyen can take: a stored card (its storedPaymentMethodId) of a known shopper
+        charge=ChargeRequest(merchant_reference=CHARGE.merchant_reference, amount=CHARGE.amount,
+                             currency=CHARGE.currency, payment_method="8415718415172200",
+                             customer_reference="shopper-1042", description=CHARGE.description),
     )
 
 

@@ -136,6 +136,7 @@ def test_registry__settings_from_env_reads_prefixed_variables_and_wraps_keys() -
     environ = {
         "RECON_ADYEN_API_KEY": "AQEkey0000000000000000",
         "RECON_ADYEN_MERCHANT_ACCOUNT": "AcmeShopEU",
+        "RECON_ADYEN_REPORT_API_KEY": "AQEreportkey00000000000",  # the report user: its own credentials
         "RECON_ADYEN_REPORT_TIMEZONE": "Europe/Amsterdam",
         "RECON_ADYEN_READ_TIMEOUT": "12.5",
         "RECON_STRIPE_API_KEY": "sk_test_other",
