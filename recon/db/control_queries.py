@@ -14,7 +14,6 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-
 from recon.db.queries import Query
 
 _COLUMNS = ("psp, paused, paused_by, paused_at, pause_reason, cooldown_until, breaker_state, failures, "

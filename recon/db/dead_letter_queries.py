@@ -5,7 +5,6 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-
 from recon.db.queries import FINISHED, JOB_COLUMNS, Query
 
 # integer microseconds and compares them as they are.

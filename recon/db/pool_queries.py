@@ -5,7 +5,6 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-
 from recon.db.queries import Query
 
 WORKER_COLUMNS = "id, host, pid, queues, slots, busy_slots, started_at, last_seen_at, stopped_at, counters"

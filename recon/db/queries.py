@@ -17,7 +17,6 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-
 import re
 from dataclasses import dataclass, field
 
