@@ -42,6 +42,10 @@ PLAIN_KEYS = ("base_url", "api_version", "merchant_account", "return_url", "recu
               "report_base_url", "report_username", "report_timezone")
 #: credentials: from the environment only, never from a file
 SECRET_KEYS = ("api_key", "report_api_key", "report_password")
+#: per-phase timeouts in seconds, in the file (``read_timeout = 10``) or the environment (``RECON_X_READ_TIMEOUT``)
+TIMEOUT_KEYS = tuple(f"{phase}_timeout" for phase in _TIMEOUT_PHASES)
+#: the longest timeout accepted for a phase
+TIMEOUT_MAX_SECONDS = 600.0
 
 
 def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
@@ -156,6 +160,24 @@ def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
     return settings
 
 
+def settings_from_table(table: Mapping[str, Any], *, base: httpx.Timeout | None = None) -> dict[str, Any]:
+    """The settings of a config file's ``[psp.NAME]`` table: plain keys as they are, ``*_timeout`` keys (seconds)
+    folded into ``timeout`` over ``base``. Raises ValueError naming a bad timeout."""
+    out = {k: v for k, v in table.items() if k not in TIMEOUT_KEYS}
+    given: dict[str, float] = {}
+    for key in TIMEOUT_KEYS:
+        if key in table:
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= TIMEOUT_MAX_SECONDS:
+                raise ValueError(f"{key}: must be a number of seconds in (0, {TIMEOUT_MAX_SECONDS:g}], got {value!r}")
+            given[key.removesuffix("_timeout")] = float(value)
+    if given:
+        start = base or DEFAULT_TIMEOUT
+        phases = {phase: getattr(start, phase) for phase in _TIMEOUT_PHASES}
+        out["timeout"] = timeout_from_seconds(**{**phases, **given})
+    return out
+
+
 def _seconds(environ: Mapping[str, str], variable: str) -> float | None:
     raw = environ.get(variable)
     if raw is None or not raw.strip():
@@ -164,8 +186,8 @@ def _seconds(environ: Mapping[str, str], variable: str) -> float | None:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{variable} must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"{variable} must be positive, got {raw!r}")
+    if not 0 < value <= TIMEOUT_MAX_SECONDS:  # also false for nan
+        raise ValueError(f"{variable} must be a number of seconds in (0, {TIMEOUT_MAX_SECONDS:g}], got {raw!r}")
     return value
 
 

@@ -34,6 +34,13 @@ EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
 log = logging.getLogger("recon")
 
 
+#: a row id or a count that fits the database's signed 64-bit integers
+INT64_MAX = 2**63 - 1
+JOB_ID = click.IntRange(1, INT64_MAX)
+#: --limit of listings and sweeps: at most this many rows
+LIMIT = click.IntRange(1, 10_000_000)
+
+
 class Duration(click.ParamType[timedelta, Any]):
     name = "duration"
 
@@ -92,10 +99,16 @@ class App:
 
     @property
     def settings(self) -> Settings:
+        """The settings, every section checked at once (a typo in [psp.*] fails every command, not the one
+        that happens to read it)."""
         if self._settings is None:
+            if self._database_url is not None and not self._database_url.strip():
+                raise UsageError("--database-url: is empty; leave it out for the default or name a database")
             settings = load_settings(self._config_path)
             if self._database_url:
                 settings = replace(settings, database_url=self._database_url)
+            _check_psp_tables(settings)
+            ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
             self._settings = settings
         return self._settings
 
@@ -152,7 +165,10 @@ class App:
             if key in table:
                 raise ConfigError(f"{self.settings.source}: psp.{name}.{key}: keys come from the environment "
                                   f"(RECON_{name.upper()}_{key.upper()}), never from a file")
-        settings.update(table)
+        try:
+            settings.update(registry.settings_from_table(table, base=settings.get("timeout")))
+        except ValueError as exc:
+            raise ConfigError(f"{self.settings.source}: psp.{name}: {exc}") from None
         try:
             adapter = registry.get_factory(name)(settings)
         except registry.MissingSetting as exc:
@@ -241,6 +257,27 @@ class App:
         return handlers
 
 
+def _check_psp_tables(settings: Settings) -> None:
+    """``[psp.NAME]``: a registered PSP, and only adapter settings (registry) or guard limits (psp_limits)."""
+    from psp_adapters import registry
+    from recon.config import unknown
+    from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
+
+    tables = settings.extra.get("psp", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{settings.source}: psp: must be a table of [psp.NAME] tables")
+    known = set(registry.PLAIN_KEYS) | set(registry.SECRET_KEYS) | set(registry.TIMEOUT_KEYS) | GUARD_KEYS
+    for name, table in tables.items():
+        if name not in registry.names():
+            raise unknown("PSP", name, registry.names(), f"{settings.source}: psp.")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{settings.source}: psp.{name}: must be a table")
+        for key in table:
+            if key not in known:
+                raise unknown("key", key, known, f"{settings.source}: psp.{name}.")
+    GuardConfig.from_table(tables, source=settings.source)
+
+
 def _require_current_schema(db: Database) -> None:
     from recon.db.database import schema_revisions
 
@@ -305,6 +342,21 @@ def _classify_func() -> Callable[[BaseException], Any]:
     return classify
 
 
+def check_output_path(path: str, *, option: str) -> None:
+    """Before any work: ``path`` can be written (its directory exists and is writable; it is not a directory).
+    Raises UsageError naming ``option``."""
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise UsageError(f"{option} {path!r}: is a directory")
+    if not os.path.isdir(directory):
+        raise UsageError(f"{option} {path!r}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"{option} {path!r}: the directory {directory} is not writable")
+    if os.path.exists(target) and not os.access(target, os.W_OK):
+        raise UsageError(f"{option} {path!r}: the file is not writable")
+
+
 def operator_name() -> str:
     """Who runs this command, for the records it leaves (replays, PSP pauses): user@host."""
     import getpass
@@ -346,8 +398,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_FAILED)
+    except click.UsageError as exc:  # one line, naming the command: "recon report: Invalid value for '--since' …"
+        where = exc.ctx.command_path if exc.ctx is not None else "recon"
+        click.echo(f"{where}: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"recon: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
     except (ConfigError, UsageError) as exc:
         click.echo(f"recon: {exc}", err=True)

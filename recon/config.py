@@ -1,15 +1,26 @@
-"""Typed settings: built-in defaults, then a TOML file (``--config`` or ``RECON_CONFIG``), then ``RECON_*``
-environment variables, then command-line flags.
+"""Typed settings: built-in defaults, then a TOML file (``--config`` or ``RECON_CONFIG``), then environment
+variables, then command-line flags.
 
 ``config/recon.toml`` in the repository mirrors the defaults below. Every problem is a ``ConfigError`` whose
-message names the file, the key and what is wrong, in one line.
+message names the file, the key and what is wrong, in one line, suggesting the nearest valid key for a typo.
+
+What is enforced:
+- sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``psp.NAME`` (the last two
+  are checked by their readers: ``recon.reconcile.config`` and the composition root); anything else is an error;
+- keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
+- numbers: of the declared type, finite, positive where they must be, and at most ``MAXIMA`` (seconds or count);
+- the environment: ``RECON_DATABASE_URL``, ``RECON_CONFIG`` and ``RECON_ENGINE_<KEY>`` for every ``[engine]`` key
+  (type-checked like the file); an unknown ``RECON_ENGINE_*`` variable is an error. PSP settings have their own
+  variables, ``RECON_<PSP>_<KEY>`` (``psp_adapters.registry``); queues, retry and reconcile are set in the file.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +47,15 @@ PRUNE_INTERVAL_SECONDS_DEFAULT = 300.0
 PRUNE_BATCH_SIZE_DEFAULT = 1000
 #: keys that take a duration: a string ("7d") or a number of seconds
 _DURATION_KEYS = {"prune_older_than"}
+DAY = 86400.0
+#: the largest value each number may take (seconds for ``*_seconds``, else a count); documented in the README
+MAXIMA: Mapping[str, float] = {
+    "lease_ttl_seconds": DAY, "heartbeat_interval_seconds": DAY, "watcher_interval_seconds": DAY,
+    "poll_interval_seconds": 3600.0, "drain_timeout_seconds": DAY, "prune_interval_seconds": 7 * DAY,
+    "claim_batch_size": 10_000, "finish_batch_size": 10_000, "concurrency": 1024, "prefetch": 10_000,
+    "default_max_attempts": 10_000, "prune_batch_size": 100_000,
+    "max_depth": 1_000_000_000_000, "base_seconds": 7 * DAY, "cap_seconds": 7 * DAY, "max_attempts": 10_000,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +78,7 @@ class EngineConfig:
     prune_batch_size: int = PRUNE_BATCH_SIZE_DEFAULT
 
     def validate(self, where: str = "engine") -> None:
+        _check_bounds(self, where)
         for name in ("lease_ttl_seconds", "watcher_interval_seconds", "poll_interval_seconds",
                      "heartbeat_interval_seconds"):
             if getattr(self, name) <= 0:
@@ -106,6 +127,7 @@ class QueueConfig:
     concurrency: int = 0  #: per worker process; 0 = only the pool's limit
 
     def validate(self, where: str) -> None:
+        _check_bounds(self, where)
         for name in ("max_depth", "concurrency"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{where}.{name}: must be >= 0, got {getattr(self, name)}")
@@ -118,10 +140,25 @@ class BackoffConfig:
     max_attempts: int = MAX_ATTEMPTS_DEFAULT
 
     def validate(self, where: str) -> None:
+        _check_bounds(self, where)
         if self.base_seconds <= 0 or self.cap_seconds < self.base_seconds:
             raise ConfigError(f"{where}: need 0 < base_seconds <= cap_seconds")
         if self.max_attempts < 1:
             raise ConfigError(f"{where}.max_attempts: must be >= 1")
+
+
+def _check_bounds(config: Any, where: str) -> None:
+    """Every number of ``config`` is finite and at most its MAXIMA entry."""
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}.{f.name}: must be a finite number, got {value}")
+        limit = MAXIMA.get(f.name)
+        if limit is not None and value > limit:
+            unit = " seconds" if f.name.endswith("_seconds") else ""
+            raise ConfigError(f"{where}.{f.name}: at most {limit:g}{unit}, got {value:g}")
 
 
 def _retry_defaults() -> dict[str, BackoffConfig]:
@@ -140,6 +177,10 @@ def _retry_defaults() -> dict[str, BackoffConfig]:
     }
 
 
+#: the error kinds that retry (``recon.classify.ErrorKind``'s retryable values) and ``default``
+RETRY_KINDS = frozenset(_retry_defaults())
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     database_url: str = DATABASE_URL_DEFAULT
@@ -153,6 +194,10 @@ class Settings:
     def queue(self, name: str) -> QueueConfig:
         return self.queues.get(name, QueueConfig())
 
+    def __repr__(self) -> str:
+        return (f"Settings(database_url={mask_url(self.database_url)!r}, engine={self.engine!r}, "
+                f"queues={dict(self.queues)!r}, retry={dict(self.retry)!r}, source={self.source!r})")
+
     def validate(self) -> Settings:
         self.engine.validate()
         for name, q in self.queues.items():
@@ -165,6 +210,24 @@ class Settings:
 
 
 _KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
+#: sections other parts of recon read and check (``Settings.extra``)
+_EXTRA_SECTIONS = {"reconcile", "psp"}
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password masked (``postgresql://user:***@host/db``)."""
+    head, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{head}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def unknown(kind: str, name: str, known: Collection[str], where: str) -> ConfigError:
+    """The error for an unknown key (or section, kind): names it and suggests the nearest known one."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(sorted(known))})"
+    return ConfigError(f"{where}{name}: unknown {kind}{hint}")
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
@@ -184,15 +247,23 @@ def _apply_file(settings: Settings, path: Path) -> Settings:
             doc = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                          "save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     src = str(path)
+    for section in doc:
+        if section not in _KNOWN_SECTIONS | _EXTRA_SECTIONS:
+            raise unknown("section", section, _KNOWN_SECTIONS | _EXTRA_SECTIONS, f"{src}: [")
     extra = {k: v for k, v in doc.items() if k not in _KNOWN_SECTIONS}
     db = doc.get("database", {})
     _check_table(db, f"{src}: database")
-    unknown = set(db) - {"url"}
-    if unknown:
-        raise ConfigError(f"{src}: unknown key database.{sorted(unknown)[0]}")
+    for key in db:
+        if key != "url":
+            raise unknown("key", key, {"url"}, f"{src}: database.")
     url = db.get("url", settings.database_url)
     if not isinstance(url, str):
         raise ConfigError(f"{src}: database.url must be a string")
@@ -202,6 +273,8 @@ def _apply_file(settings: Settings, path: Path) -> Settings:
         queues[name] = _dataclass_from(QueueConfig, table, queues.get(name, QueueConfig()), f"{src}: queues.{name}")
     retry = dict(settings.retry)
     for kind, table in _table(doc, "retry", src).items():
+        if kind not in RETRY_KINDS:
+            raise unknown("retry kind", kind, RETRY_KINDS, f"{src}: retry.")
         retry[kind] = _dataclass_from(BackoffConfig, table, retry.get(kind, retry["default"]), f"{src}: retry.{kind}")
     return replace(settings, database_url=url, engine=engine, queues=queues, retry=retry, extra=extra, source=src)
 
@@ -225,13 +298,15 @@ def _dataclass_from(cls: type[Any], table: Mapping[str, Any], base: Any, where: 
     changes: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
-            raise ConfigError(f"{where}.{key}: unknown key")
+            raise unknown("key", key, known, f"{where}.")
         changes[key] = _coerce(value, type(getattr(base, key)), f"{where}.{key}")
     return replace(base, **changes)
 
 
 def _coerce(value: Any, typ: type, where: str) -> Any:
     if typ is float and isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {value}")
         return float(value)
     if typ is int and isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -245,8 +320,14 @@ def _coerce(value: Any, typ: type, where: str) -> Any:
 
 def _apply_env(settings: Settings, environ: Mapping[str, str]) -> Settings:
     url = environ.get("RECON_DATABASE_URL")
-    if url:
+    if url is not None:
+        if not url.strip():
+            raise ConfigError("RECON_DATABASE_URL: is empty; unset it or name a database")
         settings = replace(settings, database_url=url)
+    engine_vars = {f"RECON_ENGINE_{f.name.upper()}" for f in fields(EngineConfig)}
+    for var in environ:
+        if var.startswith("RECON_ENGINE_") and var not in engine_vars:
+            raise unknown("variable", var, engine_vars, "")
     changes: dict[str, Any] = {}
     for f in fields(EngineConfig):
         var = f"RECON_ENGINE_{f.name.upper()}"
@@ -259,7 +340,11 @@ def _apply_env(settings: Settings, environ: Mapping[str, str]) -> Settings:
 
 
 def _parse_env(raw: str, typ: type, var: str) -> Any:
+    value: Any
     try:
-        return typ(raw)
+        value = typ(raw.strip()) if typ is not str else raw
     except ValueError:
         raise ConfigError(f"{var}: expected {typ.__name__}, got {raw!r}") from None
+    if typ is float and not math.isfinite(value):
+        raise ConfigError(f"{var}: must be a finite number, got {raw!r}")
+    return value

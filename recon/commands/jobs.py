@@ -10,6 +10,8 @@ from typing import Any
 import click
 
 from recon.cli import (  # the composition root's shared pieces
+    JOB_ID,
+    LIMIT,
     App,
     Duration,
     Since,
@@ -37,7 +39,7 @@ def jobs() -> None:
 @click.option("--error-kind", help="Only jobs whose last error is of this kind (e.g. validation, bug).")
 @click.option("--since", type=Since(), metavar="DUR|ISO",
               help="Only jobs finished since: a duration back from now (2h) or an ISO date/datetime.")
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, error_kind: str | None,
@@ -61,7 +63,7 @@ def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, 
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def jobs_show(app: App, job_id: int, as_json: bool) -> None:
@@ -79,7 +81,7 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("retry")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @pass_app
 def jobs_retry(app: App, job_id: int) -> None:
     """Make a dead, canceled or waiting job runnable now."""
@@ -88,7 +90,7 @@ def jobs_retry(app: App, job_id: int) -> None:
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @pass_app
 def jobs_cancel(app: App, job_id: int) -> None:
     """Cancel a job: at once if it is not running, else through its next heartbeat."""
@@ -108,8 +110,8 @@ REPLAY_BATCH_DEFAULT = 500
 @click.option("--error-kind", help="Only jobs that died of this error kind (e.g. psp_unavailable, bug).")
 @click.option("--since", type=Since(), metavar="DUR|ISO",
               help="Only jobs that died since: a duration back from now (2h) or an ISO date/datetime.")
-@click.option("--limit", type=click.IntRange(1), help="At most this many jobs (default: every match).")
-@click.option("--attempts", "budget", type=click.IntRange(1),
+@click.option("--limit", type=LIMIT, help="At most this many jobs (default: every match).")
+@click.option("--attempts", "budget", type=click.IntRange(1, 10_000),
               help="Fresh attempts per job (default: engine.default_max_attempts).")
 @click.option("--batch", type=click.IntRange(1, 10_000), default=REPLAY_BATCH_DEFAULT, show_default=True,
               help="Jobs per transaction.")

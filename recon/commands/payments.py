@@ -10,6 +10,7 @@ import click
 
 from recon.cli import (  # the composition root's shared pieces
     EXIT_USAGE,
+    LIMIT,
     App,
     cli,
     pass_app,
@@ -54,7 +55,11 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
         for line in exc.lines():  # the first problem first, then the others and a count
             click.echo(f"recon: {line}", err=True)
         sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
-    ids = app.ledger.create(new, charge=not no_charge)
+    from recon.db.ledger import CHARGE_QUEUE
+
+    # the charge jobs respect the queue's max_depth like every enqueue (QueueFull: exit 2, nothing written)
+    ids = app.ledger.create(new, charge=not no_charge,
+                            max_depth={CHARGE_QUEUE: app.settings.queue(CHARGE_QUEUE).max_depth})
     queued = 0 if no_charge else len(ids)
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
@@ -83,13 +88,15 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
 @payments.command("list")
 @click.option("--status", type=click.Choice([s.value for s in PaymentStatus]))
 @click.option("--psp")
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_json: bool) -> None:
     """List payments, oldest first."""
     from itertools import islice
 
+    if psp is not None and psp not in app.psp_names():
+        raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
     found = list(islice(app.ledger.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
     if as_json:
         click.echo(json.dumps({"payments": [_payment_doc(p) for p in found]}))

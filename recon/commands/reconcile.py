@@ -16,10 +16,12 @@ from recon.cli import (  # the composition root's shared pieces
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REVIEW,
+    LIMIT,
     App,
     Duration,
     _classify_func,
     _install_signal_handlers,
+    check_output_path,
     cli,
 )
 from recon.engine.retry import RetryPolicy
@@ -33,7 +35,7 @@ from recon.errors import UsageError
 @click.option("--older-than", type=Duration(), default="15m", show_default=True,
               help="Payments not updated for this long are stale.")
 @click.option("--psp", help="Only this PSP.")
-@click.option("--limit", type=click.IntRange(1), help="At most this many payments.")
+@click.option("--limit", type=LIMIT, help="At most this many payments.")
 @click.option("--dry-run", is_flag=True, help="Show what would be checked; enqueue nothing.")
 @click.option("--enqueue-only", is_flag=True, help="Enqueue the reconcile jobs and leave them to the workers.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
@@ -62,12 +64,17 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         return
     if not enqueue_only:  # before any work: every PSP the sweep will call can be called as configured
         app.require_psps([psp] if psp else set(app.psp_names()) & app.ledger.psps_unfinished())
+    writer = _open_report(report_path) if report_path else None  # before any work: the report can be written
     rc = app.reconcile_config
-    selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
-    if not enqueue_only and len(selection):
-        _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
-    writer = sw.ReportWriter(report_path) if report_path else None
-    summary = sw.summarise(app.ledger, app.store, selection, on_item=writer.item if writer else None)
+    try:
+        selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
+        if not enqueue_only and len(selection):
+            _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
+        summary = sw.summarise(app.ledger, app.store, selection, on_item=writer.item if writer else None)
+    except BaseException:
+        if writer:
+            writer.abort()
+        raise
     if writer:
         writer.close(summary)
     doc = {"enqueue_only": enqueue_only, **summary.to_dict()}
@@ -78,6 +85,16 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
 
         sweep_summary(doc)
     ctx.exit(summary.exit_code)
+
+
+def _open_report(path: str) -> Any:
+    from recon.reconcile import sweep as sw
+
+    check_output_path(path, option="--report")
+    try:
+        return sw.ReportWriter(path)
+    except OSError as exc:
+        raise UsageError(f"--report {path!r}: cannot be written ({exc.strerror})") from None
 
 
 def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show_progress: bool) -> None:
@@ -123,8 +140,8 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
     start, end = st.parse_bound(since, option="--since"), st.parse_bound(until, option="--until")
     if start >= end:
         raise UsageError(f"--since {since!r} must be before --until {until!r}")
-    if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
-        raise UsageError(f"--output {output!r}: the directory does not exist")
+    if output:
+        check_output_path(output, option="--output")
     adapter = app.adapter(psp)
     try:
         result = _write_report(app, adapter, psp=psp, since=start, until=end, fmt=fmt, output=output)

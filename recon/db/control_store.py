@@ -89,7 +89,7 @@ class ControlStore:
             return None
         t = self.db.from_db
         now = t(row[7])
-        assert now is not None
+        assert now is not None  # nosec B101  # type narrowing, not a check
         return Admission(paused=bool(row[0]), cooldown_until=t(row[1]), breaker_state=row[2],
                          probe_at=t(row[3]), failures=int(row[4]), granted=int(row[5]), tokens=float(row[6]),
                          now=now)
@@ -132,7 +132,7 @@ class ControlStore:
         value = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_cool_down),
                                                             self._p(psp=psp, seconds=seconds)).scalar())
         until = self.db.from_db(value)
-        assert until is not None
+        assert until is not None  # nosec B101  # type narrowing, not a check
         return until
 
     # --- operators (`recon psp …`) -------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class ControlStore:
                                updated_at=t(r[11]))
                     for r in rows]
         now_dt = t(now)
-        assert now_dt is not None
+        assert now_dt is not None  # nosec B101  # type narrowing, not a check
         return controls, now_dt
 
     # --- plumbing ----------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class ControlStore:
         if result is None:
             self.ensure(psp)
             result = self._run(func)
-        assert result is not None
+        assert result is not None  # nosec B101  # type narrowing, not a check
         return result
 
     def _run(self, func: Callable[[sa.Connection], T]) -> T:

@@ -277,7 +277,7 @@ def schema_revisions(db: Database) -> tuple[str | None, str]:
     import migrations
 
     head = ScriptDirectory(str(Path(migrations.__file__).parent)).get_current_head()
-    assert head is not None
+    assert head is not None  # nosec B101  # type narrowing, not a check
     with translate_errors(), db.engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     return current, head

@@ -32,7 +32,7 @@ class DeadLetters:
         with self.db.begin() as conn:
             raw = conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one()
         now = self.db.from_db(raw)
-        assert now is not None
+        assert now is not None  # nosec B101  # type narrowing, not a check
         return now
 
     def list_jobs_filtered(self, *, filters: JobFilter, state: str | None = None, after_id: int = 0,

@@ -19,11 +19,16 @@ import sqlalchemy as sa
 from recon.db import ledger_queries as lq
 from recon.db.database import Database, json_from_db
 from recon.db.store import EnqueueRow, JobStore
+from recon.errors import StoreError, UsageError
 from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 from recon.redact import redact_optional, redact_value
 
 CHARGE_KIND = "charge"
 CHARGE_QUEUE = "charges"
+
+
+class DuplicateReference(UsageError):
+    """A merchant reference of the new payments exists already."""
 
 
 def charge_key(payment_id: int) -> str:
@@ -65,11 +70,29 @@ class LedgerStore:
 
     # --- creation --------------------------------------------------------------------------------------
 
-    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, max_attempts: int = 12) -> list[int]:
+    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, max_attempts: int = 12,
+               max_depth: dict[str, int] | None = None) -> list[int]:
         """Insert payments (status ``created``) with their creation events and, with ``charge``, one charge
-        job each, all in one transaction. Returns the ids in order."""
+        job each, all in one transaction. Returns the ids in order.
+
+        ``max_depth`` (queue -> limit) applies to the charge jobs like to every enqueue: past it, QueueFull and
+        nothing is written. A merchant reference that another writer took meanwhile raises
+        DuplicateReference naming it, and nothing is written."""
         if not payments:
             return []
+        try:
+            return self._create(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth or {})
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, sa.exc.IntegrityError):
+                raise
+            taken = sorted(self.existing_references([p.merchant_reference for p in payments]))
+            if not taken:
+                raise
+            raise DuplicateReference(f"merchant_reference {taken[0]!r} already exists (written by another import "
+                                     f"meanwhile); nothing imported") from None
+
+    def _create(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+                max_depth: dict[str, int]) -> list[int]:
         with self.db.begin() as conn:
             ids = self._insert(conn, payments)
             self._events(conn, [dict(payment_id=i, from_status=None, to_status="created", source="manual",
@@ -80,7 +103,7 @@ class LedgerStore:
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=charge_key(i), tenant=p.merchant_account)
                         for i, p in zip(ids, payments, strict=True)]
-                jobs.enqueue(rows, max_depth={}, conn=conn)
+                jobs.enqueue(rows, max_depth=max_depth, conn=conn)
         return ids
 
     def _insert(self, conn: sa.Connection, payments: Sequence[NewPayment]) -> list[int]:

@@ -42,7 +42,7 @@ class PoolStore:
         with self.db.begin() as conn:
             now_param = self.db.now_param()
             now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
-            assert now is not None
+            assert now is not None  # nosec B101  # type narrowing, not a check
             depth = [(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]))
                      for r in conn.execute(self._q(pq.job_stats_depth_detail))]
             oldest = {r[0]: self.db.from_db(r[1])

@@ -323,7 +323,7 @@ class JobStore(DeadLetters):
         with self.db.begin() as conn:
             now_param = self.db.now_param()
             now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
-            assert now is not None
+            assert now is not None  # nosec B101  # type narrowing, not a check
             depth = [(r[0], r[1], int(r[2])) for r in conn.execute(self._q(q.job_stats_depth))]
             oldest = {r[0]: self.db.from_db(r[1])
                       for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}

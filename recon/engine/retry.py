@@ -30,7 +30,7 @@ class RetryPolicy:
         if "default" not in backoff:
             raise ValueError("RetryPolicy needs a 'default' backoff")
         self._backoff = dict(backoff)
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # nosec B311  # jitter and simulation, not security
 
     def backoff_for(self, error_kind: str) -> BackoffConfig:
         return self._backoff.get(error_kind, self._backoff["default"])

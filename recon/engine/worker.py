@@ -407,7 +407,7 @@ class Worker:
             self._release_slots([d.job for d in batch])
 
     def _finish_with_write(self, done: _Done) -> None:
-        assert done.outcome is not None
+        assert done.outcome is not None  # nosec B101  # type narrowing, not a check
         finish = self._to_finish(done.job, done.outcome)
         try:
             try:

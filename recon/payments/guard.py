@@ -139,7 +139,7 @@ class PspGuard:
         self.store = store
         self.config = config
         self.counts: Counter[str] = Counter()
-        self._rng = rng or random.Random()
+        self._rng = rng or random.Random()  # nosec B311  # jitter and simulation, not security
         self._monotonic = monotonic_func
         self._sleep = sleep_func
         self._gates: dict[str, _Gate] = {}
@@ -171,7 +171,7 @@ class PspGuard:
                     gate.permits_until = self._monotonic() + PERMIT_SECONDS
                     self.counts["admitted"] += 1
                     return Permit(self, psp)
-                assert limits.rate_limit is not None
+                assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
                 wait = max((limits.batch - admission.tokens) / limits.rate_limit, 0.001)
                 if self._monotonic() + wait > deadline:
                     return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
@@ -190,7 +190,7 @@ class PspGuard:
         if admission is None:  # the row went away (tests truncate the table): make it again
             self.store.ensure(psp)
             admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
-        assert admission is not None
+        assert admission is not None  # nosec B101  # type narrowing, not a check
         gate.failures = admission.failures
         return admission
 

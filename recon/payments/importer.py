@@ -41,6 +41,8 @@ MERCHANT_REFERENCE_MAX = 200
 #: merchant accounts, payment-method tokens and customer references: at most this long
 TOKEN_MAX = 255
 MAX_PROBLEMS_DEFAULT = 20
+#: problems printed at most (the count follows)
+SHOWN_PROBLEMS = 20
 #: references asked about per ``existing_func`` call
 EXISTING_BATCH = 5000
 #: the payments.amount column is a signed 64-bit integer
@@ -77,11 +79,12 @@ class ImportRejected(UsageError):
         super().__init__(self.problems[0].render(source))
 
     def lines(self) -> list[str]:
-        """Every problem, first one first, then a count when there is more than one."""
-        out = [p.render(self.source) for p in self.problems]
+        """The first SHOWN_PROBLEMS problems, first one first, then a count when there is more than one."""
+        out = [p.render(self.source) for p in self.problems[:SHOWN_PROBLEMS]]
         if len(self.problems) > 1:
             count = f"{len(self.problems)}" if self.complete else f"at least {len(self.problems)}"
-            out.append(f"{self.source}: {count} problems; nothing imported")
+            shown = f" (the first {SHOWN_PROBLEMS} shown)" if len(self.problems) > SHOWN_PROBLEMS else ""
+            out.append(f"{self.source}: {count} problems{shown}; nothing imported")
         return out
 
 
@@ -102,6 +105,9 @@ def validate(lines: Iterable[str], *, source: str, psp_names: Collection[str],
              charge_check: ChargeCheck | None = None, existing_func: ExistingFunc | None = None,
              max_problems: int = MAX_PROBLEMS_DEFAULT) -> list[NewPayment]:
     """The payments in CSV ``lines`` (line endings kept, as from a file opened with ``newline=""``)."""
+    check_token(merchant_account, "--merchant-account")
+    for psp, account in (account_defaults or {}).items():
+        check_token(account, f"[psp.{psp}] merchant_account")
     reader = csv.reader(lines, strict=True)
     try:
         header = next(reader, None)
@@ -268,6 +274,17 @@ def _reference(text: str) -> str:
     if _CONTROL.search(ref):
         raise _FieldError(f"merchant_reference {ref!r} contains a control character", "merchant_reference")
     return ref
+
+
+def check_token(value: str | None, what: str) -> None:
+    """A merchant account (or token) given outside the file: no control characters, at most TOKEN_MAX long.
+    Raises UsageError naming ``what``."""
+    if value is None:
+        return
+    if len(value) > TOKEN_MAX:
+        raise UsageError(f"{what}: {len(value)} characters long; at most {TOKEN_MAX} are allowed")
+    if _CONTROL.search(value):
+        raise UsageError(f"{what}: {value[:40]!r} contains a control character")
 
 
 def _token(cells: dict[str, str], column: str) -> str | None:

@@ -80,6 +80,10 @@ class PspLimits:
                 raise ConfigError(f"{where}.{name}: must be >= 0, got {getattr(self, name)}")
 
 
+#: the keys of ``[psp.NAME]`` that are the guard's
+GUARD_KEYS = frozenset(f.name for f in fields(PspLimits))
+
+
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
     per_psp: Mapping[str, PspLimits]

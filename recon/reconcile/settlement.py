@@ -52,6 +52,7 @@ from psp_adapters.protocol import PspAdapter
 from recon.db.report_store import LineMatch, ReportStore, UnlistedPayment
 from recon.errors import UsageError
 from recon.payments.money import format_amount
+from recon.spreadsheet import safe_cell
 
 
 class Category(StrEnum):
@@ -220,7 +221,7 @@ class CsvWriter:
         if not self._started:
             self._csv.writerow(COLUMNS)
             self._started = True
-        self._csv.writerow(item.to_row())
+        self._csv.writerow([safe_cell(v) for v in item.to_row()])  # never a formula (recon.spreadsheet)
 
     def finish(self, totals: Totals) -> None:
         if not self._started:

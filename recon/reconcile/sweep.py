@@ -10,6 +10,7 @@ Memory stays flat: the sweep keeps two integer arrays (payment ids, job ids), no
 
 from __future__ import annotations
 
+import contextlib
 import json
 from array import array
 from collections import Counter
@@ -24,6 +25,7 @@ from recon.engine.client import Client
 from recon.engine.jobs import Job, JobSpec, JobState
 from recon.payments.model import Payment, PaymentStatus
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
+from recon.spreadsheet import safe_cell
 
 PAGE = 1000
 MAX_ATTEMPTS = 10
@@ -160,7 +162,15 @@ class ReportWriter:
             self.fh.write(("" if self.first else ",\n") + json.dumps(dict(zip(self.FIELDS, row, strict=True))))
             self.first = False
         else:
-            self.csv.writerow(["" if v is None else v for v in row])
+            self.csv.writerow([safe_cell(v) for v in row])  # never a formula (recon.spreadsheet)
+
+    def abort(self) -> None:
+        """The sweep failed: no report, and no temporary file left behind."""
+        import os
+
+        self.fh.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
 
     def close(self, summary: SweepSummary) -> None:
         import os

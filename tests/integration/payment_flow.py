@@ -54,9 +54,11 @@ def handlers_for(db: Database, adapter: PspAdapter, rc: ReconcileConfig | None =
 
 
 def create(db: Database, n: int, *, amount: int = 1000, currency: str = "EUR", psp: str = "sandbox",
-           charge: bool = True, prefix: str = "order") -> list[int]:
-    return LedgerStore(db).create([NewPayment("shop", f"{prefix}-{i}", amount, currency, psp) for i in range(n)],
-                                  charge=charge)
+           charge: bool = True, prefix: str = "order", account: str = "shop", payment_method: str | None = None,
+           customer_reference: str | None = None) -> list[int]:
+    return LedgerStore(db).create([NewPayment(account, f"{prefix}-{i}", amount, currency, psp,
+                                              payment_method=payment_method, customer_reference=customer_reference)
+                                   for i in range(n)], charge=charge)
 
 
 def drain(db: Database, handlers: Handlers, *, queues: list[str], timeout: float = 30,

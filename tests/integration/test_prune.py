@@ -231,6 +231,6 @@ def test_prune__config_takes_a_duration_or_seconds(tmp_path: Path) -> None:
 def test_prune__bad_usage_exits_2_with_one_error_line(db_url: str, args: list[str], message: str) -> None:
     r = recon(db_url, *args)
     assert r.returncode == 2
-    errors = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and message in errors[0]
+    errors = r.stderr.strip().splitlines()  # one line: "recon jobs …: Invalid value for …"
+    assert len(errors) == 1 and errors[0].startswith("recon jobs ") and message in errors[0], r.stderr
 

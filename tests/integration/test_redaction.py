@@ -41,7 +41,7 @@ def hostile_text() -> str:
         '; {"api_key": "plain-secret-value"}; https://user:hunter2@psp.example/v1'
 
 
-SECRETS = [*PLANTED.values(), "eyJhbGciOiJIUzI1NiJ9.secretpayload.sig", "737", "cvv=123", "plain-secret-value",
+SECRETS = [*PLANTED.values(), "eyJhbGciOiJIUzI1NiJ9.secretpayload.sig", "\"737\"", "cvv=123", "plain-secret-value",
            "hunter2", "4111111111111111"]
 
 

@@ -42,7 +42,7 @@ def test_config__queue_and_retry_tables(tmp_path: Path) -> None:
     ("[queues.q]\nmax_depth = -1\n", r"queues.q.max_depth: must be >= 0"),
     ("[retry.network]\nbase_seconds = 10\ncap_seconds = 1\n", r"retry.network: need 0 < base_seconds <= cap"),
     ("[engine\n", r"r.toml: invalid TOML: .*line 1"),
-    ("[database]\nport = 5\n", r"unknown key database.port"),
+    ("[database]\nport = 5\n", r"database.port: unknown key"),
 ])
 def test_config__bad_file_names_the_key(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "r.toml"
@@ -63,3 +63,54 @@ def test_config__prefetch_must_not_be_negative(tmp_path: Path) -> None:
     path.write_text("[engine]\nprefetch = -1\n")
     with pytest.raises(ConfigError, match=r"engine\.prefetch: must be >= 0"):
         load_settings(path, environ={})
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("[engine]\nlease_ttl_seconds = inf\n", r"engine.lease_ttl_seconds: must be a finite number"),
+    ("[engine]\nlease_ttl_seconds = nan\n", r"engine.lease_ttl_seconds: must be a finite number"),
+    ("[engine]\nlease_ttl_seconds = 259200000\n", r"engine.lease_ttl_seconds: at most 86400 seconds"),
+    ("[engine]\nconcurrency = 100000\n", r"engine.concurrency: at most 1024"),
+    ("[retry.network]\ncap_seconds = 1e12\n", r"retry.network.cap_seconds: at most 604800 seconds"),
+    ("[queues.charges]\nmax_depth = 9223372036854775807\n", r"queues.charges.max_depth: at most"),
+    ("[engin]\nconcurrency = 2\n", r"r.toml: \[engin: unknown section; did you mean 'engine'\?"),
+    ("[engine]\nconcurency = 2\n", r"engine.concurency: unknown key; did you mean 'concurrency'\?"),
+    ("[retry.netwrok]\nmax_attempts = 2\n", r"retry.netwrok: unknown retry kind; did you mean 'network'\?"),
+    ("[retry.validation]\nmax_attempts = 2\n", r"retry.validation: unknown retry kind"),
+])
+def test_config__out_of_range_numbers_and_typos_name_the_key(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text(body)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(path, environ={})
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"RECON_ENGINE_LEASE_TTL_SECONDS": "inf"}, r"RECON_ENGINE_LEASE_TTL_SECONDS: must be a finite number"),
+    ({"RECON_ENGINE_LEASE_TTL_SECONDS": "nan"}, r"RECON_ENGINE_LEASE_TTL_SECONDS: must be a finite number"),
+    ({"RECON_ENGINE_LEASE_TTL_SECONDS": "1e9"}, r"engine.lease_ttl_seconds: at most 86400 seconds"),
+    ({"RECON_ENGINE_LEASE_TTL": "60"}, r"RECON_ENGINE_LEASE_TTL: unknown variable; did you mean "
+                                       r"'RECON_ENGINE_LEASE_TTL_SECONDS'\?"),
+    ({"RECON_DATABASE_URL": ""}, r"RECON_DATABASE_URL: is empty"),
+])
+def test_config__bad_environment_names_the_variable(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, environ=environ)
+
+
+def test_config__a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_bytes(b"[engine]\n# caf\xe9\nconcurrency = 2\n")
+    with pytest.raises(ConfigError, match=r"r.toml: not valid UTF-8 \(byte 0xe9"):
+        load_settings(path, environ={})
+
+
+def test_config__repr_never_shows_the_database_password() -> None:
+    settings = Settings(database_url="postgresql+psycopg://recon:s3cr3t-pw@db.internal:5432/recon")
+    assert "s3cr3t-pw" not in repr(settings)
+    assert "postgresql+psycopg://recon:***@db.internal:5432/recon" in repr(settings)
+
+
+def test_config__every_documented_engine_key_has_its_variable() -> None:
+    s = load_settings(None, environ={"RECON_ENGINE_PREFETCH": "4", "RECON_ENGINE_PRUNE_OLDER_THAN": "7d",
+                                     "RECON_ENGINE_DRAIN_TIMEOUT_SECONDS": "5"})
+    assert (s.engine.prefetch, s.engine.prune_older_than, s.engine.drain_timeout_seconds) == (4, "7d", 5.0)

@@ -1,0 +1,88 @@
+"""Exit codes are a contract cron scripts rely on: 1 means "done, items need review", so an unexpected failure
+must exit 3, with one line naming what failed, and no traceback unless asked for (--log-level debug)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from recon.cli import cli
+
+#: arguments that get each command past its own usage checks to the point where it does its work
+ARGS = {
+    ("db", "upgrade"): [], ("demo",): [], ("jobs", "cancel"): ["1"], ("jobs", "list"): [],
+    ("jobs", "prune"): ["--older-than", "7d"], ("jobs", "replay"): [], ("jobs", "retry"): ["1"],
+    ("jobs", "show"): ["1"], ("payments", "import"): ["{csv}"], ("payments", "list"): [],
+    ("payments", "show"): ["order-1"], ("psp", "pause"): ["sandbox"], ("psp", "resume"): ["sandbox"],
+    ("psp", "status"): [], ("psp-sandbox",): ["--port", "0"],
+    ("report",): ["--psp", "sandbox", "--since", "2026-01-01", "--until", "2026-01-02"],
+    ("stats",): [], ("sweep",): [], ("watch",): ["--once"], ("worker",): ["--burst"],
+}
+
+# Runs every command in one process with a crash planted where it starts its work: the database connection
+# (every command that has one), the demo's story and the sandbox server.
+PLANT = """
+import contextlib, io, json, sys
+import recon.cli, recon.demo, psp_adapters.sandbox.server as server
+
+def crash(*_a, **_k):
+    raise RuntimeError("planted crash")
+
+recon.cli.connect = crash
+recon.demo.run_demo = crash
+server.serve_forever = crash
+out = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            recon.cli.main(argv)
+        except SystemExit as exc:
+            out[name] = [exc.code, err.getvalue()]
+print(json.dumps(out))
+"""
+
+
+def commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            found.extend(commands(command, (*prefix, name)))
+        else:
+            found.append((*prefix, name))
+    return found
+
+
+def run_planted(tmp_path: Path, *global_args: str) -> dict[str, list[object]]:
+    csv = tmp_path / "p.csv"
+    csv.write_text("merchant_reference,amount,currency,psp\norder-1,1.00,EUR,sandbox\n", encoding="utf-8")
+    argvs = {" ".join(name): [*global_args, *name, *(a.format(csv=csv) for a in args)]
+             for name, args in ARGS.items()}
+    r = subprocess.run([sys.executable, "-c", PLANT, json.dumps(argvs)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def test_every_command_is_covered() -> None:
+    assert set(commands(cli)) == set(ARGS)
+
+
+def test_an_unexpected_failure_exits_3_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    results = run_planted(tmp_path, "--database-url", f"sqlite:///{tmp_path / 'r.db'}")
+    assert set(results) == {" ".join(name) for name in ARGS}
+    for name, (code, err) in results.items():
+        assert code == 3, f"recon {name}: exit {code}: {err}"
+        assert "Traceback" not in str(err), f"recon {name}: {err}"
+        lines = str(err).strip().splitlines()
+        assert len(lines) == 1 and "planted crash" in lines[0] and "--log-level debug" in lines[0], (name, err)
+
+
+def test_with_debug_logging_the_traceback_is_shown(tmp_path: Path) -> None:
+    results = run_planted(tmp_path, "--log-level", "DEBUG", "--database-url", f"sqlite:///{tmp_path / 'r.db'}")
+    code, err = results["stats"]
+    assert code == 3 and "Traceback" in str(err) and "planted crash" in str(err)
