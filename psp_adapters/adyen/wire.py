@@ -210,7 +210,7 @@ def payment_body(
     if problems:
         text = "; ".join(f"{problem.field}: {problem.message}" for problem in problems)
         raise PspRejectedError(f"{PSP_NAME}: charge refused before sending: {text}", psp=PSP_NAME)
-    assert request.payment_method is not None and request.customer_reference is not None  # check_charge
+    assert request.payment_method is not None and request.customer_reference is not None  # check_charge  # nosec B101
     return {
         "amount": {"value": to_adyen_amount(request.amount, request.currency), "currency": request.currency},
         "reference": request.merchant_reference,

@@ -197,7 +197,7 @@ class FaultInjector:
         self._lock = threading.Lock()
         self._monotonic = monotonic_func
         self._faults = faults
-        self._rng = random.Random(faults.seed)
+        self._rng = random.Random(faults.seed)  # nosec B311  # jitter and simulation, not security
         self._bucket = _TokenBucket(faults.rate_limit, monotonic_func) if faults.rate_limit else None
 
     @property
@@ -217,7 +217,7 @@ class FaultInjector:
         """Swap the configuration and restart the dice from its seed."""
         with self._lock:
             self._faults = faults
-            self._rng = random.Random(faults.seed)
+            self._rng = random.Random(faults.seed)  # nosec B311  # jitter and simulation, not security
             self._bucket = _TokenBucket(faults.rate_limit, self._monotonic) if faults.rate_limit else None
 
     def reject(self, *, include_500: bool = True) -> Rejection | None:

@@ -74,7 +74,7 @@ class AdjustmentBooks:
                 created_at=now,
             )
             self._conn.execute(
-                f"INSERT INTO adjustments ({ADJUSTMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO adjustments ({ADJUSTMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",  # nosec B608
                 (adjustment.id, kind, psp_reference, amount, adjustment.currency, fee, reason, ts(now)),
             )
         return adjustment
@@ -87,7 +87,7 @@ class AdjustmentBooks:
             with self._lock:
                 rows = self._conn.execute(
                     f"SELECT {ADJUSTMENT_COLUMNS} FROM adjustments WHERE psp_reference IN "
-                    f"({', '.join('?' * len(chunk))}) ORDER BY seq",
+                    f"({', '.join('?' * len(chunk))}) ORDER BY seq",  # nosec B608  # constant SQL, values bound
                     chunk,
                 ).fetchall()
             for row in rows:
@@ -108,7 +108,8 @@ class AdjustmentBooks:
             rows = self._conn.execute(
                 f"SELECT {adjustment_columns}, {columns} FROM adjustments a "
                 "JOIN payments p ON p.psp_reference = a.psp_reference "
-                f"WHERE a.created_at >= ? AND a.created_at < ? AND p.flavor = ? {account} ORDER BY a.created_at, a.seq",
+                f"WHERE a.created_at >= ? AND a.created_at < ? AND p.flavor = ? {account} "  # nosec B608
+                "ORDER BY a.created_at, a.seq",
                 args,
             ).fetchall()
         return [(Adjustment._from_row(row, "a_"), PaymentRecord._from_row(row)) for row in rows]

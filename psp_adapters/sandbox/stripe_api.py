@@ -200,7 +200,7 @@ class StripeFlavor:
         problem = self._check(scalars)
         if problem is not None:
             return problem
-        assert scalars["amount"] is not None and scalars["currency"] is not None
+        assert scalars["amount"] is not None and scalars["currency"] is not None  # nosec B101
         charge = ChargeRequest(
             merchant_reference=metadata.get("merchant_reference", ""),
             amount=int(scalars["amount"]),
@@ -345,7 +345,7 @@ class StripeFlavor:
         entries: list[tuple[datetime, int, str, tuple[PaymentRecord | Adjustment, PaymentRecord]]] = []
         if type_filter in (None, "charge"):
             for record in self._ledger.succeeded_between(lo, hi, flavor=self.name):
-                assert record.settled_at is not None
+                assert record.settled_at is not None  # nosec B101  # type narrowing, not a check
                 entries.append((record.settled_at, 0, "txn_" + sw.suffix(record), (record, record)))
         for adjustment, record in self._ledger.adjustments_between(lo, hi, flavor=self.name):
             kind = "refund" if adjustment.kind == "refund" else "adjustment"

@@ -317,7 +317,7 @@ def balance_transaction(
     (type and reporting_category "refund") or a dispute (type "adjustment", reporting_category "dispute");
     available at once (the sandbox pays out instantly)."""
     if isinstance(item, PaymentRecord):
-        assert item.settled_at is not None
+        assert item.settled_at is not None  # nosec B101  # type narrowing, not a check
         at, amount, fee = item.settled_at, record.amount, record.booked_fee
         txn, kind, category = "txn_" + suffix(record), "charge", "charge"
         description = record.description

@@ -135,7 +135,7 @@ class StripeAdapter:
                     )
                 raise self._error(response, error)
             return wire.to_outcome(self._body(response))
-        assert ref.merchant_reference is not None  # PspRef guarantees one of the two
+        assert ref.merchant_reference is not None  # PspRef guarantees one of the two  # nosec B101
         response = self._get(
             "/v1/payment_intents/search",
             params={"query": wire.search_query(ref.merchant_reference), "limit": "10"},

@@ -189,7 +189,7 @@ def create_form(request: ChargeRequest) -> dict[str, str]:
     if problems:
         details = "; ".join(f"{p.field}: {p.message}" for p in problems)
         raise PspRejectedError(f"{PSP_NAME}: charge refused before sending: {details}", psp=PSP_NAME)
-    assert request.payment_method is not None and request.customer_reference is not None  # checked above
+    assert request.payment_method is not None and request.customer_reference is not None  # checked above  # nosec B101
     form = {
         "amount": str(to_stripe_amount(request.amount, request.currency)),
         "currency": request.currency.lower(),
