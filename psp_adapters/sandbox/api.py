@@ -6,7 +6,9 @@ wire. Each request to the PSP API goes: auth (401 in the flavour's shape) -> req
 request saves nothing), claim of the key, latency, [the flavour's late 500, saved under the key], the charge and
 its answer written together, an optional hang; for anything else: latency, ``settle_due``, the flavour's route.
 
-Admin API (no auth, never faulted, answered in the native error shape whatever the flavour)::
+Admin API (never faulted, answered in the native error shape whatever the flavour). Reads are open; a POST needs
+the PSP API's own credentials when the server has an api key (the flavour's scheme: ``Authorization: Bearer`` or
+``X-API-Key``), and a POST body must be JSON (``Content-Type: application/json``; 415 otherwise)::
 
     GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
     GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}, this
@@ -190,6 +192,12 @@ class _SandboxApp:
     # -- admin API -----------------------------------------------------------------------------------------
 
     def _admin(self, req: Request) -> Response:
+        if req.method == "POST":
+            if not self.flavor.authorized(req):
+                return native_error("invalid_api_key", "admin changes need the sandbox's api key")
+            content_type = (req.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+            if req.body and content_type != "application/json":
+                return native_error("unsupported_media_type")
         try:
             payload = json.loads(req.body) if req.body else {}
         except ValueError:

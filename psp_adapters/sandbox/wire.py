@@ -52,6 +52,7 @@ _INVALID = "invalid_request_error"
 #: every error the server sends: code -> (HTTP status, error type, default message)
 ERRORS: Mapping[str, tuple[int, str, str]] = {
     "invalid_json": (400, _INVALID, "the body is not valid JSON"),
+    "unsupported_media_type": (415, _INVALID, "admin request bodies must be JSON (Content-Type: application/json)"),
     "parameter_invalid": (400, _INVALID, "a parameter is invalid"),
     "parameter_missing": (400, _INVALID, "a required parameter is missing"),
     "parameter_unknown": (400, _INVALID, "unknown parameter"),

@@ -466,3 +466,19 @@ def test_settlements__pending_payments_appear_once_settled(client: httpx.Client)
 )
 def test_settlements__bad_parameters_are_400(client: httpx.Client, params: dict[str, object]) -> None:
     assert client.get("/v1/settlements", params=params).status_code == 400  # type: ignore[arg-type]
+
+
+def test_admin__changes_need_the_api_key_when_set_and_json_bodies(tmp_path: Path) -> None:
+    with SandboxServer(tmp_path / "s.db", api_key="sandbox-secret") as server:
+        faults = {"rate_429": 0.5}
+        assert httpx.post(f"{server.url}/_admin/faults", json=faults, timeout=5).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert httpx.post(f"{server.url}/_admin/faults", json=faults, headers=wrong, timeout=5).status_code == 401
+        key = {"Authorization": "Bearer sandbox-secret"}
+        as_text = httpx.post(f"{server.url}/_admin/faults", content=b'{"rate_429": 0.5}',
+                             headers={**key, "Content-Type": "text/plain"}, timeout=5)
+        assert as_text.status_code == 415
+        assert server.faults.rate_429 == 0.0  # nothing changed by the refused requests
+        assert httpx.post(f"{server.url}/_admin/faults", json=faults, headers=key, timeout=5).status_code == 200
+        assert server.faults.rate_429 == 0.5
+        assert httpx.get(f"{server.url}/_admin/charges", timeout=5).status_code == 200  # reads stay open
