@@ -10,7 +10,7 @@ created and dropped here; nothing else on the server is touched):
   worker CPU        CPU time of the drain's worker processes (all threads) per job, in µs: the figure that a
                     busy shared machine disturbs least
 
-How each system is used (the library's documented way; see bench/RESULTS.md for the sources):
+How each system is used (the library's documented way; see docs/benchmarks.md for the sources):
 
   recon          its library API, as bench/engine.py: Client.enqueue_many; Worker(...).run(burst=True) with
                  --concurrency handler threads, claim batch = concurrency; fencing, heartbeats, attempt
