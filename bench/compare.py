@@ -1,4 +1,4 @@
-"""Peer comparison (issue 6): recon, procrastinate, pgqueuer and a raw-SQL floor on one PostgreSQL.
+"""Peer comparison: recon, procrastinate, pgqueuer and a raw-SQL floor on one PostgreSQL.
 
 The same workload for every system, each case on a fresh database of its own (``recon_compare_<pid>_<k>``,
 created and dropped here; nothing else on the server is touched):

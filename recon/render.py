@@ -243,7 +243,6 @@ def _duration(seconds: float) -> str:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
 
-# --- end of dead letters and pruning ------------------------------------------------------------------------
 
 
 # --- stats: the pool (recon.metrics.stats_extension) --------------------------------------------------------
@@ -296,9 +295,8 @@ def pool_tables(doc: dict[str, Any]) -> None:
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
-# --- end of stats: the pool ---------------------------------------------------------------------------------
 
-# --- psp controls (issue 5): `recon psp status`, and the PSP controls part of `recon stats` ------------------
+# --- `recon psp status`, and the PSP controls part of `recon stats` ------------------
 
 
 def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None) -> None:
@@ -315,4 +313,3 @@ def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None)
                       (why or "")[:60])
     _console().print(table)
 
-# --- end of psp controls -------------------------------------------------------------------------------------

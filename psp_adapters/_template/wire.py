@@ -1,7 +1,7 @@
 """<PSP>'s wire format, mirrored exactly, and its mapping to protocol outcomes.
 
 Copy this module to ``psp_adapters/<psp>/wire.py`` and replace the shapes with the PSP's real ones (cite the
-API reference in this docstring). Rules (STYLE §7): one Enum per status field with the wire strings as
+API reference in this docstring). Rules: one Enum per status field with the wire strings as
 values; one ``to_outcome()`` with an exhaustive ``match`` ending in ``assert_never``; an unrecognised status
 is ``Unknown(raw_status=…)``, never a guess; amounts stay integers and cross between the PSP's units and ISO
 minor units only here; a missing field or a wrong type raises PspProtocolError.

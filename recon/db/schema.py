@@ -130,7 +130,6 @@ job_replays = sa.Table(
     sa.Column("replayed_by", sa.Text(), nullable=True),
 )
 
-# --- end of dead-letter replays -----------------------------------------------------------------------------
 
 PAYMENT_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")
 UNFINISHED_PAYMENT = "status IN ('created', 'processing', 'pending')"

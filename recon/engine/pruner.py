@@ -9,7 +9,7 @@ Each batch is one short transaction (``engine.prune_batch_size`` jobs, 1,000 by 
 its rows come from the ``jobs_finished_at`` partial index with FOR UPDATE SKIP LOCKED, so pruners on many
 hosts split the work and never wait for each other or for workers; on SQLite each batch holds the single
 write lock for a few milliseconds, between which workers claim and finish as usual. Pruning keeps the
-hot set small (DESIGN §7); the claim itself reads the claimable partial index and does not slow down as
+hot set small; the claim itself reads the claimable partial index and does not slow down as
 finished jobs accumulate (``bench/prune.py``).
 
 Hazard: pruned jobs are gone, with their attempt history. A dead job pruned before anyone looked at it

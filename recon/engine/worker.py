@@ -525,7 +525,6 @@ class Worker:
         while not self._halt.wait(self.presence_interval):
             self._publish_presence()
 
-    # --- end of presence ------------------------------------------------------------------------------
 
     # --- shutdown -------------------------------------------------------------------------------------
 

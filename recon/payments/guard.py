@@ -1,4 +1,4 @@
-"""PspGuard: what stands between a job handler and a PSP call (DESIGN §2 rule 10).
+"""PspGuard: what stands between a job handler and a PSP call.
 
 Both PSP-calling handlers (charge, reconcile) ask ``guard.admit(psp, lease=lease)`` before the call and
 make the call through the ``Permit`` it returns, which records how it went. The state is PSP-wide, in the

@@ -1,4 +1,4 @@
-"""Payment, PaymentStatus and the transitions a payment may make (DESIGN §4).
+"""Payment, PaymentStatus and the transitions a payment may make (docs/design.md).
 
 created -> processing (charge sent) -> succeeded | failed | pending (no final answer, or unknown outcome)
 pending -> succeeded | failed | needs_review. Every change is compare-and-set in the database and writes a

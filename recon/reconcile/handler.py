@@ -1,4 +1,4 @@
-"""The reconcile handler: asks the PSP for one payment's truth and heals our record (DESIGN §5).
+"""The reconcile handler: asks the PSP for one payment's truth and heals our record (docs/design.md).
 
 | PSP says                                  | local                  | action                                        |
 | ----------------------------------------- | ---------------------- | --------------------------------------------- |

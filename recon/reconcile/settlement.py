@@ -1,4 +1,4 @@
-"""The settlement report (``recon report``, DESIGN §5): the PSP's settlement listing for a period against our
+"""The settlement report (``recon report``): the PSP's settlement listing for a period against our
 payments of that PSP, every row classified.
 
 The report never heals: it reads ``payments`` and changes nothing (no status, no event); fixing is the

@@ -1,4 +1,4 @@
-"""One conformance suite for every adapter in the registry (STYLE §10), driven through conftest.Harness."""
+"""One conformance suite for every adapter in the registry, driven through conftest.Harness."""
 
 from __future__ import annotations
 

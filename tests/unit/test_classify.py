@@ -1,4 +1,4 @@
-"""recon.classify: every row of the error table (DESIGN §3), the PSP hint override, and the stored text."""
+"""recon.classify: every row of the error table (docs/design.md), the PSP hint override, and the stored text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""STYLE §10's checks as tests, so CI runs them: ruff and mypy --strict."""
+"""Lint, typing and the security lint as tests, so CI runs them: ruff, mypy --strict, bandit."""
 
 from __future__ import annotations
 
