@@ -1,24 +1,32 @@
 """``recon demo``: the whole story end to end on SQLite and the PSP sandbox, in under a minute.
 
 It starts the sandbox in-process with faults switched on (429s, answers lost after charging, 5xx, slow
-settlement), creates a few hundred payments, runs the charge workers, then sweeps: reconciliation heals
-what the charges left pending. It ends with a check against the sandbox's own ledger that no idempotency
-key was charged twice. Like ``cli``, this module is a composition root: it wires the sandbox adapter.
+settlement, declines), creates a few hundred payments, runs the charge workers, then sweeps: reconciliation
+heals what the charges left pending. It ends with a check against the sandbox's own ledger that no payment was
+charged twice, whatever its key generation. ``--psp``: ``sandbox`` (the sandbox's own API and adapter),
+``stripe`` or ``adyen`` (the sandbox speaking that PSP's wire, recon talking to it through the real adapter,
+authenticated with a per-run test key). Like ``cli``, this module is a composition root: it wires the adapters.
 """
 
 from __future__ import annotations
 
 import random
+import re
+import secrets
 import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
+from psp_adapters import adyen, stripe
+from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secret
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
@@ -35,7 +43,7 @@ from recon.engine.worker import Worker
 from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument
-from recon.payments.model import PaymentStatus
+from recon.payments.model import Payment, PaymentStatus
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
@@ -43,42 +51,105 @@ from recon.reconcile.handler import ReconcileHandler
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
                      pending_fraction=0.12, settle_after_seconds=3.0, pending_fail_fraction=0.25,
                      rate_decline=0.04, decline_amount_suffix=None, seed=7)
+#: chargeable by all three: JPY is zero-decimal everywhere; KWD amounts are whole dinars (Stripe wants a last 0)
 CURRENCIES = (("EUR", 100), ("USD", 100), ("GBP", 100), ("JPY", 1), ("KWD", 1000))
+TIMEOUT = httpx.Timeout(connect=1.0, read=1.0, write=1.0, pool=1.0)  # shorter than the injected hangs
+#: the sandbox's search and reports are immediately consistent: no grace for lag, a short pending schedule
+SCHEDULE = PspSchedule(schedule=(timedelta(seconds=1), timedelta(seconds=2)), grace_period=timedelta(0))
+#: two merchant accounts of one company: the adapter charges each in its own, and reads each one's own report
+ADYEN_ACCOUNTS, ADYEN_ZONE = ("DemoShopECOM", "DemoShopAPP"), "Europe/Amsterdam"
+_GENERATION = re.compile(r"-g\d+$")  # KEY-gN: a later idempotency key generation of the payment whose key is KEY
 
 
-def run_demo(*, payments: int = 300, directory: str | None = None, say: Any = print) -> int:
-    """Run the story; return the exit code (0 when every payment ended final and no key was charged twice)."""
+class Creds(NamedTuple):
+    """This run's credentials, shared by the sandbox and the adapter, so that auth is really checked."""
+
+    api_key: str
+    report_user: str
+    report_password: str
+
+    @classmethod
+    def new(cls, prefix: str) -> Creds:
+        return cls(prefix + secrets.token_hex(12), "report@Company.DemoCompany", secrets.token_urlsafe(16))
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """What differs per PSP: the sandbox's flavour, recon's adapter, and what each payment carries."""
+
+    psp: str  #: recon's PSP name (the payments' ``psp``)
+    label: str  #: the PSP's name in the story
+    speaking: str  #: how the sandbox line names the wire
+    server: Callable[[Path, Creds], SandboxServer]
+    adapter: Callable[[str, Creds], PspAdapter]
+    #: payment i -> (merchant account, payment method, customer reference)
+    carries: Callable[[int], tuple[str, str | None, str | None]]
+    check: Callable[[ChargeRequest], list[FieldProblem]] | None = None  #: the import-time check of the PSP
+    key_prefix: str = "sk_test_"
+    lookup: str = "asks the PSP for each payment"  #: how the sweep learns the truth; ``{n}``: how many have no PSP id
+
+
+WIRES: dict[str, Wire] = {
+    "sandbox": Wire(
+        "sandbox", "the sandbox", "", lambda path, _c: SandboxServer(path, faults=DEMO_FAULTS),
+        lambda url, _c: SandboxAdapter(url, timeout=TIMEOUT), lambda _i: ("demo-shop", None, None)),
+    "stripe": Wire(
+        "stripe", "Stripe", " speaking Stripe's API",
+        lambda path, c: SandboxServer(path, faults=DEMO_FAULTS, flavor="stripe", api_key=c.api_key),
+        lambda url, c: stripe.StripeAdapter(url, api_key=Secret(c.api_key), timeout=TIMEOUT),
+        lambda i: ("demo-shop", "pm_card_visa", f"cus_demo{i:05d}"),
+        stripe.check_charge,
+        lookup="reads each PaymentIntent by id, and searches metadata['merchant_reference'] for those without "
+               "one ({n})"),
+    "adyen": Wire(
+        "adyen", "Adyen", " speaking Adyen's Checkout v71 API and reports",
+        lambda path, c: SandboxServer(path, faults=DEMO_FAULTS, flavor="adyen", api_key=c.api_key,
+                                      report_username=c.report_user, report_password=c.report_password,
+                                      report_timezone=ADYEN_ZONE, company_account="DemoCompany"),
+        lambda url, c: adyen.AdyenAdapter(url, api_key=Secret(c.api_key), merchant_account=ADYEN_ACCOUNTS[0],
+                                          report_base_url=url, report_username=c.report_user,
+                                          report_password=Secret(c.report_password), report_timezone=ADYEN_ZONE,
+                                          lookback_days=1, timeout=TIMEOUT),
+        lambda i: (ADYEN_ACCOUNTS[i % 2], f"{8315_0000_0000_0000 + i}", f"shopper-{i:05d}"),  # stored card
+        adyen.check_charge, key_prefix="AQE_demo_",
+        lookup="reads its merchant account's Payment accounting report of today as the report user (Checkout "
+               "cannot read a payment back)"),
+}
+
+
+def run_demo(*, payments: int = 300, directory: str | None = None, say: Any = print, psp: str = "sandbox") -> int:
+    """Run the story; return the exit code: 0 when every payment ended final and none was charged twice, 1
+    when some need review or stay unfinished, 3 on a double charge (or a charge under no payment's key)."""
     with tempfile.TemporaryDirectory(prefix="recon-demo-") as tmp:
         where = Path(directory or tmp)
         where.mkdir(parents=True, exist_ok=True)
-        return _story(where, payments, say)
+        return _story(where, payments, say, WIRES[psp])
 
 
-def _story(where: Path, n: int, say: Any) -> int:
+def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
     started = time.monotonic()
     db = connect(f"sqlite:///{where / 'recon.db'}", pool_size=12)
     upgrade(db)
-    with SandboxServer(where / "psp-sandbox.db", faults=DEMO_FAULTS) as server:
-        say(f"PSP sandbox on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
+    creds = Creds.new(wire.key_prefix)
+    with wire.server(where / "psp-sandbox.db", creds) as server:
+        say(f"PSP sandbox{wire.speaking} on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
             f"12% slow settlement, 4% declines")
         metrics = ProcessMetrics()  # PSP latency and 429s through the instrumented adapter (recon.metrics)
-        adapter = instrument(
-            SandboxAdapter(server.url, timeout=httpx.Timeout(connect=1.0, read=1.0, write=1.0, pool=1.0)),
-            recorder=metrics)
+        adapter = instrument(wire.adapter(server.url, creds), recorder=metrics)
         ledger = LedgerStore(db)
-        rng = random.Random(42)  # nosec B311  # jitter and simulation, not security
-        new = [NewPayment(merchant_account="demo-shop", merchant_reference=f"order-{i:05d}",
-                          amount=rng.randint(1, 500) * unit, currency=cur, psp="sandbox")
-               for i, (cur, unit) in enumerate(rng.choice(CURRENCIES) for _ in range(n))]
+        new = _payments(wire, n)
         ledger.create(new)
-        say(f"created {n} payments in {len({p.currency for p in new})} currencies, each with a charge job")
+        accounts = len({p.merchant_account for p in new})
+        say(f"created {n} payments in {len({p.currency for p in new})} currencies"
+            + (f" and {accounts} merchant accounts" if accounts > 1 else "") + ", each with a charge job"
+            + (f" (each carries what {wire.label} needs; {wire.psp}.check_charge accepts all)" if wire.check else ""))
 
         settings = _demo_settings()
         store = JobStore(db)
         handlers = Handlers()
         handlers.register("charge", ChargeHandler(ledger, lambda _name: adapter))
-        rc = ReconcileConfig(default=PspSchedule(schedule=(), grace_period=_seconds(0)),
-                             settlement_window=_seconds(0))
+        rc = ReconcileConfig(default=PspSchedule(schedule=(), grace_period=timedelta(0)),
+                             settlement_window=timedelta(0), per_psp={wire.psp: SCHEDULE})
         handlers.register("reconcile", ReconcileHandler(ledger, lambda _name: adapter, config=rc, clock=SystemClock()))
         charged = _run_until_done(store, handlers, settings, queue="charges", total=n, timeout=40,
                                   observer=metrics)
@@ -86,13 +157,21 @@ def _story(where: Path, n: int, say: Any) -> int:
         say(f"charge workers: {charged['succeeded']} charge jobs done first time or after retries; "
             f"payments now {_fmt(counts)}")
 
-        unfinished = counts.get("pending", 0) + counts.get("processing", 0)
+        unfinished = [p for p in ledger.iter_payments() if p.status in (PaymentStatus.PENDING,
+                                                                         PaymentStatus.PROCESSING)]
         if unfinished:
-            say(f"{unfinished} payments have no final answer (slow settlement or a lost answer); "
+            say(f"{len(unfinished)} payments have no final answer (slow settlement or a lost answer); "
                 f"waiting {DEMO_FAULTS.settle_after_seconds:.0f}s for the PSP to settle them, then sweeping")
+            saved = sum(1 for p in unfinished if _got_saved_answer(ledger, p))
+            if saved:
+                say(f"{saved} of them got a 500 that {wire.label} saved under their idempotency key (a retry would "
+                    f"only replay it): they stay pending until the sweep finds them by search")
             time.sleep(DEMO_FAULTS.settle_after_seconds + 0.5)
-        selection = sw.enqueue(ledger, Client(store, settings), sw.SweepOptions(older_than=_seconds(0)),
+        selection = sw.enqueue(ledger, Client(store, settings), sw.SweepOptions(older_than=timedelta(0)),
                                queue=rc.queue)
+        if selection:
+            say("sweep " + wire.lookup.format(n=sum(1 for p in ledger.get_many(selection.payment_ids)
+                                                         if not p.psp_reference)))
         _run_until_done(store, handlers, settings, queue=rc.queue, total=len(selection), timeout=30,
                         observer=metrics)
         summary = sw.summarise(ledger, store, selection)
@@ -102,16 +181,56 @@ def _story(where: Path, n: int, say: Any) -> int:
         final = _statuses(ledger)
         say(f"final: {_fmt(final)}")
         charges = httpx.get(f"{server.url}/_admin/charges", timeout=5).json()
-        for psp, (requests, throttled) in metrics.psp_totals().items():
-            say(f"PSP calls to {psp}: {requests}, of which {throttled} were answered 429 (rate limited)")
+        for name, (requests, throttled) in metrics.psp_totals().items():
+            say(f"PSP calls to {name}: {requests}, of which {throttled} were answered 429 (rate limited)")
         adapter.close()
+        most, stray = _charges_per_payment(charges, {p.idempotency_key: p.id for p in ledger.iter_payments()})
     db.dispose()
-    double = charges["max_per_key"] > 1
+    double = most > 1 or stray > 0
+    verdict = "DOUBLE CHARGE" if most > 1 else "UNACCOUNTED CHARGE" if stray else "no double charge"
     say(f"sandbox ledger: {charges['charges']} charges for {charges['keys']} idempotency keys; "
-        f"most charges for one key: {charges['max_per_key']} -> {'DOUBLE CHARGE' if double else 'no double charge'}")
+        f"most charges for one key: {charges['max_per_key']}, for one payment (all its key generations): {most}"
+        + (f"; {stray} charges under no payment's key" if stray else "") + f" -> {verdict}")
     say(f"done in {time.monotonic() - started:.1f}s")
-    unfinished = final.get("pending", 0) + final.get("processing", 0) + final.get("created", 0)
-    return 3 if double else (1 if unfinished or final.get("needs_review") else 0)
+    left = final.get("pending", 0) + final.get("processing", 0) + final.get("created", 0)
+    return 3 if double else (1 if left or final.get("needs_review") else 0)
+
+
+def _payments(wire: Wire, n: int) -> list[NewPayment]:
+    """``n`` payments in ``CURRENCIES``, each carrying what ``wire``'s PSP needs and passing its check."""
+    rng = random.Random(42)  # nosec B311  # jitter and simulation, not security
+    new = []
+    for i in range(n):
+        currency, unit = rng.choice(CURRENCIES)
+        account, method, customer = wire.carries(i)
+        charge = ChargeRequest(merchant_reference=f"order-{i:05d}", amount=rng.randint(1, 500) * unit,
+                               currency=currency, merchant_account=account, payment_method=method,
+                               customer_reference=customer)
+        problems = wire.check(charge) if wire.check else []
+        if problems:
+            raise ValueError(f"demo payment {charge.merchant_reference}: {wire.label} would refuse it: {problems}")
+        new.append(NewPayment(merchant_account=account, merchant_reference=charge.merchant_reference,
+                              amount=charge.amount, currency=currency, psp=wire.psp, payment_method=method,
+                              customer_reference=customer))
+    return new
+
+
+def _got_saved_answer(ledger: LedgerStore, payment: Payment) -> bool:
+    return any((e.details or {}).get("saved_answer") for e in ledger.events(payment.id))
+
+
+def _charges_per_payment(charges: dict[str, Any], owner: dict[str, int]) -> tuple[int, int]:
+    """(most charges for one payment, all its key generations together; charges under no payment's key), from
+    the sandbox's ``/_admin/charges`` and ``owner``: each payment's first idempotency key -> its id."""
+    per_payment: Counter[int] = Counter()
+    stray = int(charges.get("without_key", 0))
+    for key, count in charges["per_key"].items():
+        payment_id = owner.get(key, owner.get(_GENERATION.sub("", key)))
+        if payment_id is None:
+            stray += count
+        else:
+            per_payment[payment_id] += count
+    return max(per_payment.values(), default=0), stray
 
 
 def _demo_settings() -> Settings:
@@ -134,7 +253,7 @@ def _run_until_done(store: JobStore, handlers: Handlers, settings: Settings, *, 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        depth = store.stats(window=_seconds(0))["depth"]
+        depth = store.stats(window=timedelta(0))["depth"]
         if not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
             break
     worker.request_stop()
@@ -149,9 +268,3 @@ def _statuses(ledger: LedgerStore) -> dict[str, int]:
 def _fmt(counts: dict[str, int]) -> str:
     order = [s.value for s in PaymentStatus]
     return ", ".join(f"{s} {counts[s]}" for s in order if counts.get(s))
-
-
-def _seconds(s: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=s)

@@ -143,13 +143,18 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
 @click.option("--payments", "count", type=click.IntRange(10, 5000), default=300, show_default=True)
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
               help="Keep the demo's database and sandbox state here (default: a temporary directory).")
+@click.option("--psp", type=click.Choice(["sandbox", "stripe", "adyen"]), default="sandbox", show_default=True,
+              help="The wire the sandbox speaks: its own API, or Stripe's or Adyen's through recon's real adapter.")
 @click.pass_context
-def demo(ctx: click.Context, count: int, directory: str | None) -> None:
-    """End to end on SQLite and the PSP sandbox with faults on: charge, lose answers, heal, prove no double charge."""
+def demo(ctx: click.Context, count: int, directory: str | None, psp: str) -> None:
+    """End to end on SQLite and the PSP sandbox with faults on: charge, lose answers, heal, prove no double charge.
+
+    Exit codes: 0 every payment ended final and none was charged twice; 1 some need review or stay unfinished;
+    3 a payment was charged twice (or a charge belongs to no payment)."""
     import logging
 
     from recon.demo import run_demo
 
     if logging.getLogger().level >= logging.INFO:  # the story is the output; the workers' start/stop lines are noise
         logging.getLogger("recon.engine").setLevel(logging.WARNING)
-    ctx.exit(run_demo(payments=count, directory=directory, say=click.echo))
+    ctx.exit(run_demo(payments=count, directory=directory, say=click.echo, psp=psp))
