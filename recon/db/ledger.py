@@ -146,6 +146,18 @@ class LedgerStore:
                                  source=str(t.source), job_id=t.job_id, attempt=t.attempt, details=t.details)])
         return True
 
+    def note(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus, source: EventSource,
+             details: dict[str, Any], job_id: int | None, attempt: int | None) -> bool:
+        """An audit event without a status change (``from`` = ``to`` = ``status``): new PSP evidence for a payment
+        whose status stays. Compare-and-set on the status; False (nothing written) when it changed meanwhile."""
+        row = conn.execute(self._q(lq.payment_touch_if_status),
+                           {"id": payment_id, "status": str(status), "now": self.db.now_param()}).first()
+        if row is None:
+            return False
+        self._events(conn, [dict(payment_id=payment_id, from_status=str(status), to_status=str(status),
+                                 source=str(source), job_id=job_id, attempt=attempt, details=details)])
+        return True
+
     def remember_psp_reference(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus,
                                psp_reference: str) -> bool:
         return conn.execute(self._q(lq.payment_set_psp_reference_if_status),

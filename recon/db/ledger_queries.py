@@ -152,6 +152,13 @@ payment_touch_if_unfinished = Query(
             WHERE id = :id AND {UNFINISHED} RETURNING status""",  # nosec B608  # constant SQL, values bound
 )
 
+payment_touch_if_status = Query(
+    "payment_touch_if_status",
+    "Run before an audit event without a status change (new PSP evidence for a pending payment): locks the "
+    "row and proves the status is still :status, so the event never lands after a concurrent change.",
+    sql="UPDATE payments SET updated_at = {now} WHERE id = :id AND status = :status RETURNING id",
+)
+
 payment_next_key_generation_if = Query(
     "payment_next_key_generation_if",
     "Run by the charge handler when the PSP has forgotten the current key and has no payment for it: the "

@@ -233,11 +233,14 @@ class ChargeHandler:
     def _pending(self, payment: Payment, job: Job, details: dict[str, Any], *,
                  psp_reference: str | None = None) -> Callable[[sa.Connection], Any]:
         if payment.status is PaymentStatus.PENDING:
-            def keep_reference(conn: sa.Connection) -> None:
+            def keep_evidence(conn: sa.Connection) -> None:
                 if psp_reference:
                     self.ledger.remember_psp_reference(conn, payment_id=payment.id, status=PaymentStatus.PENDING,
                                                        psp_reference=psp_reference)
-            return keep_reference
+                if details.get("saved_answer"):  # evidence reconciliation should see: the key's answer is fixed
+                    self.ledger.note(conn, payment_id=payment.id, status=PaymentStatus.PENDING,
+                                     source=EventSource.CHARGE, details=details, job_id=job.id, attempt=job.attempts)
+            return keep_evidence
         return self._transition(payment, job, PaymentStatus.PENDING, details, psp_reference=psp_reference)
 
     def _transition(self, payment: Payment, job: Job, target: PaymentStatus, details: dict[str, Any],

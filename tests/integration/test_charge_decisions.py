@@ -228,3 +228,19 @@ def test_reconcile__authentication_required_goes_to_review(db: Database) -> None
     assert [ref.merchant_account for ref in psp.fetches] == ["AcmeShopEU"]
 
 
+
+
+def test_charge__a_saved_answer_after_a_lost_one_is_kept_as_evidence(db: Database) -> None:
+    from psp_adapters.errors import PspUnknownOutcome
+
+    pid = one_payment(db)
+    unknown = PspUnknownOutcome("sandbox: no answer after the request was sent", psp="sandbox")
+    saved = PspTransientError("HTTP 500 (replayed)", psp="sandbox", status_code=500, saved=True, replayed=True)
+    psp = ScriptedPsp(create=[unknown, saved])
+    drain(db, charge_handlers(db, psp), queues=["charges"])
+    assert len(psp.creates) == 2
+    events = LedgerStore(db).events(pid)
+    assert [(e.from_status, e.to_status) for e in events] == [
+        (None, "created"), ("created", "processing"), ("processing", "pending"), ("pending", "pending")]
+    assert events[-1].details is not None and events[-1].details["saved_answer"] is True
+    assert events[-1].details["replayed"] is True
