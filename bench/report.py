@@ -4,7 +4,7 @@ Prints one JSON line: rows/s (payments reconciled per second of report wall time
 the report process (``ru_maxrss``), wall times of the populate and report phases.
 
 - Local payments are bulk-inserted by a bench-only path (SQLite ``executemany``, PostgreSQL ``COPY``), not
-  LedgerStore.create: a million creation events would only measure the insert.
+  PaymentStore.create: a million creation events would only measure the insert.
 - The PSP is a small in-bench PspAdapter whose ``iter_settlements`` is a generator, not the sandbox: a million
   HTTP charges would take far longer than the report. About 1 payment in 200 is made a discrepancy (amounts,
   refunds, duplicates, ghosts, Adyen-style second events, unlisted payments) so every path runs.

@@ -50,7 +50,7 @@ from psp_adapters.sandbox.ledger import Claimed, Ledger, PaymentRecord  # noqa: 
 from psp_adapters.sandbox.wire import PaymentStatus  # noqa: E402
 from recon.db.control_store import ControlStore  # noqa: E402
 from recon.db.database import Database, connect, upgrade  # noqa: E402
-from recon.db.ledger import LedgerStore, NewPayment  # noqa: E402
+from recon.db.payment_store import NewPayment, PaymentStore  # noqa: E402
 from recon.payments.guard import Permit, PspGuard  # noqa: E402
 from recon.payments.psp_limits import GuardConfig, PspLimits  # noqa: E402
 
@@ -162,7 +162,7 @@ def _sandbox_payments(path: Path, n: int) -> None:
 def _local_payments(db: Database, n: int) -> None:
     """N payments of ours, pending for an hour, each holding its sandbox payment's reference."""
     created = datetime.now(UTC) - timedelta(hours=2)
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     for start in range(0, n, 20_000):
         ledger.create([NewPayment("bench", _reference(i), AMOUNT, CURRENCY, "sandbox", created_at=created)
                        for i in range(start, min(n, start + 20_000))], charge=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from recon.clock import Clock, FixedClock, ProcessClock, SystemClock
 from recon.config import Settings, load_settings
 from recon.db.database import Database, connect, upgrade
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
-from recon.engine.jobs import AttemptRecord, Job, JobSpec, JobState
+from recon.engine.jobs import JobSpec
 from recon.engine.lease import Lease
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
@@ -24,6 +24,7 @@ from recon.errors import (
     UnknownJobKind,
     UsageError,
 )
+from recon.rows import AttemptRecord, Job, JobState
 
 __all__ = [
     "AttemptRecord",

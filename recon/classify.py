@@ -146,7 +146,7 @@ def _is_db_transient(exc: BaseException) -> bool:
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and the exceptions it was raised from (``store.py`` wraps driver errors with ``from``)."""
+    """``exc`` and the exceptions it was raised from (the stores wrap driver errors with ``from``)."""
     current: BaseException | None = exc
     for _ in range(_CAUSE_DEPTH):
         if current is None:

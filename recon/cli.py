@@ -22,8 +22,8 @@ import click
 from psp_adapters.protocol import PspAdapter
 from recon.config import Settings, load_settings
 from recon.db.database import Database, connect
-from recon.db.ledger import LedgerStore
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore
 from recon.durations import parse_duration
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
@@ -130,8 +130,8 @@ class App:
         return Client(self.store, self.settings)
 
     @property
-    def ledger(self) -> LedgerStore:
-        return LedgerStore(self.db)
+    def ledger(self) -> PaymentStore:
+        return PaymentStore(self.db)
 
     @property
     def reconcile_config(self) -> ReconcileConfig:

@@ -34,8 +34,8 @@ from recon.classify import classify
 from recon.clock import SystemClock
 from recon.config import BackoffConfig, Settings
 from recon.db.database import connect, upgrade
-from recon.db.ledger import LedgerStore, NewPayment
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
 from recon.engine.retry import RetryPolicy
@@ -43,10 +43,10 @@ from recon.engine.worker import Worker
 from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument
-from recon.payments.model import Payment, PaymentStatus
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
+from recon.rows import Payment, PaymentStatus
 
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
                      pending_fraction=0.12, settle_after_seconds=3.0, pending_fail_fraction=0.25,
@@ -136,7 +136,7 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
             f"12% slow settlement, 4% declines")
         metrics = ProcessMetrics()  # PSP latency and 429s through the instrumented adapter (recon.metrics)
         adapter = instrument(wire.adapter(server.url, creds), recorder=metrics)
-        ledger = LedgerStore(db)
+        ledger = PaymentStore(db)
         new = _payments(wire, n)
         ledger.create(new)
         accounts = len({p.merchant_account for p in new})
@@ -215,7 +215,7 @@ def _payments(wire: Wire, n: int) -> list[NewPayment]:
     return new
 
 
-def _got_saved_answer(ledger: LedgerStore, payment: Payment) -> bool:
+def _got_saved_answer(ledger: PaymentStore, payment: Payment) -> bool:
     return any((e.details or {}).get("saved_answer") for e in ledger.events(payment.id))
 
 
@@ -261,7 +261,7 @@ def _run_until_done(store: JobStore, handlers: Handlers, settings: Settings, *, 
     return worker.stats.outcomes
 
 
-def _statuses(ledger: LedgerStore) -> dict[str, int]:
+def _statuses(ledger: PaymentStore) -> dict[str, int]:
     return dict(Counter(str(p.status) for p in ledger.iter_payments()))
 
 

@@ -48,10 +48,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import CollectorRegistry
 
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore
+from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore, WorkerRecord
-from recon.engine.jobs import Job
 from recon.errors import ReconError
+from recon.rows import Job
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def quantile(q: float, bounds: Sequence[float], counts: Sequence[int]) -> float 
 class PoolCollector:
     """Prometheus collector over the database: the whole pool, whichever process serves it."""
 
-    def __init__(self, store: PoolStore, ledger: LedgerStore, *, live_window: float = LIVE_WINDOW_SECONDS,
+    def __init__(self, store: PoolStore, ledger: PaymentStore, *, live_window: float = LIVE_WINDOW_SECONDS,
                  refresh: float = REFRESH_SECONDS) -> None:
         self._store, self._ledger = store, ledger
         self._live_window, self._refresh = live_window, refresh
@@ -323,7 +323,7 @@ def serve(db: Database, *, port: int, host: str = "127.0.0.1", live_window: floa
     from prometheus_client import start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(PoolStore(db), LedgerStore(db), live_window=live_window, refresh=refresh))
+    registry.register(PoolCollector(PoolStore(db), PaymentStore(db), live_window=live_window, refresh=refresh))
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -9,9 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from recon.db.dead_letters import ReplayRecord
-from recon.engine.jobs import AttemptRecord, Job
-from recon.payments.model import Payment, PaymentEvent
+from recon.db.dead_letter_store import ReplayRecord
+from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
 
 
 def _console() -> Console:

@@ -22,8 +22,8 @@ from recon.cli import (  # the composition root's shared pieces
 )
 from recon.config import EngineConfig
 from recon.db.database import upgrade
+from recon.db.jobs_store import JobStore, make_listener
 from recon.db.pool_store import PoolStore
-from recon.db.store import JobStore, make_listener
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.engine.worker import Worker

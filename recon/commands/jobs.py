@@ -20,9 +20,9 @@ from recon.cli import (  # the composition root's shared pieces
     operator_name,
     pass_app,
 )
-from recon.db.dead_letters import JobFilter
-from recon.db.store import JobStore
-from recon.engine.jobs import JobState
+from recon.db.dead_letter_store import JobFilter
+from recon.db.jobs_store import JobStore
+from recon.rows import JobState
 
 # --- jobs ---------------------------------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, 
     while len(found) < limit:
         want = min(limit - len(found), 500)
         after = found[-1].id if found else 0
-        page = app.store.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
+        page = app.store.dead_letters.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
         found.extend(page)
         if len(page) < want:
             break
@@ -70,7 +70,7 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
     """One job with its attempt history."""
     client = app.client()
     job, attempts = client.get(job_id), client.attempts(job_id)
-    replays = app.store.replays(job_id)  # dead-letter replays, between the attempts they followed
+    replays = app.store.dead_letters.replays(job_id)  # dead-letter replays, between the attempts they followed
     if as_json:
         click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts],
                                "replays": [r.to_dict() for r in replays]}))
@@ -160,7 +160,7 @@ def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: i
     after, keys, operator = 0, frozenset[str](), operator_name()
     while limit is None or len(run["replayed"]) < limit:
         want = batch if limit is None else min(batch, limit - len(run["replayed"]))
-        b = store.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
+        b = store.dead_letters.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
                               replayed_by=operator, dry_run=dry_run)
         run["batches"] += 1 if b.jobs else 0
         if dry_run:  # the listing; a real run keeps only ids (it may move millions)
@@ -192,7 +192,7 @@ def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_js
 
     doc: dict[str, Any] = {"dry_run": dry_run, "older_than_seconds": older_than.total_seconds()}
     if dry_run:
-        by_state = app.store.count_prunable(older_than=older_than.total_seconds())
+        by_state = app.store.dead_letters.count_prunable(older_than=older_than.total_seconds())
         doc |= {"would_delete": sum(by_state.values()), "by_state": by_state}
     else:
         stop = threading.Event()

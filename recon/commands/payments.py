@@ -16,7 +16,7 @@ from recon.cli import (  # the composition root's shared pieces
     pass_app,
 )
 from recon.errors import UsageError
-from recon.payments.model import Payment, PaymentStatus
+from recon.rows import Payment, PaymentStatus
 
 # --- payments -----------------------------------------------------------------------------------------------
 
@@ -55,7 +55,7 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
         for line in exc.lines():  # the first problem first, then the others and a count
             click.echo(f"recon: {line}", err=True)
         sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
-    from recon.db.ledger import CHARGE_QUEUE
+    from recon.db.payment_store import CHARGE_QUEUE
 
     # the charge jobs respect the queue's max_depth like every enqueue (QueueFull: exit 2, nothing written)
     ids = app.ledger.create(new, charge=not no_charge,

@@ -1,6 +1,6 @@
 """Every SQL statement about per-PSP controls, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
 
-Same conventions as ``recon.db.queries`` (``{now}``, ``{secs:…}``, ``{json:…}``); only
+Placeholders as in ``recon.db.sql`` (``{now}``, ``{secs:…}``, ``{json:…}``); only
 ``recon.db.control_store`` executes these. Every change is one conditional statement on the PSP's row, so
 workers on many hosts can race on it safely: PostgreSQL locks the row for the UPDATE and re-evaluates the
 SET expressions on the latest version; SQLite runs each statement under ``BEGIN IMMEDIATE``.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.queries import Query
+from recon.db.sql import Query
 
 _COLUMNS = ("psp, paused, paused_by, paused_at, pause_reason, cooldown_until, breaker_state, failures, "
             "opened_at, probe_at, breaker_reason, updated_at")

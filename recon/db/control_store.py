@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from recon.db import control_queries as cq
 from recon.db.database import Database
-from recon.db.queries import Query
+from recon.db.sql import Query
 from recon.redact import redact, redact_optional
 
 T = TypeVar("T")

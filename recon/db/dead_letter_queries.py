@@ -1,11 +1,12 @@
 """The SQL of the dead-letter set and of pruning (`recon jobs list/replay/prune`, the worker's pruner); only
-``recon.db.dead_letters`` executes these. Conventions as in ``recon.db.queries``."""
+``recon.db.dead_letter_store`` executes these. Placeholders as in ``recon.db.sql``."""
 
 from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.queries import FINISHED, JOB_COLUMNS, Query
+from recon.db.jobs_queries import FINISHED, JOB_COLUMNS
+from recon.db.sql import Query
 
 # integer microseconds and compares them as they are.
 _TS = {"postgresql": "CAST(:{} AS timestamptz)", "sqlite": ":{}"}

@@ -1,11 +1,11 @@
 """The SQL of the workers table and the pool's metrics (recon.metrics, `recon stats`); only
-``recon.db.pool_store`` executes these. Conventions as in ``recon.db.queries``."""
+``recon.db.pool_store`` executes these. Placeholders as in ``recon.db.sql``."""
 
 from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.queries import Query
+from recon.db.sql import Query
 
 WORKER_COLUMNS = "id, host, pid, queues, slots, busy_slots, started_at, last_seen_at, stopped_at, counters"
 

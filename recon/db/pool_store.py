@@ -10,9 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from recon.db import jobs_queries as q
 from recon.db import pool_queries as pq
-from recon.db import queries as q
 from recon.db.database import Database, json_from_db
+from recon.db.sql import Query
 
 
 class PoolStore:
@@ -72,7 +73,7 @@ class PoolStore:
                             started_at=t(r[6]), last_seen_at=t(r[7]),  # type: ignore[arg-type]
                             stopped_at=t(r[8]), counters=json_from_db(r[9]) or {})
 
-    def _q(self, query: q.Query) -> sa.TextClause:
+    def _q(self, query: Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)
 
 

@@ -1,6 +1,6 @@
 """Every SQL statement of the settlement report (``recon report``), named, with who runs it and why.
 
-Same conventions as ``recon.db.queries`` (``{json:…}``); only ``recon.db.report_store`` executes these.
+Placeholders as in ``recon.db.sql`` (``{json:…}``); only ``recon.db.report_store`` executes these.
 
 The report works in a TEMPORARY table, ``report_lines``: one row per PSP reference (the PSP listing,
 merged), private to the report's connection, gone with its transaction (PostgreSQL ``ON COMMIT DROP``) or
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.queries import Query
+from recon.db.sql import Query
 
 report_lines_drop = Query(
     "report_lines_drop",

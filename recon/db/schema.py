@@ -1,7 +1,7 @@
 """SQLAlchemy Core tables: a mirror of ``migrations/`` (tests/integration/test_schema.py diffs the two).
 
 Timestamps are ``timestamptz`` on PostgreSQL and integer microseconds since the Unix epoch on SQLite, so
-that SQLite compares and adds them as plain integers; ``recon.db.store`` converts both to aware datetimes.
+that SQLite compares and adds them as plain integers; ``recon.db.jobs_store`` converts both to aware datetimes.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ from datetime import UTC, timedelta
 from typing import Any
 
 from recon.config import Settings
-from recon.db.store import EnqueueRow, JobStore
-from recon.engine.jobs import AttemptRecord, Job, JobSpec
+from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.engine.jobs import JobSpec
 from recon.errors import InvalidJobState, JobNotFound, UnknownJobKind, UsageError
+from recon.rows import AttemptRecord, Job
 
 
 class Client:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from recon.engine.jobs import Job
 from recon.engine.lease import Lease
 from recon.engine.outcome import Outcome
 from recon.errors import UnknownJobKind
+from recon.rows import Job
 
 Handler = Callable[[Job, Lease], Outcome | None]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
 from recon.errors import LeaseLost, StoreError
 
 log = logging.getLogger(__name__)

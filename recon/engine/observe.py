@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Protocol
 
-from recon.engine.jobs import Job
+from recon.rows import Job
 
 #: how often a worker upserts its row in the workers table (at most; never slower than its heartbeat)
 PRESENCE_INTERVAL_SECONDS_DEFAULT = 5.0

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
 from recon.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Pruner:
         result = PruneResult()
         start = time.monotonic()
         while stop is None or not stop.is_set():
-            count = self._store.prune_finished(older_than=self._older_than, limit=self._batch)
+            count = self._store.dead_letters.prune_finished(older_than=self._older_than, limit=self._batch)
             if count.jobs:
                 result.batches += 1
                 result.jobs += count.jobs

@@ -17,9 +17,9 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from recon.db.store import JobStore
-from recon.engine.jobs import JobState
+from recon.db.jobs_store import JobStore
 from recon.errors import StoreError
+from recon.rows import JobState
 
 log = logging.getLogger(__name__)
 

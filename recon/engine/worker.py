@@ -41,10 +41,9 @@ from typing import Any
 
 from recon.config import EngineConfig
 from recon.db.database import DedicatedConnection
+from recon.db.jobs_store import Finish, JobStore
 from recon.db.pool_store import PoolStore, WorkerPresence
-from recon.db.store import Finish, JobStore
 from recon.engine.handlers import Handlers
-from recon.engine.jobs import Job
 from recon.engine.lease import Heartbeater, Lease
 from recon.engine.observe import PRESENCE_INTERVAL_SECONDS_DEFAULT, WORKER_RETENTION, WorkerObserver, job_log_fields
 from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
@@ -52,6 +51,7 @@ from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher
 from recon.errors import LeaseLost, StoreError, UnknownJobKind
 from recon.logs import enter_job, leave_job
+from recon.rows import Job
 
 log = logging.getLogger(__name__)
 

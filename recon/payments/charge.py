@@ -51,13 +51,12 @@ from psp_adapters.protocol import (
 )
 from recon.classify import ErrorKind, classify
 from recon.clock import Clock, SystemClock
-from recon.db.ledger import LedgerStore, Transition
-from recon.engine.jobs import Job
+from recon.db.payment_store import PaymentStore, Transition
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
 from recon.errors import ConfigError, LeaseLost
 from recon.payments.guard import Guard, Unguarded
-from recon.payments.model import EventSource, Payment, PaymentStatus
+from recon.rows import EventSource, Job, Payment, PaymentStatus
 
 AdapterFunc = Callable[[str], PspAdapter]
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
@@ -101,7 +100,7 @@ def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
 class ChargeHandler:
     """Job kind ``charge``, payload ``{"payment_id": N}``."""
 
-    def __init__(self, ledger: LedgerStore, adapter_func: AdapterFunc, *, guard: Guard | None = None,
+    def __init__(self, ledger: PaymentStore, adapter_func: AdapterFunc, *, guard: Guard | None = None,
                  clock: Clock | None = None) -> None:
         self.ledger = ledger
         self.adapter_func = adapter_func

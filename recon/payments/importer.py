@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from psp_adapters.protocol import ChargeRequest, FieldProblem
-from recon.db.ledger import NewPayment
+from recon.db.payment_store import NewPayment
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
 

@@ -38,15 +38,14 @@ from psp_adapters.protocol import (
 )
 from recon.classify import classify
 from recon.clock import Clock
-from recon.db.ledger import LedgerStore, Transition
-from recon.engine.jobs import Job
+from recon.db.payment_store import PaymentStore, Transition
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError, ReconError
 from recon.payments.charge import authentication_reason, config_dead, mismatch, outcome_details
 from recon.payments.guard import Guard, Unguarded
-from recon.payments.model import EventSource, Payment, PaymentStatus
 from recon.reconcile.config import ReconcileConfig
+from recon.rows import EventSource, Job, Payment, PaymentStatus
 
 RECONCILE_KIND = "reconcile"
 
@@ -65,7 +64,7 @@ class ReconcileHandler:
     """Job kind ``reconcile``, payload ``{"payment_id": N}``; ``job.progress["checks"]`` counts the pending
     answers so far, so the schedule survives crashes and restarts."""
 
-    def __init__(self, ledger: LedgerStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
+    def __init__(self, ledger: PaymentStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
                  clock: Clock, guard: Guard | None = None) -> None:
         self.ledger = ledger
         self.adapter_func = adapter_func

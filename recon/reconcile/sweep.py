@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from recon.db.ledger import LedgerStore
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore
 from recon.engine.client import Client
-from recon.engine.jobs import Job, JobSpec, JobState
-from recon.payments.model import Payment, PaymentStatus
+from recon.engine.jobs import JobSpec
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
+from recon.rows import Job, JobState, Payment, PaymentStatus
 from recon.spreadsheet import safe_cell
 
 PAGE = 1000
@@ -47,7 +47,7 @@ class Selection:
         return len(self.payment_ids)
 
 
-def iter_candidates(ledger: LedgerStore, options: SweepOptions) -> Iterator[Payment]:
+def iter_candidates(ledger: PaymentStore, options: SweepOptions) -> Iterator[Payment]:
     """Stale unfinished payments, oldest id first, at most ``options.limit``."""
     for n, payment in enumerate(ledger.iter_stale(older_than=options.older_than, psp=options.psp), start=1):
         yield payment
@@ -55,7 +55,7 @@ def iter_candidates(ledger: LedgerStore, options: SweepOptions) -> Iterator[Paym
             return
 
 
-def enqueue(ledger: LedgerStore, client: Client, options: SweepOptions, *, queue: str) -> Selection:
+def enqueue(ledger: PaymentStore, client: Client, options: SweepOptions, *, queue: str) -> Selection:
     """One reconcile job per candidate, a page per transaction; returns what was selected."""
     selection = Selection()
     page: list[Payment] = []
@@ -113,7 +113,7 @@ class SweepSummary:
                 "money_at_risk": self.money_at_risk}
 
 
-def summarise(ledger: LedgerStore, jobs: JobStore, selection: Selection,
+def summarise(ledger: PaymentStore, jobs: JobStore, selection: Selection,
               *, on_item: Callable[[Payment, Job | None, str], None] | None = None) -> SweepSummary:
     """Read back every selected payment and its job, a page at a time."""
     summary = SweepSummary()

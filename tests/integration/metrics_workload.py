@@ -44,7 +44,7 @@ from recon import (
 from recon.classify import classify
 from recon.config import EngineConfig
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.metrics import ProcessMetrics
 from recon.payments.instrumented import instrument
 
@@ -120,7 +120,7 @@ def run_workload(db: Database) -> tuple[Worker, ProcessMetrics]:
                          JobSpec("pay", {"mode": "ok"}, tenant="t2", priority=5, delay=timedelta(hours=1)),
                          JobSpec("sync", queue="idle")])
     now = db.clock.now()
-    LedgerStore(db).create([
+    PaymentStore(db).create([
         NewPayment("shop", "p-new", 1000, "EUR", "fakepsp"),
         NewPayment("shop", "p-2h", 250, "EUR", "fakepsp", created_at=now - timedelta(hours=2)),
         NewPayment("shop", "p-2d", 700, "USD", "fakepsp", created_at=now - timedelta(days=2))], charge=False)

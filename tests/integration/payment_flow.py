@@ -18,7 +18,7 @@ from recon.classify import classify
 from recon.clock import SystemClock
 from recon.config import BackoffConfig
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.payments.charge import ChargeHandler
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
@@ -45,7 +45,7 @@ def reconcile_config(*, schedule: tuple[float, ...] = (0.2, 0.2), grace: float =
 
 
 def handlers_for(db: Database, adapter: PspAdapter, rc: ReconcileConfig | None = None) -> Handlers:
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     h = Handlers()
     h.register("charge", ChargeHandler(ledger, lambda _name: adapter))
     h.register("reconcile", ReconcileHandler(ledger, lambda _name: adapter, config=rc or reconcile_config(),
@@ -56,7 +56,7 @@ def handlers_for(db: Database, adapter: PspAdapter, rc: ReconcileConfig | None =
 def create(db: Database, n: int, *, amount: int = 1000, currency: str = "EUR", psp: str = "sandbox",
            charge: bool = True, prefix: str = "order", account: str = "shop", payment_method: str | None = None,
            customer_reference: str | None = None) -> list[int]:
-    return LedgerStore(db).create([NewPayment(account, f"{prefix}-{i}", amount, currency, psp,
+    return PaymentStore(db).create([NewPayment(account, f"{prefix}-{i}", amount, currency, psp,
                                               payment_method=payment_method, customer_reference=customer_reference)
                                    for i in range(n)], charge=charge)
 
@@ -89,14 +89,14 @@ def sweep_now(db: Database, handlers: Handlers, *, timeout: float = 30,
               until_finished: bool = False) -> sw.SweepSummary:
     """Enqueue and run a sweep: like `recon sweep` (until nothing is due), or until every job finished."""
     settings = fast_settings()
-    selection = sw.enqueue(LedgerStore(db), Client(JobStore(db), settings),
+    selection = sw.enqueue(PaymentStore(db), Client(JobStore(db), settings),
                            sw.SweepOptions(older_than=timedelta(0)), queue="reconcile")
     if until_finished:
         drain(db, handlers, queues=["reconcile"], timeout=timeout, settings=settings)
-        return sw.summarise(LedgerStore(db), JobStore(db), selection)
+        return sw.summarise(PaymentStore(db), JobStore(db), selection)
     Worker(JobStore(db), handlers, config=settings.engine, policy=RetryPolicy(settings.retry), queues=["reconcile"],
            classify_func=classify).run(burst=True)
-    return sw.summarise(LedgerStore(db), JobStore(db), selection)
+    return sw.summarise(PaymentStore(db), JobStore(db), selection)
 
 
 def admin(url: str, path: str, body: dict[str, Any] | None = None) -> Any:

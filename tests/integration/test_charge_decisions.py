@@ -27,14 +27,14 @@ from recon import Client, FixedClock, JobState, JobStore, Settings
 from recon.clock import SystemClock
 from recon.db.control_store import ControlStore
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.engine.handlers import Handlers
 from recon.errors import ConfigError
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
-from recon.payments.model import PaymentStatus
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.reconcile.handler import ReconcileHandler
+from recon.rows import PaymentStatus
 from tests.integration.payment_flow import drain, reconcile_config
 
 Answer = PaymentOutcome | PspError
@@ -77,13 +77,13 @@ class ScriptedPsp:
 def one_payment(db: Database, **fields: Any) -> int:
     payment = NewPayment("AcmeShopEU", "order-7", 2500, "EUR", "sandbox", payment_method="pm_card_visa",
                          customer_reference="cus_NffrFeUfNV2Hib", **fields)
-    [pid] = LedgerStore(db).create([payment])
+    [pid] = PaymentStore(db).create([payment])
     return pid
 
 
 def charge_handlers(db: Database, psp: Any, *, clock: Any = None, guard: Any = None) -> Handlers:
     h = Handlers()
-    h.register("charge", ChargeHandler(LedgerStore(db), lambda _name: psp, clock=clock, guard=guard))
+    h.register("charge", ChargeHandler(PaymentStore(db), lambda _name: psp, clock=clock, guard=guard))
     return h
 
 
@@ -98,7 +98,7 @@ def test_charge__sends_the_stored_payment_method_and_customer(db: Database) -> N
     [(request, key)] = psp.creates
     assert (request.payment_method, request.customer_reference, request.merchant_account) == (
         "pm_card_visa", "cus_NffrFeUfNV2Hib", "AcmeShopEU")
-    payment = LedgerStore(db).by_reference("order-7")
+    payment = PaymentStore(db).by_reference("order-7")
     assert payment is not None and key == payment.idempotency_key and payment.key_sent_at is not None
 
 
@@ -107,7 +107,7 @@ def test_charge__authentication_required_goes_to_review_never_waits(db: Database
     psp = ScriptedPsp(create=[ActionRequired(psp_reference="pi_1", amount=2500, currency="EUR",
                                              raw_status="requires_action")])
     drain(db, charge_handlers(db, psp), queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.NEEDS_REVIEW
     assert payment.review_reason is not None and "customer authentication required" in payment.review_reason
     assert payment.psp_reference == "pi_1"
@@ -120,10 +120,10 @@ def test_charge__an_error_saved_under_the_key_is_not_retried_the_payment_is_pend
     psp = ScriptedPsp(create=[saved])  # a second create would find no answer and fail the test
     drain(db, charge_handlers(db, psp), queues=["charges"])
     assert len(psp.creates) == 1
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.PENDING
     assert [j.state for j in charge_jobs(db)] == [JobState.SUCCEEDED]
-    last = LedgerStore(db).events(pid)[-1]
+    last = PaymentStore(db).events(pid)[-1]
     assert last.details is not None and last.details["saved_answer"] is True
 
 
@@ -151,9 +151,9 @@ def test_charge__a_psp_that_cannot_be_called_leaves_the_payment_created(db: Data
         raise ConfigError("PSP 'stripe': api_key is not set; set the environment variable RECON_STRIPE_API_KEY")
 
     h = Handlers()
-    h.register("charge", ChargeHandler(LedgerStore(db), unconfigured))
+    h.register("charge", ChargeHandler(PaymentStore(db), unconfigured))
     drain(db, h, queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.CREATED  # never processing
     [job] = charge_jobs(db)
     assert job.state is JobState.DEAD and job.last_error_kind == "config"
@@ -165,7 +165,7 @@ def _pending_with_key_sent(db: Database) -> tuple[int, datetime]:
     pid = one_payment(db)
     psp = ScriptedPsp(create=[PspTransientError("HTTP 500", psp="sandbox", status_code=500, saved=True)])
     drain(db, charge_handlers(db, psp), queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.PENDING and payment.key_sent_at is not None
     return pid, payment.key_sent_at
 
@@ -179,7 +179,7 @@ def test_charge__a_key_the_psp_may_have_forgotten_is_never_resent_blindly(db: Da
     pid, sent = _pending_with_key_sent(db)
     _charge_again(db, pid)
     later = FixedClock(sent + timedelta(hours=25))
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None
     psp = ScriptedPsp(fetch=[NotFound(merchant_reference="order-7")],
                       create=[Succeeded(psp_reference="pi_2", amount=2500, currency="EUR")])
@@ -187,9 +187,9 @@ def test_charge__a_key_the_psp_may_have_forgotten_is_never_resent_blindly(db: Da
     # first the lookup (not a send), then a new key generation, then the charge under the new key
     assert [ref.merchant_reference for ref in psp.fetches] == ["order-7"]
     assert [key for _, key in psp.creates] == [f"{payment.idempotency_key}-g1"]
-    healed = LedgerStore(db).get(pid)
+    healed = PaymentStore(db).get(pid)
     assert healed is not None and healed.status is PaymentStatus.SUCCEEDED and healed.key_generation == 1
-    generations = [e.details.get("key_generation") for e in LedgerStore(db).events(pid)
+    generations = [e.details.get("key_generation") for e in PaymentStore(db).events(pid)
                    if e.details and "key_generation" in e.details]
     assert generations == [1]
 
@@ -200,7 +200,7 @@ def test_charge__a_forgotten_key_whose_payment_exists_records_it_and_charges_not
     psp = ScriptedPsp(fetch=[Succeeded(psp_reference="pi_1", amount=2500, currency="EUR")])
     drain(db, charge_handlers(db, psp, clock=FixedClock(sent + timedelta(hours=30))), queues=["charges"])
     assert psp.creates == []
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.SUCCEEDED and payment.key_generation == 0
 
 
@@ -209,20 +209,20 @@ def test_charge__a_recent_key_is_resent_unchanged(db: Database) -> None:
     _charge_again(db, pid)
     psp = ScriptedPsp(create=[Succeeded(psp_reference="pi_1", amount=2500, currency="EUR")])
     drain(db, charge_handlers(db, psp, clock=FixedClock(sent + timedelta(hours=2))), queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and psp.fetches == []
     assert [key for _, key in psp.creates] == [payment.idempotency_key]
 
 
 def test_reconcile__authentication_required_goes_to_review(db: Database) -> None:
-    [pid] = LedgerStore(db).create([NewPayment("AcmeShopEU", "order-8", 900, "EUR", "sandbox")], charge=False)
+    [pid] = PaymentStore(db).create([NewPayment("AcmeShopEU", "order-8", 900, "EUR", "sandbox")], charge=False)
     psp = ScriptedPsp(fetch=[ActionRequired(psp_reference="pi_8", raw_status="requires_action")])
     h = Handlers()
-    h.register("reconcile", ReconcileHandler(LedgerStore(db), lambda _name: psp, config=reconcile_config(),
+    h.register("reconcile", ReconcileHandler(PaymentStore(db), lambda _name: psp, config=reconcile_config(),
                                              clock=SystemClock()))
     Client(JobStore(db), Settings()).enqueue("reconcile", {"payment_id": pid}, queue="reconcile")
     drain(db, h, queues=["reconcile"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.NEEDS_REVIEW
     assert payment.review_reason is not None and "authentication" in payment.review_reason
     assert [ref.merchant_account for ref in psp.fetches] == ["AcmeShopEU"]
@@ -239,7 +239,7 @@ def test_charge__a_saved_answer_after_a_lost_one_is_kept_as_evidence(db: Databas
     psp = ScriptedPsp(create=[unknown, saved])
     drain(db, charge_handlers(db, psp), queues=["charges"])
     assert len(psp.creates) == 2
-    events = LedgerStore(db).events(pid)
+    events = PaymentStore(db).events(pid)
     assert [(e.from_status, e.to_status) for e in events] == [
         (None, "created"), ("created", "processing"), ("processing", "pending"), ("pending", "pending")]
     assert events[-1].details is not None and events[-1].details["saved_answer"] is True

@@ -13,8 +13,8 @@ import pytest
 
 from recon import Client, FixedClock, JobState, JobStore, Settings, connect
 from recon.db.database import Database
-from recon.db.dead_letters import JobFilter
-from recon.db.store import Finish
+from recon.db.dead_letter_store import JobFilter
+from recon.db.jobs_store import Finish
 
 DEFAULT_BUDGET = Settings().engine.default_max_attempts
 
@@ -100,11 +100,11 @@ def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(
         assert job is not None and job.finished_at is None
         assert job.attempts == before[job_id].attempts  # the fencing token is never reset
         assert job.max_attempts == before[job_id].attempts + DEFAULT_BUDGET
-        [replay] = store.replays(job_id)
+        [replay] = store.dead_letters.replays(job_id)
         assert (replay.attempt, replay.max_attempts_before, replay.max_attempts_after, replay.error_kind) == (
             before[job_id].attempts, before[job_id].max_attempts, job.max_attempts, "psp_unavailable")
         assert replay.replayed_by and "@" in replay.replayed_by
-    assert all(store.replays(i) == [] for i in others)
+    assert all(store.dead_letters.replays(i) == [] for i in others)
 
     # the next claim is the next attempt: history stays one row per claim, the replay sits between
     three = target[0]
@@ -137,7 +137,7 @@ def test_dead_letters__dry_run_lists_and_changes_nothing(db: Database, db_url: s
     assert doc["dry_run"] is True and doc["would_replay"] == 3 and doc["attempts_added"] == 2
     assert [j["id"] for j in doc["jobs"]] == ids and {j["state"] for j in doc["jobs"]} == {"dead"}
     assert store.get_many(ids) == before
-    assert all(store.replays(i) == [] for i in ids)
+    assert all(store.dead_letters.replays(i) == [] for i in ids)
     human = recon(db_url, "jobs", "replay", "--error-kind", "bug", "--dry-run")
     assert human.returncode == 0
     assert "would replay 3 dead jobs" in human.stdout and "nothing changed" in human.stdout
@@ -190,7 +190,7 @@ def test_dead_letters__replay_clears_a_cancel_request_that_came_too_late(db: Dat
     dead = store.get(job_id)
     assert dead is not None and dead.state is JobState.DEAD and dead.cancel_requested
 
-    batch = store.replay_dead(filters=JobFilter(), after_id=0, limit=10, budget=1)
+    batch = store.dead_letters.replay_dead(filters=JobFilter(), after_id=0, limit=10, budget=1)
 
     assert batch.replayed == [job_id]
     [claimed] = store.claim(worker="w", queues=["default"], n=1, ttl=30)  # claimable again

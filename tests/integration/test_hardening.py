@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from recon.db.database import Database
-from recon.db.ledger import CHARGE_KIND, LedgerStore, NewPayment
-from recon.db.store import JobStore, iter_all_jobs
+from recon.db.jobs_store import JobStore, iter_all_jobs
+from recon.db.payment_store import CHARGE_KIND, NewPayment, PaymentStore
 from recon.reconcile.settlement import Category, CsvWriter, Item, Totals
 from recon.spreadsheet import safe_cell
 
@@ -70,7 +70,7 @@ def test_cli__an_old_schema_says_run_db_upgrade(tmp_path: Path) -> None:
 
 def test_sweep__an_unwritable_report_path_fails_before_any_work(db: Database, db_url: str, tmp_path: Path,
                                                                 subprocess_env: dict[str, str]) -> None:
-    LedgerStore(db).create([NewPayment("shop", "s-1", 100, "EUR", "sandbox")], charge=False)
+    PaymentStore(db).create([NewPayment("shop", "s-1", 100, "EUR", "sandbox")], charge=False)
     r = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "sweep", "--older-than", "0s",
                         "--report", str(tmp_path / "nonexistent" / "r.json")], capture_output=True, text=True,
                        timeout=60, env=subprocess_env)
@@ -107,7 +107,7 @@ def test_import__honours_the_charge_queues_max_depth(db: Database, db_url: str, 
                         "payments", "import", str(path)], capture_output=True, text=True, timeout=60,
                        env=subprocess_env)
     assert r.returncode == 2 and "charges" in one_line(r) and "max_depth 1" in r.stderr
-    assert list(LedgerStore(db).iter_payments()) == []
+    assert list(PaymentStore(db).iter_payments()) == []
     assert list(iter_all_jobs(JobStore(db), kind=CHARGE_KIND)) == []
 
 
@@ -123,9 +123,9 @@ def test_import__a_reimported_file_prints_twenty_problems_and_a_count(db: Databa
 
 
 def test_import__a_reference_taken_by_a_concurrent_import_names_it(db: Database) -> None:
-    from recon.db.ledger import DuplicateReference
+    from recon.db.payment_store import DuplicateReference
 
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     ledger.create([NewPayment("shop", "raced", 100, "EUR", "sandbox")], charge=False)
     with pytest.raises(DuplicateReference, match="merchant_reference 'raced' already exists"):
         ledger.create([NewPayment("shop", "fresh", 100, "EUR", "sandbox"),

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
 from recon.db.database import Database, connect
-from recon.db.store import Finish
+from recon.db.jobs_store import Finish
 from recon.errors import DatabaseTransientError, StoreError
 
 FAST = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore
+from recon.db.payment_store import PaymentStore
 
 COLUMNS = "merchant_reference,amount,currency,psp,merchant_account,payment_method,customer_reference\n"
 
@@ -30,7 +30,7 @@ def recon(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess
 
 def imported(db: Database) -> dict[str, tuple[str, str | None, str | None]]:
     return {p.merchant_reference: (p.merchant_account, p.payment_method, p.customer_reference)
-            for p in LedgerStore(db).iter_payments()}
+            for p in PaymentStore(db).iter_payments()}
 
 
 @pytest.mark.parametrize(("row", "field"), [
@@ -63,7 +63,7 @@ def test_import__three_decimal_amounts_stripe_can_charge_are_accepted(db: Databa
     path.write_text(COLUMNS + "s-1,5.120,KWD,stripe,,pm_card_visa,cus_NffrFeUfNV2Hib\n", encoding="utf-8")
     r = recon(db_url, "payments", "import", str(path), "--no-charge")
     assert r.returncode == 0, r.stderr
-    assert [p.amount for p in LedgerStore(db).iter_payments()] == [5120]
+    assert [p.amount for p in PaymentStore(db).iter_payments()] == [5120]
 
 
 def test_import__adyen_account_from_column_then_flag_then_config_then_env(db: Database, db_url: str,

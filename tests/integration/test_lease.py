@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 from recon import Client, FixedClock, JobState, JobStore, Settings
 from recon.db.database import Database
-from recon.db.store import Finish
+from recon.db.jobs_store import Finish
 from recon.engine.lease import Heartbeater, Lease
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -19,12 +19,12 @@ from psp_adapters.sandbox.server import SandboxServer
 from recon import Handlers, JobStore, RetryPolicy, Worker
 from recon.classify import classify
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.logs import configure
 from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument
-from recon.payments.model import PaymentStatus
+from recon.rows import PaymentStatus
 from tests.integration.payment_flow import fast_settings
 
 KEY = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
@@ -52,7 +52,7 @@ def test_logs__charge_flow_at_debug_names_jobs_and_never_logs_the_api_key(db: Da
             "sandbox_bad_key": SandboxAdapter(server.url, api_key=Secret(WRONG_KEY), timeout=timeout)}
         metrics = ProcessMetrics()
         instrumented = {name: instrument(a, recorder=metrics) for name, a in adapters.items()}
-        ledger = LedgerStore(db)
+        ledger = PaymentStore(db)
         ledger.create([NewPayment("shop", f"order-{i}", 1000 + i, "EUR", "sandbox") for i in range(8)]
                       + [NewPayment("shop", "order-badkey", 500, "EUR", "sandbox_bad_key")])
         handlers = Handlers()

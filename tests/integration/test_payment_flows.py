@@ -16,9 +16,9 @@ from psp_adapters.sandbox.server import SandboxServer
 from recon import Client, JobSpec, JobState, JobStore, Lease, Settings, Snooze
 from recon.clock import SystemClock
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore
-from recon.payments.model import PaymentStatus
+from recon.db.payment_store import PaymentStore
 from recon.reconcile.handler import ReconcileHandler
+from recon.rows import PaymentStatus
 from tests.integration.payment_flow import (
     admin,
     create,
@@ -37,19 +37,19 @@ def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
 
 
 def statuses(db: Database) -> Counter[str]:
-    return Counter(str(p.status) for p in LedgerStore(db).iter_payments())
+    return Counter(str(p.status) for p in PaymentStore(db).iter_payments())
 
 
 def test_charge__clean_run_succeeds_with_audit_trail(db: Database, sandbox: SandboxServer) -> None:
     [pid] = create(db, 1, amount=4200, currency="EUR")
     adapter = sandbox_adapter(sandbox.url)
     drain(db, handlers_for(db, adapter), queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.SUCCEEDED and payment.psp_reference
-    trail = [(e.from_status, e.to_status, e.source) for e in LedgerStore(db).events(pid)]
+    trail = [(e.from_status, e.to_status, e.source) for e in PaymentStore(db).events(pid)]
     assert trail == [(None, "created", "manual"), ("created", "processing", "charge"),
                      ("processing", "succeeded", "charge")]
-    last = LedgerStore(db).events(pid)[-1]
+    last = PaymentStore(db).events(pid)[-1]
     assert last.details is not None and last.details["psp_amount"] == 4200 and last.job_id is not None
     adapter.close()
 
@@ -70,7 +70,7 @@ def test_charge__faults_end_in_the_right_states_with_one_charge_per_payment(db: 
     # a lost answer leaves the payment pending (never failed), and the retry with the same key resolves it
     jobs = JobStore(db).list_jobs(kind="charge", limit=1000)
     assert all(j.state is JobState.SUCCEEDED for j in jobs), Counter(str(j.state) for j in jobs)
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     for pid in ids:
         for event in ledger.events(pid):
             if event.to_status == "failed":
@@ -85,7 +85,7 @@ def test_charge__validation_error_fails_the_payment_and_kills_the_job(db: Databa
         conn.execute(sa.text("UPDATE payments SET currency = 'EU1' WHERE id = :id"), {"id": pid})
     adapter = sandbox_adapter(sandbox.url)
     drain(db, handlers_for(db, adapter), queues=["charges"])
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.FAILED
     assert (payment.failure_reason or "").startswith("rejected:")
     [job] = JobStore(db).list_jobs(kind="charge")
@@ -99,7 +99,7 @@ def test_reconcile__heals_pending_payments_with_events(db: Database, sandbox: Sa
     adapter = sandbox_adapter(sandbox.url)
     handlers = handlers_for(db, adapter)
     drain(db, handlers, queues=["charges"])
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     payments = [ledger.get(i) for i in ids]
     assert {p.status for p in payments if p} == {PaymentStatus.PENDING}
     refs = [p.psp_reference for p in payments if p]
@@ -131,7 +131,7 @@ def test_reconcile__not_found_fails_only_after_grace_and_without_psp_reference(d
         conn.execute(sa.text("DELETE FROM job_attempts"))
         conn.execute(sa.text("DELETE FROM jobs"))
     summary = sweep_now(db, handlers_for(db, adapter, reconcile_config(grace=0)))
-    payment = LedgerStore(db).get(ids[0])
+    payment = PaymentStore(db).get(ids[0])
     assert payment is not None and payment.status is PaymentStatus.FAILED
     assert "never reached the PSP" in (payment.failure_reason or "")
     adapter.close()
@@ -146,8 +146,8 @@ def test_sweep__overlapping_sweeps_share_jobs(db: Database, sandbox: SandboxServ
     create(db, 20, charge=False)
     client = Client(JobStore(db), Settings())
     options = sw.SweepOptions(older_than=timedelta(0))
-    first = sw.enqueue(LedgerStore(db), client, options, queue="reconcile")
-    second = sw.enqueue(LedgerStore(db), client, options, queue="reconcile")
+    first = sw.enqueue(PaymentStore(db), client, options, queue="reconcile")
+    second = sw.enqueue(PaymentStore(db), client, options, queue="reconcile")
     assert list(first.job_ids) == list(second.job_ids)
     assert len(JobStore(db).list_jobs(kind="reconcile", limit=100)) == 20
 
@@ -163,7 +163,7 @@ def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Dat
 
     [pid] = create(db, 1)
     adapter = sandbox_adapter(sandbox.url)
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     store = JobStore(db)
     real = ChargeHandler(ledger, lambda _n: adapter)
     paused = threading.Event()
@@ -201,8 +201,8 @@ def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Dat
     payment = ledger.get(pid)
     assert payment is not None and payment.status is PaymentStatus.PROCESSING
     with db.begin() as conn:
-        from recon.db.ledger import Transition
-        from recon.payments.model import EventSource
+        from recon.db.payment_store import Transition
+        from recon.rows import EventSource
 
         ledger.apply(conn, Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW,
                                       EventSource.RECONCILE, review_reason="constructed"))
@@ -226,7 +226,7 @@ def test_sweep_cli__json_report_dry_run_and_exit_codes(db: Database, db_url: str
     ids = create(db, 3)
     adapter = sandbox_adapter(sandbox.url)
     drain(db, handlers_for(db, adapter), queues=["charges"])
-    refs = [LedgerStore(db).get(i).psp_reference for i in ids]  # type: ignore[union-attr]
+    refs = [PaymentStore(db).get(i).psp_reference for i in ids]  # type: ignore[union-attr]
     env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url}
 
     def recon(*args: str) -> subprocess.CompletedProcess[str]:
@@ -275,7 +275,7 @@ def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: 
     cmd = [sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
            "--older-than", "0", "--concurrency", "2", "--json"]
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # kill it once it has healed some, not all
         if sum(1 for i in ids if ledger.get(i).status is PaymentStatus.SUCCEEDED) >= 3:  # type: ignore[union-attr]
@@ -298,11 +298,11 @@ def test_reconcile__not_found_while_charge_may_still_send_is_not_failed(db: Data
                                                                         sandbox: SandboxServer) -> None:
     """Found by the chaos suite: a charge waiting to retry after a 5xx, a sweep finding nothing at the PSP,
     then the retry charging. The payment must not be marked failed while its charge job is unfinished."""
-    from recon.db.ledger import Transition
-    from recon.payments.model import EventSource
+    from recon.db.payment_store import Transition
+    from recon.rows import EventSource
 
     [pid] = create(db, 1)  # its charge job is runnable: it may still send
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     with db.begin() as conn:
         ledger.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING, EventSource.CHARGE))
     adapter = sandbox_adapter(sandbox.url)
@@ -328,7 +328,7 @@ def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: San
     [pid] = create(db, 1)
     adapter = sandbox_adapter(sandbox.url)
     drain(db, handlers_for(db, adapter), queues=["charges"])
-    ref = LedgerStore(db).get(pid).psp_reference  # type: ignore[union-attr]
+    ref = PaymentStore(db).get(pid).psp_reference  # type: ignore[union-attr]
     admin(sandbox.url, f"/_admin/payments/{ref}/amount", {"amount": 1})
     admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
     r = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
@@ -341,11 +341,11 @@ def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: San
 
 def test_reconcile__snoozes_while_a_charge_job_holds_a_live_lease(db: Database, sandbox: SandboxServer) -> None:
     """The payment and its charge lease are read in one statement; a live lease means: the charge decides."""
-    from recon.db.ledger import Transition
-    from recon.payments.model import EventSource
+    from recon.db.payment_store import Transition
+    from recon.rows import EventSource
 
     [pid] = create(db, 1)
-    ledger, store = LedgerStore(db), JobStore(db)
+    ledger, store = PaymentStore(db), JobStore(db)
     with db.begin() as conn:
         ledger.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING, EventSource.CHARGE))
     [charge] = store.claim(worker="charger", queues=["charges"], n=1, ttl=60)  # a charge worker is sending

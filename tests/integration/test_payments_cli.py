@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from recon.db.database import Database
-from recon.db.ledger import CHARGE_KIND, LedgerStore, NewPayment, Transition
-from recon.db.store import JobStore, iter_all_jobs
-from recon.payments.model import EventSource, PaymentStatus
+from recon.db.jobs_store import JobStore, iter_all_jobs
+from recon.db.payment_store import CHARGE_KIND, NewPayment, PaymentStore, Transition
+from recon.rows import EventSource, PaymentStatus
 
 HEADER = "merchant_reference,amount,currency,psp\n"
 
@@ -33,7 +33,7 @@ def write(tmp_path: Path, text: str | bytes, name: str = "payments.csv") -> Path
 
 
 def assert_nothing_imported(db: Database) -> None:
-    assert list(LedgerStore(db).iter_payments()) == []
+    assert list(PaymentStore(db).iter_payments()) == []
     assert list(iter_all_jobs(JobStore(db), kind=CHARGE_KIND)) == []
 
 
@@ -47,7 +47,7 @@ def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(d
     r = recon(db_url, "payments", "import", str(path), "--merchant-account", "shop-b")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "imported 3 payments (3 charge jobs queued)\n"
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     got = {p.merchant_reference: p for p in ledger.iter_payments()}
     assert {ref: (p.amount, p.currency, p.psp, p.merchant_account, p.status) for ref, p in got.items()} == {
         "order-1": (1234, "EUR", "stripe", "shop-a", PaymentStatus.CREATED),
@@ -70,7 +70,7 @@ def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path
     r = recon(db_url, "payments", "import", str(path), "--no-charge", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"file": str(path), "imported": 2, "charge_jobs_queued": 0}
-    assert [p.amount for p in LedgerStore(db).iter_payments()] == [1, 500]
+    assert [p.amount for p in PaymentStore(db).iter_payments()] == [1, 500]
     assert list(iter_all_jobs(JobStore(db), kind=CHARGE_KIND)) == []
 
 
@@ -140,7 +140,7 @@ def test_payments_import__several_problems_first_one_first_then_a_count(db: Data
 
 def test_payments_import__reference_already_in_the_database(db: Database, db_url: str,
                                                             tmp_path: Path) -> None:
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     ledger.create([NewPayment("default", "taken", 100, "EUR", "stripe")], charge=False)
     path = write(tmp_path, HEADER + "fresh,1.00,EUR,sandbox\ntaken,2.00,EUR,sandbox\n")
     r = recon(db_url, "payments", "import", str(path))
@@ -157,7 +157,7 @@ def test_payments_import__missing_file_exits_2(db_url: str, tmp_path: Path) -> N
 
 
 def _payment_with_history(db: Database) -> int:
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     [pid] = ledger.create([NewPayment("shop", "order-9", 1234, "KWD", "sandbox",
                                       datetime(2024, 5, 1, 10, tzinfo=UTC))], charge=False)
     with db.begin() as conn:
@@ -199,7 +199,7 @@ def test_payments_show__unknown_reference_exits_2(db_url: str) -> None:
 
 def test_payments_list__filters_limit_json_and_table(db: Database, db_url: str) -> None:
     _payment_with_history(db)
-    LedgerStore(db).create([NewPayment("shop", f"p-{i}", 100 + i, "EUR", "stripe" if i % 2 else "adyen")
+    PaymentStore(db).create([NewPayment("shop", f"p-{i}", 100 + i, "EUR", "stripe" if i % 2 else "adyen")
                             for i in range(5)], charge=False)
     everything = json.loads(recon(db_url, "payments", "list", "--json").stdout)["payments"]
     assert [p["merchant_reference"] for p in everything] == ["order-9", "p-0", "p-1", "p-2", "p-3", "p-4"]

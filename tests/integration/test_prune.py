@@ -30,8 +30,8 @@ from recon import (
 )
 from recon.config import BackoffConfig, EngineConfig, load_settings
 from recon.db.database import Database
-from recon.db.dead_letters import JobFilter
-from recon.db.store import Finish
+from recon.db.dead_letter_store import JobFilter
+from recon.db.jobs_store import Finish
 from recon.engine.handlers import Handlers
 from recon.engine.pruner import Pruner
 from recon.engine.worker import Worker
@@ -67,7 +67,8 @@ def finished_job(db_url: str, *, at: datetime, state: str, replayed: bool = Fals
             store.finish(worker="w",
                          finishes=[Finish(id=job.id, attempt=attempt, state=state, outcome=state)])
             if replayed and attempt == 1:
-                assert store.replay_dead(filters=JobFilter(), after_id=job_id - 1, limit=1, budget=1).replayed
+                batch = store.dead_letters.replay_dead(filters=JobFilter(), after_id=job_id - 1, limit=1, budget=1)
+                assert batch.replayed
         return job_id
     finally:
         db.dispose()
@@ -117,7 +118,7 @@ def test_prune__deletes_exactly_the_finished_jobs_older_than_the_cutoff(db: Data
     assert count(db, "job_attempts") == 3  # recent succeeded and dead, and the retried attempt
     human = recon(db_url, "jobs", "prune", "--older-than", "1d")
     assert human.returncode == 0 and "pruned 3 jobs finished more than 1d ago" in human.stdout
-    assert {j.id for j in store.list_jobs_filtered(filters=JobFilter())} == set(unfinished)
+    assert {j.id for j in store.dead_letters.list_jobs_filtered(filters=JobFilter())} == set(unfinished)
 
 
 def test_prune__under_concurrent_workers_loses_no_unfinished_job(db: Database) -> None:
@@ -173,7 +174,8 @@ def test_prune__under_concurrent_workers_loses_no_unfinished_job(db: Database) -
     assert runs == expected  # every job ran to success, each attempt exactly once
     assert pruner.pruned > 0 and passes["runs"] > 1  # the pruner really ran alongside
     # whatever is left is finished (and prunable); nothing unfinished was lost, and no history is orphaned
-    assert {j.state for j in store.list_jobs_filtered(filters=JobFilter(), limit=n)} <= {JobState.SUCCEEDED}
+    left = store.dead_letters.list_jobs_filtered(filters=JobFilter(), limit=n)
+    assert {j.state for j in left} <= {JobState.SUCCEEDED}
     pruner.run_once()
     assert count(db, "jobs") == 0 and count(db, "job_attempts") == 0
     assert pruner.pruned == n

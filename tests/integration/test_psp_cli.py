@@ -19,11 +19,11 @@ from recon import Client, Handlers, JobState, JobStore, RetryPolicy, Settings, W
 from recon.classify import classify
 from recon.db.control_store import ControlStore
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
-from recon.payments.model import PaymentStatus
 from recon.payments.psp_limits import GuardConfig
+from recon.rows import PaymentStatus
 from tests.integration.payment_flow import admin, fast_settings, sandbox_adapter
 
 
@@ -55,7 +55,7 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
     assert doc["sandbox"]["paused_by"] == "ops@test" and doc["sandbox"]["paused_at"]
     assert doc["stripe"]["paused"] is False and set(doc) == {"adyen", "sandbox", "stripe"}
 
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     new = [NewPayment("shop", f"order-{i}", 1000, "EUR", "sandbox") for i in range(3)]
     ids = ledger.create(new, max_attempts=2)
     adapter = sandbox_adapter(sandbox.url)

@@ -18,10 +18,9 @@ from psp_adapters.adyen.adapter import AdyenAdapter
 from psp_adapters.protocol import Secret
 from psp_adapters.stripe.adapter import StripeAdapter
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, Transition
-from recon.db.store import JobStore
-from recon.engine.jobs import JobState
-from recon.payments.model import EventSource, PaymentStatus
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore, Transition
+from recon.rows import EventSource, JobState, PaymentStatus
 from tests.adapters import adyen_schema
 from tests.adapters.conftest import fixture_json
 from tests.adapters.stripe_oracle import canonical, search_result
@@ -58,7 +57,7 @@ def test_stripe_charge__a_saved_500_is_not_resent_and_reconciliation_finds_the_t
     adapter = StripeAdapter(STRIPE, api_key=Secret("sk_test_flow"))
     drain(db, handlers_for(db, adapter), queues=["charges"])
     assert create_route.call_count == 1  # not the ~12 futile POSTs of a retry loop
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     payment = ledger.get(pid)
     assert payment is not None and payment.status is PaymentStatus.PENDING
     assert [j.state for j in JobStore(db).list_jobs(kind="charge", limit=5)] == [JobState.SUCCEEDED]
@@ -86,7 +85,7 @@ def test_stripe_charge__a_proxy_502_is_retried_with_the_same_key(db: Database, m
     adapter = StripeAdapter(STRIPE, api_key=Secret("sk_test_flow"))
     drain(db, handlers_for(db, adapter), queues=["charges"])
     keys = {call.request.headers["Idempotency-Key"] for call in route.calls}
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert route.call_count == 2 and payment is not None and keys == {payment.idempotency_key}
     assert payment.status is PaymentStatus.SUCCEEDED and payment.psp_reference == "pi_flow_2"
     adapter.close()
@@ -94,7 +93,7 @@ def test_stripe_charge__a_proxy_502_is_retried_with_the_same_key(db: Database, m
 
 def test_stripe_reconcile__amount_mismatch_needs_review(db: Database, mock: respx.MockRouter) -> None:
     [pid] = create(db, 1, amount=2000, currency="USD", psp="stripe", charge=False, **STRIPE_CARD)
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     with db.begin() as conn:
         ledger.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING, EventSource.CHARGE,
                                       psp_reference="pi_flow_3"))
@@ -140,7 +139,7 @@ def test_adyen_charge__refused_is_a_decline_and_429_is_retried(db: Database, moc
         adyen_schema.validate_payment_request(body)
     assert {b["shopperReference"] for b in bodies} == {"shopper-0042"}
     assert {b["merchantAccount"] for b in bodies} == {"ShopECOM"}
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     declined, ok = ledger.get(ids[0]), ledger.get(ids[1])
     assert declined is not None and declined.status is PaymentStatus.FAILED
     assert "declined" in (declined.failure_reason or "")

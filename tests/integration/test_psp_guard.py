@@ -24,12 +24,12 @@ from recon import FixedClock, Handlers, JobState, JobStore, RetryPolicy, Snooze,
 from recon.classify import classify
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect
-from recon.db.ledger import LedgerStore
+from recon.db.payment_store import PaymentStore
 from recon.errors import ConfigError
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Permit, PspGuard
-from recon.payments.model import PaymentStatus
 from recon.payments.psp_limits import GuardConfig, PspLimits
+from recon.rows import PaymentStatus
 from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -91,7 +91,7 @@ def test_guard__429_cool_down_is_observed_by_a_second_worker_process(db: Databas
     assert job_b.run_after >= cooldown_until
     assert [a.outcome for a in JobStore(db).attempts(job_b.id)] == ["snoozed"]
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 0  # B never called the sandbox
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     assert ledger.get(second).status is PaymentStatus.CREATED  # type: ignore[union-attr]  # held before sending
     assert ledger.get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
 
@@ -165,7 +165,7 @@ def test_guard__auth_failure_opens_the_breaker_and_later_jobs_snooze(db: Databas
         adapter = Counting(server.url, api_key=Secret("sk_wrong"), timeout=2.0)
         guard = guard_for(db)  # default threshold 5: auth does not wait for it
         handlers = Handlers()
-        handlers.register("charge", ChargeHandler(LedgerStore(db), lambda _n: adapter, guard=guard))
+        handlers.register("charge", ChargeHandler(PaymentStore(db), lambda _n: adapter, guard=guard))
         settings = fast_settings()
 
         def burst() -> None:
@@ -186,7 +186,7 @@ def test_guard__auth_failure_opens_the_breaker_and_later_jobs_snooze(db: Databas
         assert second.max_attempts - second.attempts == 12
         assert calls == ["create"]  # the second job never reached the PSP
         adapter.close()
-    assert LedgerStore(db).get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
+    assert PaymentStore(db).get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
 
 
 def test_guard__rate_limit_bounds_the_request_rate_across_guards(db: Database, sandbox: SandboxServer,

@@ -7,10 +7,9 @@ import subprocess
 import sys
 
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
-from recon.db.store import JobStore
-from recon.engine.jobs import JobState
-from recon.payments.model import PaymentStatus
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import NewPayment, PaymentStore
+from recon.rows import JobState, PaymentStatus
 
 
 def recon(url: str, env: dict[str, str], *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -21,7 +20,7 @@ def recon(url: str, env: dict[str, str], *args: str, **extra: str) -> subprocess
 
 
 def stripe_payment(db: Database) -> int:
-    [pid] = LedgerStore(db).create([NewPayment("default", "s-1", 1000, "USD", "stripe", payment_method="pm_card_visa",
+    [pid] = PaymentStore(db).create([NewPayment("default", "s-1", 1000, "USD", "stripe", payment_method="pm_card_visa",
                                                customer_reference="cus_NffrFeUfNV2Hib")])
     return pid
 
@@ -33,7 +32,7 @@ def test_worker__refuses_to_start_without_the_keys_of_a_psp_it_would_call(db: Da
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "recon: PSP 'stripe': api_key is not set; set the environment variable RECON_STRIPE_API_KEY"]
-    payment = LedgerStore(db).get(pid)
+    payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is PaymentStatus.CREATED
     [job] = JobStore(db).list_jobs(kind="charge", limit=10)
     assert job.state is JobState.RUNNABLE and job.attempts == 0

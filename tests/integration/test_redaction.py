@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from psp_adapters.errors import PspRejectedError, PspTransientError
 from psp_adapters.protocol import Failed, Pending, Unknown
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment
-from recon.db.store import JobStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import NewPayment, PaymentStore
 from recon.engine.handlers import Handlers
 from recon.payments.charge import ChargeHandler
 from recon.redact import redact, redact_value
@@ -77,11 +77,11 @@ def all_text(db: Database) -> str:
 ], ids=["rejected", "transient", "declined", "unknown"])
 def test_storage__no_planted_secret_reaches_the_database_or_the_show_commands(
         db: Database, db_url: str, subprocess_env: dict[str, str], answer: Any) -> None:
-    [pid] = LedgerStore(db).create([NewPayment("shop", "order-x", 1000, "EUR", "sandbox")])
+    [pid] = PaymentStore(db).create([NewPayment("shop", "order-x", 1000, "EUR", "sandbox")])
     answers = [answer] + ([Pending(psp_reference="psp_1")] if isinstance(answer, PspTransientError) else [])
     psp = ScriptedPsp(create=answers)
     h = Handlers()
-    h.register("charge", ChargeHandler(LedgerStore(db), lambda _name: psp))
+    h.register("charge", ChargeHandler(PaymentStore(db), lambda _name: psp))
     drain(db, h, queues=["charges"])
     assert_clean(all_text(db), "the database")
     [job] = JobStore(db).list_jobs(kind="charge", limit=5)
@@ -91,7 +91,7 @@ def test_storage__no_planted_secret_reaches_the_database_or_the_show_commands(
                            text=True, timeout=60, env=subprocess_env)
         assert r.returncode == 0, r.stderr
         assert_clean(r.stdout + r.stderr, " ".join(args))
-    events = LedgerStore(db).events(pid)
+    events = PaymentStore(db).events(pid)
     assert json.dumps([e.to_dict() for e in events])  # the audit trail is still there, masked
 
 

@@ -26,9 +26,8 @@ from psp_adapters.protocol import ChargeRequest, SettlementLine
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
-from recon.db.ledger import LedgerStore, NewPayment, Transition
+from recon.db.payment_store import NewPayment, PaymentStore, Transition
 from recon.db.report_store import ReportStore
-from recon.payments.model import EventSource, PaymentStatus
 from recon.reconcile.settlement import (
     COLUMNS,
     Category,
@@ -39,6 +38,7 @@ from recon.reconcile.settlement import (
     Totals,
     run_report,
 )
+from recon.rows import EventSource, PaymentStatus
 
 NOW = datetime.now(UTC)
 SINCE, UNTIL = NOW - timedelta(days=10), NOW + timedelta(hours=1)
@@ -85,7 +85,7 @@ class Collect:
 def local(db: Database, ref: str, *, status: str = "succeeded", psp_reference: str | None = None,
           age: timedelta = OLD, amount: int = 1000, currency: str = "EUR") -> int:
     """A payment of ours, created ``age`` ago, moved from created to ``status`` (with its PSP reference)."""
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     [pid] = ledger.create([NewPayment("acct", ref, amount, currency, "sandbox", created_at=NOW - age)],
                           charge=False)
     if status != "created":
@@ -274,7 +274,7 @@ def test_report__a_psp_reference_we_did_not_store_is_a_duplicate(db: Database) -
 
 
 def test_report__never_changes_payments(db: Database, server: SandboxServer, adapter: SandboxAdapter) -> None:
-    ledger = LedgerStore(db)
+    ledger = PaymentStore(db)
     pid = local(db, "pending-here", status="pending", psp_reference=charge(adapter, "pending-here"))
     before = (ledger.get(pid), ledger.events(pid))
     report(db, adapter)

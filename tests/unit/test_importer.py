@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recon.db.ledger import NewPayment
+from recon.db.payment_store import NewPayment
 from recon.payments.importer import EXISTING_BATCH, ImportRejected, Problem, read_payments, validate
 
 PSPS = ("adyen", "sandbox", "stripe")

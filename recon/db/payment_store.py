@@ -1,4 +1,4 @@
-"""LedgerStore: payments and their audit trail. The only code that executes ``ledger_queries``.
+"""PaymentStore: payments and their audit trail. The only code that executes ``ledger_queries``.
 
 Every status change is a compare-and-set (``WHERE status = :from``) plus a payment event, in one
 transaction. Writes made by a job handler run inside the job's finish transaction (``Outcome.write``),
@@ -16,12 +16,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db import ledger_queries as lq
+from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
-from recon.db.store import EnqueueRow, JobStore
+from recon.db.jobs_store import EnqueueRow, JobStore
 from recon.errors import StoreError, UsageError
-from recon.payments.model import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 from recon.redact import redact_optional, redact_value
+from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
 CHARGE_KIND = "charge"
 CHARGE_QUEUE = "charges"
@@ -64,7 +64,7 @@ class Transition:
     review_reason: str | None = None
 
 
-class LedgerStore:
+class PaymentStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 

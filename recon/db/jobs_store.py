@@ -15,11 +15,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db import queries as q
+from recon.db import jobs_queries as q
 from recon.db.database import Database, DedicatedConnection, json_from_db
-from recon.db.dead_letters import DeadLetters
-from recon.engine.jobs import AttemptRecord, Job, JobState
+from recon.db.dead_letter_store import DeadLetterStore
+from recon.db.jobs_queries import job_from_row
+from recon.db.sql import Query
 from recon.redact import redact
+from recon.rows import AttemptRecord, Job, JobState
 
 ENQUEUE_CHUNK = 5000
 
@@ -69,12 +71,21 @@ class EnqueueRow:
     tenant: str | None
 
 
-class JobStore(DeadLetters):
-    """Jobs: enqueue, claim, heartbeat, finish, the stuck watcher's rescue, operations; the dead-letter set
-    and pruning come from ``DeadLetters`` (recon.db.dead_letters)."""
+class JobStore:
+    """Jobs: enqueue, claim, heartbeat, finish, the stuck watcher's rescue, operations. The dead-letter set and
+    pruning are ``dead_letters`` (a ``recon.db.dead_letter_store.DeadLetterStore`` on the same database)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.dead_letters = DeadLetterStore(db)
+
+    def db_now(self) -> datetime:
+        """The clock leases use: PostgreSQL's now() (or the fixed test clock); the process clock on SQLite."""
+        with self.db.begin() as conn:
+            raw = conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one()
+        now = self.db.from_db(raw)
+        assert now is not None  # nosec B101  # type narrowing, not a check
+        return now
 
     # --- enqueue ---------------------------------------------------------------------------------------
 
@@ -333,7 +344,7 @@ class JobStore(DeadLetters):
 
     # --- plumbing ---------------------------------------------------------------------------------------
 
-    def _q(self, query: q.Query) -> sa.TextClause:
+    def _q(self, query: Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)
 
     def _claimed(self, r: Any, worker: str) -> Job:
@@ -357,15 +368,7 @@ class JobStore(DeadLetters):
         )
 
     def _job(self, r: Any) -> Job:
-        t = self.db.from_db
-        return Job(
-            id=int(r[0]), queue=r[1], kind=r[2], payload=json_from_db(r[3]) or {}, state=JobState(r[4]),
-            priority=int(r[5]), run_after=t(r[6]), attempts=int(r[7]), max_attempts=int(r[8]),  # type: ignore[arg-type]
-            lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
-            unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=json_from_db(r[17]),
-            created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
-            free_attempts=int(r[21]),
-        )
+        return job_from_row(self.db, r)
 
 
 def _claim_order(job: Job) -> tuple[int, datetime, int]:

@@ -1,6 +1,6 @@
 """Every SQL statement about payments, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
 
-Same conventions as ``recon.db.queries`` (``{now}``, ``{secs:…}``, ``{json:…}``); only ``recon.db.ledger``
+Placeholders as in ``recon.db.sql`` (``{now}``, ``{secs:…}``, ``{json:…}``); only ``recon.db.payment_store``
 executes these.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.queries import Query
+from recon.db.sql import Query
 
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "

@@ -1,32 +1,37 @@
-"""Every SQL statement recon runs, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
-
-Statements are written once with three placeholders that render per dialect:
-
-- ``{now}``: the database clock on PostgreSQL (``coalesce(:now, now())``, so tests can pass a frozen time);
-  on SQLite always ``:now`` from the process clock (integer microseconds, see ``recon.db.schema``).
-- ``{secs:NAME}``: the float parameter NAME as a duration to add to a timestamp.
-- ``{json:NAME}``: the parameter NAME as a JSON document.
-
-Where the dialects need different statements (PostgreSQL's SKIP LOCKED and data-modifying CTEs; SQLite's
-``json_each``), a query carries both. Only the stores in ``recon.db`` execute these
-(``store``: jobs; ``dead_letters``: the dead-letter set and pruning, with ``dead_letter_queries``;
-``pool_store``: the workers table and pool views, with ``pool_queries``).
+"""Every SQL statement about jobs and their attempt history, named ``<table>_<verb>[_<guard>]``, with who runs
+it and why. Only ``recon.db.jobs_store`` executes these; the placeholders are ``recon.db.sql.Query``'s.
 """
 
 from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-import re
-from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import TextClause, bindparam, text
+from recon.db.database import Database, json_from_db
+from recon.db.sql import Query
+from recon.rows import Job, JobState
 
 JOB_COLUMNS = (
     "id, queue, kind, payload, state, priority, run_after, attempts, max_attempts, lease_owner, lease_until, "
     "heartbeat_at, attempted_at, unique_key, last_error_kind, last_error, tenant, progress, created_at, "
     "finished_at, cancel_requested, free_attempts"
 )
+
+
+def job_from_row(db: Database, r: Any) -> Job:
+    """A ``Job`` from a row of ``JOB_COLUMNS``, in that order (the contract between the two)."""
+    t = db.from_db
+    return Job(
+        id=int(r[0]), queue=r[1], kind=r[2], payload=json_from_db(r[3]) or {}, state=JobState(r[4]),
+        priority=int(r[5]), run_after=t(r[6]), attempts=int(r[7]), max_attempts=int(r[8]),  # type: ignore[arg-type]
+        lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
+        unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=json_from_db(r[17]),
+        created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
+        free_attempts=int(r[21]),
+    )
+
+
 #: what a claim returns: only what a handler may read (the rest is known: state leased, owner = the worker)
 CLAIM_COLUMNS = (
     "id, queue, kind, payload, priority, run_after, attempts, max_attempts, lease_until, unique_key, tenant, "
@@ -39,75 +44,6 @@ CLAIM_COLUMNS_PG = CLAIM_COLUMNS.replace(" payload,", " CAST(payload AS text),")
 CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
 FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
 UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"
-
-_RENDER = {
-    "postgresql": {
-        "now": "coalesce(CAST(:now AS timestamptz), now())",
-        "secs": "make_interval(secs => CAST(:{} AS double precision))",
-        "json": "CAST(:{} AS jsonb)",
-    },
-    "sqlite": {
-        "now": ":now",
-        "secs": "CAST(:{} * 1000000 AS INTEGER)",
-        "json": ":{}",
-    },
-}
-_PLACEHOLDER = re.compile(r"\{(now|secs|json)(?::(\w+))?\}")
-_BIND = re.compile(r"(?<![:\w]):(\w+)")  # :name, not ::type nor a time like 10:30
-
-
-@dataclass(frozen=True)
-class Query:
-    """A named statement. ``sql`` serves both dialects unless ``postgresql`` or ``sqlite`` overrides it."""
-
-    name: str
-    doc: str
-    sql: str = ""
-    postgresql: str = ""
-    sqlite: str = ""
-    expanding: tuple[str, ...] = ()
-    _cache: dict[str, TextClause] = field(default_factory=dict, compare=False, repr=False)
-    _driver_cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    def for_dialect(self, dialect: str) -> TextClause:
-        clause = self._cache.get(dialect)
-        if clause is None:
-            source = getattr(self, dialect, "") or self.sql
-            if not source:
-                raise NotImplementedError(f"query {self.name} has no {dialect} form")
-            rendered = _PLACEHOLDER.sub(lambda m: _RENDER[dialect][m[1]].format(m[2]), source)
-            clause = text(rendered)
-            if self.expanding:
-                clause = clause.bindparams(*(bindparam(n, expanding=True) for n in self.expanding))
-            self._cache[dialect] = clause
-        return clause
-
-    def for_driver(self, dialect: str, **expand: int) -> str:
-        """The statement for the driver itself (psycopg's ``%(name)s``), bypassing SQLAlchemy: the worker's
-        hot path (``store.HotConnection``). ``expand`` gives the length of each expanding parameter, whose
-        items are then passed as ``NAME_0``, ``NAME_1``, … (one placeholder each, as SQLAlchemy renders
-        them, so that the planner sees the same statement shape)."""
-        key = f"{dialect}:{sorted(expand.items())}"
-        cached = self._driver_cache.get(key)
-        if cached is not None:
-            return cached
-        source = getattr(self, dialect, "") or self.sql
-        if not source:
-            raise NotImplementedError(f"query {self.name} has no {dialect} form")
-        rendered = _PLACEHOLDER.sub(lambda m: _RENDER[dialect][m[1]].format(m[2]), source)
-        if "%" in rendered:
-            raise ValueError(f"query {self.name}: a literal % would need escaping for the driver")
-        for name in self.expanding:
-            n = expand.get(name)
-            if not n:
-                raise ValueError(f"query {self.name}: the length of expanding parameter {name!r} is needed")
-            rendered = rendered.replace(f":{name}", "(" + ", ".join(f":{name}_{i}" for i in range(n)) + ")")
-        rendered = _BIND.sub(r"%(\1)s", rendered)
-        self._driver_cache[key] = rendered
-        return rendered
-
-
-# --- enqueue -------------------------------------------------------------------------------------------------
 
 job_lock_queue = Query(
     "job_lock_queue",

@@ -1,5 +1,6 @@
-"""The dead-letter set and pruning, as part of ``JobStore`` (a mixin: `recon jobs list/show/replay/prune` and
-the worker's pruner call them on the job store). SQL in ``recon.db.dead_letter_queries``."""
+"""DeadLetterStore: the dead-letter set (filtered listings, replays and their history) and pruning of finished
+jobs. ``JobStore.dead_letters`` is one; `recon jobs list/show/replay/prune` and the worker's pruner use it. The
+only code that executes ``recon.db.dead_letter_queries``."""
 
 from __future__ import annotations
 
@@ -11,29 +12,23 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import dead_letter_queries as dq
-from recon.db import queries as q
 from recon.db.database import Database
-from recon.engine.jobs import Job
+from recon.db.jobs_queries import job_from_row
+from recon.db.sql import Query
+from recon.rows import Job
 
 
-class DeadLetters:
-    """``JobStore``'s dead-letter and pruning methods; the host class provides ``db``, ``_q`` and ``_job``."""
+class DeadLetterStore:
+    """Dead jobs and finished ones: list, replay, prune."""
 
-    db: Database
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    def _q(self, query: q.Query) -> sa.TextClause:
-        raise NotImplementedError
+    def _q(self, query: Query) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)
 
     def _job(self, r: Any) -> Job:
-        raise NotImplementedError
-
-    def db_now(self) -> datetime:
-        """The clock leases use: PostgreSQL's now() (or the fixed test clock); the process clock on SQLite."""
-        with self.db.begin() as conn:
-            raw = conn.execute(self._q(q.job_db_now), {"now": self.db.now_param()}).scalar_one()
-        now = self.db.from_db(raw)
-        assert now is not None  # nosec B101  # type narrowing, not a check
-        return now
+        return job_from_row(self.db, r)
 
     def list_jobs_filtered(self, *, filters: JobFilter, state: str | None = None, after_id: int = 0,
                            limit: int = 100) -> list[Job]:
