@@ -8,6 +8,9 @@ transaction that finishes the job. It runs only after the fenced finish matched 
 commits or rolls back together with it, so a domain write (a payment's status) can never be made by a
 worker that lost its lease. Outcomes with a ``write`` are finished one job per transaction; outcomes
 without one are grouped with other finishes, which is what makes the engine fast.
+
+An exception a handler raised instead of returning goes through a ``ClassifyFunc`` (the application's,
+``recon.classify``; by default ``classify_as_bug``, a retryable ``bug``).
 """
 
 from __future__ import annotations
@@ -71,3 +74,15 @@ class Cancel:
 
 
 Outcome = Complete | Retry | Snooze | Dead | Cancel
+
+ClassifyFunc = Callable[[BaseException], Outcome]
+
+
+def classify_as_bug(exc: BaseException) -> Outcome:
+    """The default for exceptions a handler did not classify: a retryable ``bug``."""
+    return Retry(error_kind="bug", error=error_text(exc))
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as the error text of an attempt: its type and message, at most 500 characters."""
+    return f"{type(exc).__name__}: {exc}"[:500]

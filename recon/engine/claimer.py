@@ -1,0 +1,116 @@
+"""The claim loop: lease due jobs in batches, as many as there are free slots, and hand them to the runners.
+
+It runs in the thread that called ``Worker.run`` until the stop event is set (or, in a burst, until
+nothing is claimable and no lease is held). Commits are the cost of a database queue, so one claim asks
+for up to ``min(free slots, claim_batch_size)`` jobs, where the free slots include ``prefetch`` beyond the
+handler threads: the next batch is leased while the current one runs. When only a few slots are free
+while most run, the loop waits (up to ``GATHER_SECONDS``) for half a batch's worth to free up and claims
+them together. With per-queue caps, each capped queue is claimed on its own, never past its cap.
+
+Per job the loop does little: one ``Job`` (the store's), one ``Lease`` and one ``Running``, booked under
+one lock per batch and handed to the runners through one queue put. On PostgreSQL it claims through a
+dedicated driver connection of its own (``JobStore.dedicated``), closed when the loop ends.
+
+It sleeps on ``Slots.wake`` (set by freed slots, by the LISTEN thread's notifications and by a stop
+request) or for ``poll_interval_seconds``; a failed claim is logged and retried after a pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from recon.config import EngineConfig
+from recon.db.database import DedicatedConnection
+from recon.db.jobs_store import JobStore
+from recon.engine.lease import Lease
+from recon.engine.observe import WORKER_LOGGER, WorkerStats
+from recon.engine.slots import Running, Slots
+from recon.errors import StoreError
+
+log = logging.getLogger(WORKER_LOGGER)
+
+#: how long the claim loop waits for more slots to free up when only a few are free (see Slots.low_water)
+GATHER_SECONDS = 0.002
+
+
+class Claimer:
+    """Claims jobs for ``worker`` from ``queues`` into ``slots`` and passes each to ``submit`` (a runner's
+    queue). ``queue_caps`` limits how many jobs of a queue execute at once (only caps > 0 count)."""
+
+    def __init__(self, store: JobStore, slots: Slots, *, submit: Callable[[Running], None], stats: WorkerStats,
+                 worker: str, config: EngineConfig, queues: Sequence[str],
+                 queue_caps: Mapping[str, int] | None = None) -> None:
+        self._store = store
+        self._slots = slots
+        self._submit = submit
+        self._stats = stats
+        self._worker = worker
+        self._config = config
+        self._queues = list(queues)
+        self._caps = {q: c for q, c in (queue_caps or {}).items() if c > 0 and q in self._queues}
+        self._via: DedicatedConnection | None = None
+
+    def run(self, stop: threading.Event, *, burst: bool = False) -> None:
+        """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""
+        poll = self._config.poll_interval_seconds
+        slots, wake = self._slots, self._slots.wake
+        self._via = self._store.dedicated()
+        try:
+            while not stop.is_set():
+                wake.clear()
+                free = slots.free()
+                if free <= 0:
+                    wake.wait(poll)
+                    continue
+                if free < slots.low_water and wake.wait(GATHER_SECONDS):
+                    continue  # a few slots are free while most run: let more free up, then claim them together
+                # idle before the claim, not after: a finish committed between the two can make a job
+                # claimable again (a retry without delay) that this claim did not see
+                idle = burst and slots.idle()
+                try:
+                    asked, claimed = self.claim(free)
+                except StoreError as exc:
+                    log.warning("claim failed, retrying: %s", exc)
+                    stop.wait(min(poll, 1.0))
+                    continue
+                if claimed < asked:
+                    if idle and claimed == 0:
+                        return
+                    wake.wait(poll)
+        finally:
+            if self._via is not None:
+                self._via.close()
+                self._via = None
+
+    def claim(self, free: int) -> tuple[int, int]:
+        """One round of claims for ``free`` slots: (how many were asked for, how many were claimed)."""
+        batch_size = self._config.claim_batch_size
+        if not self._caps:
+            n = min(free, batch_size)
+            return n, self._claim_into(self._queues, n)
+        asked = claimed = 0
+        for q in self._queues:
+            room = free - claimed
+            cap = self._caps.get(q)
+            if cap is not None:
+                room = min(room, self._slots.room(q, cap))
+            n = min(room, batch_size)
+            if n > 0:
+                asked += n
+                claimed += self._claim_into([q], n)
+        return asked, claimed
+
+    def _claim_into(self, queues: Sequence[str], n: int) -> int:
+        store, worker = self._store, self._worker
+        jobs = store.claim(worker=worker, queues=queues, n=n, ttl=self._config.lease_ttl_seconds, via=self._via)
+        if not jobs:
+            return 0
+        batch = [Running(job, Lease(store, job.id, job.attempts, worker)) for job in jobs]
+        self._slots.take(batch)
+        submit = self._submit
+        for r in batch:
+            submit(r)
+        self._stats.claimed += len(jobs)
+        return len(jobs)

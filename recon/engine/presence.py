@@ -1,0 +1,73 @@
+"""Presence: a worker process's row in the ``workers`` table, which is how one metrics endpoint and
+``recon stats`` see the whole pool (recon.metrics).
+
+The row carries the process's slots and busy slots, its queues, and cumulative counters: the worker's own
+(claimed, released, stale finishes, leases lost to the heartbeat, expirations the watcher rescued) over
+its observer's ``snapshot()`` (the finisher tells the observer of every committed finish, in memory).
+It is published when the worker starts (after forgetting workers unseen for ``WORKER_RETENTION``), every
+``interval`` seconds by the presence thread, and once more, ``stopped``, when the worker ends.
+
+Publishing is never fatal: a worker without its row still works; only the pool's view of it is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.engine.lease import Heartbeater
+from recon.engine.observe import WORKER_LOGGER, WORKER_RETENTION, WorkerObserver, WorkerStats
+from recon.engine.slots import Slots
+from recon.engine.watcher import Watcher
+from recon.errors import StoreError
+
+log = logging.getLogger(WORKER_LOGGER)
+
+
+class Presence:
+    """The ``workers`` row of the worker ``worker`` (``concurrency`` slots, serving ``queues``)."""
+
+    def __init__(self, pool: PoolStore, *, worker: str, queues: Sequence[str], concurrency: int, slots: Slots,
+                 stats: WorkerStats, heartbeater: Heartbeater, watcher: Watcher,
+                 observer: WorkerObserver | None = None, interval: float) -> None:
+        self._pool = pool
+        self._worker = worker
+        self._queues = tuple(queues)
+        self._concurrency = concurrency
+        self._slots = slots
+        self._stats = stats
+        self._heartbeater = heartbeater
+        self._watcher = watcher
+        self._observer = observer
+        self.interval = interval
+
+    def snapshot(self, *, stopped: bool = False) -> WorkerPresence:
+        """This process as the workers table shows it: slots, busy slots and cumulative counters."""
+        busy = self._slots.busy
+        stats = self._stats
+        counters: dict[str, Any] = {
+            "claimed": stats.claimed, "released": stats.released, "stale_finishes": stats.stale_finishes,
+            "leases_lost": self._heartbeater.lost, "lease_expirations": self._watcher.lease_expirations}
+        if self._observer is not None:
+            counters = self._observer.snapshot() | counters
+        return WorkerPresence(id=self._worker, host=socket.gethostname(), pid=os.getpid(), queues=self._queues,
+                              slots=self._concurrency, busy_slots=busy, counters=counters, stopped=stopped)
+
+    def publish(self, *, start: bool = False, stopped: bool = False) -> None:
+        """Upsert the row (``start``: first prune the rows of long-gone workers); log a failure, never raise."""
+        try:
+            if start:
+                self._pool.prune_workers(older_than=WORKER_RETENTION)
+            self._pool.upsert_worker(self.snapshot(stopped=stopped))
+        except StoreError as exc:
+            log.warning("could not update this worker's row in the workers table: %s", exc)
+
+    def run_forever(self, halt: threading.Event) -> None:
+        """The presence thread: publish every ``interval`` seconds until ``halt`` is set."""
+        while not halt.wait(self.interval):
+            self.publish()

@@ -1,0 +1,148 @@
+"""The book a worker keeps of its slots and leases, and the two hand-offs between its parts.
+
+``Running`` goes from the claim loop to a runner (a claimed job and its lease); ``Done`` from a runner to
+the finisher (the handler's outcome). ``Slots`` is the state the parts share, under one lock:
+
+- ``running``: every lease this process holds, by job id, from its claim until its finish commits or it is
+  released. The heartbeat extends exactly these (``leases()``).
+- ``executing``: the ids of ``running`` whose handler is queued for or running in a runner thread: the
+  slots. ``executing`` is always a subset of ``running``'s keys.
+- ``per_queue``: how many of ``executing`` belong to each queue (for the per-queue caps).
+
+The claim loop adds (``take``), a runner frees a slot when its handler returns (before the finish
+commits, so claiming overlaps finishing), the finisher drops the lease once the finish is stored
+(``release``). The containers and the ``wake`` event are created once and never replaced, so the parts may
+bind them to locals for their per-job loops.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recon.config import EngineConfig
+from recon.engine.lease import Lease
+from recon.engine.outcome import Outcome
+from recon.rows import Job
+
+
+@dataclass(slots=True)
+class Running:
+    """A claimed job on its way to (or in) a runner thread."""
+
+    job: Job
+    lease: Lease
+
+
+@dataclass(slots=True)
+class Done:
+    """A handler's result on its way to the finisher."""
+
+    job: Job
+    lease: Lease
+    outcome: Outcome | None  #: None: the handler found its lease lost, nothing to write
+    seconds: float = 0.0  #: the handler's run time
+    log_fields: dict[str, Any] = field(default_factory=dict)  #: the job's log context (recon.logs)
+
+
+class Slots:
+    """Slots and leases of one worker process (see the module docstring for the invariants).
+
+    ``capacity`` is how many jobs may be queued for or running in a thread (concurrency plus prefetch);
+    ``low_water`` how many free slots the claim loop gathers before it claims while others run;
+    ``finish_backlog`` how many results may wait for their finish before claiming pauses. ``wake`` is set
+    whenever the claim loop may have something to do: slots freed, a notification, a stop.
+    """
+
+    __slots__ = ("capacity", "executing", "finish_backlog", "lock", "low_water", "per_queue", "running", "wake")
+
+    def __init__(self, *, capacity: int, low_water: int, finish_backlog: int) -> None:
+        self.capacity = capacity
+        self.low_water = low_water
+        self.finish_backlog = finish_backlog
+        self.lock = threading.Lock()
+        self.running: dict[int, Running] = {}
+        self.executing: set[int] = set()
+        self.per_queue: Counter[str] = Counter()
+        self.wake = threading.Event()
+
+    @classmethod
+    def for_config(cls, config: EngineConfig) -> Slots:
+        """Short jobs are claimed in batches rather than one per freed slot: the claim loop waits for half a
+        claim's worth of free slots; at most two finish batches of results wait for the finisher."""
+        capacity = config.concurrency + config.prefetch
+        return cls(capacity=capacity, low_water=max(1, min(config.claim_batch_size, capacity) // 2),
+                   finish_backlog=2 * config.finish_batch_size)
+
+    def free(self) -> int:
+        """How many jobs the claim loop may claim now (0 while the finisher's backlog is full)."""
+        with self.lock:
+            executing = len(self.executing)
+            awaiting_finish = len(self.running) - executing
+        if awaiting_finish >= self.finish_backlog:
+            return 0
+        return self.capacity - executing
+
+    def room(self, queue: str, cap: int) -> int:
+        """How many more jobs of ``queue`` may execute under its cap."""
+        with self.lock:
+            return cap - self.per_queue[queue]
+
+    def take(self, batch: Sequence[Running]) -> None:
+        """Book freshly claimed jobs: each holds a lease and a slot."""
+        with self.lock:
+            running, executing, per_queue = self.running, self.executing, self.per_queue
+            for r in batch:
+                running[r.job.id] = r
+                executing.add(r.job.id)
+                per_queue[r.job.queue] += 1
+
+    def release(self, jobs: Sequence[Job]) -> None:
+        """Forget the leases of finished (or given back) attempts, with their slots if still held; wake the
+        claim loop.
+
+        A job claimed again by this worker between its finish's commit and now (a retry or snooze with no
+        delay) is left alone: that newer attempt holds the slot and the lease, and dropping it would lose its
+        heartbeats and let a burst worker exit with it still running.
+        """
+        with self.lock:
+            running, executing, per_queue = self.running, self.executing, self.per_queue
+            for job in jobs:
+                current = running.get(job.id)
+                if current is not None and current.job.attempts != job.attempts:
+                    continue
+                running.pop(job.id, None)
+                if job.id in executing:
+                    executing.discard(job.id)
+                    per_queue[job.queue] -= 1
+        self.wake.set()
+
+    def leases(self) -> list[Lease]:
+        """Every lease held (what the heartbeat extends)."""
+        with self.lock:
+            return [r.lease for r in self.running.values()]
+
+    def executing_now(self) -> list[Running]:
+        """The jobs holding a slot: queued for or running in a runner thread."""
+        with self.lock:
+            return [self.running[i] for i in self.executing]
+
+    @property
+    def in_flight(self) -> int:
+        """Leases held: jobs running or waiting for their finish to commit."""
+        with self.lock:
+            return len(self.running)
+
+    @property
+    def busy(self) -> int:
+        """Slots taken."""
+        with self.lock:
+            return len(self.executing)
+
+    def idle(self) -> bool:
+        """No lease held."""
+        with self.lock:
+            return not self.running
