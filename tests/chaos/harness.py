@@ -34,7 +34,31 @@ max_attempts = 30
 [reconcile]
 schedule = ["1s", "1s", "2s", "2s", "3s", "5s", "5s", "5s"]
 grace_period = "2s"
+
+# Stripe's built-in grace period is 1 h (its search may lag); the sandbox's search does not
+[reconcile.psp.stripe]
+grace_period = "2s"
+
+[reconcile.psp.adyen]
+grace_period = "2s"
+
+# the breaker still opens (the sandbox restart alone trips it), but for seconds, not the default 30 s, in
+# runs of 15 s: the runs through the real adapters stay bounded (the native run keeps the default)
+[psp.stripe]
+breaker_open_seconds = 3.0
+
+[psp.adyen]
+breaker_open_seconds = 3.0
 """
+
+#: test values, not credentials: what the Stripe and Adyen sandboxes require, and what recon sends them
+PSP_API_KEYS = {"stripe": "sk_test_chaos", "adyen": "chaos-adyen-api-key"}
+#: every chaos payment's merchant account (through Adyen: the account charged and whose reports are read)
+MERCHANT_ACCOUNT = "chaos-shop"
+ADYEN_REPORT_USERNAME = "report@Company.SandboxCompany"
+ADYEN_REPORT_PASSWORD = "chaos-report-password"
+#: the zone of the Adyen reports' days: recon must read them in the zone the sandbox writes them in
+ADYEN_REPORT_TIMEZONE = "Europe/Amsterdam"
 
 
 def write_config(path: Path) -> Path:
@@ -59,12 +83,50 @@ def base_env(config: Path, sandbox_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-class Sandbox:
-    """`recon psp-sandbox` in its own process, restartable on the same port and state file."""
+def sandbox_flags(psp: str) -> tuple[str, ...]:
+    """The `recon psp-sandbox` flags that make it speak ``psp``'s wire (none for the native sandbox)."""
+    if psp == "stripe":
+        return ("--flavor", "stripe", "--api-key", PSP_API_KEYS["stripe"])
+    if psp == "adyen":
+        return ("--flavor", "adyen", "--api-key", PSP_API_KEYS["adyen"], "--report-username", ADYEN_REPORT_USERNAME,
+                "--report-password", ADYEN_REPORT_PASSWORD, "--report-timezone", ADYEN_REPORT_TIMEZONE)
+    assert psp == "sandbox", psp
+    return ()
 
-    def __init__(self, state: Path, *flags: str) -> None:
+
+def admin_headers(psp: str) -> dict[str, str]:
+    """The PSP API's credentials, which admin changes (POST /_admin/...) need when the sandbox has an api key."""
+    if psp == "stripe":
+        return {"Authorization": f"Bearer {PSP_API_KEYS['stripe']}"}
+    if psp == "adyen":
+        return {"X-API-Key": PSP_API_KEYS["adyen"]}
+    return {}
+
+
+def psp_env(psp: str, sandbox_url: str) -> dict[str, str]:
+    """recon's RECON_<PSP>_* settings (psp_adapters.registry.settings_from_env) for the real ``psp`` adapter
+    against the sandbox at ``sandbox_url``, with the same short timeouts as the native run."""
+    if psp == "sandbox":
+        return {}
+    prefix = f"RECON_{psp.upper()}_"
+    env = {prefix + "BASE_URL": sandbox_url, prefix + "API_KEY": PSP_API_KEYS[psp], prefix + "READ_TIMEOUT": "1",
+           prefix + "CONNECT_TIMEOUT": "1"}
+    if psp == "adyen":
+        env.update({prefix + "MERCHANT_ACCOUNT": MERCHANT_ACCOUNT, prefix + "REPORT_BASE_URL": sandbox_url,
+                    prefix + "REPORT_USERNAME": ADYEN_REPORT_USERNAME,
+                    prefix + "REPORT_PASSWORD": ADYEN_REPORT_PASSWORD,
+                    prefix + "REPORT_TIMEZONE": ADYEN_REPORT_TIMEZONE})
+    return env
+
+
+class Sandbox:
+    """`recon psp-sandbox` in its own process, restartable on the same port and state file, speaking the wire
+    of ``psp`` (recon's adapter name: sandbox, stripe or adyen; ``sandbox_flags``)."""
+
+    def __init__(self, state: Path, *flags: str, psp: str = "sandbox") -> None:
         self.state = state
-        self.flags = flags
+        self.flags = (*flags, *sandbox_flags(psp))
+        self.psp = psp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
@@ -92,7 +154,8 @@ class Sandbox:
         self.start()
 
     def set_faults(self, **faults: object) -> None:
-        httpx.post(f"{self.url}/_admin/faults", json=faults, timeout=5).raise_for_status()
+        httpx.post(f"{self.url}/_admin/faults", json=faults, headers=admin_headers(self.psp),
+                   timeout=5).raise_for_status()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -107,9 +170,10 @@ class Sandbox:
 class WorkerProcess:
     """One `recon worker` process; ``kill`` is SIGKILL, ``freeze``/``thaw`` are SIGSTOP/SIGCONT."""
 
-    def __init__(self, db_url: str, env: dict[str, str], log: Path, *args: str, unfenced: bool = False) -> None:
-        #: run the planted bug (tests.chaos.unfenced_worker) instead of `recon`
-        self.module = "tests.chaos.unfenced_worker" if unfenced else "recon"
+    def __init__(self, db_url: str, env: dict[str, str], log: Path, *args: str, unfenced: bool = False,
+                 module: str = "recon") -> None:
+        #: run the planted bug (tests.chaos.unfenced_worker) instead of `recon` (or ``module``'s recon)
+        self.module = "tests.chaos.unfenced_worker" if unfenced else module
         self.db_url = db_url
         self.env = env
         self.log = log
@@ -153,8 +217,10 @@ class WorkerProcess:
                 self.kill()
 
 
-def recon(db_url: str, env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", *args],
+def recon(db_url: str, env: dict[str, str], *args: str, timeout: float = 60,
+          module: str = "recon") -> subprocess.CompletedProcess[str]:
+    """`recon ARGS` (``module``: an entry point that runs recon, e.g. tests.chaos.compressed), bounded."""
+    return subprocess.run([sys.executable, "-m", module, "--database-url", db_url, "--log-level", "ERROR", *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 

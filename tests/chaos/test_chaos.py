@@ -1,12 +1,26 @@
 """Proof under fire: money is never lost or taken twice, whatever crashes (issue 6).
 
-On real PostgreSQL, with the PSP sandbox injecting 429s, 5xx, hangs after charging and slow settlement:
-several `recon worker` processes killed with SIGKILL at random and restarted while payments are created
-and sweeps run from a simulated cron; one worker frozen with SIGSTOP past its lease and resumed;
-PostgreSQL restarted once; the sandbox restarted once. Then the invariants (tests/chaos/invariants.py).
+On real PostgreSQL, with the PSP sandbox injecting 429s (with Retry-After), 5xx, hangs after charging, slow
+settlement and declines: several `recon worker` processes killed with SIGKILL at random and restarted while
+payments are created and sweeps run from a simulated cron; one worker frozen with SIGSTOP past its lease and
+resumed; the sandbox restarted once; PostgreSQL restarted once. Then the invariants (tests/chaos/invariants.py).
 
-Bounded: `--chaos-seconds` (default 20) of chaos, then at most 90 s to settle. `--chaos-seconds 120` for
-a longer run. The planted bug (tests/chaos/unfenced_worker.py: fencing removed) must make the invariants fail.
+The main scenario runs once per PSP adapter, with the same faults, disruptions and invariants:
+
+- ``sandbox``: the sandbox's native wire, ``--chaos-seconds`` of chaos, up to 400 payments. The only run that
+  restarts PostgreSQL (a restart costs seconds of a short run, and three would cost the suite its budget).
+- ``stripe`` and ``adyen``: recon's real adapters against ``recon psp-sandbox --flavor stripe|adyen``,
+  ``FLAVOR_SHARE`` of that chaos each (15 s by default) and up to ``FLAVOR_PAYMENTS``. Through Stripe an
+  injected 500 on a create is saved under its key (replayed, ``Stripe-Should-Retry: false``): the charge leaves
+  the payment pending and reconciliation's search by merchant reference heals it. Through Adyen 5xx are
+  transient (retried with the same key) and reconciliation reads the Payment accounting report, which the
+  sandbox serves for today. Two timings follow the chaos time scale there, so that these runs settle in
+  seconds: the circuit breaker opens for 3 s (``[psp.stripe|adyen]`` in the config, default 30 s) and the
+  reconcile handler's fixed 30 s snooze behind a charge's live lease is one lease TTL (tests/chaos/compressed.py).
+
+Bounded: ``--chaos-seconds`` (default 20) of chaos, then at most 90 s to settle, per run. ``--chaos-seconds
+120`` for a longer run. The planted bug (tests/chaos/unfenced_worker.py: fencing removed) must make the
+invariants fail.
 """
 
 from __future__ import annotations
@@ -24,10 +38,12 @@ from recon.db.database import Database, connect
 from recon.db.ledger import LedgerStore, NewPayment
 from tests.chaos import invariants
 from tests.chaos.harness import (
+    MERCHANT_ACCOUNT,
     Sandbox,
     WorkerProcess,
     base_env,
     can_restart_postgres,
+    psp_env,
     recon,
     restart_postgres,
     write_config,
@@ -37,6 +53,11 @@ pytestmark = pytest.mark.chaos
 FAULT_FLAGS = ("--rate-429", "0.05", "--retry-after", "1", "--rate-500", "0.03", "--rate-503", "0.02",
                "--rate-hang", "0.04", "--hang-seconds", "1.5", "--pending-fraction", "0.15", "--settle-after", "2",
                "--pending-fail-fraction", "0.3", "--rate-decline", "0.05", "--decline-suffix", "off")
+#: the share of ``--chaos-seconds`` each run through a real PSP adapter gets, and its payments
+FLAVOR_SHARE = 0.75
+FLAVOR_PAYMENTS = 250
+#: the entry point those runs use instead of `recon` (tests/chaos/compressed.py)
+COMPRESSED = "tests.chaos.compressed"
 
 
 @pytest.fixture
@@ -48,13 +69,29 @@ def pg(pg_migrated: str) -> Iterator[Database]:
     db.dispose()
 
 
-def create_payments(db: Database, start: int, n: int) -> None:
+def create_payments(db: Database, start: int, n: int, psp: str = "sandbox") -> None:
+    """Payments ``chaos-START`` .. for ``psp``, with what its real adapter needs: Stripe a PaymentMethod and a
+    Customer id; Adyen a stored payment method, a shopper reference and a merchant account (MERCHANT_ACCOUNT)."""
     rng = random.Random(start)
-    LedgerStore(db).create([NewPayment("chaos-shop", f"chaos-{i:05d}", rng.randint(100, 50_000),
-                                       rng.choice(["EUR", "USD", "JPY"]), "sandbox") for i in range(start, start + n)])
+    payments = []
+    for i in range(start, start + n):
+        method, customer = _instrument(psp, i)
+        payments.append(NewPayment(MERCHANT_ACCOUNT, f"chaos-{i:05d}", rng.randint(100, 50_000),
+                                   rng.choice(["EUR", "USD", "JPY"]), psp, payment_method=method,
+                                   customer_reference=customer))
+    LedgerStore(db).create(payments)
 
 
-def settle(db: Database, db_url: str, env: dict[str, str], timeout: float = 90) -> None:
+def _instrument(psp: str, i: int) -> tuple[str | None, str | None]:
+    """(payment method, customer reference) of payment ``i`` as ``psp``'s adapter wants them."""
+    if psp == "stripe":
+        return "pm_card_visa", f"cus_chaos{i:05d}"
+    if psp == "adyen":
+        return f"{8315_0000_0000_0000 + i}", f"shopper-{i:05d}"
+    return None, None
+
+
+def settle(db: Database, db_url: str, env: dict[str, str], timeout: float = 90, module: str = "recon") -> None:
     """After the chaos: sweep from "cron" until every payment is final (or needs review), bounded."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -66,28 +103,55 @@ def settle(db: Database, db_url: str, env: dict[str, str], timeout: float = 90) 
             )).scalar_one()
         if open_ == 0 and busy == 0:
             return
-        recon(db_url, env, "sweep", "--older-than", "1s", "--json", timeout=60)
+        recon(db_url, env, "sweep", "--older-than", "1s", "--json", timeout=60, module=module)
         time.sleep(0.5)
 
 
+def faults_met(db: Database) -> dict[str, int]:
+    """What the run went through, as recon recorded it: failed attempts per error kind, declines, answers the
+    PSP saved under a key (Stripe's 500s), payments that waited on the PSP (pending at some point), and jobs
+    whose last snooze was the PSP guard's (a 429's cool-down, the circuit breaker)."""
+    with db.begin() as conn:
+        kinds = conn.execute(sa.text(
+            "SELECT error_kind, count(*) FROM job_attempts WHERE error_kind IS NOT NULL GROUP BY error_kind")).all()
+        guarded = conn.execute(sa.text(
+            "SELECT count(*) FROM jobs WHERE last_error LIKE 'psp % cooling down after a 429' "
+            "OR last_error LIKE 'psp % circuit %'")).scalar_one()
+        declines = conn.execute(sa.text(
+            "SELECT count(*) FROM payments WHERE failure_reason LIKE 'declined:%'")).scalar_one()
+        saved = conn.execute(sa.text(
+            "SELECT count(*) FROM payment_events WHERE details->>'saved_answer' = 'true'")).scalar_one()
+        waited = conn.execute(sa.text(
+            "SELECT count(DISTINCT payment_id) FROM payment_events WHERE to_status = 'pending'")).scalar_one()
+    return {**{f"attempts failed: {kind}": n for kind, n in sorted(kinds)}, "declined": declines,
+            "saved answers": saved, "payments pending at some point": waited,
+            "jobs last held back by a 429 cool-down or the breaker": guarded}
+
+
+@pytest.mark.parametrize("psp", ["sandbox", "stripe", "adyen"])
 def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: str, tmp_path: Path,
-                                                   request: pytest.FixtureRequest) -> None:
-    seconds = float(request.config.getoption("--chaos-seconds"))
+                                                   request: pytest.FixtureRequest, psp: str) -> None:
+    native = psp == "sandbox"
+    seconds = float(request.config.getoption("--chaos-seconds")) * (1 if native else FLAVOR_SHARE)
+    most = 400 if native else FLAVOR_PAYMENTS
     rng = random.Random(20261130)
-    sandbox = Sandbox(tmp_path / "psp.db", *FAULT_FLAGS, "--seed", "7")
+    sandbox = Sandbox(tmp_path / "psp.db", *FAULT_FLAGS, "--seed", "7", psp=psp)
     sandbox.start()
-    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url)
-    workers = [WorkerProcess(pg_migrated, env, tmp_path / f"worker-{i}.log") for i in range(3)]
+    request.addfinalizer(sandbox.stop)  # also when the run fails half-way: no process outlives the test
+    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url, **psp_env(psp, sandbox.url))
+    entry = "recon" if native else COMPRESSED  # the runs through real adapters: CHARGE_BUSY_SNOOZE compressed
+    workers = [WorkerProcess(pg_migrated, env, tmp_path / f"worker-{i}.log", module=entry) for i in range(3)]
     for w in workers:
+        request.addfinalizer(w.stop)
         w.start()
     stop = threading.Event()
     created = [0]
     sweeps: list[int] = []
 
     def producer() -> None:
-        while not stop.is_set() and created[0] < 400:
+        while not stop.is_set() and created[0] < most:
             try:
-                create_payments(pg, created[0], 10)
+                create_payments(pg, created[0], 10, psp)
                 created[0] += 10
             except Exception:  # PostgreSQL is restarting: a producer retries, as any would
                 pass
@@ -95,7 +159,8 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
 
     def cron() -> None:
         while not stop.wait(2.0):
-            sweeps.append(recon(pg_migrated, env, "sweep", "--older-than", "2s", "--json", timeout=60).returncode)
+            sweeps.append(recon(pg_migrated, env, "sweep", "--older-than", "2s", "--json", timeout=60,
+                                module=entry).returncode)
 
     threads = [threading.Thread(target=producer), threading.Thread(target=cron)]
     for t in threads:
@@ -111,7 +176,7 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
                 workers[0].freeze()
                 time.sleep(4.5)  # past the 2 s lease: its jobs are rescued and run elsewhere
                 workers[0].thaw()
-            elif "postgres" not in done and progress >= events["postgres"] and can_restart_postgres():
+            elif "postgres" not in done and progress >= events["postgres"] and native and can_restart_postgres():
                 done.add("postgres")
                 restart_postgres()
                 pg.engine.dispose()  # this test's own pooled connections died with the server
@@ -127,20 +192,29 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
         stop.set()
         for t in threads:
             t.join(90)
+    chaos_done = time.monotonic()
     try:
         sandbox.set_faults(rate_429=0, rate_500=0, rate_503=0, rate_hang=0)  # calm, so the run can settle
-        settle(pg, pg_migrated, env)
+        settle(pg, pg_migrated, env, module=entry)
     finally:
         for w in workers:
             w.stop()
-    recon(pg_migrated, env, "watch", "--once")
-    report = invariants.check(pg, sandbox.url)
+    settled = time.monotonic()
+    recon(pg_migrated, env, "watch", "--once", module=entry)
+    report = invariants.check(pg, sandbox.url, psp)
     sandbox.stop()
+    faults = faults_met(pg)
     report.counts.update({"chaos seconds": int(seconds), "worker kills": sum(w.kills for w in workers),
-                          "cron sweeps": len(sweeps), "disruptions": len(done)})
-    print("\n" + report.render())
+                          "cron sweeps": len(sweeps), "disruptions": len(done),
+                          "chaos seconds, measured": int(chaos_done - started),
+                          "seconds settling": int(settled - chaos_done), **faults})
+    print(f"\n[{psp}]\n" + report.render())
     assert created[0] >= 50 and report.counts["sandbox charges"] > 0
     assert report.ok, report.render()
+    if not native:  # the faults reached recon through the real adapter (each is expected ~10 times a run;
+        # which error kinds the attempts record depends on how often the guard held calls back)
+        failed_attempts = sum(n for k, n in faults.items() if k.startswith("attempts failed: "))
+        assert failed_attempts and faults["declined"] and faults["payments pending at some point"], report.render()
 
 
 def stale_worker_scenario(pg: Database, pg_migrated: str, tmp_path: Path, *,
