@@ -33,7 +33,7 @@ from tests.chaos.harness import (
 )
 
 FINAL = {"succeeded", "failed", "needs_review"}
-#: a key generation's suffix (``recon.payments.model.Payment.charge_key``)
+#: a key generation's suffix (``recon.rows.Payment.charge_key``)
 _GENERATION = re.compile(r"-g[0-9]+$")
 
 

@@ -35,7 +35,7 @@ import pytest
 import sqlalchemy as sa
 
 from recon.db.database import Database, connect
-from recon.db.ledger import LedgerStore, NewPayment
+from recon.db.payment_store import NewPayment, PaymentStore
 from tests.chaos import invariants
 from tests.chaos.harness import (
     MERCHANT_ACCOUNT,
@@ -79,7 +79,7 @@ def create_payments(db: Database, start: int, n: int, psp: str = "sandbox") -> N
         payments.append(NewPayment(MERCHANT_ACCOUNT, f"chaos-{i:05d}", rng.randint(100, 50_000),
                                    rng.choice(["EUR", "USD", "JPY"]), psp, payment_method=method,
                                    customer_reference=customer))
-    LedgerStore(db).create(payments)
+    PaymentStore(db).create(payments)
 
 
 def _instrument(psp: str, i: int) -> tuple[str | None, str | None]:

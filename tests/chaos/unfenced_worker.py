@@ -14,10 +14,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db.ledger import LedgerStore, Transition
-from recon.db.queries import Query
-from recon.db.store import Finish, JobStore
-from recon.payments.model import check_transition
+from recon.db.jobs_store import Finish, JobStore
+from recon.db.payment_store import PaymentStore, Transition
+from recon.db.sql import Query
+from recon.rows import check_transition
 
 job_finish_one_unfenced = Query(
     "job_finish_one_unfenced",
@@ -75,8 +75,8 @@ def finish_unfenced(self: JobStore, *, worker: str, finishes: Sequence[Finish],
     return {f.id for f in finishes}
 
 
-def apply_unfenced(self: LedgerStore, conn: sa.Connection, t: Transition) -> bool:
-    """LedgerStore.apply without compare-and-set: the status is written whatever it is now."""
+def apply_unfenced(self: PaymentStore, conn: sa.Connection, t: Transition) -> bool:
+    """PaymentStore.apply without compare-and-set: the status is written whatever it is now."""
     check_transition(t.from_status, t.to_status)
     row = conn.execute(payment_transition_unfenced.for_dialect(self.db.dialect), {
         "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
@@ -91,7 +91,7 @@ def apply_unfenced(self: LedgerStore, conn: sa.Connection, t: Transition) -> boo
 
 def remove_fencing() -> None:
     JobStore.finish = finish_unfenced  # type: ignore[method-assign]
-    LedgerStore.apply = apply_unfenced  # type: ignore[method-assign]
+    PaymentStore.apply = apply_unfenced  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
