@@ -5,7 +5,9 @@ settlement, declines), creates a few hundred payments, runs the charge workers, 
 heals what the charges left pending. It ends with a check against the sandbox's own ledger that no payment was
 charged twice, whatever its key generation. ``--psp``: ``sandbox`` (the sandbox's own API and adapter),
 ``stripe`` or ``adyen`` (the sandbox speaking that PSP's wire, recon talking to it through the real adapter,
-authenticated with a per-run test key). Like ``cli``, this module is a composition root: it wires the adapters.
+authenticated with a per-run test key). It runs on an App of its own (``recon.app``): a fresh SQLite database,
+short backoffs and leases, the wire's adapter, a short reconcile schedule and no PSP guard. With ``recon.app``,
+this module is a composition root: it builds the adapters of its wires.
 """
 
 from __future__ import annotations
@@ -30,22 +32,12 @@ from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secre
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
-from recon.classify import classify
-from recon.clock import SystemClock
+from recon.app import App
 from recon.config import BackoffConfig, Settings
-from recon.db.database import connect, upgrade
-from recon.db.jobs_store import JobStore
 from recon.db.payment_store import NewPayment, PaymentStore
-from recon.engine.client import Client
-from recon.engine.handlers import Handlers
-from recon.engine.retry import RetryPolicy
-from recon.engine.worker import Worker
-from recon.metrics import ProcessMetrics
-from recon.payments.charge import ChargeHandler
-from recon.payments.instrumented import instrument
+from recon.payments.guard import Unguarded
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
-from recon.reconcile.handler import ReconcileHandler
 from recon.rows import Payment, PaymentStatus
 
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
@@ -128,15 +120,16 @@ def run_demo(*, payments: int = 300, directory: str | None = None, say: Any = pr
 
 def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
     started = time.monotonic()
-    db = connect(f"sqlite:///{where / 'recon.db'}", pool_size=12)
-    upgrade(db)
     creds = Creds.new(wire.key_prefix)
     with wire.server(where / "psp-sandbox.db", creds) as server:
         say(f"PSP sandbox{wire.speaking} on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
             f"12% slow settlement, 4% declines")
-        metrics = ProcessMetrics()  # PSP latency and 429s through the instrumented adapter (recon.metrics)
-        adapter = instrument(wire.adapter(server.url, creds), recorder=metrics)
-        ledger = PaymentStore(db)
+        url = server.url
+        # PSP latency and 429s through the App's instrumented adapter (app.metrics); no guard between them
+        app = App(settings=_demo_settings(where), reconcile_config=_demo_reconcile_config(wire),
+                  adapter_factory=lambda _name: wire.adapter(url, creds), guard=Unguarded())
+        app.upgrade()
+        ledger = app.payments
         new = _payments(wire, n)
         ledger.create(new)
         accounts = len({p.merchant_account for p in new})
@@ -144,15 +137,7 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
             + (f" and {accounts} merchant accounts" if accounts > 1 else "") + ", each with a charge job"
             + (f" (each carries what {wire.label} needs; {wire.psp}.check_charge accepts all)" if wire.check else ""))
 
-        settings = _demo_settings()
-        store = JobStore(db)
-        handlers = Handlers()
-        handlers.register("charge", ChargeHandler(ledger, lambda _name: adapter))
-        rc = ReconcileConfig(default=PspSchedule(schedule=(), grace_period=timedelta(0)),
-                             settlement_window=timedelta(0), per_psp={wire.psp: SCHEDULE})
-        handlers.register("reconcile", ReconcileHandler(ledger, lambda _name: adapter, config=rc, clock=SystemClock()))
-        charged = _run_until_done(store, handlers, settings, queue="charges", total=n, timeout=40,
-                                  observer=metrics)
+        charged = _run_until_done(app, queue="charges", timeout=40)
         counts = _statuses(ledger)
         say(f"charge workers: {charged['succeeded']} charge jobs done first time or after retries; "
             f"payments now {_fmt(counts)}")
@@ -167,25 +152,24 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
                 say(f"{saved} of them got a 500 that {wire.label} saved under their idempotency key (a retry would "
                     f"only replay it): they stay pending until the sweep finds them by search")
             time.sleep(DEMO_FAULTS.settle_after_seconds + 0.5)
-        selection = sw.enqueue(ledger, Client(store, settings), sw.SweepOptions(older_than=timedelta(0)),
-                               queue=rc.queue)
+        queue = app.reconcile_config.queue
+        selection = sw.enqueue(ledger, app.client(), sw.SweepOptions(older_than=timedelta(0)), queue=queue)
         if selection:
             say("sweep " + wire.lookup.format(n=sum(1 for p in ledger.get_many(selection.payment_ids)
                                                          if not p.psp_reference)))
-        _run_until_done(store, handlers, settings, queue=rc.queue, total=len(selection), timeout=30,
-                        observer=metrics)
-        summary = sw.summarise(ledger, store, selection)
+        _run_until_done(app, queue=queue, timeout=30)
+        summary = sw.summarise(ledger, app.jobs, selection)
         say(f"sweep checked {summary.checked}: healed->succeeded {summary.counts['healed_succeeded']}, "
             f"healed->failed {summary.counts['healed_failed']}, needs review {summary.counts['needs_review']}, "
             f"still pending {summary.counts['still_pending']}")
         final = _statuses(ledger)
         say(f"final: {_fmt(final)}")
         charges = httpx.get(f"{server.url}/_admin/charges", timeout=5).json()
-        for name, (requests, throttled) in metrics.psp_totals().items():
+        for name, (requests, throttled) in app.metrics.psp_totals().items():
             say(f"PSP calls to {name}: {requests}, of which {throttled} were answered 429 (rate limited)")
-        adapter.close()
+        app.close()
         most, stray = _charges_per_payment(charges, {p.idempotency_key: p.id for p in ledger.iter_payments()})
-    db.dispose()
+    app.db.dispose()
     double = most > 1 or stray > 0
     verdict = "DOUBLE CHARGE" if most > 1 else "UNACCOUNTED CHARGE" if stray else "no double charge"
     say(f"sandbox ledger: {charges['charges']} charges for {charges['keys']} idempotency keys; "
@@ -233,27 +217,32 @@ def _charges_per_payment(charges: dict[str, Any], owner: dict[str, int]) -> tupl
     return max(per_payment.values(), default=0), stray
 
 
-def _demo_settings() -> Settings:
-    """Short backoffs and leases so the demo's retries happen within seconds."""
+def _demo_settings(where: Path) -> Settings:
+    """The demo's own SQLite database in ``where``; short backoffs and leases so its retries happen within
+    seconds."""
     base = Settings()
     fast = BackoffConfig(base_seconds=0.1, cap_seconds=1.5, max_attempts=12)
     retry = {kind: fast for kind in base.retry}
     engine = replace(base.engine, concurrency=16, lease_ttl_seconds=10, heartbeat_interval_seconds=2,
                      poll_interval_seconds=0.05, watcher_interval_seconds=1)
-    return replace(base, retry=retry, engine=engine)
+    return replace(base, database_url=f"sqlite:///{where / 'recon.db'}", retry=retry, engine=engine)
 
 
-def _run_until_done(store: JobStore, handlers: Handlers, settings: Settings, *, queue: str, total: int,
-                    timeout: float, observer: ProcessMetrics | None = None) -> Counter[str]:
+def _demo_reconcile_config(wire: Wire) -> ReconcileConfig:
+    """Settled at once: no settlement window, and ``SCHEDULE`` for the wire's PSP."""
+    return ReconcileConfig(default=PspSchedule(schedule=(), grace_period=timedelta(0)),
+                           settlement_window=timedelta(0), per_psp={wire.psp: SCHEDULE})
+
+
+def _run_until_done(app: App, *, queue: str, timeout: float) -> Counter[str]:
     """Run a worker on ``queue`` until no job of it is unfinished (retries included), or ``timeout``."""
-    worker = Worker(store, handlers, config=settings.engine, policy=RetryPolicy(settings.retry), queues=[queue],
-                    classify_func=classify, observer=observer)
+    worker = app.worker([queue])
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        depth = store.stats(window=timedelta(0))["depth"]
+        depth = app.jobs.stats(window=timedelta(0))["depth"]
         if not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
             break
     worker.request_stop()

@@ -3,53 +3,41 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from recon.cli import (  # the composition root's shared pieces
-    App,
-    Duration,
-    _classify_func,
-    _install_signal_handlers,
-    cli,
-    log,
-    pass_app,
-)
+from recon.app import App
 from recon.config import EngineConfig
-from recon.db.database import upgrade
-from recon.db.jobs_store import JobStore, make_listener
-from recon.db.pool_store import PoolStore
-from recon.engine.retry import RetryPolicy
+from recon.db.jobs_store import JobStore
 from recon.engine.watcher import Watcher
-from recon.engine.worker import Worker
 from recon.errors import UsageError
+from recon.params import Duration, install_signal_handlers
 
-# --- db -----------------------------------------------------------------------------------------------------
+if TYPE_CHECKING:
+    from recon.metrics import MetricsServer
+
+log = logging.getLogger("recon")
 
 
-@cli.group()
+@click.group()
 def db() -> None:
     """Database schema."""
 
 
 @db.command("upgrade")
-@pass_app
+@click.pass_obj
 def db_upgrade(app: App) -> None:
     """Apply migrations (idempotent)."""
-    app.check_schema = False
-    upgrade(app.db)
-    click.echo(f"database at {app.db.url.render_as_string(hide_password=True)} is up to date")
+    database = app.upgrade()
+    click.echo(f"database at {database.url.render_as_string(hide_password=True)} is up to date")
 
 
-# --- worker and watcher --------------------------------------------------------------------------------------
-
-
-@cli.command()
+@click.command()
 @click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile).")
 @click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
 @click.option("--prefetch", type=click.IntRange(0, 4096),
@@ -63,42 +51,24 @@ def db_upgrade(app: App) -> None:
               help="Import extra job handlers (a recon.Handlers object); repeatable.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535),
               help="Serve the whole pool's Prometheus metrics on 127.0.0.1:PORT (read from the database).")
-@pass_app
+@click.pass_obj
 def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int | None, burst: bool,
            lease_ttl: timedelta | None,
            heartbeat: timedelta | None, drain_timeout: timedelta | None, poll_interval: timedelta | None,
            handler_refs: tuple[str, ...], metrics_port: int | None) -> None:
     """Claim and run jobs until SIGTERM/SIGINT (or, with --burst, until the queues are empty)."""
-    engine = app.settings.engine
-    changes: dict[str, Any] = {}
-    if concurrency:
-        changes["concurrency"] = concurrency
-    if prefetch is not None:
-        changes["prefetch"] = prefetch
-    if lease_ttl is not None:
-        changes["lease_ttl_seconds"] = lease_ttl.total_seconds()
-        if heartbeat is None and engine.heartbeat_interval_seconds >= lease_ttl.total_seconds():
-            changes["heartbeat_interval_seconds"] = lease_ttl.total_seconds() / 3
-    if heartbeat is not None:
-        changes["heartbeat_interval_seconds"] = heartbeat.total_seconds()
-    if drain_timeout is not None:
-        changes["drain_timeout_seconds"] = drain_timeout.total_seconds()
-    if poll_interval is not None:
-        changes["poll_interval_seconds"] = poll_interval.total_seconds()
-    engine = replace(engine, **changes)
-    engine.validate("options")
+    engine = app.engine_config(concurrency=concurrency, prefetch=prefetch, lease_ttl=lease_ttl, heartbeat=heartbeat,
+                               drain_timeout=drain_timeout, poll_interval=poll_interval)
     default_queues = ",".join([engine.default_queue, "charges", app.reconcile_config.queue])
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
     if {"charges", app.reconcile_config.queue} & set(queue_list):
         # before any work: a worker never claims a payment job for a PSP it cannot call
-        app.require_psps(set(app.psp_names()) & app.ledger.psps_unfinished())
-    w = Worker(app.store, app.handlers(handler_refs), config=engine, policy=RetryPolicy(app.settings.retry),
-               queues=queue_list, queue_caps={q: app.settings.queue(q).concurrency for q in queue_list},
-               classify_func=_classify_func(), wakeup_func=make_listener(app.db), observer=app.metrics)
-    _install_signal_handlers(w.request_stop)
-    stop_pruner = _start_pruner(app.store, engine)  # dead letters and pruning
+        app.require_psps(set(app.psp_names()) & app.payments.psps_unfinished())
+    w = app.worker(queue_list, handlers=app.handlers(handler_refs), engine=engine, wakeups=True)
+    install_signal_handlers(w.request_stop)
+    stop_pruner = _start_pruner(app.jobs, engine)
     metrics_server = _serve_metrics(app, metrics_port)
     try:
         stats = w.run(burst=burst)
@@ -109,7 +79,7 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     click.echo(json.dumps({"worker": w.worker_id, **stats.to_dict()}), err=True)
 
 
-def _serve_metrics(app: App, port: int | None) -> Any:
+def _serve_metrics(app: App, port: int | None) -> MetricsServer | None:
     """The pool's metrics endpoint (recon.metrics.serve), or None without --metrics-port."""
     if port is None:
         return None
@@ -118,14 +88,14 @@ def _serve_metrics(app: App, port: int | None) -> Any:
     return serve(app.db, port=port)
 
 
-@cli.command()
+@click.command()
 @click.option("--interval", type=Duration(), help="Default: engine.watcher_interval_seconds.")
 @click.option("--once", is_flag=True, help="Run one pass, print what it did, and exit.")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> None:
     """The stuck watcher alone: expired leases back to the queue (or dead at max attempts)."""
-    watcher = Watcher(app.store)
+    watcher = Watcher(app.jobs)
     if once:
         r = watcher.run_once()
         doc = {"retryable": r.retryable, "dead": r.dead, "canceled": r.canceled}
@@ -134,45 +104,37 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
                    f"{len(r.canceled)} canceled")
         return
     stop = threading.Event()
-    _install_signal_handlers(stop.set)
+    install_signal_handlers(stop.set)
     seconds = interval.total_seconds() if interval else app.settings.engine.watcher_interval_seconds
     watcher.run_forever(stop, interval=seconds)
 
 
-# --- stats --------------------------------------------------------------------------------------------------
-
-
-@cli.command()
+@click.command()
 @click.option("--window", type=Duration(), default="1h", show_default=True,
               help="Window for attempt outcome counts (retries, deaths, lease expirations).")
 @click.option("--live-window", type=Duration(), default="30s", show_default=True,
               help="A worker not seen for this long is not live (utilisation counts live workers only).")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) -> None:
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
     from recon.metrics import stats_extension
-    from recon.render import pool_tables, stats_document, stats_table
-
-    raw = app.store.stats(window=window)
-    doc = stats_document(raw, window=window)
-    pool = PoolStore(app.db)
-    doc.update(stats_extension(pool.pool_snapshot(workers_within=None),
-                               pool.attempt_stats(since=raw["now"] - window), app.ledger.money_at_risk(),
-                               window=window, live_window=live_window.total_seconds()))
-    # --- psp controls (issue 5): pause, cool-down and breaker per PSP, next to the PSP latency section -----
     from recon.payments.guard import status_document
+    from recon.render import pool_tables, psp_controls_table, stats_document, stats_table
 
-    doc["psp_controls"] = status_document(app.control_store, app.guard_config, app.psp_names())["psps"]
-    # --- end of psp controls ------------------------------------------------------------------------------
+    raw = app.jobs.stats(window=window)
+    doc = stats_document(raw, window=window)
+    doc.update(stats_extension(app.pool.pool_snapshot(workers_within=None),
+                               app.pool.attempt_stats(since=raw["now"] - window), app.payments.money_at_risk(),
+                               window=window, live_window=live_window.total_seconds()))
+    # pause, cool-down and breaker per PSP, next to the PSP latency section
+    doc["psp_controls"] = status_document(app.controls, app.guard_config, app.psp_names())["psps"]
     if as_json:
         click.echo(json.dumps(doc))
     else:
         stats_table(doc)
         pool_tables(doc)
-        from recon.render import psp_controls_table  # psp controls (issue 5)
-
         psp_controls_table(doc["psp_controls"])
 
 

@@ -9,25 +9,14 @@ from typing import Any
 
 import click
 
-from recon.cli import (  # the composition root's shared pieces
-    JOB_ID,
-    LIMIT,
-    App,
-    Duration,
-    Since,
-    _install_signal_handlers,
-    cli,
-    operator_name,
-    pass_app,
-)
+from recon.app import App
 from recon.db.dead_letter_store import JobFilter
 from recon.db.jobs_store import JobStore
-from recon.rows import JobState
+from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name
+from recon.rows import Job, JobState
 
-# --- jobs ---------------------------------------------------------------------------------------------------
 
-
-@cli.group()
+@click.group()
 def jobs() -> None:
     """Inspect and manage jobs."""
 
@@ -41,16 +30,16 @@ def jobs() -> None:
               help="Only jobs finished since: a duration back from now (2h) or an ISO date/datetime.")
 @click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, error_kind: str | None,
               since: timedelta | datetime | None, limit: int, as_json: bool) -> None:
     """List jobs, oldest first. The dead-letter set: --state dead."""
     filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
-    found: list[Any] = []
+    found: list[Job] = []
     while len(found) < limit:
         want = min(limit - len(found), 500)
         after = found[-1].id if found else 0
-        page = app.store.dead_letters.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
+        page = app.jobs.dead_letters.list_jobs_filtered(filters=filters, state=state, after_id=after, limit=want)
         found.extend(page)
         if len(page) < want:
             break
@@ -65,12 +54,12 @@ def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, 
 @jobs.command("show")
 @click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def jobs_show(app: App, job_id: int, as_json: bool) -> None:
     """One job with its attempt history."""
     client = app.client()
     job, attempts = client.get(job_id), client.attempts(job_id)
-    replays = app.store.dead_letters.replays(job_id)  # dead-letter replays, between the attempts they followed
+    replays = app.jobs.dead_letters.replays(job_id)  # dead-letter replays, between the attempts they followed
     if as_json:
         click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts],
                                "replays": [r.to_dict() for r in replays]}))
@@ -82,7 +71,7 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
 
 @jobs.command("retry")
 @click.argument("job_id", type=JOB_ID)
-@pass_app
+@click.pass_obj
 def jobs_retry(app: App, job_id: int) -> None:
     """Make a dead, canceled or waiting job runnable now."""
     app.client().retry(job_id)
@@ -91,15 +80,13 @@ def jobs_retry(app: App, job_id: int) -> None:
 
 @jobs.command("cancel")
 @click.argument("job_id", type=JOB_ID)
-@pass_app
+@click.pass_obj
 def jobs_cancel(app: App, job_id: int) -> None:
     """Cancel a job: at once if it is not running, else through its next heartbeat."""
     result = app.client().cancel(job_id)
     click.echo(f"job {job_id} canceled" if result == "canceled"
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
 
-
-# --- dead letters and pruning: jobs replay, jobs prune ------------------------------------------------------
 
 REPLAY_BATCH_DEFAULT = 500
 
@@ -117,7 +104,7 @@ REPLAY_BATCH_DEFAULT = 500
               help="Jobs per transaction.")
 @click.option("--dry-run", is_flag=True, help="List the jobs that would be replayed; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str | None,
                 since: timedelta | datetime | None, limit: int | None, budget: int | None, batch: int,
                 dry_run: bool, as_json: bool) -> None:
@@ -131,7 +118,7 @@ def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str |
 
     filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
     budget = budget or app.settings.engine.default_max_attempts
-    run = _replay(app.store, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run)
+    run = _replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run)
     if as_json:
         doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run["batches"],
                                "skipped": run["skipped"]}
@@ -149,7 +136,7 @@ def _job_filter(app: App, *, queue: str | None, kind: str | None, error_kind: st
                 since: timedelta | datetime | None) -> JobFilter:
     """``--since`` as a duration counts back from the database clock (the clock finished_at was set by)."""
     if isinstance(since, timedelta):
-        since = app.store.db_now() - since
+        since = app.jobs.db_now() - since
     return JobFilter(queue=queue, kind=kind, error_kind=error_kind, finished_since=since)
 
 
@@ -181,7 +168,7 @@ def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: i
               help="Jobs per transaction.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_json: bool) -> None:
     """Delete finished jobs older than --older-than with their attempt history, a batch per transaction.
 
@@ -192,12 +179,12 @@ def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_js
 
     doc: dict[str, Any] = {"dry_run": dry_run, "older_than_seconds": older_than.total_seconds()}
     if dry_run:
-        by_state = app.store.dead_letters.count_prunable(older_than=older_than.total_seconds())
+        by_state = app.jobs.dead_letters.count_prunable(older_than=older_than.total_seconds())
         doc |= {"would_delete": sum(by_state.values()), "by_state": by_state}
     else:
         stop = threading.Event()
-        _install_signal_handlers(stop.set)
-        result = Pruner(app.store, older_than=older_than, batch=batch).run_once(stop)
+        install_signal_handlers(stop.set)
+        result = Pruner(app.jobs, older_than=older_than, batch=batch).run_once(stop)
         doc |= {"deleted": result.jobs, "attempts_deleted": result.attempts, "batches": result.batches,
                 "seconds": round(result.seconds, 3), "interrupted": stop.is_set()}
     if as_json:
@@ -205,5 +192,3 @@ def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_js
     else:
         prune_summary(doc)
 
-
-# --- end of dead letters and pruning ------------------------------------------------------------------------

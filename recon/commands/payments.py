@@ -8,20 +8,13 @@ from typing import Any
 
 import click
 
-from recon.cli import (  # the composition root's shared pieces
-    EXIT_USAGE,
-    LIMIT,
-    App,
-    cli,
-    pass_app,
-)
+from recon.app import App
 from recon.errors import UsageError
+from recon.params import EXIT_USAGE, LIMIT
 from recon.rows import Payment, PaymentStatus
 
-# --- payments -----------------------------------------------------------------------------------------------
 
-
-@cli.group()
+@click.group()
 def payments() -> None:
     """Import, show and list payments."""
 
@@ -32,7 +25,7 @@ def payments() -> None:
               help="For rows that name no merchant_account (default: the PSP's [psp.NAME] merchant_account).")
 @click.option("--no-charge", is_flag=True, help="Record the payments only; queue no charge jobs.")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def payments_import(app: App, path: str, merchant_account: str | None, no_charge: bool, as_json: bool) -> None:
     """Import payments from a CSV file, all or nothing: with any bad row, nothing is imported.
 
@@ -41,7 +34,6 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     payment method: Stripe pm_..., Adyen storedPaymentMethodId) and customer_reference (Stripe cus_...,
     Adyen shopperReference). Each row is checked against what its PSP requires for a charge.
     """
-    from psp_adapters import registry
     from recon.payments.importer import ImportRejected, read_payments
 
     if merchant_account is not None and not merchant_account.strip():
@@ -49,8 +41,8 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     try:
         new = read_payments(path, psp_names=app.psp_names(),
                             merchant_account=merchant_account.strip() if merchant_account else None,
-                            account_defaults=app.account_defaults(), charge_check=registry.check_charge,
-                            existing_func=app.ledger.existing_references)
+                            account_defaults=app.account_defaults(), charge_check=app.check_charge,
+                            existing_func=app.payments.existing_references)
     except ImportRejected as exc:
         for line in exc.lines():  # the first problem first, then the others and a count
             click.echo(f"recon: {line}", err=True)
@@ -58,8 +50,8 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     from recon.db.payment_store import CHARGE_QUEUE
 
     # the charge jobs respect the queue's max_depth like every enqueue (QueueFull: exit 2, nothing written)
-    ids = app.ledger.create(new, charge=not no_charge,
-                            max_depth={CHARGE_QUEUE: app.settings.queue(CHARGE_QUEUE).max_depth})
+    ids = app.payments.create(new, charge=not no_charge,
+                              max_depth={CHARGE_QUEUE: app.settings.queue(CHARGE_QUEUE).max_depth})
     queued = 0 if no_charge else len(ids)
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
@@ -70,13 +62,13 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
 @payments.command("show")
 @click.argument("reference", metavar="REF")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def payments_show(app: App, reference: str, as_json: bool) -> None:
     """One payment, by merchant reference, with its event history."""
-    payment = app.ledger.by_reference(reference)
+    payment = app.payments.by_reference(reference)
     if payment is None:
         raise UsageError(f"payment {reference} not found")
-    events = app.ledger.events(payment.id)
+    events = app.payments.events(payment.id)
     if as_json:
         click.echo(json.dumps({"payment": _payment_doc(payment), "events": [e.to_dict() for e in events]}))
         return
@@ -90,14 +82,14 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
 @click.option("--psp")
 @click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_json: bool) -> None:
     """List payments, oldest first."""
     from itertools import islice
 
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
-    found = list(islice(app.ledger.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
+    found = list(islice(app.payments.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
     if as_json:
         click.echo(json.dumps({"payments": [_payment_doc(p) for p in found]}))
         return

@@ -9,19 +9,12 @@ from typing import Any
 
 import click
 
-from recon.cli import (  # the composition root's shared pieces
-    App,
-    _install_signal_handlers,
-    cli,
-    operator_name,
-    pass_app,
-)
+from recon.app import App
 from recon.errors import UsageError
+from recon.params import install_signal_handlers, operator_name
 
-# --- psp controls (issue 5): recon psp pause | resume | status ----------------------------------------------
 
-
-@cli.group()
+@click.group()
 def psp() -> None:
     """Per-PSP controls: pause and resume traffic; see cool-downs and circuit breakers."""
 
@@ -35,7 +28,7 @@ def _known_psp(app: App, name: str) -> None:
 @click.argument("name")
 @click.option("--reason", help="Why; shown by `recon psp status`.")
 @click.option("--by", "by", help="Who pauses (default: USER@HOST).")
-@pass_app
+@click.pass_obj
 def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
     """Stop all traffic to PSP NAME without stopping workers: its jobs wait (snoozed, no attempt spent)
     until `recon psp resume NAME`. Running workers see it within a quarter of a second."""
@@ -43,43 +36,37 @@ def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
 
     _known_psp(app, name)
     who = by or operator_name()
-    guard.pause(app.control_store, name, by=who, reason=reason)
+    guard.pause(app.controls, name, by=who, reason=reason)
     click.echo(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
 
 
 @psp.command("resume")
 @click.argument("name")
-@pass_app
+@click.pass_obj
 def psp_resume(app: App, name: str) -> None:
     """Let traffic to PSP NAME flow again; the jobs the pause put to sleep are due at once."""
     from recon.payments import guard
 
     _known_psp(app, name)
-    was_paused, woken = guard.resume(app.control_store, name)
+    was_paused, woken = guard.resume(app.controls, name)
     click.echo(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
                else f"psp {name} was not paused")
 
 
 @psp.command("status")
 @click.option("--json", "as_json", is_flag=True)
-@pass_app
+@click.pass_obj
 def psp_status(app: App, as_json: bool) -> None:
     """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
     from recon.payments import guard
 
-    doc = guard.status_document(app.control_store, app.guard_config, app.psp_names())
+    doc = guard.status_document(app.controls, app.guard_config, app.psp_names())
     if as_json:
         click.echo(json.dumps(doc))
         return
     from recon.render import psp_controls_table
 
     psp_controls_table(doc["psps"], at=doc["at"])
-
-
-# --- end of psp controls -------------------------------------------------------------------------------------
-
-
-# --- the PSP sandbox ----------------------------------------------------------------------------------------
 
 
 def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,7 +77,7 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-@cli.command("psp-sandbox")
+@click.command("psp-sandbox")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback only, unless you mean it.")
 @click.option("--state-file", type=click.Path(dir_okay=False), default="psp-sandbox.db", show_default=True,
@@ -125,7 +112,7 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
     except (ValueError, LookupError) as exc:
         raise UsageError(f"psp-sandbox: {exc}") from None
     stop = threading.Event()
-    _install_signal_handlers(stop.set)
+    install_signal_handlers(stop.set)
     serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop, flavor=flavor,
                   report_username=report_username,
                   report_password=Secret(report_password) if report_password else None,
@@ -136,10 +123,7 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
                       f"(state in {state_file})"))
 
 
-# --- demo ---------------------------------------------------------------------------------------------------
-
-
-@cli.command()
+@click.command()
 @click.option("--payments", "count", type=click.IntRange(10, 5000), default=300, show_default=True)
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
               help="Keep the demo's database and sandbox state here (default: a temporary directory).")

@@ -5,33 +5,22 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from psp_adapters.protocol import PspAdapter
-from recon.cli import (  # the composition root's shared pieces
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_REVIEW,
-    LIMIT,
-    App,
-    Duration,
-    _classify_func,
-    _install_signal_handlers,
-    check_output_path,
-    cli,
-)
-from recon.engine.retry import RetryPolicy
-from recon.engine.worker import Worker
+from recon.app import App
 from recon.errors import UsageError
+from recon.params import EXIT_FAILED, EXIT_OK, EXIT_REVIEW, LIMIT, Duration, check_output_path, install_signal_handlers
 
-# --- sweep --------------------------------------------------------------------------------------------------
+if TYPE_CHECKING:
+    from recon.reconcile.settlement import ReportResult
+    from recon.reconcile.sweep import ReportWriter
 
 
-@cli.command()
+@click.command()
 @click.option("--older-than", type=Duration(), default="15m", show_default=True,
               help="Payments not updated for this long are stale.")
 @click.option("--psp", help="Only this PSP.")
@@ -55,7 +44,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     if dry_run:
         from recon.render import sweep_dry_run
 
-        candidates = list(sw.iter_candidates(app.ledger, options))
+        candidates = list(sw.iter_candidates(app.payments, options))
         if as_json:
             click.echo(json.dumps({"dry_run": True, "would_check": len(candidates),
                                    "payments": [p.to_dict() for p in candidates]}))
@@ -63,14 +52,14 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
             sweep_dry_run(candidates)
         return
     if not enqueue_only:  # before any work: every PSP the sweep will call can be called as configured
-        app.require_psps([psp] if psp else set(app.psp_names()) & app.ledger.psps_unfinished())
+        app.require_psps([psp] if psp else set(app.psp_names()) & app.payments.psps_unfinished())
     writer = _open_report(report_path) if report_path else None  # before any work: the report can be written
     rc = app.reconcile_config
     try:
-        selection = sw.enqueue(app.ledger, app.client(), options, queue=rc.queue)
+        selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue)
         if not enqueue_only and len(selection):
             _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
-        summary = sw.summarise(app.ledger, app.store, selection, on_item=writer.item if writer else None)
+        summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
     except BaseException:
         if writer:
             writer.abort()
@@ -87,7 +76,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     ctx.exit(summary.exit_code)
 
 
-def _open_report(path: str) -> Any:
+def _open_report(path: str) -> ReportWriter:
     from recon.reconcile import sweep as sw
 
     check_output_path(path, option="--report")
@@ -98,25 +87,17 @@ def _open_report(path: str) -> Any:
 
 
 def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show_progress: bool) -> None:
-    engine = app.settings.engine
-    if concurrency:
-        engine = replace(engine, concurrency=concurrency)
-    queue = app.reconcile_config.queue
-    worker = Worker(app.store, app.handlers(kinds=("reconcile",)), config=engine,
-                    policy=RetryPolicy(app.settings.retry), queues=[queue],
-                    queue_caps={queue: app.settings.queue(queue).concurrency},
-                    classify_func=_classify_func(), wakeup_func=None, observer=app.metrics)
-    _install_signal_handlers(worker.request_stop)
+    """A worker on the reconcile queue alone, in this process, until the sweep's jobs are done."""
+    worker = app.worker([app.reconcile_config.queue], handlers=app.handlers(kinds=("reconcile",)),
+                        engine=app.engine_config(concurrency=concurrency))
+    install_signal_handlers(worker.request_stop)
     from recon.render import progress_while
 
     progress_while(lambda: worker.run(burst=True), lambda: sum(worker.stats.outcomes.values()), total=total,
                    label="reconciling", enabled=show_progress)
 
 
-# --- report -------------------------------------------------------------------------------------------------
-
-
-@cli.command()
+@click.command()
 @click.option("--psp", required=True, help="The PSP whose settlement listing is matched.")
 @click.option("--since", required=True,
               help="Period start, inclusive: 2026-11-01 or an ISO datetime (UTC if no offset).")
@@ -158,13 +139,12 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
     sys.exit(EXIT_OK if result.consistent else EXIT_REVIEW)
 
 
-def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until: Any, fmt: str,
-                  output: str | None) -> Any:
+def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: datetime, until: datetime, fmt: str,
+                  output: str | None) -> ReportResult:
     """Run the report into stdout, or into a temporary file renamed over ``output`` once complete."""
     import tempfile
     from typing import TextIO
 
-    from recon.db.report_store import ReportStore
     from recon.reconcile import settlement as st
 
     tmp: str | None = None
@@ -176,7 +156,7 @@ def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: Any, until:
         out = sys.stdout
     try:
         writer = st.JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else st.CsvWriter(out)
-        result = st.run_report(ReportStore(app.db), adapter, writer, psp=psp, since=since, until=until,
+        result = st.run_report(app.reports, adapter, writer, psp=psp, since=since, until=until,
                                settlement_window=app.reconcile_config.settlement_window)
         out.flush()
     except BaseException:

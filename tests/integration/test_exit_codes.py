@@ -27,12 +27,12 @@ ARGS = {
 # (every command that has one), the demo's story and the sandbox server.
 PLANT = """
 import contextlib, io, json, sys
-import recon.cli, recon.demo, psp_adapters.sandbox.server as server
+import recon.app, recon.cli, recon.demo, psp_adapters.sandbox.server as server
 
 def crash(*_a, **_k):
     raise RuntimeError("planted crash")
 
-recon.cli.connect = crash
+recon.app.connect = crash
 recon.demo.run_demo = crash
 server.serve_forever = crash
 out = {}

@@ -1,0 +1,348 @@
+"""The App: what a ``recon`` process runs on, wired once and built lazily.
+
+Settings, the database, its stores, one adapter per PSP, the guard the PSP-calling handlers share, this
+process's metrics, the handlers and the Worker. ``recon.cli`` builds one from the global options for its
+commands; ``recon.demo`` builds one on its own database with its own settings, adapters and reconcile
+schedule. With ``recon.demo`` this module is a composition root: the only one that builds adapters from
+``psp_adapters.registry``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
+from recon.config import EngineConfig, Settings, load_settings
+from recon.db.control_store import ControlStore
+from recon.db.database import Database, connect
+from recon.db.database import upgrade as apply_migrations
+from recon.db.jobs_store import JobStore, make_listener
+from recon.db.payment_store import PaymentStore
+from recon.db.pool_store import PoolStore
+from recon.db.report_store import ReportStore
+from recon.engine.client import Client
+from recon.engine.handlers import Handlers
+from recon.engine.retry import RetryPolicy
+from recon.engine.worker import Worker
+from recon.errors import ConfigError, UsageError
+from recon.reconcile.config import ReconcileConfig
+
+if TYPE_CHECKING:  # imported where first used: a command that calls no PSP never loads them
+    from recon.metrics import ProcessMetrics
+    from recon.payments.guard import Guard
+    from recon.payments.psp_limits import GuardConfig
+
+#: PSP name -> its adapter, not yet instrumented
+AdapterFactory = Callable[[str], PspAdapter]
+
+
+class App:
+    """What every command needs, each piece built on first use.
+
+    ``database_url`` and ``config_path`` are the global options (``None``: the environment, then the defaults).
+    The demo passes ready ``settings``, its own ``reconcile_config``, an ``adapter_factory`` for its sandbox
+    and an unguarded ``guard``; left out, they come from the settings and ``psp_adapters.registry``.
+    """
+
+    def __init__(self, database_url: str | None = None, config_path: str | None = None, *,
+                 settings: Settings | None = None, reconcile_config: ReconcileConfig | None = None,
+                 adapter_factory: AdapterFactory | None = None, guard: Guard | None = None) -> None:
+        self._database_url = database_url
+        self._config_path = config_path
+        self._settings = settings
+        self._reconcile_config = reconcile_config
+        self._adapter_factory = adapter_factory or self._registry_adapter
+        self._guard = guard
+        self._db: Database | None = None
+        self._adapters: dict[str, PspAdapter] = {}
+        self._adapter_lock = threading.Lock()
+        #: False only while the schema is brought up to date (``upgrade``)
+        self.check_schema = True
+
+    # --- settings and the database ------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        """The settings, every section checked at once (a typo in [psp.*] fails every command, not the one
+        that happens to read it)."""
+        if self._settings is None:
+            if self._database_url is not None and not self._database_url.strip():
+                raise UsageError("--database-url: is empty; leave it out for the default or name a database")
+            settings = load_settings(self._config_path)
+            if self._database_url:
+                settings = replace(settings, database_url=self._database_url)
+            _check_psp_tables(settings)
+            ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
+            self._settings = settings
+        return self._settings
+
+    @property
+    def db(self) -> Database:
+        """The database, its schema checked once: a command never works on a schema it does not know."""
+        if self._db is None:
+            db = connect(self.settings.database_url, pool_size=self.settings.engine.concurrency + 4)
+            if self.check_schema:
+                _require_current_schema(db)
+            self._db = db
+        return self._db
+
+    def upgrade(self) -> Database:
+        """Apply the migrations (idempotent) to the database, whatever its schema; returns it."""
+        self.check_schema = False
+        apply_migrations(self.db)
+        return self.db
+
+    @cached_property
+    def reconcile_config(self) -> ReconcileConfig:
+        if self._reconcile_config is not None:
+            return self._reconcile_config
+        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source)
+
+    # --- the stores ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def jobs(self) -> JobStore:
+        return JobStore(self.db)
+
+    @cached_property
+    def payments(self) -> PaymentStore:
+        return PaymentStore(self.db)
+
+    @cached_property
+    def pool(self) -> PoolStore:
+        """The worker pool's presence and attempt counts (``recon stats``, the metrics endpoint)."""
+        return PoolStore(self.db)
+
+    @cached_property
+    def controls(self) -> ControlStore:
+        """Per-PSP pauses, cool-downs and breakers."""
+        return ControlStore(self.db)
+
+    @cached_property
+    def reports(self) -> ReportStore:
+        """The settlement report's matching (``recon report``)."""
+        return ReportStore(self.db)
+
+    def client(self) -> Client:
+        return Client(self.jobs, self.settings)
+
+    # --- the PSPs -----------------------------------------------------------------------------------------
+
+    def psp_names(self) -> tuple[str, ...]:
+        from psp_adapters import registry
+
+        return registry.names()
+
+    def check_charge(self, psp: str, request: ChargeRequest) -> list[FieldProblem]:
+        """What PSP ``psp`` would refuse about ``request``, by its adapter's own rules; makes no call."""
+        from psp_adapters import registry
+
+        return registry.check_charge(psp, request)
+
+    def adapter(self, name: str) -> PspAdapter:
+        """The adapter for PSP ``name``, instrumented (PSP latency and 429s go to ``metrics``). Handler threads
+        call this concurrently: one adapter (one connection pool) per PSP per process."""
+        with self._adapter_lock:
+            if name not in self._adapters:
+                from recon.payments.instrumented import instrument
+
+                self._adapters[name] = instrument(self._adapter_factory(name), recorder=self.metrics)
+            return self._adapters[name]
+
+    def _registry_adapter(self, name: str) -> PspAdapter:
+        """``[psp.NAME]`` in the config file (base_url, merchant_account, timeouts) over ``RECON_NAME_*``
+        variables. Keys come only from the environment."""
+        from psp_adapters import registry
+
+        if name not in registry.names():
+            raise ConfigError(f"unknown PSP {name!r} (known: {', '.join(registry.names())})")
+        try:
+            settings = registry.settings_from_env(name, os.environ)
+        except ValueError as exc:
+            raise ConfigError(f"PSP {name!r}: {exc}") from None
+        table = self.psp_table(name)
+        for key in registry.SECRET_KEYS:
+            if key in table:
+                raise ConfigError(f"{self.settings.source}: psp.{name}.{key}: keys come from the environment "
+                                  f"(RECON_{name.upper()}_{key.upper()}), never from a file")
+        try:
+            settings.update(registry.settings_from_table(table, base=settings.get("timeout")))
+        except ValueError as exc:
+            raise ConfigError(f"{self.settings.source}: psp.{name}: {exc}") from None
+        try:
+            return registry.get_factory(name)(settings)
+        except registry.MissingSetting as exc:
+            raise ConfigError(_missing_setting(name, exc.key, secret=exc.key in registry.SECRET_KEYS)) from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"PSP {name!r}: {exc}") from None
+
+    def psp_table(self, name: str) -> dict[str, Any]:
+        """``[psp.NAME]`` of the config file (adapter settings and guard limits), empty when absent."""
+        table = self.settings.extra.get("psp", {}).get(name, {})
+        return dict(table) if isinstance(table, dict) else {}
+
+    def require_psps(self, names: Iterable[str]) -> None:
+        """Before a command does any work: every PSP in ``names`` can be called as configured (its adapter
+        builds: keys, accounts, report credentials, base URL). Raises ConfigError naming the setting."""
+        for name in sorted(set(names)):
+            self.adapter(name)
+
+    def account_defaults(self) -> dict[str, str]:
+        """Each PSP's configured default merchant account (``[psp.NAME] merchant_account`` over
+        ``RECON_NAME_MERCHANT_ACCOUNT``), for rows of an import that name none."""
+        out = {}
+        for name in self.psp_names():
+            value = self.psp_table(name).get("merchant_account") or os.environ.get(
+                f"RECON_{name.upper()}_MERCHANT_ACCOUNT")
+            if isinstance(value, str) and value.strip():
+                out[name] = value.strip()
+        return out
+
+    @cached_property
+    def guard_config(self) -> GuardConfig:
+        """``[psp.NAME]``'s guard limits: rate limit, cool-down and breaker per PSP."""
+        from recon.payments.psp_limits import GuardConfig
+
+        return GuardConfig.from_table(self.settings.extra.get("psp"), source=self.settings.source)
+
+    @property
+    def guard(self) -> Guard:
+        """This process's guard, shared by both PSP-calling handlers: pause, cool-down, breaker and rate limit
+        per PSP (recon.payments.guard.PspGuard, unless the App was given one)."""
+        if self._guard is None:
+            from recon.payments.guard import PspGuard
+
+            self._guard = PspGuard(self.controls, self.guard_config)
+        return self._guard
+
+    @cached_property
+    def metrics(self) -> ProcessMetrics:
+        """This process's counts: the workers' observer and the adapters' recorder."""
+        from recon.metrics import ProcessMetrics
+
+        return ProcessMetrics()
+
+    def close(self) -> None:
+        for adapter in self._adapters.values():
+            adapter.close()
+        self._adapters.clear()
+
+    # --- handlers and workers -----------------------------------------------------------------------------
+
+    def handlers(self, extra: tuple[str, ...] = (), *, kinds: tuple[str, ...] = ("charge", "reconcile")) -> Handlers:
+        """The payment handlers (charge, reconcile) plus any ``--handlers MODULE:ATTR``."""
+        from recon.clock import SystemClock
+        from recon.payments.charge import ChargeHandler
+        from recon.reconcile.handler import ReconcileHandler
+
+        handlers = Handlers()
+        if "charge" in kinds:
+            handlers.register("charge", ChargeHandler(self.payments, self.adapter, guard=self.guard,
+                                                      clock=SystemClock()))
+        if "reconcile" in kinds:
+            handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
+                                                            clock=SystemClock(), guard=self.guard))
+        for ref in extra:
+            _merge_handlers(handlers, _import_ref(ref))
+        return handlers
+
+    def engine_config(self, *, concurrency: int | None = None, prefetch: int | None = None,
+                      lease_ttl: timedelta | None = None, heartbeat: timedelta | None = None,
+                      drain_timeout: timedelta | None = None, poll_interval: timedelta | None = None) -> EngineConfig:
+        """The engine settings with the command line's overrides, checked together. A shorter lease TTL
+        without a heartbeat brings the heartbeat down to a third of it when it would not fit."""
+        engine = self.settings.engine
+        changes: dict[str, Any] = {}
+        if concurrency:
+            changes["concurrency"] = concurrency
+        if prefetch is not None:
+            changes["prefetch"] = prefetch
+        if lease_ttl is not None:
+            changes["lease_ttl_seconds"] = lease_ttl.total_seconds()
+            if heartbeat is None and engine.heartbeat_interval_seconds >= lease_ttl.total_seconds():
+                changes["heartbeat_interval_seconds"] = lease_ttl.total_seconds() / 3
+        if heartbeat is not None:
+            changes["heartbeat_interval_seconds"] = heartbeat.total_seconds()
+        if drain_timeout is not None:
+            changes["drain_timeout_seconds"] = drain_timeout.total_seconds()
+        if poll_interval is not None:
+            changes["poll_interval_seconds"] = poll_interval.total_seconds()
+        engine = replace(engine, **changes)
+        engine.validate("options")
+        return engine
+
+    def worker(self, queues: Sequence[str], *, handlers: Handlers | None = None, engine: EngineConfig | None = None,
+               wakeups: bool = False) -> Worker:
+        """A Worker on ``queues`` (``recon worker``, ``recon sweep``, the demo): ``handlers`` (default: the
+        payment handlers), ``engine`` (default: the settings'), the retry policy and each queue's concurrency
+        cap from the settings, recon's error classifier, this process's metrics as its observer; with
+        ``wakeups``, woken by the database's notifications instead of polling alone. ``run(burst=True)`` on
+        the result works until no claimable job is left."""
+        from recon.classify import classify
+
+        return Worker(self.jobs, self.handlers() if handlers is None else handlers,
+                      config=self.settings.engine if engine is None else engine,
+                      policy=RetryPolicy(self.settings.retry), queues=list(queues),
+                      queue_caps={q: self.settings.queue(q).concurrency for q in queues},
+                      classify_func=classify, wakeup_func=make_listener(self.db) if wakeups else None,
+                      observer=self.metrics)
+
+
+def _check_psp_tables(settings: Settings) -> None:
+    """``[psp.NAME]``: a registered PSP, and only adapter settings (registry) or guard limits (psp_limits)."""
+    from psp_adapters import registry
+    from recon.config import unknown
+    from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
+
+    tables = settings.extra.get("psp", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{settings.source}: psp: must be a table of [psp.NAME] tables")
+    known = set(registry.PLAIN_KEYS) | set(registry.SECRET_KEYS) | set(registry.TIMEOUT_KEYS) | GUARD_KEYS
+    for name, table in tables.items():
+        if name not in registry.names():
+            raise unknown("PSP", name, registry.names(), f"{settings.source}: psp.")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{settings.source}: psp.{name}: must be a table")
+        for key in table:
+            if key not in known:
+                raise unknown("key", key, known, f"{settings.source}: psp.{name}.")
+    GuardConfig.from_table(tables, source=settings.source)
+
+
+def _require_current_schema(db: Database) -> None:
+    from recon.db.database import schema_revisions
+
+    current, head = schema_revisions(db)
+    if current != head:
+        have = f"at revision {current}" if current else "empty (no recon tables)"
+        raise ConfigError(f"the database schema is {have}; this recon needs revision {head}: run `recon db upgrade`")
+
+
+def _missing_setting(name: str, key: str, *, secret: bool) -> str:
+    variable = f"RECON_{name.upper()}_{key.upper()}"
+    where = f"the environment variable {variable}" if secret else f"[psp.{name}] {key} in the config file or {variable}"
+    return f"PSP {name!r}: {key} is not set; set {where}"
+
+
+def _import_ref(ref: str) -> Handlers:
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        obj = getattr(module, attr or "handlers")
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--handlers {ref!r}: cannot import ({exc})") from None
+    if not isinstance(obj, Handlers):
+        raise ConfigError(f"--handlers {ref!r}: is a {type(obj).__name__}, not recon.Handlers")
+    return obj
+
+
+def _merge_handlers(into: Handlers, other: Handlers) -> None:
+    for kind in other.kinds():
+        into.register(kind, other.get(kind))

@@ -1,0 +1,112 @@
+"""What the ``recon`` commands share besides the App: click parameter types, the exit codes, output checks,
+the operator's name and signal handling. Imports no command and no composition root."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import FrameType
+from typing import Any
+
+import click
+
+from recon.durations import parse_duration
+from recon.errors import UsageError
+
+#: the exit-code contract (docs/design.md): done and consistent; done, with items that need review; bad usage,
+#: input or configuration; the run failed
+EXIT_OK, EXIT_REVIEW, EXIT_USAGE, EXIT_FAILED = 0, 1, 2, 3
+
+#: a row id or a count that fits the database's signed 64-bit integers
+INT64_MAX = 2**63 - 1
+JOB_ID = click.IntRange(1, INT64_MAX)
+#: --limit of listings and sweeps: at most this many rows
+LIMIT = click.IntRange(1, 10_000_000)
+
+log = logging.getLogger("recon")
+
+
+class Duration(click.ParamType[timedelta, Any]):
+    """A duration: ``30s``, ``15m``, ``2h``, ``7d`` (recon.durations)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            what = f"--{param.name.replace('_', '-')}" if param and param.name else "duration"
+            return parse_duration(str(value), what=what)
+        except UsageError as exc:
+            self.fail(str(exc).split(": ", 1)[-1], param, ctx)
+
+
+class Since(click.ParamType[timedelta | datetime, Any]):
+    """``--since``: a duration back from now (``2h``, ``7d``) or an ISO date / datetime (UTC if no offset)."""
+
+    name = "since"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> timedelta | datetime:
+        if isinstance(value, timedelta | datetime):
+            return value
+        raw = str(value).strip()
+        try:
+            return parse_duration(raw)
+        except UsageError:
+            pass
+        try:
+            parsed = datetime.fromisoformat(raw)
+        except ValueError:
+            self.fail(f"{value!r} is neither a duration (2h, 7d) nor an ISO date or datetime (2026-11-01, "
+                      "2026-11-01T12:00:00Z)", param, ctx)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def check_output_path(path: str, *, option: str) -> None:
+    """Before any work: ``path`` can be written (its directory exists and is writable; it is not a directory).
+    Raises UsageError naming ``option``."""
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    if os.path.isdir(target):
+        raise UsageError(f"{option} {path!r}: is a directory")
+    if not os.path.isdir(directory):
+        raise UsageError(f"{option} {path!r}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"{option} {path!r}: the directory {directory} is not writable")
+    if os.path.exists(target) and not os.access(target, os.W_OK):
+        raise UsageError(f"{option} {path!r}: the file is not writable")
+
+
+def operator_name() -> str:
+    """Who runs this command, for the records it leaves (replays, PSP pauses): user@host."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def install_signal_handlers(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT call ``stop`` (drain); a second one exits at once. Only the main thread can install
+    signal handlers: called from any other thread, this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    received = {"n": 0}
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        received["n"] += 1
+        if received["n"] > 1:  # a second signal: exit now; leases expire and the watcher recovers the jobs
+            os._exit(128 + signum)
+        log.warning("signal %s: draining (send it again to exit at once)", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
