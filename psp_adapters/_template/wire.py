@@ -4,7 +4,9 @@ Copy this module to ``psp_adapters/<psp>/wire.py`` and replace the shapes with t
 API reference in this docstring). Rules: one Enum per status field with the wire strings as
 values; one ``to_outcome()`` with an exhaustive ``match`` ending in ``assert_never``; an unrecognised status
 is ``Unknown(raw_status=…)``, never a guess; amounts stay integers and cross between the PSP's units and ISO
-minor units only here; a missing field or a wrong type raises PspProtocolError.
+minor units only here; a missing field or a wrong type raises PspProtocolError (read every field through
+``psp_adapters._wire.JsonFields``, which names the PSP and the field and never takes a JSON ``true`` for a
+number).
 
 Example shape assumed by this template: ``{"id": "pay_…", "reference": "…", "amount": 1250,
 "currency": "EUR", "status": "authorised"}``.
@@ -13,15 +15,15 @@ Example shape assumed by this template: ``{"id": "pay_…", "reference": "…", 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import TypeVar, assert_never
+from typing import assert_never
 
-from psp_adapters.errors import PspProtocolError
+from psp_adapters._wire import JsonFields
 from psp_adapters.protocol import ChargeRequest, Failed, PaymentOutcome, Pending, Succeeded, Unknown
 
 PSP_NAME = "template"
 
-_T = TypeVar("_T")
+#: the JSON validators every wire module shares (psp_adapters._wire): bool-safe, errors naming the PSP
+_json = JsonFields(PSP_NAME)
 
 
 class PaymentStatus(enum.Enum):
@@ -39,13 +41,13 @@ def charge_body(request: ChargeRequest) -> dict[str, object]:
 
 def to_outcome(payload: object) -> PaymentOutcome:
     """Map a payment document; an unrecognised status is Unknown. Raises PspProtocolError on bad input."""
-    doc = _object(payload)
-    raw_status = _require(doc, "status", str)
+    doc = _json.as_object(payload, "payment")
+    raw_status = _json.require(doc, "status", str)
     common = {
-        "psp_reference": _require(doc, "id", str),
+        "psp_reference": _json.require(doc, "id", str),
         "merchant_reference": doc.get("reference") if isinstance(doc.get("reference"), str) else None,
-        "amount": _require(doc, "amount", int),
-        "currency": _require(doc, "currency", str),
+        "amount": _json.amount(doc, "amount"),
+        "currency": _json.require(doc, "currency", str),
         "raw_status": raw_status,
     }
     try:
@@ -61,16 +63,3 @@ def to_outcome(payload: object) -> PaymentOutcome:
             return Failed(**common, reason=raw_status)  # type: ignore[arg-type]
         case _:
             assert_never(status)
-
-
-def _object(value: object) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise PspProtocolError(f"{PSP_NAME}: payment is not a JSON object", psp=PSP_NAME)
-    return value
-
-
-def _require(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T:
-    value = doc.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise PspProtocolError(f"{PSP_NAME}: field {name!r} missing or not {kind.__name__}", psp=PSP_NAME)
-    return value

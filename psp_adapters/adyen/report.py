@@ -30,9 +30,12 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from psp_adapters.adyen.wire import PSP_NAME
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import PspRef
+
+#: the name in this adapter's errors, defined here and re-exported by ``wire``: wire reads the rows parsed
+#: here, so this module sits below it and imports nothing of it (no import cycle)
+PSP_NAME = "adyen"
 
 #: the report's standard columns, in the documented order
 REPORT_COLUMNS = (

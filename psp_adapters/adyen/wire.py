@@ -28,9 +28,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar, assert_never
+from typing import assert_never
 
-from psp_adapters.errors import PspProtocolError, PspRejectedError
+from psp_adapters._wire import JsonFields
+from psp_adapters.adyen.report import PSP_NAME as PSP_NAME  # defined below this module: see report.py
+from psp_adapters.adyen.report import ReportRow
+from psp_adapters.errors import PspRejectedError
 from psp_adapters.protocol import (
     ActionRequired,
     ChargeRequest,
@@ -44,10 +47,6 @@ from psp_adapters.protocol import (
 )
 from psp_adapters.units import from_psp_units, to_psp_units
 
-if TYPE_CHECKING:
-    from psp_adapters.adyen.report import ReportRow
-
-PSP_NAME = "adyen"
 API_VERSION = "v71"
 #: "request already processed or in progress": the same idempotency key is still executing; sent with HTTP
 #: 422 or 409, retry later with the same key (docs.adyen.com/development-resources/api-idempotency)
@@ -83,7 +82,8 @@ STORED_PAYMENT_METHOD_ID_MAX = 64  #: ``CardDetails.storedPaymentMethodId.maxLen
 DEFAULT_ACCOUNT_LABEL = "default"
 MERCHANT_ACCOUNT_SETTING = "[psp.adyen] merchant_account / RECON_ADYEN_MERCHANT_ACCOUNT"
 
-_T = TypeVar("_T")
+#: the JSON validators (psp_adapters._wire), naming Adyen in their errors
+_json = JsonFields(PSP_NAME)
 
 # Adyen's currency table differs from ISO 4217 for four currencies (docs.adyen.com/development-resources/
 # currency-codes: "For CLP, CVE, IDR, and ISK the standard has a different number of decimals"): CLP and ISK
@@ -344,15 +344,16 @@ def to_outcome(
 
 def payment_to_outcome(payload: object, *, request: ChargeRequest) -> PaymentOutcome:
     """Map a /payments answer. An unrecognised ``resultCode`` is Unknown; a missing one PspProtocolError."""
-    doc = _object(payload, "payment response")
-    raw = _require(doc, "resultCode", str)
+    doc = _json.as_object(payload, "payment response")
+    raw = _json.require(doc, "resultCode", str)
     amount, currency = None, None
     if isinstance(doc.get("amount"), Mapping):
-        currency = _require(_object(doc["amount"], "amount"), "currency", str)
-        amount = from_adyen_amount(_require(_object(doc["amount"], "amount"), "value", int), currency)
+        money = _json.as_object(doc["amount"], "amount")
+        currency = _json.require(money, "currency", str)
+        amount = from_adyen_amount(_json.amount(money, "value"), currency)
     fields = {
-        "psp_reference": _optional(doc, "pspReference", str),
-        "merchant_reference": _optional(doc, "merchantReference", str) or request.merchant_reference,
+        "psp_reference": _json.optional(doc, "pspReference", str),
+        "merchant_reference": _json.optional(doc, "merchantReference", str) or request.merchant_reference,
         "amount": amount,
         "currency": currency,
     }
@@ -360,17 +361,17 @@ def payment_to_outcome(payload: object, *, request: ChargeRequest) -> PaymentOut
         status = ResultCode(raw)
     except ValueError:
         return Unknown(**fields, raw_status=raw)  # type: ignore[arg-type]
-    return to_outcome(status, **fields, reason=_optional(doc, "refusalReason", str))  # type: ignore[arg-type]
+    return to_outcome(status, **fields, reason=_json.optional(doc, "refusalReason", str))  # type: ignore[arg-type]
 
 
 def parse_error(payload: object) -> AdyenError:
     """An Adyen error body; raises PspProtocolError when it is not one."""
-    doc = _object(payload, "error body")
+    doc = _json.as_object(payload, "error body")
     code = doc.get("errorCode")
     return AdyenError(
         error_code=str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
-        message=_optional(doc, "message", str),
-        error_type=_optional(doc, "errorType", str),
+        message=_json.optional(doc, "message", str),
+        error_type=_json.optional(doc, "errorType", str),
     )
 
 
@@ -458,21 +459,3 @@ def to_settlement_line(row: ReportRow, *, status: str) -> SettlementLine:
         net=row.payable if settled else None,
         settlement_currency=row.settlement_currency if settled else None,
     )
-
-
-def _object(value: object, what: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise PspProtocolError(f"{PSP_NAME}: {what} is not a JSON object", psp=PSP_NAME)
-    return value
-
-
-def _require(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T:
-    value = doc.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise PspProtocolError(f"{PSP_NAME}: field {name!r} missing or not {kind.__name__}", psp=PSP_NAME)
-    return value
-
-
-def _optional(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
-    value = doc.get(name)
-    return None if value is None else _require(doc, name, kind)

@@ -23,8 +23,9 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TypeVar, assert_never
+from typing import assert_never
 
+from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import (
     ChargeRequest,
@@ -38,7 +39,8 @@ from psp_adapters.protocol import (
 
 PSP_NAME = "sandbox"
 
-_T = TypeVar("_T")
+#: the JSON validators (psp_adapters._wire), naming the sandbox in their errors; a JSON ``true`` is no amount
+_json = JsonFields(PSP_NAME)
 
 #: error codes the server sends and the adapter recognises
 IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
@@ -112,16 +114,16 @@ def to_outcome(payload: object) -> PaymentOutcome:
     An unrecognised ``status`` becomes ``Unknown(raw_status=…)``, never a guess.
     Raises PspProtocolError when the document is not an object or misses a typed field.
     """
-    doc = _require_object(payload, "payment")
-    raw_status = _require(doc, "status", str)
+    doc = _json.as_object(payload, "payment")
+    raw_status = _json.require(doc, "status", str)
     common = {
-        "psp_reference": _require(doc, "psp_reference", str),
-        "amount": _require_amount(doc),
-        "currency": _require(doc, "currency", str),
+        "psp_reference": _json.require(doc, "psp_reference", str),
+        "amount": _json.amount(doc, "amount"),
+        "currency": _json.require(doc, "currency", str),
         "raw_status": raw_status,
-        "merchant_reference": _optional(doc, "merchant_reference", str),
+        "merchant_reference": _json.optional(doc, "merchant_reference", str),
     }
-    reason = _optional(doc, "failure_reason", str)
+    reason = _json.optional(doc, "failure_reason", str)
     try:
         status = PaymentStatus(raw_status)
     except ValueError:
@@ -144,30 +146,30 @@ def decline_to_outcome(payload: object) -> PaymentOutcome:
     error = error_fields(payload)
     payment = error.get("payment")
     if payment is None:
-        raise PspProtocolError("decline without a payment", psp=PSP_NAME, status_code=402)
+        raise PspProtocolError(f"{PSP_NAME}: decline without a payment", psp=PSP_NAME, status_code=402)
     outcome = to_outcome(payment)
     if isinstance(outcome, Failed) and outcome.reason is None:
-        reason = _optional(error, "decline_code", str) or _optional(error, "code", str) or CARD_DECLINED
+        reason = _json.optional(error, "decline_code", str) or _json.optional(error, "code", str) or CARD_DECLINED
         return Failed(**_outcome_fields(outcome), reason=reason)  # type: ignore[arg-type]
     return outcome
 
 
 def error_fields(payload: object) -> Mapping[str, object]:
     """The ``error`` object of an error body; raises PspProtocolError when there is none."""
-    doc = _require_object(payload, "error body")
-    return _require_object(doc.get("error"), "error")
+    doc = _json.as_object(payload, "error body")
+    return _json.as_object(doc.get("error"), "error")
 
 
 def to_settlement_line(payload: object) -> SettlementLine:
     """Map one item of ``GET /v1/settlements`` to a SettlementLine (``settled_at`` aware UTC)."""
-    doc = _require_object(payload, "settlement item")
+    doc = _json.as_object(payload, "settlement item")
     return SettlementLine(
-        psp_reference=_require(doc, "psp_reference", str),
-        merchant_reference=_optional(doc, "merchant_reference", str),
-        amount=_require_amount(doc),
-        currency=_require(doc, "currency", str),
-        status=_require(doc, "status", str),
-        settled_at=parse_timestamp(_require(doc, "settled_at", str)),
+        psp_reference=_json.require(doc, "psp_reference", str),
+        merchant_reference=_json.optional(doc, "merchant_reference", str),
+        amount=_json.amount(doc, "amount"),
+        currency=_json.require(doc, "currency", str),
+        status=_json.require(doc, "status", str),
+        settled_at=parse_timestamp(_json.require(doc, "settled_at", str)),
         raw=dict(doc),
     )
 
@@ -177,9 +179,9 @@ def parse_timestamp(value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
-        raise PspProtocolError(f"bad timestamp {value!r}", psp=PSP_NAME) from exc
+        raise _json.error(f"bad timestamp {value!r}") from exc
     if parsed.tzinfo is None:
-        raise PspProtocolError(f"timestamp without offset {value!r}", psp=PSP_NAME)
+        raise _json.error(f"timestamp without offset {value!r}")
     return parsed.astimezone(UTC)
 
 
@@ -198,36 +200,6 @@ def _outcome_fields(outcome: Failed) -> dict[str, object]:
         "raw_status": outcome.raw_status,
         "merchant_reference": outcome.merchant_reference,
     }
-
-
-def _require_object(value: object, what: str) -> Mapping[str, object]:
-    if not isinstance(value, Mapping):
-        raise PspProtocolError(f"{what} is not a JSON object", psp=PSP_NAME)
-    return value
-
-
-def _require(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T:
-    value = doc.get(name)
-    if not isinstance(value, kind):
-        raise PspProtocolError(f"field {name!r} missing or not {kind.__name__}", psp=PSP_NAME)
-    return value
-
-
-def _optional(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
-    value = doc.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, kind):
-        raise PspProtocolError(f"field {name!r} is not {kind.__name__}", psp=PSP_NAME)
-    return value
-
-
-def _require_amount(doc: Mapping[str, object]) -> int:
-    value = doc.get("amount")
-    # bool is an int subclass; a float amount is schema drift, never rounded
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PspProtocolError("field 'amount' missing or not an integer", psp=PSP_NAME)
-    return value
 
 
 class BadRequest(ValueError):

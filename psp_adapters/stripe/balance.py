@@ -43,18 +43,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import assert_never
 
-from psp_adapters.errors import PspProtocolError
+from psp_adapters._wire import JsonFields
 from psp_adapters.protocol import SettlementLine
-from psp_adapters.stripe.wire import (
-    PSP_NAME,
-    as_object,
-    from_stripe_amount,
-    reference,
-    require,
-    require_amount,
-)
+from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference
 
 logger = logging.getLogger(__name__)
+#: the JSON validators (psp_adapters._wire), naming Stripe in their errors
+_json = JsonFields(PSP_NAME)
 
 #: the ``expand`` of the listing: each transaction's source object in the same answer
 EXPAND_SOURCE = "data.source"
@@ -97,8 +92,8 @@ def to_settlement_line(payload: object) -> SettlementLine | None:
     ``psp_reference`` is the PaymentIntent id (what recon stores), else the Charge id for a charge made
     without one. Raises PspProtocolError when a field is missing or ``source`` is not expanded.
     """
-    txn = as_object(payload, "balance transaction")
-    raw = require(txn, "reporting_category", str)
+    txn = _json.as_object(payload, "balance transaction")
+    raw = _json.require(txn, "reporting_category", str)
     try:
         category = ReportingCategory(raw)
     except ValueError:
@@ -129,27 +124,26 @@ def _source(txn: Mapping[str, object], *kinds: str) -> Mapping[str, object]:
     """The expanded source object, of one of ``kinds``; PspProtocolError otherwise."""
     source = txn.get("source")
     if not isinstance(source, Mapping):
-        raise PspProtocolError(f"{PSP_NAME}: balance transaction source is not an expanded object", psp=PSP_NAME)
+        raise _json.error("balance transaction source is not an expanded object")
     if source.get("object") not in kinds:
-        raise PspProtocolError(f"{PSP_NAME}: balance transaction source is not a {' or '.join(kinds)}",
-                               psp=PSP_NAME)
+        raise _json.error(f"balance transaction source is not a {' or '.join(kinds)}")
     return source
 
 
 def _line(txn: Mapping[str, object], source: Mapping[str, object], *, psp_reference: str,
           status: str) -> SettlementLine:
-    currency = require(source, "currency", str).upper()
-    settlement = require(txn, "currency", str).upper()
+    currency = _json.require(source, "currency", str).upper()
+    settlement = _json.require(txn, "currency", str).upper()
     return SettlementLine(
         psp_reference=psp_reference,
         merchant_reference=reference(source),
-        amount=from_stripe_amount(require_amount(source, "amount"), currency),
+        amount=from_stripe_amount(_json.amount(source, "amount"), currency),
         currency=currency,
         status=status,
-        settled_at=datetime.fromtimestamp(require(txn, "created", int), UTC),
+        settled_at=datetime.fromtimestamp(_json.require(txn, "created", int), UTC),
         raw=dict(txn),
-        fee=from_stripe_amount(require_amount(txn, "fee"), settlement),
-        net=from_stripe_amount(require_amount(txn, "net"), settlement),
+        fee=from_stripe_amount(_json.amount(txn, "fee"), settlement),
+        net=from_stripe_amount(_json.amount(txn, "net"), settlement),
         settlement_currency=settlement if settlement != currency else None,
     )
 
@@ -162,13 +156,12 @@ def _intent_or(source: Mapping[str, object], fallback: str) -> str:
             value = value.get("id")
         if isinstance(value, str) and value:
             return value
-    raise PspProtocolError(f"{PSP_NAME}: {source.get('object')} names no payment_intent or {fallback}",
-                           psp=PSP_NAME)
+    raise _json.error(f"{source.get('object')} names no payment_intent or {fallback}")
 
 
 def _charge_status(charge: Mapping[str, object]) -> str:
     """A disputed charge is "chargeback"; a refunded one "refunded" or "partially_refunded"."""
-    raw = require(charge, "status", str)
+    raw = _json.require(charge, "status", str)
     try:
         status = ChargeStatus(raw)
     except ValueError:
@@ -179,8 +172,9 @@ def _charge_status(charge: Mapping[str, object]) -> str:
                 return "chargeback"
             if charge.get("refunded") is True:
                 return "refunded"
-            refunded = charge.get("amount_refunded")
-            return "partially_refunded" if isinstance(refunded, int) and refunded > 0 else "succeeded"
+            refunded = charge.get("amount_refunded")  # a bool is not an amount (``isinstance(True, int)``)
+            partly = isinstance(refunded, int) and not isinstance(refunded, bool) and refunded > 0
+            return "partially_refunded" if partly else "succeeded"
         case ChargeStatus.PENDING:
             return "pending"
         case ChargeStatus.FAILED:

@@ -23,9 +23,10 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar, assert_never
+from typing import assert_never
 
-from psp_adapters.errors import PspProtocolError, PspRejectedError
+from psp_adapters._wire import JsonFields
+from psp_adapters.errors import PspRejectedError
 from psp_adapters.protocol import (
     ActionRequired,
     ChargeRequest,
@@ -52,7 +53,8 @@ METADATA_VALUE_LIMIT = 500
 #: (https://docs.stripe.com/error-codes#authentication-required, https://docs.stripe.com/declines/codes)
 AUTHENTICATION_REQUIRED = "authentication_required"
 
-_T = TypeVar("_T")
+#: the JSON validators (psp_adapters._wire), naming Stripe in their errors
+_json = JsonFields(PSP_NAME)
 
 # Stripe amounts are in "the smallest currency unit" of Stripe's own table, which equals ISO-4217's minor
 # unit except for a few currencies (https://docs.stripe.com/currencies, "Zero-decimal" and "Special cases"):
@@ -226,13 +228,13 @@ def to_outcome(payload: object) -> PaymentOutcome:
     ``Unknown(raw_status=…)``, never a guess. Raises PspProtocolError when the document misses a required
     field.
     """
-    doc = as_object(payload, "payment_intent")
-    raw_status = require(doc, "status", str)
-    currency = require(doc, "currency", str).upper()
-    received = optional(doc, "amount_received", int)
+    doc = _json.as_object(payload, "payment_intent")
+    raw_status = _json.require(doc, "status", str)
+    currency = _json.require(doc, "currency", str).upper()
+    received = _json.optional_amount(doc, "amount_received")
     common = {
-        "psp_reference": require(doc, "id", str),
-        "amount": from_stripe_amount(require_amount(doc, "amount"), currency),
+        "psp_reference": _json.require(doc, "id", str),
+        "amount": from_stripe_amount(_json.amount(doc, "amount"), currency),
         "currency": currency,
         "raw_status": raw_status,
         "merchant_reference": reference(doc),
@@ -247,7 +249,7 @@ def to_outcome(payload: object) -> PaymentOutcome:
                 common["amount"] = from_stripe_amount(received, currency)
             return Succeeded(**common)  # type: ignore[arg-type]
         case PaymentIntentStatus.CANCELED:
-            return Failed(**common, reason=optional(doc, "cancellation_reason", str) or "canceled")  # type: ignore[arg-type]
+            return Failed(**common, reason=_json.optional(doc, "cancellation_reason", str) or "canceled")  # type: ignore[arg-type]
         case PaymentIntentStatus.REQUIRES_PAYMENT_METHOD:
             error = doc.get("last_payment_error")
             if not isinstance(error, Mapping):
@@ -291,25 +293,25 @@ def card_error_outcome(error: StripeError) -> Failed | ActionRequired:
 
 def parse_error(payload: object) -> StripeError:
     """The ``error`` object of an error body; raises PspProtocolError when there is none."""
-    error = as_object(as_object(payload, "error body").get("error"), "error")
+    error = _json.as_object(_json.as_object(payload, "error body").get("error"), "error")
     intent = error.get("payment_intent")
     return StripeError(
-        type=optional(error, "type", str),
-        code=optional(error, "code", str),
-        decline_code=optional(error, "decline_code", str),
-        message=optional(error, "message", str),
+        type=_json.optional(error, "type", str),
+        code=_json.optional(error, "code", str),
+        decline_code=_json.optional(error, "decline_code", str),
+        message=_json.optional(error, "message", str),
         payment_intent=intent if isinstance(intent, Mapping) else None,
     )
 
 
 def list_page(payload: object) -> tuple[list[Mapping[str, object]], bool]:
     """``(data, has_more)`` of a list or search_result page; raises PspProtocolError on a bad page."""
-    doc = as_object(payload, "list")
+    doc = _json.as_object(payload, "list")
     data = doc.get("data")
     has_more = doc.get("has_more")
     if not isinstance(data, list) or not isinstance(has_more, bool):
-        raise PspProtocolError(f"{PSP_NAME}: list page without data/has_more", psp=PSP_NAME)
-    return [as_object(item, "list item") for item in data], has_more
+        raise _json.error("list page without data/has_more")
+    return [_json.as_object(item, "list item") for item in data], has_more
 
 
 def reference(doc: Mapping[str, object]) -> str | None:
@@ -327,30 +329,3 @@ def _decline_reason(error: Mapping[str, object]) -> str:
         if isinstance(value, str) and value:
             return value
     return "payment_failed"
-
-
-def as_object(value: object, what: str) -> Mapping[str, object]:
-    """``value`` as a JSON object; raises PspProtocolError when it is not one."""
-    if not isinstance(value, Mapping):
-        raise PspProtocolError(f"{PSP_NAME}: {what} is not a JSON object", psp=PSP_NAME)
-    return value
-
-
-def require(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T:
-    """``doc[name]`` of type ``kind`` (a bool is never an int); raises PspProtocolError otherwise."""
-    value = doc.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise PspProtocolError(f"{PSP_NAME}: field {name!r} missing or not {kind.__name__}", psp=PSP_NAME)
-    return value
-
-
-def optional(doc: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
-    """``doc[name]`` when present and not null, else None; raises PspProtocolError on a wrong type."""
-    value = doc.get(name)
-    return None if value is None else require(doc, name, kind)
-
-
-def require_amount(doc: Mapping[str, object], name: str) -> int:
-    """An integer amount; a float amount is schema drift, never rounded (PspProtocolError)."""
-    return require(doc, name, int)
-
