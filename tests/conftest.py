@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from recon.db.database import Database, connect, upgrade
+from tests import cli
 
 PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REPO = Path(__file__).resolve().parents[1]
@@ -95,8 +96,15 @@ def db(db_url: str) -> Iterator[Database]:
 
 @pytest.fixture
 def subprocess_env() -> dict[str, str]:
-    """Environment for `python -m recon` subprocesses that import test handlers."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    """Environment for `recon` runs that import test handlers: this process's, with the repository on
+    PYTHONPATH (for a `python -m recon` child) and no RECON_CONFIG."""
+    env = cli.python_env()
     env.pop("RECON_CONFIG", None)
     return env
+
+
+@pytest.fixture
+def recon() -> cli.Runner:
+    """Run the ``recon`` command line: ``recon("stats", "--json", db_url=db_url)`` -> ``Result(returncode,
+    stdout, stderr)``, in this process (``subprocess=True``: ``python -m recon``). See tests/cli.py."""
+    return cli.run

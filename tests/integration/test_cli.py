@@ -9,21 +9,17 @@ import pytest
 
 from recon import Client, JobSpec, JobState, JobStore, Settings
 from recon.db.database import Database
+from tests.cli import Runner
 
 
-def recon(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=60, env=env)
-
-
-def test_cli__db_upgrade_is_idempotent(db_url: str) -> None:
+def test_cli__db_upgrade_is_idempotent(db_url: str, recon: Runner) -> None:
     for _ in range(2):
-        r = recon(db_url, "db", "upgrade")
+        r = recon("db", "upgrade", db_url=db_url)
         assert r.returncode == 0, r.stderr
         assert "up to date" in r.stdout
 
 
-def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str) -> None:
+def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str, recon: Runner) -> None:
     store = JobStore(db)
     client = Client(store, Settings())
     a = client.enqueue("charge", {"payment": 1}, max_attempts=1)
@@ -33,34 +29,34 @@ def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str) -> None:
 
     store.finish(worker="w", finishes=[Finish(id=a, attempt=1, state="dead", outcome="dead", error_kind="validation",
                                               error="amount must be positive")])
-    listed = json.loads(recon(db_url, "jobs", "list", "--state", "dead", "--json").stdout)
+    listed = json.loads(recon("jobs", "list", "--state", "dead", "--json", db_url=db_url).stdout)
     assert [j["id"] for j in listed["jobs"]] == [a]
-    shown = json.loads(recon(db_url, "jobs", "show", str(a), "--json").stdout)
+    shown = json.loads(recon("jobs", "show", str(a), "--json", db_url=db_url).stdout)
     assert shown["job"]["state"] == "dead"
     assert shown["attempts"][0]["error"] == "amount must be positive"
-    human = recon(db_url, "jobs", "show", str(a))
+    human = recon("jobs", "show", str(a), db_url=db_url)
     assert human.returncode == 0 and "amount must be positive" in human.stdout
-    assert recon(db_url, "jobs", "retry", str(a)).returncode == 0
+    assert recon("jobs", "retry", str(a), db_url=db_url).returncode == 0
     assert store.get(a).state is JobState.RUNNABLE  # type: ignore[union-attr]
-    assert recon(db_url, "jobs", "cancel", str(b)).returncode == 0
+    assert recon("jobs", "cancel", str(b), db_url=db_url).returncode == 0
     assert store.get(b).state is JobState.CANCELED  # type: ignore[union-attr]
-    again = recon(db_url, "jobs", "cancel", str(b))
+    again = recon("jobs", "cancel", str(b), db_url=db_url)
     assert again.returncode == 2 and "only unfinished jobs can be canceled" in again.stderr
-    missing = recon(db_url, "jobs", "show", "999999")
+    missing = recon("jobs", "show", "999999", db_url=db_url)
     assert missing.returncode == 2 and missing.stderr.strip() == "recon: job 999999 not found"
-    table = recon(db_url, "jobs", "list")
+    table = recon("jobs", "list", db_url=db_url)
     assert table.returncode == 0 and "charge" in table.stdout
 
 
-def test_cli__stats_json(db: Database, db_url: str) -> None:
+def test_cli__stats_json(db: Database, db_url: str, recon: Runner) -> None:
     client = Client(JobStore(db), Settings())
     client.enqueue("k")
     client.enqueue("k", queue="other")
-    doc = json.loads(recon(db_url, "stats", "--json").stdout)
+    doc = json.loads(recon("stats", "--json", db_url=db_url).stdout)
     assert doc["queues"]["default"]["depth"] == {"runnable": 1}
     assert doc["queues"]["other"]["oldest_runnable_age_seconds"] >= 0
     assert doc["lease_expirations"] == 0
-    assert recon(db_url, "stats").returncode == 0
+    assert recon("stats", db_url=db_url).returncode == 0
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -69,20 +65,20 @@ def test_cli__stats_json(db: Database, db_url: str) -> None:
     (["worker", "--handlers", "no.such.module:handlers"], "--handlers 'no.such.module:handlers': cannot import"),
     (["jobs", "list", "--state", "lost"], "Invalid value for '--state'"),
 ])
-def test_cli__bad_usage_exits_2_with_one_clear_line(db_url: str, args: list[str], message: str) -> None:
-    r = recon(db_url, *args)
+def test_cli__bad_usage_exits_2_with_one_clear_line(db_url: str, args: list[str], message: str, recon: Runner) -> None:
+    r = recon(*args, db_url=db_url)
     assert r.returncode == 2
     assert message in r.stderr
 
 
-def test_cli__bad_database_url_and_config(tmp_path: Path) -> None:
-    r = recon("mysql://x/y", "stats")
+def test_cli__bad_database_url_and_config(tmp_path: Path, recon: Runner) -> None:
+    r = recon("stats", db_url="mysql://x/y")
     assert r.returncode == 2 and "backend 'mysql' is not supported" in r.stderr
-    r = recon(f"sqlite:///{tmp_path}/missing-dir/x.db", "stats")
+    r = recon("stats", db_url=f"sqlite:///{tmp_path}/missing-dir/x.db")
     assert r.returncode == 2 and "does not exist" in r.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text("[engine]\nconcurrency = 0\n")
-    r = recon(f"sqlite:///{tmp_path}/x.db", "--config", str(bad), "stats")
+    r = recon("--config", str(bad), "stats", db_url=f"sqlite:///{tmp_path}/x.db")
     assert r.returncode == 2 and r.stderr.strip().endswith("engine.concurrency: must be >= 1, got 0")
 
 
@@ -112,21 +108,20 @@ def test_cli__psp_sandbox_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert proc.returncode == 0
 
 
-def test_cli__psp_sandbox_bad_fault_value_exits_2() -> None:
-    r = subprocess.run([sys.executable, "-m", "recon", "psp-sandbox", "--rate-500", "1.5"], capture_output=True,
-                       text=True, timeout=60)
+def test_cli__psp_sandbox_bad_fault_value_exits_2(recon: Runner) -> None:
+    r = recon("psp-sandbox", "--rate-500", "1.5")
     assert r.returncode == 2 and "rate_500 must be a probability" in r.stderr
 
 
 def test_cli__worker_prefetch_runs_every_job_once(db: Database, db_url: str, subprocess_env: dict[str, str],
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, recon: Runner) -> None:
     log = tmp_path / "runs.log"
     ids = Client(JobStore(db), Settings()).enqueue_many(
         [JobSpec("record", {"log": str(log)}) for _ in range(40)])
-    r = recon(db_url, "worker", "--burst", "--concurrency", "2", "--prefetch", "6", "--handlers",
-              "tests.integration.handlers", env=subprocess_env)
+    r = recon("worker", "--burst", "--concurrency", "2", "--prefetch", "6", "--handlers", "tests.integration.handlers",
+              db_url=db_url, env=subprocess_env)
     assert r.returncode == 0, r.stderr
     runs = [int(line.split()[0]) for line in log.read_text().splitlines()]
     assert sorted(runs) == ids  # each once
-    bad = recon(db_url, "worker", "--burst", "--prefetch", "-1", env=subprocess_env)
+    bad = recon("worker", "--burst", "--prefetch", "-1", db_url=db_url, env=subprocess_env)
     assert bad.returncode == 2 and "--prefetch" in bad.stderr

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,18 +13,13 @@ from recon import Client, FixedClock, JobState, JobStore, Settings, connect
 from recon.db.database import Database
 from recon.db.dead_letter_store import JobFilter
 from recon.db.jobs_store import Finish
+from tests.cli import Runner, run
 
 DEFAULT_BUDGET = Settings().engine.default_max_attempts
 
 
-def recon(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "recon", "--database-url", url, "--log-level", "WARNING", *args]
-    return subprocess.run(cmd,
-                          capture_output=True, text=True, timeout=60)
-
-
 def recon_json(url: str, *args: str) -> Any:
-    r = recon(url, *args, "--json")
+    r = run(*args, "--json", db_url=url, log_level="WARNING")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -50,7 +43,8 @@ def states(store: JobStore, ids: list[int]) -> dict[int, JobState]:
     return {j.id: j.state for j in store.get_many(ids)}
 
 
-def test_dead_letters__list_filters_by_queue_kind_error_kind_and_since(db: Database, db_url: str) -> None:
+def test_dead_letters__list_filters_by_queue_kind_error_kind_and_since(db: Database, db_url: str,
+                                                                       recon: Runner) -> None:
     store = JobStore(db)
     a = make_dead(store, queue="charges", error_kind="validation")
     b = make_dead(store, queue="charges", kind="refund", error_kind="psp_unavailable")
@@ -73,12 +67,12 @@ def test_dead_letters__list_filters_by_queue_kind_error_kind_and_since(db: Datab
     since = (datetime.now(UTC) - timedelta(days=4)).strftime("%Y-%m-%dT%H:%M:%S")  # ISO, no offset: UTC
     assert listed("--state", "dead", "--since", since, "--limit", "2") == [a, b]
     assert listed("--state", "runnable", "--since", "1d") == []  # --since means finished since
-    human = recon(db_url, "jobs", "list", "--state", "dead", "--error-kind", "validation")
+    human = recon("jobs", "list", "--state", "dead", "--error-kind", "validation", db_url=db_url, log_level="WARNING")
     assert human.returncode == 0 and "validation" in human.stdout
 
 
 def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(db: Database,
-                                                                               db_url: str) -> None:
+                                                                               db_url: str, recon: Runner) -> None:
     store = JobStore(db)
     target = [make_dead(store, queue="charges", error_kind="psp_unavailable", attempts=3),
               make_dead(store, queue="charges", kind="refund", error_kind="psp_unavailable", attempts=1)]
@@ -116,7 +110,7 @@ def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(
         (1, "retried"), (2, "retried"), (3, "dead"), (4, "succeeded")]
     assert [(r["attempt"], r["max_attempts_before"], r["max_attempts_after"], r["error_kind"])
             for r in shown["replays"]] == [(3, 10, 3 + DEFAULT_BUDGET, "psp_unavailable")]
-    human = recon(db_url, "jobs", "show", str(three))
+    human = recon("jobs", "show", str(three), db_url=db_url, log_level="WARNING")
     assert human.returncode == 0
     lines = human.stdout.splitlines()
     died = next(i for i, line in enumerate(lines) if "psp_unavailable on attempt 3" in line)
@@ -126,7 +120,7 @@ def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(
     assert f"max_attempts 10 -> {3 + DEFAULT_BUDGET} (was psp_unavailable)" in lines[replayed]
 
 
-def test_dead_letters__dry_run_lists_and_changes_nothing(db: Database, db_url: str) -> None:
+def test_dead_letters__dry_run_lists_and_changes_nothing(db: Database, db_url: str, recon: Runner) -> None:
     store = JobStore(db)
     ids = [make_dead(store, error_kind="bug") for _ in range(3)]
     make_dead(store, error_kind="validation")
@@ -138,7 +132,7 @@ def test_dead_letters__dry_run_lists_and_changes_nothing(db: Database, db_url: s
     assert [j["id"] for j in doc["jobs"]] == ids and {j["state"] for j in doc["jobs"]} == {"dead"}
     assert store.get_many(ids) == before
     assert all(store.dead_letters.replays(i) == [] for i in ids)
-    human = recon(db_url, "jobs", "replay", "--error-kind", "bug", "--dry-run")
+    human = recon("jobs", "replay", "--error-kind", "bug", "--dry-run", db_url=db_url, log_level="WARNING")
     assert human.returncode == 0
     assert "would replay 3 dead jobs" in human.stdout and "nothing changed" in human.stdout
     assert store.get_many(ids) == before
@@ -159,7 +153,7 @@ def test_dead_letters__replay_limit_batches_and_attempts(db: Database, db_url: s
     assert recon_json(db_url, "jobs", "replay")["replayed"] == 0
 
 
-def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database, db_url: str) -> None:
+def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database, db_url: str, recon: Runner) -> None:
     store = JobStore(db)
     held = make_dead(store, unique_key="payment:1")
     # allowed: the first is finished (another queue, so that make_dead's claims leave it alone)
@@ -176,7 +170,7 @@ def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database,
     assert states(store, [held, holder, first, second, free]) == {
         held: JobState.DEAD, holder: JobState.RUNNABLE, first: JobState.RUNNABLE, second: JobState.DEAD,
         free: JobState.RUNNABLE}
-    human = recon(db_url, "jobs", "replay")
+    human = recon("jobs", "replay", db_url=db_url, log_level="WARNING")
     assert "2 left dead: an unfinished job holds their unique key" in human.stdout
 
 
@@ -205,8 +199,8 @@ def test_dead_letters__replay_clears_a_cancel_request_that_came_too_late(db: Dat
     (["jobs", "replay", "--attempts", "0"], "Invalid value for '--attempts'"),
 ])
 def test_dead_letters__bad_usage_exits_2_with_one_error_line(db_url: str, args: list[str],
-                                                            message: str) -> None:
-    r = recon(db_url, *args)
+                                                            message: str, recon: Runner) -> None:
+    r = recon(*args, db_url=db_url, log_level="WARNING")
     assert r.returncode == 2
     errors = r.stderr.strip().splitlines()  # one line: "recon jobs …: Invalid value for …"
     assert len(errors) == 1 and errors[0].startswith("recon jobs ") and message in errors[0], r.stderr

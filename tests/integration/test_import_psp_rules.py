@@ -9,23 +9,20 @@ configured default), never storing the literal "default" for a PSP that sends th
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
+from tests.cli import Runner
 
 COLUMNS = "merchant_reference,amount,currency,psp,merchant_account,payment_method,customer_reference\n"
 
 
-def recon(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("RECON_")}
-    environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=60, env=environ)
+def environ(**extra: str) -> dict[str, str]:
+    """This process's environment without any RECON_ setting, plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("RECON_")}, **extra}
 
 
 def imported(db: Database) -> dict[str, tuple[str, str | None, str | None]]:
@@ -46,10 +43,10 @@ def imported(db: Database) -> dict[str, tuple[str, str | None, str | None]]:
     (f"{'a' * 81},10.00,EUR,adyen,AcmeShopEU,8415718415172200,shopper-0042", "merchant_reference"),
 ])
 def test_import__a_row_its_psp_would_refuse_exits_2_naming_line_and_field(
-        db: Database, db_url: str, tmp_path: Path, row: str, field: str) -> None:
+        db: Database, db_url: str, tmp_path: Path, row: str, field: str, recon: Runner) -> None:
     path = tmp_path / "p.csv"
     path.write_text(COLUMNS + "ok-1,1.00,EUR,sandbox,,,\n" + row + "\n", encoding="utf-8")
-    r = recon(db_url, "payments", "import", str(path))
+    r = recon("payments", "import", str(path), db_url=db_url, env=environ())
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith(f"recon: {path}:3: "), r.stderr
     assert r.stderr.rstrip().endswith(f"(field {field})"), r.stderr
@@ -58,36 +55,37 @@ def test_import__a_row_its_psp_would_refuse_exits_2_naming_line_and_field(
 
 
 def test_import__three_decimal_amounts_stripe_can_charge_are_accepted(db: Database, db_url: str,
-                                                                      tmp_path: Path) -> None:
+                                                                      tmp_path: Path, recon: Runner) -> None:
     path = tmp_path / "p.csv"
     path.write_text(COLUMNS + "s-1,5.120,KWD,stripe,,pm_card_visa,cus_NffrFeUfNV2Hib\n", encoding="utf-8")
-    r = recon(db_url, "payments", "import", str(path), "--no-charge")
+    r = recon("payments", "import", str(path), "--no-charge", db_url=db_url, env=environ())
     assert r.returncode == 0, r.stderr
     assert [p.amount for p in PaymentStore(db).iter_payments()] == [5120]
 
 
 def test_import__adyen_account_from_column_then_flag_then_config_then_env(db: Database, db_url: str,
-                                                                          tmp_path: Path) -> None:
+                                                                          tmp_path: Path, recon: Runner) -> None:
     config = tmp_path / "recon.toml"
     config.write_text('[psp.adyen]\nmerchant_account = "AcmeShopFromConfig"\n', encoding="utf-8")
     rows = ("a-col,10.00,EUR,adyen,AcmeShopColumn,8415718415172200,shopper-0042\n"
             "a-none,10.00,EUR,adyen,,8415718415172201,shopper-0043\n")
     path = tmp_path / "p.csv"
     path.write_text(COLUMNS + rows, encoding="utf-8")
-    r = recon(db_url, "--config", str(config), "payments", "import", str(path), "--no-charge")
+    r = recon("--config", str(config), "payments", "import", str(path), "--no-charge", db_url=db_url,
+              env=environ())
     assert r.returncode == 0, r.stderr
     assert {ref: got[0] for ref, got in imported(db).items()} == {"a-col": "AcmeShopColumn",
                                                                    "a-none": "AcmeShopFromConfig"}
 
     path.write_text(COLUMNS + rows.replace("a-", "b-"), encoding="utf-8")
-    r = recon(db_url, "--config", str(config), "payments", "import", str(path), "--no-charge",
-              "--merchant-account", "AcmeShopFromFlag")
+    r = recon("--config", str(config), "payments", "import", str(path), "--no-charge",
+              "--merchant-account", "AcmeShopFromFlag", db_url=db_url, env=environ())
     assert r.returncode == 0, r.stderr
     assert imported(db)["b-none"][0] == "AcmeShopFromFlag"
 
     path.write_text(COLUMNS + rows.replace("a-", "c-"), encoding="utf-8")
-    r = recon(db_url, "payments", "import", str(path), "--no-charge",
-              env={"RECON_ADYEN_MERCHANT_ACCOUNT": "AcmeShopFromEnv"})
+    r = recon("payments", "import", str(path), "--no-charge", db_url=db_url,
+              env=environ(RECON_ADYEN_MERCHANT_ACCOUNT="AcmeShopFromEnv"))
     assert r.returncode == 0, r.stderr
     assert imported(db)["c-none"] == ("AcmeShopFromEnv", "8415718415172201", "shopper-0043")
     assert all(account != "default" for account, _, _ in imported(db).values())

@@ -19,6 +19,7 @@ from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.reconcile.handler import ReconcileHandler
 from recon.rows import PaymentStatus
+from tests.cli import Runner
 from tests.integration.payment_flow import (
     admin,
     create,
@@ -216,11 +217,9 @@ def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Dat
 
 
 def test_sweep_cli__json_report_dry_run_and_exit_codes(db: Database, db_url: str, sandbox: SandboxServer,
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, recon: Runner) -> None:
     import json
     import os
-    import subprocess
-    import sys
 
     sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=60, decline_amount_suffix=None))
     ids = create(db, 3)
@@ -228,36 +227,32 @@ def test_sweep_cli__json_report_dry_run_and_exit_codes(db: Database, db_url: str
     drain(db, handlers_for(db, adapter), queues=["charges"])
     refs = [PaymentStore(db).get(i).psp_reference for i in ids]  # type: ignore[union-attr]
     env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url}
-
-    def recon(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", *args],
-                              capture_output=True, text=True, timeout=60, env=env)
-
-    dry = recon("sweep", "--older-than", "0", "--dry-run", "--json")
+    dry = recon("sweep", "--older-than", "0", "--dry-run", "--json", db_url=db_url, log_level="ERROR", env=env)
     assert dry.returncode == 0 and json.loads(dry.stdout)["would_check"] == 3
     assert JobStore(db).list_jobs(kind="reconcile") == []
     for ref in refs:
         admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
     report = tmp_path / "sweep.csv"
-    run = recon("sweep", "--older-than", "0", "--json", "--report", str(report))
+    run = recon("sweep", "--older-than", "0", "--json", "--report", str(report), db_url=db_url, log_level="ERROR",
+                env=env)
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert doc["checked"] == 3 and doc["healed_succeeded"] == 3 and doc["money_at_risk"] == []
     lines = report.read_text().splitlines()
     assert lines[0].startswith("merchant_reference,psp,amount") and len(lines) == 4
     assert all(",healed_succeeded," in line for line in lines[1:])
-    bad = recon("sweep", "--older-than", "soon")
+    bad = recon("sweep", "--older-than", "soon", db_url=db_url, log_level="ERROR", env=env)
     assert bad.returncode == 2 and "--older-than" in bad.stderr
-    bad_psp = recon("sweep", "--psp", "paypal")
+    bad_psp = recon("sweep", "--psp", "paypal", db_url=db_url, log_level="ERROR", env=env)
     assert bad_psp.returncode == 2 and "unknown PSP 'paypal'" in bad_psp.stderr
-    human = recon("sweep", "--older-than", "0")
+    human = recon("sweep", "--older-than", "0", db_url=db_url, log_level="ERROR", env=env)
     assert human.returncode == 0 and "checked 0" in human.stdout
     adapter.close()
     httpx.get(sandbox.url + "/_admin/faults", timeout=5)
 
 
 def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: str,
-                                                         sandbox: SandboxServer) -> None:
+                                                         sandbox: SandboxServer, recon: Runner) -> None:
     import os
     import signal
     import subprocess
@@ -272,9 +267,10 @@ def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: 
     sandbox.set_faults(Faults(latency_ms=150, decline_amount_suffix=None))
     env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url, "RECON_ENGINE_LEASE_TTL_SECONDS": "1",
            "RECON_ENGINE_HEARTBEAT_INTERVAL_SECONDS": "0.3"}
-    cmd = [sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
-           "--older-than", "0", "--concurrency", "2", "--json"]
-    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["--database-url", db_url, "--log-level", "ERROR", "sweep", "--older-than", "0", "--concurrency", "2",
+            "--json"]
+    first = subprocess.Popen([sys.executable, "-m", "recon", *args], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # a process of its own, to SIGKILL
     ledger = PaymentStore(db)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # kill it once it has healed some, not all
@@ -286,7 +282,7 @@ def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: 
     healed_before = sum(1 for i in ids if ledger.get(i).status is PaymentStatus.SUCCEEDED)  # type: ignore[union-attr]
     assert 3 <= healed_before < 30
     time.sleep(1.2)  # the killed sweep's leases expire
-    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    second = recon(*args, env=env)  # the rerun needs no process of its own
     assert second.returncode == 0, second.stderr
     assert {ledger.get(i).status for i in ids} == {PaymentStatus.SUCCEEDED}  # type: ignore[union-attr]
     for i in ids:  # each payment healed exactly once: one reconcile event, whatever the crash
@@ -318,11 +314,9 @@ def test_reconcile__not_found_while_charge_may_still_send_is_not_failed(db: Data
     adapter.close()
 
 
-def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: SandboxServer) -> None:
+def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: SandboxServer, recon: Runner) -> None:
     import json
     import os
-    import subprocess
-    import sys
 
     sandbox.set_faults(Faults(pending_fraction=1.0, settle_after_seconds=60, decline_amount_suffix=None))
     [pid] = create(db, 1)
@@ -331,9 +325,8 @@ def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: San
     ref = PaymentStore(db).get(pid).psp_reference  # type: ignore[union-attr]
     admin(sandbox.url, f"/_admin/payments/{ref}/amount", {"amount": 1})
     admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
-    r = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "sweep",
-                        "--older-than", "0", "--json"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url})
+    r = recon("sweep", "--older-than", "0", "--json", db_url=db_url, log_level="ERROR",
+              env={**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url})
     assert r.returncode == 1, r.stderr
     assert json.loads(r.stdout)["needs_review"] == 1
     adapter.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,13 +12,9 @@ from recon.db.database import Database
 from recon.db.jobs_store import JobStore, iter_all_jobs
 from recon.db.payment_store import CHARGE_KIND, NewPayment, PaymentStore, Transition
 from recon.rows import EventSource, PaymentStatus
+from tests.cli import Runner
 
 HEADER = "merchant_reference,amount,currency,psp\n"
-
-
-def recon(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=60)
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "payments.csv") -> Path:
@@ -38,13 +32,13 @@ def assert_nothing_imported(db: Database) -> None:
 
 
 def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(db: Database, db_url: str,
-                                                                               tmp_path: Path) -> None:
+                                                                               tmp_path: Path, recon: Runner) -> None:
     path = write(tmp_path, "merchant_reference,amount,currency,psp,created_at,merchant_account,payment_method,"
                            "customer_reference\n"
                            "order-1,12.34,eur,stripe,2024-05-01T10:00:00,shop-a,pm_card_visa,cus_NffrFeUfNV2Hib\n"
                            "order-2,1000,JPY,adyen,2024-05-01T12:00:00+02:00,,8415718415172200,shopper-0042\n"
                            "order-3, 1.234 ,KWD,sandbox,,,,\n")
-    r = recon(db_url, "payments", "import", str(path), "--merchant-account", "shop-b")
+    r = recon("payments", "import", str(path), "--merchant-account", "shop-b", db_url=db_url)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "imported 3 payments (3 charge jobs queued)\n"
     ledger = PaymentStore(db)
@@ -56,7 +50,7 @@ def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(d
     }
     assert got["order-1"].created_at == got["order-2"].created_at == datetime(2024, 5, 1, 10, tzinfo=UTC)
     assert got["order-3"].created_at.year >= 2025  # no created_at: now
-    listed = json.loads(recon(db_url, "jobs", "list", "--kind", "charge", "--json").stdout)["jobs"]
+    listed = json.loads(recon("jobs", "list", "--kind", "charge", "--json", db_url=db_url).stdout)["jobs"]
     assert sorted(j["payload"]["payment_id"] for j in listed) == sorted(p.id for p in got.values())
     assert {(j["queue"], j["state"]) for j in listed} == {("charges", "runnable")}
     assert [e.to_status for e in ledger.events(got["order-1"].id)] == ["created"]
@@ -65,9 +59,9 @@ def test_payments_import__amounts_exact_created_at_honoured_charge_jobs_queued(d
     assert (got["order-3"].payment_method, got["order-3"].customer_reference) == (None, None)
 
 
-def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path: Path) -> None:
+def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path: Path, recon: Runner) -> None:
     path = write(tmp_path, HEADER + "a-1,0.01,EUR,sandbox\na-2,5,USD,sandbox\n")
-    r = recon(db_url, "payments", "import", str(path), "--no-charge", "--json")
+    r = recon("payments", "import", str(path), "--no-charge", "--json", db_url=db_url)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"file": str(path), "imported": 2, "charge_jobs_queued": 0}
     assert [p.amount for p in PaymentStore(db).iter_payments()] == [1, 500]
@@ -107,9 +101,9 @@ def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path
      "customer_reference)"),
 ])
 def test_payments_import__a_bad_file_exits_2_with_file_and_line_and_imports_nothing(
-        db: Database, db_url: str, tmp_path: Path, text: str, line: str) -> None:
+        db: Database, db_url: str, tmp_path: Path, text: str, line: str, recon: Runner) -> None:
     path = write(tmp_path, text)
-    r = recon(db_url, "payments", "import", str(path))
+    r = recon("payments", "import", str(path), db_url=db_url)
     assert r.returncode == 2
     assert r.stdout == ""
     assert r.stderr == f"recon: {path}:{line}\n"  # the empty file's ``line`` starts with a space: no number
@@ -117,18 +111,18 @@ def test_payments_import__a_bad_file_exits_2_with_file_and_line_and_imports_noth
 
 
 def test_payments_import__not_utf8_exits_2_and_imports_nothing(db: Database, db_url: str,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, recon: Runner) -> None:
     path = write(tmp_path, HEADER.encode() + b"r-1,1.00,EUR,sandbox\nr-\xff,1.00,EUR,sandbox\n")
-    r = recon(db_url, "payments", "import", str(path))
+    r = recon("payments", "import", str(path), db_url=db_url)
     assert r.returncode == 2
     assert r.stderr == f"recon: {path}:3: not valid UTF-8 (byte 0xff at column 3); save the file as UTF-8\n"
     assert_nothing_imported(db)
 
 
 def test_payments_import__several_problems_first_one_first_then_a_count(db: Database, db_url: str,
-                                                                        tmp_path: Path) -> None:
+                                                                        tmp_path: Path, recon: Runner) -> None:
     path = write(tmp_path, HEADER + "r-1,1.00,EUR,sandbox\nr-2,1.001,EUR,sandbox\nr-3,1.00,XXX,sandbox\n")
-    r = recon(db_url, "payments", "import", str(path), "--json")
+    r = recon("payments", "import", str(path), "--json", db_url=db_url)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
         f"recon: {path}:3: amount '1.001' has more decimals than EUR allows (2) (field amount)",
@@ -139,11 +133,11 @@ def test_payments_import__several_problems_first_one_first_then_a_count(db: Data
 
 
 def test_payments_import__reference_already_in_the_database(db: Database, db_url: str,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, recon: Runner) -> None:
     ledger = PaymentStore(db)
     ledger.create([NewPayment("default", "taken", 100, "EUR", "stripe")], charge=False)
     path = write(tmp_path, HEADER + "fresh,1.00,EUR,sandbox\ntaken,2.00,EUR,sandbox\n")
-    r = recon(db_url, "payments", "import", str(path))
+    r = recon("payments", "import", str(path), db_url=db_url)
     assert r.returncode == 2
     assert r.stderr == (f"recon: {path}:3: merchant_reference 'taken' already exists "
                         "(field merchant_reference)\n")
@@ -151,8 +145,8 @@ def test_payments_import__reference_already_in_the_database(db: Database, db_url
     assert list(iter_all_jobs(JobStore(db), kind=CHARGE_KIND)) == []
 
 
-def test_payments_import__missing_file_exits_2(db_url: str, tmp_path: Path) -> None:
-    r = recon(db_url, "payments", "import", str(tmp_path / "nope.csv"))
+def test_payments_import__missing_file_exits_2(db_url: str, tmp_path: Path, recon: Runner) -> None:
+    r = recon("payments", "import", str(tmp_path / "nope.csv"), db_url=db_url)
     assert r.returncode == 2 and "does not exist" in r.stderr
 
 
@@ -167,9 +161,9 @@ def _payment_with_history(db: Database) -> int:
     return pid
 
 
-def test_payments_show__json_has_payment_amount_and_full_history(db: Database, db_url: str) -> None:
+def test_payments_show__json_has_payment_amount_and_full_history(db: Database, db_url: str, recon: Runner) -> None:
     pid = _payment_with_history(db)
-    r = recon(db_url, "payments", "show", "order-9", "--json")
+    r = recon("payments", "show", "order-9", "--json", db_url=db_url)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     p = doc["payment"]
@@ -182,40 +176,40 @@ def test_payments_show__json_has_payment_amount_and_full_history(db: Database, d
     assert all(e["at"] for e in doc["events"])
 
 
-def test_payments_show__human(db: Database, db_url: str) -> None:
+def test_payments_show__human(db: Database, db_url: str, recon: Runner) -> None:
     _payment_with_history(db)
-    r = recon(db_url, "payments", "show", "order-9")
+    r = recon("payments", "show", "order-9", db_url=db_url)
     assert r.returncode == 0, r.stderr
     for text in ("order-9", "1.234 KWD (1234 minor units)", "processing", "charge", "77",
                  '{"psp": "sandbox"}'):
         assert text in r.stdout
 
 
-def test_payments_show__unknown_reference_exits_2(db_url: str) -> None:
-    r = recon(db_url, "payments", "show", "no-such-ref")
+def test_payments_show__unknown_reference_exits_2(db_url: str, recon: Runner) -> None:
+    r = recon("payments", "show", "no-such-ref", db_url=db_url)
     assert r.returncode == 2
     assert r.stderr == "recon: payment no-such-ref not found\n"
 
 
-def test_payments_list__filters_limit_json_and_table(db: Database, db_url: str) -> None:
+def test_payments_list__filters_limit_json_and_table(db: Database, db_url: str, recon: Runner) -> None:
     _payment_with_history(db)
     PaymentStore(db).create([NewPayment("shop", f"p-{i}", 100 + i, "EUR", "stripe" if i % 2 else "adyen")
                             for i in range(5)], charge=False)
-    everything = json.loads(recon(db_url, "payments", "list", "--json").stdout)["payments"]
+    everything = json.loads(recon("payments", "list", "--json", db_url=db_url).stdout)["payments"]
     assert [p["merchant_reference"] for p in everything] == ["order-9", "p-0", "p-1", "p-2", "p-3", "p-4"]
     assert everything[1]["amount"] == 100 and everything[1]["amount_formatted"] == "1.00 EUR"
-    created = json.loads(recon(db_url, "payments", "list", "--status", "created", "--psp", "stripe",
-                               "--json").stdout)["payments"]
+    created = json.loads(recon("payments", "list", "--status", "created", "--psp", "stripe", "--json",
+                               db_url=db_url).stdout)["payments"]
     assert [p["merchant_reference"] for p in created] == ["p-1", "p-3"]
-    limited = json.loads(recon(db_url, "payments", "list", "--limit", "2", "--json").stdout)["payments"]
+    limited = json.loads(recon("payments", "list", "--limit", "2", "--json", db_url=db_url).stdout)["payments"]
     assert [p["merchant_reference"] for p in limited] == ["order-9", "p-0"]
-    processing = json.loads(recon(db_url, "payments", "list", "--status", "processing", "--json").stdout)
+    processing = json.loads(recon("payments", "list", "--status", "processing", "--json", db_url=db_url).stdout)
     assert [p["merchant_reference"] for p in processing["payments"]] == ["order-9"]
-    table = recon(db_url, "payments", "list", "--psp", "adyen")
+    table = recon("payments", "list", "--psp", "adyen", db_url=db_url)
     assert table.returncode == 0 and "3 payments" in table.stdout and "1.04 EUR" in table.stdout
     assert "p-1" not in table.stdout
 
 
-def test_payments_list__bad_status_exits_2(db_url: str) -> None:
-    r = recon(db_url, "payments", "list", "--status", "lost")
+def test_payments_list__bad_status_exits_2(db_url: str, recon: Runner) -> None:
+    r = recon("payments", "list", "--status", "lost", db_url=db_url)
     assert r.returncode == 2 and "Invalid value for '--status'" in r.stderr

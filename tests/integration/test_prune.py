@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -36,14 +34,9 @@ from recon.engine.handlers import Handlers
 from recon.engine.pruner import Pruner
 from recon.engine.worker import Worker
 from recon.errors import ConfigError
+from tests.cli import Runner
 
 NOW = datetime.now(UTC)
-
-
-def recon(url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "recon", "--database-url", url, "--log-level", "WARNING", *args]
-    return subprocess.run(cmd,
-                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def count(db: Database, table: str, where: str = "TRUE") -> int:
@@ -74,7 +67,8 @@ def finished_job(db_url: str, *, at: datetime, state: str, replayed: bool = Fals
         db.dispose()
 
 
-def test_prune__deletes_exactly_the_finished_jobs_older_than_the_cutoff(db: Database, db_url: str) -> None:
+def test_prune__deletes_exactly_the_finished_jobs_older_than_the_cutoff(db: Database, db_url: str,
+                                                                        recon: Runner) -> None:
     store = JobStore(db)
     ends = ("succeeded", "dead", "canceled")
     old = [finished_job(db_url, at=NOW - timedelta(days=10), state=s) for s in ends]
@@ -97,12 +91,13 @@ def test_prune__deletes_exactly_the_finished_jobs_older_than_the_cutoff(db: Data
     unfinished = [runnable, pending, leased, retryable]
     assert count(db, "job_replays") == 1
 
-    dry = json.loads(recon(db_url, "jobs", "prune", "--older-than", "7d", "--dry-run", "--json").stdout)
+    dry = json.loads(recon("jobs", "prune", "--older-than", "7d", "--dry-run", "--json", db_url=db_url,
+                           log_level="WARNING").stdout)
     assert dry == {"dry_run": True, "older_than_seconds": 7 * 86400.0, "would_delete": 4,
                    "by_state": {"canceled": 1, "dead": 2, "succeeded": 1}}
     assert count(db, "jobs") == 11
 
-    r = recon(db_url, "jobs", "prune", "--older-than", "7d", "--batch", "3", "--json")
+    r = recon("jobs", "prune", "--older-than", "7d", "--batch", "3", "--json", db_url=db_url, log_level="WARNING")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
 
@@ -116,7 +111,7 @@ def test_prune__deletes_exactly_the_finished_jobs_older_than_the_cutoff(db: Data
     assert count(db, "job_replays") == 0  # cascaded with its job
     assert [a.outcome for a in store.attempts(retryable)] == ["retried"]
     assert count(db, "job_attempts") == 3  # recent succeeded and dead, and the retried attempt
-    human = recon(db_url, "jobs", "prune", "--older-than", "1d")
+    human = recon("jobs", "prune", "--older-than", "1d", db_url=db_url, log_level="WARNING")
     assert human.returncode == 0 and "pruned 3 jobs finished more than 1d ago" in human.stdout
     assert {j.id for j in store.dead_letters.list_jobs_filtered(filters=JobFilter())} == set(unfinished)
 
@@ -196,13 +191,15 @@ def test_prune__run_forever_prunes_then_stops(db: Database, db_url: str) -> None
 
 
 def test_prune__worker_command_prunes_when_configured(db: Database, db_url: str,
-                                                     subprocess_env: dict[str, str], tmp_path: Path) -> None:
+                                                     subprocess_env: dict[str, str], tmp_path: Path,
+                                                     recon: Runner) -> None:
     old = finished_job(db_url, at=NOW - timedelta(days=3), state="succeeded")
     store = JobStore(db)
     sleeper = Client(store, Settings()).enqueue("sleep", {"log": str(tmp_path / "runs.log"), "seconds": 1.0})
     env = {**subprocess_env, "RECON_ENGINE_PRUNE_OLDER_THAN": "1d",
            "RECON_ENGINE_PRUNE_INTERVAL_SECONDS": "0.1"}
-    r = recon(db_url, "worker", "--burst", "--handlers", "tests.integration.handlers", env=env)
+    r = recon("worker", "--burst", "--handlers", "tests.integration.handlers", db_url=db_url, env=env,
+              log_level="WARNING")
     assert r.returncode == 0, r.stderr
     assert store.get(old) is None
     job = store.get(sleeper)
@@ -230,8 +227,9 @@ def test_prune__config_takes_a_duration_or_seconds(tmp_path: Path) -> None:
     (["jobs", "prune"], "Missing option '--older-than'"),
     (["jobs", "prune", "--older-than", "1d", "--batch", "0"], "Invalid value for '--batch'"),
 ])
-def test_prune__bad_usage_exits_2_with_one_error_line(db_url: str, args: list[str], message: str) -> None:
-    r = recon(db_url, *args)
+def test_prune__bad_usage_exits_2_with_one_error_line(db_url: str, args: list[str], message: str,
+                                                      recon: Runner) -> None:
+    r = recon(*args, db_url=db_url, log_level="WARNING")
     assert r.returncode == 2
     errors = r.stderr.strip().splitlines()  # one line: "recon jobs …: Invalid value for …"
     assert len(errors) == 1 and errors[0].startswith("recon jobs ") and message in errors[0], r.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from random import Random
@@ -24,6 +22,7 @@ from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
 from recon.payments.psp_limits import GuardConfig
 from recon.rows import PaymentStatus
+from tests.cli import Runner, run
 from tests.integration.payment_flow import admin, fast_settings, sandbox_adapter
 
 
@@ -33,21 +32,21 @@ def sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
         yield server
 
 
-def recon(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RECON_CONFIG"}
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, "--log-level", "ERROR",
-                           *args], capture_output=True, text=True, timeout=60, env=env)
+def no_config_env() -> dict[str, str]:
+    """This process's environment without RECON_CONFIG."""
+    return {k: v for k, v in os.environ.items() if k != "RECON_CONFIG"}
 
 
 def status(url: str) -> dict[str, dict[str, object]]:
-    run = recon(url, "psp", "status", "--json")
-    assert run.returncode == 0, run.stderr
-    return {p["psp"]: p for p in json.loads(run.stdout)["psps"]}
+    result = run("psp", "status", "--json", db_url=url, log_level="ERROR", env=no_config_env())
+    assert result.returncode == 0, result.stderr
+    return {p["psp"]: p for p in json.loads(result.stdout)["psps"]}
 
 
 def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_them_run(
-        db: Database, db_url: str, sandbox: SandboxServer) -> None:
-    paused = recon(db_url, "psp", "pause", "sandbox", "--reason", "maintenance window", "--by", "ops@test")
+        db: Database, db_url: str, sandbox: SandboxServer, recon: Runner) -> None:
+    paused = recon("psp", "pause", "sandbox", "--reason", "maintenance window", "--by", "ops@test", db_url=db_url,
+                   log_level="ERROR", env=no_config_env())
     assert paused.returncode == 0, paused.stderr
     assert paused.stdout.strip() == "psp sandbox paused by ops@test: maintenance window"
     doc = status(db_url)
@@ -82,19 +81,19 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 0
 
     burst()  # the jobs are snoozed for pause_snooze_seconds (60 s): a burst finds nothing due
-    resumed = recon(db_url, "psp", "resume", "sandbox")
+    resumed = recon("psp", "resume", "sandbox", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
     burst()
     assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
     assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 3
-    again = recon(db_url, "psp", "resume", "sandbox")
+    again = recon("psp", "resume", "sandbox", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
     adapter.close()
 
 
-def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_url: str) -> None:
+def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_url: str, recon: Runner) -> None:
     store = ControlStore(db)
     store.ensure("sandbox")
     store.cool_down("sandbox", seconds=45)
@@ -105,22 +104,24 @@ def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_u
     assert doc["cooling_down"] is True and 40 < float(doc["cooldown_seconds_left"]) <= 45  # type: ignore[arg-type]
     assert (doc["breaker_state"], doc["consecutive_failures"]) == ("open", 2)
     assert doc["next_probe_at"] and doc["breaker_reason"] == "PspTransientError: 503"
-    human = recon(db_url, "psp", "status")
+    human = recon("psp", "status", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert human.returncode == 0 and "sandbox" in human.stdout and "open" in human.stdout
-    stats = recon(db_url, "stats", "--json")
+    stats = recon("stats", "--json", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert stats.returncode == 0, stats.stderr
     [entry] = [p for p in json.loads(stats.stdout)["psp_controls"] if p["psp"] == "sandbox"]
     assert entry["breaker_state"] == "open" and entry["cooling_down"] is True
 
 
-def test_psp_cli__unknown_psp_is_bad_usage(tmp_path: Path) -> None:
+def test_psp_cli__unknown_psp_is_bad_usage(tmp_path: Path, recon: Runner) -> None:
     for args in (("pause", "paypal"), ("resume", "paypal")):
-        run = recon(f"sqlite:///{tmp_path / 'recon.db'}", "psp", *args)
-        assert run.returncode == 2 and "unknown PSP 'paypal'" in run.stderr
+        result = recon("psp", *args, db_url=f"sqlite:///{tmp_path / 'recon.db'}", log_level="ERROR",
+                       env=no_config_env())
+        assert result.returncode == 2 and "unknown PSP 'paypal'" in result.stderr
 
 
-def test_psp_cli__bad_guard_config_is_bad_usage(tmp_path: Path) -> None:
+def test_psp_cli__bad_guard_config_is_bad_usage(tmp_path: Path, recon: Runner) -> None:
     config = tmp_path / "recon.toml"
     config.write_text('[psp.sandbox]\nrate_limit = "fast"\n')
-    run = recon(f"sqlite:///{tmp_path / 'recon.db'}", "--config", str(config), "psp", "status")
-    assert run.returncode == 2 and "psp.sandbox.rate_limit: expected a number" in run.stderr
+    result = recon("--config", str(config), "psp", "status", db_url=f"sqlite:///{tmp_path / 'recon.db'}",
+                   log_level="ERROR", env=no_config_env())
+    assert result.returncode == 2 and "psp.sandbox.rate_limit: expected a number" in result.stderr

@@ -3,20 +3,16 @@ naming the setting and its environment variable, and nothing claimed, moved or e
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import NewPayment, PaymentStore
 from recon.rows import JobState, PaymentStatus
+from tests.cli import Runner
 
 
-def recon(url: str, env: dict[str, str], *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in env.items() if not k.startswith(("RECON_STRIPE_", "RECON_ADYEN_"))}
-    clean.update(extra)
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=60, env=clean)
+def without_psp_keys(env: dict[str, str], **extra: str) -> dict[str, str]:
+    """``env`` without any Stripe or Adyen setting, plus ``extra``."""
+    return {**{k: v for k, v in env.items() if not k.startswith(("RECON_STRIPE_", "RECON_ADYEN_"))}, **extra}
 
 
 def stripe_payment(db: Database) -> int:
@@ -26,9 +22,10 @@ def stripe_payment(db: Database) -> int:
 
 
 def test_worker__refuses_to_start_without_the_keys_of_a_psp_it_would_call(db: Database, db_url: str,
-                                                                          subprocess_env: dict[str, str]) -> None:
+                                                                          subprocess_env: dict[str, str],
+                                                                          recon: Runner) -> None:
     pid = stripe_payment(db)
-    r = recon(db_url, subprocess_env, "worker", "--burst")
+    r = recon("worker", "--burst", db_url=db_url, env=without_psp_keys(subprocess_env))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         "recon: PSP 'stripe': api_key is not set; set the environment variable RECON_STRIPE_API_KEY"]
@@ -39,31 +36,36 @@ def test_worker__refuses_to_start_without_the_keys_of_a_psp_it_would_call(db: Da
 
 
 def test_worker__psps_without_unfinished_payments_are_not_required(db: Database, db_url: str,
-                                                                   subprocess_env: dict[str, str]) -> None:
-    r = recon(db_url, subprocess_env, "worker", "--burst")
+                                                                   subprocess_env: dict[str, str],
+                                                                   recon: Runner) -> None:
+    r = recon("worker", "--burst", db_url=db_url, env=without_psp_keys(subprocess_env))
     assert r.returncode == 0, r.stderr
 
 
 def test_sweep__checks_the_psps_it_will_call_before_enqueueing(db: Database, db_url: str,
-                                                               subprocess_env: dict[str, str]) -> None:
+                                                               subprocess_env: dict[str, str], recon: Runner) -> None:
     stripe_payment(db)
-    r = recon(db_url, subprocess_env, "sweep", "--older-than", "0s")
+    r = recon("sweep", "--older-than", "0s", db_url=db_url, env=without_psp_keys(subprocess_env))
     assert r.returncode == 2, r.stderr
     assert "RECON_STRIPE_API_KEY" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert JobStore(db).list_jobs(kind="reconcile", limit=10) == []
-    dry = recon(db_url, subprocess_env, "sweep", "--older-than", "0s", "--dry-run", "--json")
+    dry = recon("sweep", "--older-than", "0s", "--dry-run", "--json", db_url=db_url,
+                env=without_psp_keys(subprocess_env))
     assert dry.returncode == 0, dry.stderr  # a dry run calls no PSP
 
 
 def test_adyen__report_user_credentials_are_a_setting_of_their_own(db: Database, db_url: str,
-                                                                   subprocess_env: dict[str, str]) -> None:
-    r = recon(db_url, subprocess_env, "report", "--psp", "adyen", "--since", "2026-11-01", "--until", "2026-11-02",
-              RECON_ADYEN_API_KEY="AQEyhmfxNotARealKey", RECON_ADYEN_MERCHANT_ACCOUNT="AcmeShopEU")
+                                                                   subprocess_env: dict[str, str],
+                                                                   recon: Runner) -> None:
+    r = recon("report", "--psp", "adyen", "--since", "2026-11-01", "--until", "2026-11-02", db_url=db_url,
+              env=without_psp_keys(subprocess_env, RECON_ADYEN_API_KEY="AQEyhmfxNotARealKey",
+                                   RECON_ADYEN_MERCHANT_ACCOUNT="AcmeShopEU"))
     assert r.returncode == 2, r.stderr
     assert "RECON_ADYEN_REPORT" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert r.stdout == ""
 
 
-def test_report__names_the_missing_key(db_url: str, subprocess_env: dict[str, str]) -> None:
-    r = recon(db_url, subprocess_env, "report", "--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02")
+def test_report__names_the_missing_key(db_url: str, subprocess_env: dict[str, str], recon: Runner) -> None:
+    r = recon("report", "--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02", db_url=db_url,
+              env=without_psp_keys(subprocess_env))
     assert r.returncode == 2 and "RECON_STRIPE_API_KEY" in r.stderr and r.stdout == ""

@@ -10,8 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import replace
@@ -39,6 +37,7 @@ from recon.reconcile.settlement import (
     run_report,
 )
 from recon.rows import EventSource, PaymentStatus
+from tests.cli import Runner
 
 NOW = datetime.now(UTC)
 SINCE, UNTIL = NOW - timedelta(days=10), NOW + timedelta(hours=1)
@@ -284,12 +283,6 @@ def test_report__never_changes_payments(db: Database, server: SandboxServer, ada
 # --- the command line ---------------------------------------------------------------------------------------
 
 
-def recon(url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, "--log-level", "WARNING",
-                           "report", *args],
-                          capture_output=True, text=True, timeout=60, env=env)
-
-
 @pytest.fixture
 def env(subprocess_env: dict[str, str], server: SandboxServer) -> dict[str, str]:
     return {**subprocess_env, "RECON_SANDBOX_BASE_URL": server.url}
@@ -299,10 +292,10 @@ PERIOD = ("--psp", "sandbox", "--since", SINCE.isoformat(), "--until", UNTIL.iso
 
 
 def test_report_cli__csv_to_stdout_exits_1_on_discrepancies(db: Database, db_url: str, env: dict[str, str],
-                                                            adapter: SandboxAdapter) -> None:
+                                                            adapter: SandboxAdapter, recon: Runner) -> None:
     psp_reference = both_sides(db, adapter, "ok")
     charge(adapter, "ghost", amount=777)
-    r = recon(db_url, env, *PERIOD)
+    r = recon("report", *PERIOD, db_url=db_url, env=env, log_level="WARNING")
     assert r.returncode == 1, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert tuple(rows[0]) == COLUMNS
@@ -316,12 +309,14 @@ def test_report_cli__csv_to_stdout_exits_1_on_discrepancies(db: Database, db_url
 
 
 def test_report_cli__json_to_a_file_exits_0_when_consistent(db: Database, db_url: str, env: dict[str, str],
-                                                            adapter: SandboxAdapter, tmp_path: Path) -> None:
+                                                            adapter: SandboxAdapter, tmp_path: Path,
+                                                            recon: Runner) -> None:
     both_sides(db, adapter, "ok-1")
     both_sides(db, adapter, "ok-2", amount=2000)
     local(db, "on-its-way", age=RECENT)
     target = tmp_path / "report.json"
-    r = recon(db_url, env, *PERIOD, "--format", "json", "--output", str(target))
+    r = recon("report", *PERIOD, "--format", "json", "--output", str(target), db_url=db_url, env=env,
+              log_level="WARNING")
     assert r.returncode == 0, r.stderr
     doc = json.loads(target.read_text())
     assert list(doc) == ["psp", "since", "until", "totals", "items"]
@@ -335,11 +330,12 @@ def test_report_cli__json_to_a_file_exits_0_when_consistent(db: Database, db_url
 
 
 def test_report_cli__psp_failure_exits_3_with_one_line_and_no_file(db_url: str, tmp_path: Path,
-                                                                   subprocess_env: dict[str, str]) -> None:
+                                                                   subprocess_env: dict[str, str],
+                                                                   recon: Runner) -> None:
     env = {**subprocess_env, "RECON_SANDBOX_BASE_URL": "http://127.0.0.1:9",  # nothing listens there
            "RECON_SANDBOX_CONNECT_TIMEOUT": "2"}
     target = tmp_path / "report.csv"
-    r = recon(db_url, env, *PERIOD, "--output", str(target))
+    r = recon("report", *PERIOD, "--output", str(target), db_url=db_url, env=env, log_level="WARNING")
     assert r.returncode == 3
     [message] = r.stderr.strip().splitlines()
     assert message.startswith("recon: report: the sandbox settlement listing failed: Psp")
@@ -354,17 +350,18 @@ def test_report_cli__psp_failure_exits_3_with_one_line_and_no_file(db_url: str, 
     (("--since", "2026-11-01T01:00:00+01:00", "--until", "2026-11-01"), "must be before --until"),
 ])
 def test_report_cli__bad_period_exits_2_with_one_line(tmp_path: Path, subprocess_env: dict[str, str],
-                                                      args: tuple[str, ...], message: str) -> None:
-    r = recon(f"sqlite:///{tmp_path}/none.db", subprocess_env, "--psp", "sandbox", *args)
+                                                      args: tuple[str, ...], message: str, recon: Runner) -> None:
+    r = recon("report", "--psp", "sandbox", *args, db_url=f"sqlite:///{tmp_path}/none.db", env=subprocess_env,
+              log_level="WARNING")
     assert r.returncode == 2
     [line_] = r.stderr.strip().splitlines()
     assert line_.startswith("recon: ") and message in line_
 
 
 def test_report_cli__unknown_psp_exits_2_with_one_line(tmp_path: Path,
-                                                       subprocess_env: dict[str, str]) -> None:
-    r = recon(f"sqlite:///{tmp_path}/none.db", subprocess_env, "--psp", "paypal", "--since", "2026-11-01",
-              "--until", "2026-11-02")
+                                                       subprocess_env: dict[str, str], recon: Runner) -> None:
+    r = recon("report", "--psp", "paypal", "--since", "2026-11-01", "--until", "2026-11-02",
+              db_url=f"sqlite:///{tmp_path}/none.db", env=subprocess_env, log_level="WARNING")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["recon: unknown PSP 'paypal' (known: adyen, sandbox, stripe)"]
 

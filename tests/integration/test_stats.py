@@ -4,20 +4,14 @@ databases)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import timedelta
 
 import sqlalchemy as sa
 
 from recon.db.database import Database
 from recon.db.pool_store import PoolStore, WorkerPresence
+from tests.cli import Runner
 from tests.integration.metrics_workload import run_workload
-
-
-def recon(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recon", "--database-url", url, *args], capture_output=True,
-                          text=True, timeout=60)
 
 
 def age_worker_row(db: Database, worker_id: str, *, by: timedelta) -> None:
@@ -26,13 +20,13 @@ def age_worker_row(db: Database, worker_id: str, *, by: timedelta) -> None:
                      {"t": db.to_db(db.clock.now() - by), "id": worker_id})
 
 
-def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str) -> None:
+def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str, recon: Runner) -> None:
     worker, _ = run_workload(db)
     pool = PoolStore(db)
     pool.upsert_worker(WorkerPresence(id="gone:7:aaa", host="gone", pid=7, queues=("charges",), slots=8,
                                        busy_slots=3, counters={"claimed": 5, "stale_finishes": 4}))
     age_worker_row(db, "gone:7:aaa", by=timedelta(hours=3))  # crashed hours ago: listed, not counted
-    r = recon(db_url, "stats", "--json")
+    r = recon("stats", "--json", db_url=db_url)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     # the keys `recon stats` always had
@@ -66,26 +60,26 @@ def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str) -
     assert latency["p50"] is not None and latency["p50"] <= latency["p95"]
     assert doc["payments"]["unfinished_by_age"] == {"1d_7d": 1, "1h_1d": 1, "lt_1h": 1}
     assert doc["payments"]["money_at_risk"] == {"EUR": 1250, "USD": 700}
-    human = recon(db_url, "stats")
+    human = recon("stats", db_url=db_url)
     assert human.returncode == 0, human.stderr
     for text in ("job kinds", "stale finishes 1", "fakepsp: 9 requests, 2 throttled", "EUR 1250", "dead"):
         assert text in human.stdout
 
 
-def test_stats__live_workers_give_utilisation(db: Database, db_url: str) -> None:
+def test_stats__live_workers_give_utilisation(db: Database, db_url: str, recon: Runner) -> None:
     pool = PoolStore(db)
     for i, busy in enumerate((2, 4)):
         pool.upsert_worker(WorkerPresence(id=f"h:{i}:x", host="h", pid=i, queues=("default",), slots=4,
                                            busy_slots=busy, counters={"stale_finishes": 1}))
     pool.upsert_worker(WorkerPresence(id="h:9:x", host="h", pid=9, queues=("default",), slots=4,
                                        busy_slots=0, counters={}, stopped=True))
-    doc = json.loads(recon(db_url, "stats", "--json").stdout)
+    doc = json.loads(recon("stats", "--json", db_url=db_url).stdout)
     w = doc["workers"]
     assert (w["live"], w["slots"], w["busy_slots"], w["utilisation"]) == (2, 8, 6, 0.75)
     assert sorted(r["status"] for r in w["list"]) == ["live", "live", "stopped"]
     assert doc["stale_finishes"] == 2
     age_worker_row(db, "h:0:x", by=timedelta(minutes=1))  # silent past the live window: dead, not live
-    doc = json.loads(recon(db_url, "stats", "--json", "--live-window", "30s").stdout)
+    doc = json.loads(recon("stats", "--json", "--live-window", "30s", db_url=db_url).stdout)
     assert doc["workers"]["live"] == 1 and doc["workers"]["utilisation"] == 1.0
 
 
