@@ -259,7 +259,7 @@ def test_idempotency__the_same_key_replays_the_first_answer_whatever_the_body(ad
 def test_idempotency__a_request_while_the_first_is_in_progress_is_422_704_transient(
     server: SandboxServer, adyen: Adyen
 ) -> None:
-    adyen.faults(latency_ms=400)
+    adyen.faults(latency_ms=2500)  # the first request keeps the key in flight this long (loaded CI: be generous)
     results: dict[str, httpx.Response] = {}
 
     def first() -> None:
@@ -268,9 +268,10 @@ def test_idempotency__a_request_while_the_first_is_in_progress_is_422_704_transi
 
     thread = threading.Thread(target=first)
     thread.start()
-    time.sleep(0.15)
+    time.sleep(0.6)
     second = adyen.pay("k1")
     thread.join()
+    adyen.faults(latency_ms=0)
 
     assert (second.status_code, second.headers["Transient-Error"]) == (422, "true")
     assert (second.json()["errorCode"], second.json()["message"]) == ("704", "request already processed or in progress")

@@ -306,7 +306,7 @@ def test_idempotency__same_key_other_params_is_400_idempotency_error(sdk: stripe
 def test_idempotency__a_request_while_the_first_executes_is_409_in_use(
     server: SandboxServer, http: httpx.Client
 ) -> None:
-    set_faults(http, latency_ms=400)  # the first request keeps the key in flight this long
+    set_faults(http, latency_ms=2500)  # the first request keeps the key in flight this long (loaded CI: be generous)
     results: dict[str, httpx.Response] = {}
 
     def first() -> None:
@@ -315,9 +315,10 @@ def test_idempotency__a_request_while_the_first_executes_is_409_in_use(
 
     thread = threading.Thread(target=first)
     thread.start()
-    time.sleep(0.15)
+    time.sleep(0.6)
     second = post(http, "k1")
     thread.join()
+    set_faults(http, latency_ms=0)
 
     assert second.status_code == 409
     assert second.json()["error"]["code"] == "idempotency_key_in_use"
