@@ -131,7 +131,7 @@ class Unguarded:
 
 
 class PspGuard:
-    """Thread-safe; one per worker process, shared by its handlers (``recon.cli.App.guard``)."""
+    """Thread-safe; one per worker process, shared by its handlers (``recon.app.App.guard``)."""
 
     def __init__(self, store: ControlStore, config: GuardConfig, *, rng: random.Random | None = None,
                  monotonic_func: Callable[[], float] = time.monotonic,

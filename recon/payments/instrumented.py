@@ -1,6 +1,6 @@
 """InstrumentedAdapter: a PspAdapter around another one that times every call and counts 429s.
 
-The composition roots (``recon.cli.App.adapter``, ``recon.demo``) wrap each adapter they build with
+The composition root (``recon.app.App.adapter``, which the demo uses too) wrap each adapter they build with
 ``instrument(adapter, recorder=…)``, so the
 charge and reconcile handlers are measured without knowing it. Each call reports to a ``PspRecorder``
 (``recon.metrics.ProcessMetrics`` in a worker): the PSP's name, the operation, the seconds it took, and
