@@ -199,6 +199,8 @@ class DedicatedConnection:
             pooled = self._db.engine.raw_connection()
         except sa.exc.DBAPIError as exc:
             raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
+        except self._db.dbapi.Error as exc:  # raw_connection() lets the driver's own connect error through
+            raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
         conn: Any = pooled.driver_connection
         conn.autocommit = True
         try:

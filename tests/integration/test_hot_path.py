@@ -193,3 +193,15 @@ def _server_timezone(db_url: str) -> str:
             return str(conn.exec_driver_sql("SHOW TimeZone").scalar())
     finally:
         engine.dispose()
+
+
+def test_dedicated_connection__a_database_that_refuses_connections_is_a_transient_error() -> None:
+    """raw_connection() raises the driver's own error (not SQLAlchemy's) when the server is down or restarting;
+    the claim loop and the finisher must see a DatabaseTransientError and retry, never crash the worker."""
+    from recon.db.database import DedicatedConnection
+
+    down = connect("postgresql+psycopg://postgres@127.0.0.1:1/nothing_listens_here")
+    dedicated = DedicatedConnection(down)
+    with pytest.raises(DatabaseTransientError, match="database:"):
+        dedicated.execute("SELECT 1", {})
+    down.dispose()
