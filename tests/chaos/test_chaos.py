@@ -55,7 +55,7 @@ FAULT_FLAGS = ("--rate-429", "0.05", "--retry-after", "1", "--rate-500", "0.03",
                "--pending-fail-fraction", "0.3", "--rate-decline", "0.05", "--decline-suffix", "off")
 #: the share of ``--chaos-seconds`` each run through a real PSP adapter gets, and its payments
 FLAVOR_SHARE = 0.75
-FLAVOR_PAYMENTS = 250
+FLAVOR_PAYMENTS = 200
 #: the entry point those runs use instead of `recon` (tests/chaos/compressed.py)
 COMPRESSED = "tests.chaos.compressed"
 
