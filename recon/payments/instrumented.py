@@ -1,7 +1,8 @@
 """InstrumentedAdapter: a PspAdapter around another one that times every call and counts 429s.
 
 The composition root (``recon.app.App.adapter``, which the demo uses too) wraps each adapter it builds with
-``instrument(adapter, recorder=…)``, so the charge and reconcile handlers are measured without knowing it. Each call reports to a ``PspRecorder``
+``instrument(adapter, recorder=…)``, so the charge and reconcile handlers are measured without knowing it.
+Each call reports to a ``PspRecorder``
 (``recon.metrics.ProcessMetrics`` in a worker): the PSP's name, the operation, the seconds it took, and
 whether the PSP rate limited us (``PspRateLimited``). Errors pass through unchanged.
 

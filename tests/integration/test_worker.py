@@ -186,7 +186,8 @@ def test_worker__lost_lease_result_is_dropped(db: Database) -> None:
         stolen.set()
         return Complete()
 
-    worker = run_burst(db, handlers_with("slow", slow))
+    # one slot: the worker itself cannot re-claim the job in the moment between the rescue and the thief
+    worker = run_burst(db, handlers_with("slow", slow), replace(FAST, concurrency=1))
     assert stolen.is_set()
     assert worker.stats.stale_finishes == 1 and worker.stats.outcomes["succeeded"] == 0
     job = store.get(job_id)
