@@ -1,0 +1,533 @@
+/*
+ * recon's lease protocol and the payment writes it fences, as the code implements them.
+ *
+ * NW workers and the stuck watcher share one payment, its charge job (CH) and its reconcile job (RC).
+ * Every variable and step below has a counterpart in recon/db/*_queries.py, recon/db/*_store.py,
+ * recon/engine/*.py, recon/payments/charge.py or recon/reconcile/handler.py: docs/verification.md maps
+ * them one by one. A change to that SQL or to those handlers comes with a change here.
+ *
+ * One atomic block is one database transaction (SQLite's BEGIN IMMEDIATE serialises them all; on
+ * PostgreSQL each of these transactions is either one statement or holds the row locks that make it
+ * equivalent), except the reconcile "never reached the PSP" heal, whose transaction reads the charge job
+ * in a second statement after its compare-and-set: on PostgreSQL (READ COMMITTED) that read takes a new
+ * snapshot, so it is split into three steps unless SQLITE is defined.
+ *
+ * Time: a logical clock kept relative to each lease (jl: LIVE while lease_until > now, 0 once
+ * lease_until < now), so the clock itself needs no bound: a tick moves now past one lease's lease_until,
+ * and a job's claims are bounded instead (ABOUND_CH, ABOUND_RC). The PSP's idempotency retention (hours,
+ * where a lease lasts seconds) is a separate, bounded event: RETAIN in Environment.
+ * A pause is any stretch in which a worker takes no step while the clock, the watcher and the other
+ * workers run; it resumes with the job, attempt and payment it read before (its locals: a stale view).
+ * A crash is a worker process that stops for ever while holding a lease (MAXCRASH of them).
+ * Trails print the story: every line a step prints starts with "| " (statuses and answers are the
+ * numbers defined below).
+ *
+ * Compile-time switches (spin -DNAME):
+ *   UNFENCED          the chaos suite's planted bug: a finish is guarded by the job id only
+ *   SQLITE            every transaction serialised (no READ COMMITTED split of the heal)
+ *   PAUSE_OUTLIVES_RETENTION
+ *                     drop the timing assumption of property 4 (see RETAIN below)
+ *   SEND_UNDER_LEASE  a worker's PSP request lands only while its lease is still held (no stale send)
+ *   FIX_MARK_PROCESSING
+ *                     _mark_processing honours its compare-and-set (not what the code does today)
+ *   REPLAY            add `recon jobs replay` and a charge that dies first (config_dead); with ABOUND_CH=2
+ *   ASSERTS_OFF       no assertions: the ltl formulas alone must find a counterexample
+ *   NO_CANCEL, NO_RET, NO_HB, NO_WATCHER, FENCE_OWNER_ONLY, NW=, MAXCRASH=
+ *                     smaller or mutated instances (the mutations must produce counterexamples)
+ */
+
+#ifndef NW
+#define NW 3
+#endif
+#ifndef MAXCRASH
+#define MAXCRASH 1
+#endif
+#define NJ 2
+#define CH 0            /* the payment's charge job, unique key charge:<id> */
+#define RC 1            /* its reconcile job, unique key reconcile:<id> */
+#define MAXA 2          /* jobs.max_attempts at enqueue */
+#ifndef ABOUND_CH
+#define ABOUND_CH 3     /* model bound: claims of the charge job */
+#endif
+#ifndef ABOUND_RC
+#define ABOUND_RC 1     /* model bound: claims of the reconcile job */
+#endif
+#define ABOUND(jj) (jj == CH -> ABOUND_CH : ABOUND_RC)
+#define LIVE 1          /* jl: lease_until > now; 0: lease_until < now (expired) */
+
+/* jobs.state; pending, runnable and retryable are one value: run_after is abstracted away */
+#define CLAIMABLE 1
+#define LEASED 2
+#define SUCCEEDED 3
+#define DEAD 4
+#define CANCELED 5
+#define JOB_FINISHED(j) (js[j] == SUCCEEDED || js[j] == DEAD || js[j] == CANCELED)
+
+/* payments.status */
+#define CREATED 1
+#define PROCESSING 2
+#define PENDING 3
+#define PSUCCEEDED 4
+#define FAILED 5
+#define NEEDS_REVIEW 6
+#define FINAL(s) (s >= PSUCCEEDED)
+#define UNFINISHED(s) (s <= PENDING)
+/* recon/rows.py TRANSITIONS (check_transition runs before the SQL, on the handler's snapshot) */
+#define LEGAL(f, t) ( \
+    (f == CREATED && t != CREATED) || \
+    (f == PROCESSING && t >= PENDING) || \
+    (f == PENDING && t >= PSUCCEEDED) || \
+    ((f == PSUCCEEDED || f == FAILED) && t == NEEDS_REVIEW) || \
+    (f == NEEDS_REVIEW && (t == PSUCCEEDED || t == FAILED)))
+
+/* what the PSP answers, and keeps under one idempotency key */
+#define A_NONE 0
+#define A_SUCC 1        /* charged, answer succeeded */
+#define A_DECL 2        /* declined: no money */
+#define A_LOST 3        /* charged, the answer was lost (5xx after processing): unknown outcome */
+#define A_NOCONTACT 4   /* never reached the PSP (connect error): nothing kept */
+#define A_NOTFOUND 5    /* fetch_payment: no payment for the reference */
+
+/* handler outcomes (recon/engine/outcome.py) and the domain write a finish carries */
+#define O_COMPLETE 1
+#define O_RETRY 2
+#define O_SNOOZE 3
+#define O_DEAD 4
+#define W_NONE 0
+#define W_CAS 1         /* PaymentStore.apply: status CAS st -> tgt plus its event */
+#define W_RENEW 2       /* PaymentStore.next_key_generation: CAS on the generation */
+#define W_NEVER 3       /* reconcile: CAS st -> failed, then roll back if the charge job is unfinished */
+
+/* the properties' assertions; ASSERTS_OFF leaves them to the ltl claims alone */
+#ifdef ASSERTS_OFF
+#define CHECK(x) skip
+#else
+#define CHECK(x) assert(x)
+#endif
+
+/* --- the jobs table ----------------------------------------------------------------------------------- */
+byte js[NJ];            /* jobs.state */
+byte ja[NJ];            /* jobs.attempts: the claim counter and fencing token */
+byte jm[NJ];            /* jobs.max_attempts */
+byte jo[NJ];            /* jobs.lease_owner: 0 is NULL, else the worker's id */
+byte jl[NJ];            /* LIVE (lease_until > now) or 0 (lease_until < now: expired) */
+bool jc[NJ];            /* jobs.cancel_requested */
+bool jlock[NJ];         /* the row is locked by an open finish transaction (SKIP LOCKED skips it) */
+
+/* --- the payments row, its lock, and the PSP ------------------------------------------------------------ */
+byte pay = CREATED;     /* payments.status */
+byte plock = 0;         /* the worker whose open transaction holds the payment row lock (0: none) */
+byte kgen = 0;          /* payments.key_generation */
+byte ksent = 0;         /* payments.key_sent_at: 0 NULL, 1 recent, 2 older than retention - margin */
+byte psp[2];            /* per key generation: the answer the PSP keeps under that key (A_*) */
+bool forgot[2];         /* the PSP's retention of that key has passed */
+byte inwin = 0;         /* workers between their payment read and their PSP call's answer */
+
+/* --- bounded environment ----------------------------------------------------------------------------- */
+byte crashes = 0, cfgdead = 0, replays = 0, cancels = 0, rets = 0;
+
+/* --- ghosts: what the properties talk about ------------------------------------------------------------ */
+byte ended[NJ];         /* the highest attempt whose end (finish or rescue) took effect */
+bool dup_end = false;   /* an attempt ended twice: property 1 */
+bool bad_write = false; /* a payment status write committed with a finish that did not match: property 2 */
+byte charges = 0;       /* how many times the PSP took money for the payment */
+bool keyc[2];           /* money taken under key generation g: property 4 */
+bool never_reached = false; /* reconcile committed "failed: never reached the PSP" */
+bool late_charge = false;   /* money taken after that: property 5 (the handlers' own claim) */
+
+/* worker ids: handler threads 1 and 2 run in worker process 1, thread 3 in process 2 (lease_owner names the
+   process, make_worker_id: host:pid:random) */
+#define ME ((w + 1) / 2)
+#ifdef FENCE_OWNER_ONLY
+#define FENCE_HOLDS (js[j] == LEASED && jo[j] == ME)          /* mutation: the attempt part left out */
+#else
+#define FENCE_HOLDS (js[j] == LEASED && jo[j] == ME && ja[j] == a)
+#endif
+#ifdef UNFENCED
+#define FINISH_MATCHES true                 /* tests/chaos/unfenced_worker.py: WHERE id = :id */
+#else
+#define FINISH_MATCHES FENCE_HOLDS          /* WHERE id AND attempts AND lease_owner AND state = 'leased' */
+#endif
+
+/* an attempt ends (history row in job_attempts, primary key (job_id, attempt)) */
+inline end_attempt(jj, aa) {
+    if
+    :: aa <= ended[jj] -> dup_end = true
+    :: else -> ended[jj] = aa
+    fi;
+    CHECK(!dup_end)
+}
+
+/* the job's next state (job_finish_*_if_owner; RetryPolicy.decide for a retry) */
+inline job_update(jj, o) {
+    if
+    :: o == O_COMPLETE -> js[jj] = SUCCEEDED
+    :: o == O_DEAD -> js[jj] = DEAD
+    :: o == O_RETRY && ja[jj] >= jm[jj] -> js[jj] = DEAD
+    :: o == O_RETRY && ja[jj] < jm[jj] -> js[jj] = (jc[jj] -> CANCELED : CLAIMABLE)
+    :: o == O_SNOOZE -> js[jj] = (jc[jj] -> CANCELED : CLAIMABLE); jm[jj] = jm[jj] + 1  /* bump */
+    fi;
+    jo[jj] = 0; jl[jj] = 0
+}
+
+/* PaymentStore.apply inside a finish: the status CAS and its event */
+inline status_cas(from, to) {
+    if
+    :: pay == from ->
+        if
+        :: !FENCE_HOLDS -> bad_write = true
+        :: else
+        fi;
+        CHECK(!bad_write);
+        pay = to
+    :: else                                   /* no row: someone changed it first; apply() is False */
+    fi
+}
+
+/* the PSP receives a charge under key generation g (PspAdapter.create_payment, idempotency_key): a
+   declined charge is left out (like succeeded, it makes the payment final by the same CAS) */
+inline psp_charge(g) {
+    if
+    :: psp[g] != A_NONE && !forgot[g] -> ans = psp[g]          /* the key's saved answer, replayed */
+    :: else ->
+        forgot[g] = false;
+        if
+        :: ans = A_SUCC
+        :: ans = A_LOST
+        :: ans = A_NOCONTACT
+        fi;
+        if
+        :: ans == A_SUCC || ans == A_LOST ->
+            charges++; keyc[g] = true;
+            if
+            :: never_reached -> late_charge = true
+            :: else
+            fi
+        :: else
+        fi;
+        if
+        :: ans != A_NOCONTACT -> psp[g] = ans
+        :: else
+        fi
+    fi;
+    CHECK(!(keyc[0] && keyc[1]))                               /* property 4 */
+}
+
+/* PspAdapter.fetch_payment: the PSP's truth for the merchant reference (not lagging) */
+inline psp_fetch() {
+    if
+    :: charges > 0 -> ans = A_SUCC
+    :: else -> ans = A_NOTFOUND
+    fi
+}
+
+/* the heartbeat thread may beat first (job_extend_leases_if_owner); a lease missing from its answer is lost,
+   and lease.check() raises LeaseLost: the result is dropped */
+#ifdef NO_HB
+#define HEARTBEAT_THEN_CHECK skip
+#else
+#define HEARTBEAT_THEN_CHECK \
+    if \
+    :: FENCE_HOLDS -> jl[j] = LIVE \
+    :: !FENCE_HOLDS -> inwin--; RESET_LOCALS; goto end_idle \
+    :: true \
+    fi
+#endif
+
+/* SEND_UNDER_LEASE: the request of a worker whose lease is gone never lands (a pause never outlasts the ttl) */
+#ifdef SEND_UNDER_LEASE
+#define SEND_CHECK \
+    if \
+    :: !FENCE_HOLDS -> inwin--; RESET_LOCALS; goto end_idle \
+    :: else \
+    fi
+#else
+#define SEND_CHECK skip
+#endif
+
+#ifdef PAUSE_OUTLIVES_RETENTION
+#define RET_GUARD true
+#else
+#define RET_GUARD (inwin == 0)
+#endif
+
+#define RESET_LOCALS j = 0; a = 0; st = 0; gen = 0; ks = 0; tgt = 0; out = 0; ans = 0; wr = W_NONE; \
+                     unf = false; cas = false
+
+/* job_claim_available: attempts + 1, lease_owner, lease_until; then maybe a crash holding the lease */
+#define CLAIM(jj, said) \
+    js[jj] == CLAIMABLE && !jc[jj] && ja[jj] < ABOUND(jj) && !jlock[jj] -> \
+    j = jj; js[j] = LEASED; ja[j]++; jo[j] = ME; jl[j] = LIVE; a = ja[j]; \
+    printf(said, w, ME, a); \
+    if \
+    :: w == NW && crashes < MAXCRASH -> crashes++; printf("| t%d crashes holding the lease\n", w); goto crashed \
+    :: true \
+    fi
+
+proctype Worker(byte w) {
+    byte j, a, st, gen, ks, tgt, out, ans, wr;
+    bool unf, cas;
+end_idle:
+    do
+    :: atomic {                             /* claim the charge job, then ChargeHandler: ledger.get */
+        CLAIM(CH, "| t%d (worker %d) claims the charge job: attempt %d\n");
+        st = pay; gen = kgen; ks = ksent; inwin++;
+        printf("| t%d reads the payment: status %d, key generation %d, key_sent_at %d\n", w, st, gen, ks);
+        if
+        :: FINAL(st) -> inwin--; out = O_COMPLETE; goto finish          /* known already */
+#ifdef REPLAY
+        :: !FINAL(st) && cfgdead < 1 ->                                 /* config_dead: PSP settings missing */
+            cfgdead++; inwin--; out = O_DEAD; printf("| t%d: the PSP's settings are missing: dead\n", w); goto finish
+#endif
+        :: !FINAL(st) && st != CREATED && ks == 2 -> goto look          /* _key_may_be_forgotten */
+        :: !FINAL(st) && (st == CREATED || ks != 2) -> goto charge_txn
+        fi
+       }
+    :: atomic {                             /* claim the reconcile job, then ReconcileHandler: get_with_charge_lease,
+                                               fetch_payment, _decide and _not_found */
+        CLAIM(RC, "| t%d (worker %d) claims the reconcile job: attempt %d\n");
+        st = pay; unf = (js[CH] == LEASED && jl[CH] == LIVE); psp_fetch();
+        printf("| t%d reads the payment (status %d, charge lease live %d); the PSP says %d\n", w, st, unf, ans);
+        if
+        :: FINAL(st) -> out = O_COMPLETE
+        :: !FINAL(st) && unf -> out = O_SNOOZE                          /* the charge holds a live lease */
+        :: !FINAL(st) && !unf && ans == A_SUCC -> out = O_COMPLETE; wr = W_CAS; tgt = PSUCCEEDED  /* heal */
+        :: !FINAL(st) && !unf && ans == A_NOTFOUND -> out = O_SNOOZE    /* inside the grace period */
+        :: !FINAL(st) && !unf && ans == A_NOTFOUND && !JOB_FINISHED(CH) -> out = O_SNOOZE  /* charge_unfinished */
+        :: !FINAL(st) && !unf && ans == A_NOTFOUND && JOB_FINISHED(CH) ->
+            out = O_COMPLETE; wr = W_NEVER; tgt = FAILED                /* "never reached the PSP" */
+        fi;
+        unf = false;
+        goto finish
+       }
+    od;
+
+/* --- recon/payments/charge.py ChargeHandler.__call__, after its first read ----------------------------- */
+charge_txn:
+    atomic {                                /* _mark_processing (created) or _still_unfinished: one transaction */
+        plock == 0;
+        if
+        :: !FENCE_HOLDS -> inwin--; RESET_LOCALS; goto end_idle   /* lease.holds false: LeaseLost, dropped */
+        :: else
+        fi;
+        if
+        :: st == CREATED ->
+            if
+            :: pay == CREATED -> pay = PROCESSING           /* apply: CAS created -> processing, result ignored */
+            :: else
+            fi;
+            if
+            :: UNFINISHED(pay) -> ksent = 1                 /* touch_unfinished stamps key_sent_at */
+            :: else                                         /* ... or returns None, ignored */
+            fi;
+            st = pay; gen = kgen; ks = ksent;               /* current = get(payment.id, conn) */
+            printf("| t%d _mark_processing: the payment is now %d\n", w, st)
+#ifdef FIX_MARK_PROCESSING
+            ;
+            if
+            :: FINAL(st) -> inwin--; out = O_COMPLETE; goto finish
+            :: else
+            fi
+#endif
+        :: else ->
+            if
+            :: UNFINISHED(pay) -> ksent = 1
+            :: else -> inwin--; out = O_COMPLETE; goto finish   /* healed since we read it: nothing to send */
+            fi
+        fi
+    }
+    atomic {                                /* a heartbeat may run first; lease.check(); create_payment(key) */
+        HEARTBEAT_THEN_CHECK;
+        SEND_CHECK;
+        psp_charge(gen); inwin--;
+        printf("| t%d sends the charge with key generation %d: the PSP answers %d (money taken %d times)\n",
+               w, gen, ans, charges);
+        if
+        :: ans == A_SUCC -> out = O_COMPLETE; wr = W_CAS; tgt = PSUCCEEDED
+        :: ans == A_LOST && st != PENDING -> out = O_RETRY; wr = W_CAS; tgt = PENDING   /* _pending */
+        :: ans == A_LOST && st == PENDING -> out = O_RETRY                    /* keep_evidence: no change */
+        :: ans == A_NOCONTACT -> out = O_RETRY                                /* unchanged, retry */
+        fi
+    }
+    goto finish;
+
+look:
+    atomic {                                /* _look_before_resending: lease.check(), fetch_payment */
+        HEARTBEAT_THEN_CHECK;
+        psp_fetch(); inwin--;
+        printf("| t%d looks the payment up before re-sending: the PSP says %d\n", w, ans);
+        if
+        :: ans == A_SUCC -> out = O_COMPLETE; wr = W_CAS; tgt = PSUCCEEDED
+        :: ans == A_NOTFOUND -> out = O_SNOOZE; wr = W_RENEW           /* Snooze(0, write=renew) */
+        fi
+    }
+    goto finish;
+
+/* --- JobStore.finish: fenced, with the domain write (Outcome.write) in the same transaction ------------- */
+finish:
+    atomic {
+        (wr == W_NONE || plock == 0) && !jlock[j];
+        if
+        :: !FINISH_MATCHES ->                                       /* stale finish: matched nothing */
+            printf("| t%d finish of attempt %d rejected by the fence\n", w, a);
+            RESET_LOCALS; goto end_idle
+        :: else
+        fi;
+#ifndef SQLITE
+        if
+        :: wr == W_NEVER ->                 /* PostgreSQL: statement 1 of 3, the fenced update and the CAS */
+            cas = (pay == st); jlock[j] = true;
+            printf("| t%d reconcile heal, statement 1: CAS %d -> failed matched %d\n", w, st, cas);
+            if
+            :: cas -> plock = w             /* the CAS holds the payment row until commit */
+            :: else
+            fi;
+            goto finish_split
+        :: else
+        fi;
+#endif
+        printf("| t%d finishes job %d attempt %d: outcome %d, write %d (%d -> %d), payment %d\n",
+               w, j, a, out, wr, st, tgt, pay);
+        end_attempt(j, a);
+        if
+        :: wr != W_NONE && wr != W_RENEW && !LEGAL(st, tgt) ->
+            out = O_RETRY                   /* IllegalTransition: rolled back, finished as a bug */
+        :: wr == W_CAS -> status_cas(st, tgt)
+        :: wr == W_RENEW ->                 /* payment_next_key_generation_if */
+            if
+            :: kgen == gen && UNFINISHED(pay) ->
+                if
+                :: !FENCE_HOLDS -> bad_write = true
+                :: else
+                fi;
+                CHECK(!bad_write);
+                kgen++; ksent = 0
+            :: else
+            fi
+        :: wr == W_NEVER ->
+            if
+            :: pay == st && !JOB_FINISHED(CH) -> out = O_RETRY      /* ChargeInFlight: rolled back */
+            :: pay == st && JOB_FINISHED(CH) -> status_cas(st, tgt); never_reached = true
+            :: else
+            fi
+        :: else
+        fi;
+        job_update(j, out);
+        RESET_LOCALS; goto end_idle
+    }
+
+#ifndef SQLITE
+finish_split:
+    atomic {                                /* statement 2: charge_unfinished, a new snapshot */
+        unf = !JOB_FINISHED(CH);
+        printf("| t%d reconcile heal, statement 2: charge job unfinished %d\n", w, unf)
+    }
+    atomic {                                /* commit, or ChargeInFlight rolls back */
+        jlock[j] = false; plock = 0;
+        printf("| t%d reconcile heal commits (rolled back: %d)\n", w, cas && unf);
+        end_attempt(j, a);
+        if
+        :: cas && unf -> out = O_RETRY
+        :: cas && !unf -> status_cas(st, tgt); never_reached = true
+        :: else
+        fi;
+        job_update(j, out);
+        RESET_LOCALS; goto end_idle
+    }
+#endif
+
+crashed:
+    skip
+}
+
+/* --- recon/engine/watcher.py Watcher.run_once: JobStore.rescue_expired (job_rescue_expired) ------------- */
+inline rescue(jj) {
+    if
+    :: js[jj] == LEASED && jl[jj] == 0 && !jlock[jj] ->
+        end_attempt(jj, ja[jj]);
+        js[jj] = (jc[jj] -> CANCELED : (ja[jj] >= jm[jj] -> DEAD : CLAIMABLE));
+        jo[jj] = 0;
+        printf("| the watcher rescues job %d attempt %d: state %d\n", jj, ja[jj], js[jj])
+    :: else
+    fi
+}
+
+proctype Watcher() {
+#ifdef NO_WATCHER
+    skip
+#else
+end:
+    do
+    :: atomic {
+        ((js[CH] == LEASED && jl[CH] == 0 && !jlock[CH]) || (js[RC] == LEASED && jl[RC] == 0 && !jlock[RC])) ->
+        rescue(CH); rescue(RC)
+       }
+    od
+#endif
+}
+
+/* --- the clock: leases age (lease_until < now is jl == 0) ----------------------------------------------- */
+proctype Clock() {
+end:
+    do
+    :: atomic { jl[CH] == LIVE -> jl[CH] = 0; printf("| the charge lease expires\n") }
+    :: atomic { jl[RC] == LIVE -> jl[RC] = 0; printf("| the reconcile lease expires\n") }
+    od
+}
+
+/* --- operators and the PSP's retention (bounded) --------------------------------------------------------- */
+proctype Environment() {
+end:
+    do
+#ifdef REPLAY
+    :: atomic {                     /* recon jobs replay: job_replay_dead (attempts kept, budget 1) */
+        replays < 1 && js[CH] == DEAD && !jlock[CH] ->
+        replays++; js[CH] = CLAIMABLE; jm[CH] = ja[CH] + 1; jc[CH] = false;
+        printf("| an operator replays the dead charge job\n")
+       }
+#endif
+#ifndef NO_CANCEL
+    :: atomic {                     /* recon jobs cancel, not running: job_cancel_unleased */
+        cancels < 1 && js[RC] == CLAIMABLE && !jlock[RC] -> cancels++; js[RC] = CANCELED; jc[RC] = true
+       }
+    :: atomic {                     /* recon jobs cancel, running: job_request_cancel_leased */
+        cancels < 1 && js[RC] == LEASED && !jlock[RC] -> cancels++; jc[RC] = true
+       }
+#endif
+#ifndef NO_RET
+    :: atomic {                     /* RETAIN: the PSP's idempotency retention passes */
+        rets < 1 && RET_GUARD ->
+        rets++;
+        forgot[0] = (psp[0] != A_NONE); forgot[1] = (psp[1] != A_NONE);
+        if :: ksent == 1 -> ksent = 2 :: else fi;
+        printf("| the PSP's idempotency retention passes\n")
+       }
+#endif
+    od
+}
+
+init {
+    byte i = 1;
+    atomic {
+        js[CH] = CLAIMABLE; js[RC] = CLAIMABLE; jm[CH] = MAXA; jm[RC] = MAXA;
+        do
+        :: i <= NW -> run Worker(i); i++
+        :: else -> break
+        od;
+        run Watcher(); run Clock(); run Environment()
+    }
+}
+
+/* --- the properties as LTL (each also an assertion above) ------------------------------------------------- */
+/* 1: at most one end (finish or rescue) per attempt takes effect */
+ltl one_end_per_attempt { [] !dup_end }
+/* 2: a payment status write commits only with a finish whose owner and attempt still match (or by a CAS
+      that saw the expected status: status_cas writes only when pay == from) */
+ltl writes_fenced { [] !bad_write }
+/* 3: no job is leased for ever: it ends succeeded/dead/canceled or becomes claimable again */
+ltl no_lease_forever { [] ((js[CH] == LEASED) -> <> (js[CH] != LEASED)) && [] ((js[RC] == LEASED) -> <> (js[RC] != LEASED)) }
+/* 4: the payment is never charged under two idempotency keys */
+ltl one_key_charged { [] !(keyc[0] && keyc[1]) }
+/* 5 (the handlers' own claim, not one of the issue's four): after "failed: never reached the PSP" commits,
+      the PSP never takes money for the payment */
+ltl never_reached_holds { [] !late_charge }

@@ -1,0 +1,217 @@
+"""Build and run Spin's verifier on ``recon.pml``: every check the test suite makes, one table.
+
+``python verification/spin_check.py`` runs them all and prints the state-space statistics (exit 1 when a check
+does not end as expected); ``tests/verification/test_protocol_model.py`` runs the same ``INSTANCES``, one test
+each.
+Standard library only: it needs ``spin`` and ``gcc`` on PATH (Debian: ``apt-get install spin gcc``).
+
+An instance is the model with ``spin -D...`` switches (see the header of recon.pml), built once; each of its
+claims is one ``ltl`` formula (every run also checks every ``assert`` the instance keeps) with what must come
+out: ``errors: 0``, or a counterexample (errors > 0 and a trail file, replayed into the story that the model's
+``printf`` lines tell).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODEL = Path(__file__).resolve().parent / "recon.pml"
+#: per build and per run (the whole table takes about 40 s of CPU)
+TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    ltl: str  #: the ltl formula of recon.pml
+    expect_ok: bool  #: True: errors 0; False: a counterexample
+    liveness: bool = False  #: acceptance cycles under weak fairness (-a -f)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One model instance (its ``spin -D`` switches), built once, and the claims checked on it."""
+
+    name: str
+    defines: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    why: str
+    optimise: bool = False  #: -O1 (big state spaces); else -O0, which builds in half the time
+
+
+FOUR = (Claim("one_end_per_attempt", True), Claim("writes_fenced", True),
+        Claim("no_lease_forever", True, liveness=True), Claim("one_key_charged", True))
+WIDE = ("-DREPLAY", "-DABOUND_CH=2")
+
+INSTANCES: tuple[Instance, ...] = (
+    Instance("fenced", (), FOUR, optimise=True,
+             why="the protocol as the code implements it: properties 1-4 (and every assertion) hold"),
+    Instance("fenced+replay", WIDE, (Claim("one_end_per_attempt", True), Claim("never_reached_holds", False)),
+             why="with dead-letter replay and a charge that dies first: the assertions of 1, 2, 4 hold; "
+                 "property 5 fails through a paused worker's late request (the hazard recon/engine/watcher.py names)"),
+    Instance("unfenced", ("-DUNFENCED", "-DASSERTS_OFF"),
+             (Claim("one_end_per_attempt", False), Claim("writes_fenced", False)),
+             why="the chaos suite's planted bug (finish by job id only): a stale finish ends an attempt twice "
+                 "and commits its payment write"),
+    Instance("mutant-owner-only", ("-DFENCE_OWNER_ONLY", "-DASSERTS_OFF"), (Claim("one_end_per_attempt", False),),
+             why="the fence without its attempt number: two handler threads of one worker process"),
+    Instance("mutant-no-watcher", ("-DNO_WATCHER",), (Claim("no_lease_forever", False, liveness=True),),
+             why="without the stuck watcher a crashed worker's lease is held for ever"),
+    Instance("pause-outlives-retention", ("-DPAUSE_OUTLIVES_RETENTION", "-DASSERTS_OFF"),
+             (Claim("one_key_charged", False),),
+             why="property 4 needs its timing assumption: no pause as long as the PSP's idempotency retention"),
+    Instance("finding-mark-processing", (*WIDE, "-DSEND_UNDER_LEASE"), (Claim("never_reached_holds", False),),
+             why="disagreement with the code's claim: _mark_processing ignores its CAS and charges a payment that "
+                 "reconciliation healed to failed meanwhile (PostgreSQL READ COMMITTED)"),
+    Instance("finding-mark-processing-fixed", (*WIDE, "-DSEND_UNDER_LEASE", "-DFIX_MARK_PROCESSING"),
+             (Claim("never_reached_holds", True),), why="the same instance with _mark_processing honouring its CAS"),
+    Instance("finding-mark-processing-sqlite", (*WIDE, "-DSEND_UNDER_LEASE", "-DSQLITE"),
+             (Claim("never_reached_holds", True),),
+             why="the same instance with every transaction serialised (SQLite): no counterexample"),
+)
+
+
+@dataclass
+class Result:
+    instance: Instance
+    claim: Claim
+    errors: int
+    states: int
+    transitions: int
+    depth: int
+    seconds: float  #: pan's own elapsed time
+    vector: int  #: state-vector bytes
+    build_seconds: float
+    trail: Path | None
+    story: list[str] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.claim.expect_ok:
+            return self.errors == 0
+        return self.errors > 0 and self.trail is not None
+
+    def line(self) -> str:
+        verdict = "as expected" if self.ok else "UNEXPECTED"
+        kind = "verified" if self.errors == 0 else "counterexample"
+        name = f"{self.instance.name}/{self.claim.ltl}"
+        return (f"{name:<50} {kind:<14} states stored {self.states:>9,}  transitions "
+                f"{self.transitions:>10,}  depth {self.depth:>4}  pan {self.seconds:5.2f} s  build "
+                f"{self.build_seconds:4.1f} s  ({verdict})")
+
+
+def tools_missing() -> str | None:
+    """Why the checks cannot run here, or None."""
+    if shutil.which("spin") is None:
+        return "spin is not on PATH (Debian: apt-get install spin; .ci/run installs it)"
+    if compiler() is None:
+        return "gcc is not on PATH (Spin preprocesses the model with it, and pan.c is C)"
+    return None
+
+
+def compiler() -> str | None:
+    return shutil.which("gcc")
+
+
+class Builder:
+    """Generates and compiles one verifier per model instance, in a directory of its own, once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def build(self, instance: Instance) -> tuple[Path, float]:
+        """``spin -a`` and the C compiler, in ``root/<instance>``; returns (directory, seconds)."""
+        started = time.monotonic()
+        work = self.root / instance.name
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(MODEL, work / MODEL.name)
+        _run(["spin", *instance.defines, "-a", MODEL.name], work)
+        cc = compiler()
+        if cc is None:
+            raise RuntimeError("no C compiler")
+        # -DNFAIR=3: weak fairness over the model's 7 processes
+        _run([cc, "-O1" if instance.optimise else "-O0", "-w", "-DNFAIR=3", "-o", "pan", "pan.c"], work)
+        return work, time.monotonic() - started
+
+
+def run_instance(instance: Instance, builder: Builder) -> list[Result]:
+    """Build the instance and check each of its claims."""
+    work, build_seconds = builder.build(instance)
+    return [run_claim(instance, claim, work, build_seconds if i == 0 else 0.0)
+            for i, claim in enumerate(instance.claims)]
+
+
+def run_claim(instance: Instance, claim: Claim, work: Path, build_seconds: float) -> Result:
+    trail = work / f"{MODEL.name}.trail"
+    trail.unlink(missing_ok=True)
+    # -m: depth bound (never reached: every run reports its depth); -w21: 2M hash slots; -Q2: 2 minutes at most
+    args = ["./pan", "-m100000", "-w21", "-Q2", "-N", claim.ltl]
+    if claim.liveness:
+        args += ["-a", "-f"]
+    out = _run(args, work, check_rc=False)
+    result = Result(instance=instance, claim=claim, errors=_num(r"errors: (\d+)", out),
+                    states=_num(r"(\d+) states, stored", out), transitions=_num(r"(\d+) transitions", out),
+                    depth=_num(r"depth reached (\d+)", out),
+                    seconds=_float(r"elapsed time ([\d.e+]+) seconds", out), vector=_num(r"State-vector (\d+)", out),
+                    build_seconds=build_seconds, trail=trail if trail.exists() else None, output=out)
+    if result.trail is not None:
+        # the trail names its claim; spin replays it and the model's printf lines tell the story
+        replay = _run(["spin", *instance.defines, "-t", MODEL.name], work, check_rc=False, stdout_only=True)
+        result.story = [line.strip() for line in replay.splitlines() if line.strip().startswith("|")]
+    return result
+
+
+def _run(cmd: Sequence[str], cwd: Path, *, check_rc: bool = True, stdout_only: bool = False) -> str:
+    proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    out = proc.stdout if stdout_only else proc.stdout + proc.stderr
+    if check_rc and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-4000:]}")
+    return out
+
+
+def _num(pattern: str, text: str) -> int:
+    m = re.search(pattern, text)
+    return int(m.group(1)) if m else -1
+
+
+def _float(pattern: str, text: str) -> float:
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else -1.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="only the checks whose name contains one of these")
+    parser.add_argument("--story", action="store_true", help="print each counterexample's story")
+    opts = parser.parse_args(argv)
+    missing = tools_missing()
+    if missing:
+        print(f"spin_check: {missing}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="recon-spin-") as tmp:
+        builder = Builder(Path(tmp))
+        for instance in INSTANCES:
+            if opts.names and not any(n in instance.name for n in opts.names):
+                continue
+            for result in run_instance(instance, builder):
+                print(result.line(), flush=True)
+                if opts.story and result.story:
+                    print("    " + "\n    ".join(result.story))
+                bad += not result.ok
+    print(f"spin_check: {time.monotonic() - started:.1f} s in all, {bad} unexpected")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
