@@ -156,7 +156,7 @@ class Payment:
     payment_method: str | None = None  #: the PSP's token of the stored payment method
     customer_reference: str | None = None  #: the PSP's customer / shopper reference
     key_generation: int = 0  #: 0: ``idempotency_key`` itself; N: ``idempotency_key-gN`` (see ``charge_key``)
-    key_sent_at: datetime | None = None  #: when the current key was last sent to the PSP
+    key_sent_at: datetime | None = None  #: when the current key was first sent to the PSP (retention counts from it)
 
     @property
     def charge_key(self) -> str:

@@ -147,8 +147,8 @@ payment_touch_if_unfinished = Query(
     "payment_touch_if_unfinished",
     "Run by the charge handler right before each send: locks the payment row and proves it is still "
     "unfinished, so a concurrent 'failed, never reached the PSP' heal and a send cannot both happen; "
-    "stamps when the current idempotency key was sent.",
-    sql=f"""UPDATE payments SET updated_at = {{now}}, key_sent_at = {{now}}
+    "stamps when the current idempotency key was first sent (PSPs count a key's retention from its first use).",
+    sql=f"""UPDATE payments SET updated_at = {{now}}, key_sent_at = coalesce(key_sent_at, {{now}})
             WHERE id = :id AND {UNFINISHED} RETURNING status""",  # nosec B608  # constant SQL, values bound
 )
 

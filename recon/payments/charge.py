@@ -123,7 +123,10 @@ class ChargeHandler:
         if isinstance(permit, Snooze):
             return permit
         if payment.status is PaymentStatus.CREATED:
-            payment = self._mark_processing(payment, job, lease)
+            marked = self._mark_processing(payment, job, lease)
+            if marked is None:
+                return Complete()  # reconciliation decided it first (e.g. "never reached the PSP"): never send
+            payment = marked
         elif self._key_may_be_forgotten(payment, adapter):
             return self._look_before_resending(payment, job, lease, adapter, permit)
         elif not self._still_unfinished(payment, job, lease):
@@ -171,15 +174,17 @@ class ChargeHandler:
 
         return Snooze(timedelta(0), reason="new idempotency key generation", write=renew)
 
-    def _mark_processing(self, payment: Payment, job: Job, lease: Lease) -> Payment:
+    def _mark_processing(self, payment: Payment, job: Job, lease: Lease) -> Payment | None:
         """created -> processing before the request goes out, fenced by the lease: a crash after sending
-        leaves ``processing``, which reconciliation resolves."""
+        leaves ``processing``, which reconciliation resolves. None when the compare-and-set lost (the payment
+        changed since it was read, e.g. healed to failed): then nothing may be sent."""
         with self.ledger.db.begin() as conn:
             if not lease.holds(conn):
                 raise LeaseLost(f"lease on job {job.id} lost before charging")
-            self.ledger.apply(conn, Transition(payment.id, PaymentStatus.CREATED, PaymentStatus.PROCESSING,
-                                               EventSource.CHARGE, job_id=job.id, attempt=job.attempts))
-            self.ledger.touch_unfinished(conn, payment_id=payment.id)  # stamps key_sent_at
+            moved = self.ledger.apply(conn, Transition(payment.id, PaymentStatus.CREATED, PaymentStatus.PROCESSING,
+                                                       EventSource.CHARGE, job_id=job.id, attempt=job.attempts))
+            if not moved or self.ledger.touch_unfinished(conn, payment_id=payment.id) is None:  # stamps key_sent_at
+                return None
             current = self.ledger.get(payment.id, conn)
         assert current is not None  # nosec B101  # type narrowing, not a check
         return current

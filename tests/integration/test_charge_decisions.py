@@ -244,3 +244,37 @@ def test_charge__a_saved_answer_after_a_lost_one_is_kept_as_evidence(db: Databas
         (None, "created"), ("created", "processing"), ("processing", "pending"), ("pending", "pending")]
     assert events[-1].details is not None and events[-1].details["saved_answer"] is True
     assert events[-1].details["replayed"] is True
+
+
+def test_charge__a_key_is_aged_from_its_first_send_as_the_psps_count(db: Database) -> None:
+    """Stripe prunes a key 24 h after its first use: a re-send at +12 h must not restart the clock."""
+    pid, first_sent = _pending_with_key_sent(db)
+    _charge_again(db, pid)
+    psp = ScriptedPsp(create=[PspTransientError("HTTP 500", psp="sandbox", status_code=500, saved=True)])
+    drain(db, charge_handlers(db, psp, clock=FixedClock(first_sent + timedelta(hours=12))), queues=["charges"])
+    payment = PaymentStore(db).get(pid)
+    assert payment is not None and payment.key_sent_at == first_sent and len(psp.creates) == 1
+
+
+def test_charge__a_payment_healed_before_it_is_marked_processing_is_never_sent(db: Database) -> None:
+    from recon.db.payment_store import Transition
+    from recon.rows import EventSource
+
+    pid = one_payment(db)
+    payment = PaymentStore(db).get(pid)
+    assert payment is not None
+    with db.begin() as conn:  # reconciliation got there first, after the charge job read the payment
+        PaymentStore(db).apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.FAILED,
+                                               EventSource.RECONCILE, failure_reason="never reached the PSP"))
+    handler = ChargeHandler(PaymentStore(db), lambda _name: ScriptedPsp())
+    assert handler._mark_processing(payment, _FakeJob(), _HoldingLease()) is None
+
+
+class _FakeJob:
+    id = 0
+    attempts = 1
+
+
+class _HoldingLease:
+    def holds(self, conn: Any) -> bool:
+        return True

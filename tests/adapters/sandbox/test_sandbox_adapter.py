@@ -250,12 +250,12 @@ def test_read_timeout_on_fetch__is_transient_not_unknown(server: SandboxServer, 
 
 
 def test_in_flight_key__raises_transient_409(server: SandboxServer, admin: httpx.Client) -> None:
-    set_faults(admin, latency_ms=400)
+    set_faults(admin, latency_ms=2500)  # the first create keeps the key in flight this long (loaded CI: generous)
     first = SandboxAdapter(server.url)
     thread = threading.Thread(target=first.create_payment, args=(CHARGE,), kwargs={"idempotency_key": "k1"})
     thread.start()
     try:
-        time.sleep(0.15)
+        time.sleep(0.6)
         with SandboxAdapter(server.url) as second, pytest.raises(PspTransientError) as info:
             second.create_payment(CHARGE, idempotency_key="k1")
     finally:
