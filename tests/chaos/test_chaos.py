@@ -1,4 +1,4 @@
-"""Proof under fire: money is never lost or taken twice, whatever crashes (issue 6).
+"""Proof under fire: money is never lost or taken twice, whatever crashes.
 
 On real PostgreSQL, with the PSP sandbox injecting 429s (with Retry-After), 5xx, hangs after charging, slow
 settlement and declines: several `recon worker` processes killed with SIGKILL at random and restarted while
