@@ -127,7 +127,9 @@ def test_worker__unclassified_exception_is_a_retryable_bug(db: Database) -> None
     def boom(job: Job, lease: Lease) -> None:
         raise ZeroDivisionError("division by zero")
 
-    worker = run_burst(db, handlers_with("boom", boom))
+    # a fixed jitter (0.32 s): a delay near zero would let the burst claim the retry again before it exits
+    policy = RetryPolicy(Settings().retry, rng=random.Random(7))
+    worker = run_burst(db, handlers_with("boom", boom), policy=policy)
     job = store.get(job_id)
     assert job is not None and job.state is JobState.RETRYABLE and job.last_error_kind == "bug"
     assert "ZeroDivisionError" in (job.last_error or "")
