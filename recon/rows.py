@@ -68,12 +68,7 @@ class Job:
     free_attempts: int = 0  #: claims that did not spend the retry budget (snoozes, releases, replays)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else value
-        out["state"] = str(self.state)
-        return out
+        return _as_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +85,7 @@ class AttemptRecord:
     error: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            name: (getattr(self, name).isoformat() if isinstance(getattr(self, name), datetime)
-                   else getattr(self, name))
-            for name in self.__slots__
-        }
+        return _as_dict(self)
 
 
 class PaymentStatus(StrEnum):
@@ -165,12 +156,7 @@ class Payment:
         return self.idempotency_key if self.key_generation == 0 else f"{self.idempotency_key}-g{self.key_generation}"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else value
-        out["status"] = str(self.status)
-        return out
+        return _as_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,5 +172,14 @@ class PaymentEvent:
     details: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: (getattr(self, name).isoformat() if isinstance(getattr(self, name), datetime)
-                       else getattr(self, name)) for name in self.__slots__}
+        return _as_dict(self)
+
+
+def _as_dict(row: Any) -> dict[str, Any]:
+    """A row as JSON-ready values: datetimes in ISO 8601, enum members as their strings."""
+    out: dict[str, Any] = {}
+    for name in row.__slots__:
+        value = getattr(row, name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
+            value, StrEnum) else value
+    return out
