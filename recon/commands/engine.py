@@ -119,17 +119,10 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
 def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) -> None:
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
-    from recon.metrics import stats_extension
-    from recon.payments.guard import status_document
-    from recon.render import pool_tables, psp_controls_table, stats_document, stats_table
+    from recon.overview import stats_document
+    from recon.render import pool_tables, psp_controls_table, stats_table
 
-    raw = app.jobs.stats(window=window)
-    doc = stats_document(raw, window=window)
-    doc.update(stats_extension(app.pool.pool_snapshot(workers_within=None),
-                               app.pool.attempt_stats(since=raw["now"] - window), app.payments.money_at_risk(),
-                               window=window, live_window=live_window.total_seconds()))
-    # pause, cool-down and breaker per PSP, next to the PSP latency section
-    doc["psp_controls"] = status_document(app.controls, app.guard_config, app.psp_names())["psps"]
+    doc = stats_document(app, window=window, live_window=live_window)
     if as_json:
         click.echo(json.dumps(doc))
     else:

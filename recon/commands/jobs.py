@@ -10,8 +10,7 @@ from typing import Any
 import click
 
 from recon.app import App
-from recon.db.dead_letter_store import JobFilter
-from recon.db.jobs_store import JobStore
+from recon.engine.replay import job_filter, replay
 from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name
 from recon.rows import Job, JobState
 
@@ -34,7 +33,7 @@ def jobs() -> None:
 def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, error_kind: str | None,
               since: timedelta | datetime | None, limit: int, as_json: bool) -> None:
     """List jobs, oldest first. The dead-letter set: --state dead."""
-    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    filters = job_filter(app.jobs, queue=queue, kind=kind, error_kind=error_kind, since=since)
     found: list[Job] = []
     while len(found) < limit:
         want = min(limit - len(found), 500)
@@ -116,49 +115,20 @@ def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str |
     """
     from recon.render import replay_summary
 
-    filters = _job_filter(app, queue=queue, kind=kind, error_kind=error_kind, since=since)
+    filters = job_filter(app.jobs, queue=queue, kind=kind, error_kind=error_kind, since=since)
     budget = budget or app.settings.engine.default_max_attempts
-    run = _replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run)
+    run = replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run,
+                 operator=operator_name())
     if as_json:
-        doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run["batches"],
-                               "skipped": run["skipped"]}
+        doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run.batches,
+                               "skipped": run.skipped}
         if dry_run:
-            doc |= {"would_replay": len(run["replayed"]), "jobs": [j.to_dict() for j in run["jobs"]]}
+            doc |= {"would_replay": len(run.replayed), "jobs": [j.to_dict() for j in run.jobs]}
         else:
-            doc |= {"replayed": len(run["replayed"]), "job_ids": run["replayed"]}
+            doc |= {"replayed": len(run.replayed), "job_ids": run.replayed}
         click.echo(json.dumps(doc))
         return
-    replay_summary(run["jobs"], replayed=run["replayed"], skipped=run["skipped"], budget=budget,
-                   dry_run=dry_run)
-
-
-def _job_filter(app: App, *, queue: str | None, kind: str | None, error_kind: str | None,
-                since: timedelta | datetime | None) -> JobFilter:
-    """``--since`` as a duration counts back from the database clock (the clock finished_at was set by)."""
-    if isinstance(since, timedelta):
-        since = app.jobs.db_now() - since
-    return JobFilter(queue=queue, kind=kind, error_kind=error_kind, finished_since=since)
-
-
-def _replay(store: JobStore, filters: JobFilter, *, limit: int | None, budget: int, batch: int,
-            dry_run: bool) -> dict[str, Any]:
-    """Replay batch after batch along the id cursor until the matches (or ``limit``) run out."""
-    run: dict[str, Any] = {"jobs": [], "replayed": [], "skipped": [], "batches": 0}
-    after, keys, operator = 0, frozenset[str](), operator_name()
-    while limit is None or len(run["replayed"]) < limit:
-        want = batch if limit is None else min(batch, limit - len(run["replayed"]))
-        b = store.dead_letters.replay_dead(filters=filters, after_id=after, limit=want, budget=budget, taken_keys=keys,
-                              replayed_by=operator, dry_run=dry_run)
-        run["batches"] += 1 if b.jobs else 0
-        if dry_run:  # the listing; a real run keeps only ids (it may move millions)
-            picked = set(b.replayed)
-            run["jobs"].extend(j for j in b.jobs if j.id in picked)
-        run["replayed"].extend(b.replayed)
-        run["skipped"].extend(b.skipped)
-        if len(b.jobs) < want:
-            break
-        after, keys = b.last_id, b.keys
-    return run
+    replay_summary(run.jobs, replayed=run.replayed, skipped=run.skipped, budget=budget, dry_run=dry_run)
 
 
 @jobs.command("prune")

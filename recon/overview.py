@@ -1,0 +1,30 @@
+"""The pool's and the payments' state in one document: ``recon stats --json`` and the console's overview page
+are built by this one function, so the two always show the same numbers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recon.app import App
+
+#: how far back ``recon stats`` counts manual resolutions per day
+RESOLUTIONS_WINDOW = timedelta(days=14)
+
+
+def stats_document(app: App, *, window: timedelta, live_window: timedelta) -> dict[str, Any]:
+    """Queue depth and oldest runnable age per queue, attempt outcomes over ``window``, depth detail, the
+    workers (live within ``live_window``), PSP latency and controls, unfinished payments and money at risk."""
+    from recon.metrics import stats_extension
+    from recon.payments.guard import status_document
+    from recon.render import stats_document as jobs_document
+
+    raw = app.jobs.stats(window=window)
+    doc = jobs_document(raw, window=window)
+    doc.update(stats_extension(app.pool.pool_snapshot(workers_within=None),
+                               app.pool.attempt_stats(since=raw["now"] - window), app.payments.money_at_risk(),
+                               window=window, live_window=live_window.total_seconds()))
+    # pause, cool-down and breaker per PSP, next to the PSP latency section
+    doc["psp_controls"] = status_document(app.controls, app.guard_config, app.psp_names())["psps"]
+    return doc
