@@ -27,6 +27,7 @@ from recon.db.jobs_store import JobStore, make_listener
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
 from recon.db.report_store import ReportStore
+from recon.db.sweep_store import SweepRunStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
 from recon.engine.retry import RetryPolicy
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # imported where first used: a command that calls no PSP neve
     from recon.metrics import ProcessMetrics
     from recon.payments.guard import Guard
     from recon.payments.psp_limits import GuardConfig
+    from recon.review import ReviewDesk
 
 #: PSP name -> its adapter, not yet instrumented
 AdapterFactory = Callable[[str], PspAdapter]
@@ -130,8 +132,22 @@ class App:
         """The settlement report's matching (``recon report``)."""
         return ReportStore(self.db)
 
+    @cached_property
+    def sweeps(self) -> SweepRunStore:
+        """One row per ``recon sweep`` (the last sweeps in ``recon stats`` and the console)."""
+        return SweepRunStore(self.db)
+
     def client(self) -> Client:
         return Client(self.jobs, self.settings)
+
+    @cached_property
+    def review(self) -> ReviewDesk:
+        """The review desk: payments in needs_review, their resolution and recheck (``recon review``, the
+        console). Its PSP calls go through this process's guard."""
+        from recon.review import ReviewDesk
+
+        return ReviewDesk(self.payments, self.jobs, self.client(), self.adapter, self.guard,
+                          reconcile_queue=self.reconcile_config.queue, psp_names=self.psp_names())
 
     # --- the PSPs -----------------------------------------------------------------------------------------
 

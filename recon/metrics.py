@@ -41,7 +41,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 LIVE_WINDOW_SECONDS = 30.0  #: a worker whose row is older than this is not live (it upserts every <= 5 s)
 REFRESH_SECONDS = 2.0  #: scrapes within this many seconds share one database read
 WORKER_RETENTION = timedelta(days=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 ATTEMPT_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0)
 PSP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -190,6 +191,8 @@ class PoolCollector:
             if self._cached is None or time.monotonic() - self._cached[0] >= self._refresh:
                 pool = self._store.pool_snapshot(workers_within=timedelta(seconds=self._live_window))
                 pool["money"] = self._ledger.money_at_risk()
+                pool["review"] = self._ledger.review_summary()
+                pool["resolutions"] = self._ledger.resolutions(since=_EPOCH)
                 self._cached = (time.monotonic(), pool)
             return self._cached[1]
 
@@ -207,6 +210,7 @@ class PoolCollector:
         yield from _job_families(pool)
         yield from _worker_families(pool, self._live_window)
         yield from _payment_families(pool["money"])
+        yield from _review_families(pool)
 
 
 def _job_families(pool: dict[str, Any]) -> Iterator[Metric]:
@@ -301,6 +305,24 @@ def _payment_families(money: list[dict[str, Any]]) -> Iterator[Metric]:
         at_risk.add_metric([currency], float(amount))
     yield unfinished
     yield at_risk
+
+
+def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:
+    count, oldest = pool["review"]
+    yield GaugeMetricFamily("recon_payments_needs_review", "Payments in needs_review.", value=float(count))
+    yield GaugeMetricFamily("recon_review_oldest_age_seconds", "How long the oldest payment in review has waited "
+                            "(0: none).", value=max((pool["now"] - oldest).total_seconds(), 0.0) if oldest else 0.0)
+    resolved = CounterMetricFamily("recon_review_resolutions", "Payments resolved out of needs_review by hand, by "
+                                   "operator, new status and whether the PSP's answer was overridden.",
+                                   labels=["operator", "status", "override"])
+    totals: Counter[tuple[str, str, str]] = Counter()
+    for row in pool["resolutions"]:
+        totals[(row["operator"] or "", row["status"], "false")] += row["count"] - row["overrides"]
+        totals[(row["operator"] or "", row["status"], "true")] += row["overrides"]
+    for labels, n in sorted(totals.items()):
+        if n:
+            resolved.add_metric(list(labels), float(n))
+    yield resolved
 
 
 class MetricsServer:

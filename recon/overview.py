@@ -11,11 +11,14 @@ if TYPE_CHECKING:
 
 #: how far back ``recon stats`` counts manual resolutions per day
 RESOLUTIONS_WINDOW = timedelta(days=14)
+#: how many of the last sweeps ``recon stats`` shows
+SWEEPS_SHOWN = 5
 
 
 def stats_document(app: App, *, window: timedelta, live_window: timedelta) -> dict[str, Any]:
     """Queue depth and oldest runnable age per queue, attempt outcomes over ``window``, depth detail, the
-    workers (live within ``live_window``), PSP latency and controls, unfinished payments and money at risk."""
+    workers (live within ``live_window``), PSP latency and controls, unfinished payments and money at risk, the
+    payments in review, manual resolutions per day and operator, and the last sweeps."""
     from recon.metrics import stats_extension
     from recon.payments.guard import status_document
     from recon.render import stats_document as jobs_document
@@ -27,4 +30,8 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta) -> di
                                window=window, live_window=live_window.total_seconds()))
     # pause, cool-down and breaker per PSP, next to the PSP latency section
     doc["psp_controls"] = status_document(app.controls, app.guard_config, app.psp_names())["psps"]
+    doc["review"] = app.review.summary()
+    doc["resolutions"] = {"since": (raw["now"] - RESOLUTIONS_WINDOW).isoformat(),
+                          "by_day": app.payments.resolutions(since=raw["now"] - RESOLUTIONS_WINDOW)}
+    doc["sweeps"] = app.sweeps.latest(SWEEPS_SHOWN)
     return doc

@@ -178,9 +178,8 @@ def payments_table(payments: Sequence[Payment]) -> None:
     _console().print(table)
 
 
-def payment_detail(payment: Payment, events: Sequence[PaymentEvent]) -> None:
-    import json
-
+def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
+                   jobs: Sequence[tuple[Job, Sequence[AttemptRecord]]] = ()) -> None:
     from recon.payments.money import format_amount
 
     console = _console()
@@ -195,11 +194,70 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent]) -> None:
     for col in ("at", "from", "to", "source", "job", "attempt", "details"):
         history.add_column(col)
     for e in events:
-        details = json.dumps(e.details, sort_keys=True) if e.details else ""
         history.add_row(_ts(e.at), e.from_status or "", e.to_status, e.source,
                         str(e.job_id) if e.job_id is not None else "",
-                        str(e.attempt) if e.attempt is not None else "", details[:100])
+                        str(e.attempt) if e.attempt is not None else "", event_summary(e, width=160))
     console.print(history)
+    for job, attempts in jobs:
+        console.print(f"job {job.id}: {job.kind} on {job.queue}, {job.state}, attempt {job.attempts}/"
+                      f"{job.max_attempts}" + (f", last error {job.last_error_kind}: {job.last_error}"[:160]
+                                                if job.last_error_kind else ""))
+        for a in attempts:
+            err = f" {a.error_kind}: {a.error}" if a.error_kind else ""
+            console.print(f"  attempt {a.attempt} by {a.worker} at {_ts(a.finished_at)}: {a.outcome}{err}"[:180])
+
+
+def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
+    """One line for an audit event: a manual resolution in words (who, what, why, the PSP's answer, an
+    override), other events' details as sorted JSON; at most ``width`` characters."""
+    import json
+
+    from recon.payments.money import format_amount
+
+    d = event.details or {}
+    if event.source == "manual" and "operator" in d:
+        ours = d.get("ours") or {}
+        psp = d.get("psp") or {}
+        text = f"resolved {event.to_status} by {d['operator']}: {d.get('reason', '')}"
+        if psp.get("amount") is not None and psp.get("currency") and ours:
+            text += (f" (ours {format_amount(ours['amount'], ours['currency'])}, PSP "
+                     f"{format_amount(psp['amount'], str(psp['currency']))})")
+        text += f"; PSP said {d['psp_status'] or d.get('psp_outcome')}" if d.get("psp_outcome") else \
+            f"; PSP not asked ({d.get('psp_not_asked')})"
+        if d.get("override"):
+            text += "; OVERRIDE"
+        return text[:width]
+    return json.dumps(d, sort_keys=True)[:width] if d else ""
+
+
+def review_table(items: Sequence[Any]) -> None:
+    """``recon review list``: recon.review.ReviewItem rows."""
+    from recon.payments.money import format_amount
+
+    table = Table(title=f"{len(items)} payments in review")
+    for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
+        table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
+    for item in items:
+        p = item.payment
+        answer = item.psp_answer or {}
+        said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
+        if answer.get("psp_amount") is not None and answer.get("psp_currency"):
+            said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
+                      age_text(item.age_seconds), said, (p.review_reason or "")[:60])
+    _console().print(table)
+
+
+def age_text(seconds: float) -> str:
+    """3725.0 -> "1h 2m"; 93600 -> "1d 2h"."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
 # --- dead letters and pruning -------------------------------------------------------------------------------
@@ -249,6 +307,8 @@ def _duration(seconds: float) -> str:
 
 def pool_tables(doc: dict[str, Any]) -> None:
     """The parts of `recon stats` beyond queue depth: kinds, depth detail, workers, PSPs, money at risk."""
+    from recon.payments.money import format_amount
+
     console = _console()
     kinds = Table(title=f"job kinds, last {int(doc['window_seconds'])}s")
     for col in ("kind", "attempts", "retry rate", "dead rate", "attempts/success", "p50 s", "p95 s", "max s"):
@@ -287,8 +347,36 @@ def pool_tables(doc: dict[str, Any]) -> None:
     pay = doc["payments"]
     if pay["unfinished"]:
         by_age = ", ".join(f"{k} {v}" for k, v in pay["unfinished_by_age"].items())
-        at_risk = ", ".join(f"{k} {v}" for k, v in pay["money_at_risk"].items())
-        console.print(f"unfinished payments by age: {by_age}; money at risk (minor units): {at_risk}")
+        at_risk = ", ".join(format_amount(v, k) for k, v in pay["money_at_risk"].items())
+        console.print(f"unfinished payments by age: {by_age}; money at risk: {at_risk}")
+
+
+def review_lines(doc: dict[str, Any]) -> None:
+    """`recon stats`: payments in review, manual resolutions per day and operator, the last sweeps."""
+    console = _console()
+    r = doc["review"]
+    oldest = f", the oldest for {age_text(r['oldest_age_seconds'])}" if r["oldest_since"] else ""
+    console.print(f"needs_review: {r['needs_review']} payments{oldest}")
+    rows = doc["resolutions"]["by_day"]
+    if rows:
+        table = Table(title=f"manual resolutions since {doc['resolutions']['since'][:10]}")
+        for col in ("day", "operator", "resolved as", "payments", "overrides"):
+            table.add_column(col, justify="right" if col in ("payments", "overrides") else "left")
+        for row in rows:
+            table.add_row(row["day"], row["operator"] or "-", row["status"], str(row["count"]), str(row["overrides"]))
+        console.print(table)
+    if doc["sweeps"]:
+        table = Table(title="last sweeps")
+        for col in ("started", "by", "outcome", "exit", "checked", "healed", "needs_review"):
+            table.add_column(col)
+        for sweep in doc["sweeps"]:
+            summary = sweep["summary"] or {}
+            healed = sum(int(summary.get(k) or 0) for k in ("healed_succeeded", "healed_failed"))
+            table.add_row((sweep["started_at"] or "")[:19], sweep["operator"], sweep["outcome"],
+                          "-" if sweep["exit_code"] is None else str(sweep["exit_code"]),
+                          str(summary.get("checked", "-")), str(healed) if summary else "-",
+                          str(summary.get("needs_review", "-")))
+        console.print(table)
 
 
 def _num(value: float | None) -> str:

@@ -104,7 +104,7 @@ class PaymentStatus(StrEnum):
 class EventSource(StrEnum):
     CHARGE = "charge"  #: the charge job
     RECONCILE = "reconcile"  #: the reconcile job
-    MANUAL = "manual"  #: a person (import, fixes)
+    MANUAL = "manual"  #: a person: the import, a review resolution (``recon review resolve``)
 
 
 P = PaymentStatus
@@ -148,6 +148,7 @@ class Payment:
     customer_reference: str | None = None  #: the PSP's customer / shopper reference
     key_generation: int = 0  #: 0: ``idempotency_key`` itself; N: ``idempotency_key-gN`` (see ``charge_key``)
     key_sent_at: datetime | None = None  #: when the current key was first sent to the PSP (retention counts from it)
+    review_since: datetime | None = None  #: when it last entered needs_review
 
     @property
     def charge_key(self) -> str:

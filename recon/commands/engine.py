@@ -120,7 +120,7 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
     from recon.overview import stats_document
-    from recon.render import pool_tables, psp_controls_table, stats_table
+    from recon.render import pool_tables, psp_controls_table, review_lines, stats_table
 
     doc = stats_document(app, window=window, live_window=live_window)
     if as_json:
@@ -129,6 +129,7 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
         stats_table(doc)
         pool_tables(doc)
         psp_controls_table(doc["psp_controls"])
+        review_lines(doc)
 
 
 def _start_pruner(store: JobStore, engine: EngineConfig) -> Callable[[], None]:

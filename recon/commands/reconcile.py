@@ -13,7 +13,16 @@ import click
 from psp_adapters.protocol import PspAdapter
 from recon.app import App
 from recon.errors import UsageError
-from recon.params import EXIT_FAILED, EXIT_OK, EXIT_REVIEW, LIMIT, Duration, check_output_path, install_signal_handlers
+from recon.params import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REVIEW,
+    LIMIT,
+    Duration,
+    check_output_path,
+    install_signal_handlers,
+    operator_name,
+)
 
 if TYPE_CHECKING:
     from recon.reconcile.settlement import ReportResult
@@ -55,6 +64,8 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         app.require_psps([psp] if psp else set(app.psp_names()) & app.payments.psps_unfinished())
     writer = _open_report(report_path) if report_path else None  # before any work: the report can be written
     rc = app.reconcile_config
+    run_id = app.sweeps.start(operator=operator_name(), options={
+        "older_than_seconds": older_than.total_seconds(), "psp": psp, "limit": limit, "enqueue_only": enqueue_only})
     try:
         selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue)
         if not enqueue_only and len(selection):
@@ -63,10 +74,12 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     except BaseException:
         if writer:
             writer.abort()
+        _record_failure(app, run_id)
         raise
     if writer:
         writer.close(summary)
     doc = {"enqueue_only": enqueue_only, **summary.to_dict()}
+    app.sweeps.finish(run_id, outcome="finished", exit_code=summary.exit_code, summary=doc)
     if as_json:
         click.echo(json.dumps(doc))
     else:
@@ -74,6 +87,16 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
 
         sweep_summary(doc)
     ctx.exit(summary.exit_code)
+
+
+def _record_failure(app: App, run_id: int) -> None:
+    """The sweep ended by an error or an interrupt: its row says so (best effort: the database may be why)."""
+    from recon.errors import ReconError
+
+    try:
+        app.sweeps.finish(run_id, outcome="failed", exit_code=None, summary=None)
+    except ReconError:
+        pass
 
 
 def _open_report(path: str) -> ReportWriter:

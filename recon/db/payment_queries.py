@@ -13,7 +13,7 @@ from recon.db.sql import Query
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
     "updated_at, psp_reference, failure_reason, review_reason, payment_method, customer_reference, key_generation, "
-    "key_sent_at"
+    "key_sent_at, review_since"
 )
 UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
@@ -73,7 +73,8 @@ payment_transition_if_status = Query(
         UPDATE payments SET status = :to_status, updated_at = {now},
             psp_reference = coalesce(:psp_reference, psp_reference),
             failure_reason = coalesce(:failure_reason, failure_reason),
-            review_reason = coalesce(:review_reason, review_reason)
+            review_reason = coalesce(:review_reason, review_reason),
+            review_since = CASE WHEN :to_status = 'needs_review' THEN {now} ELSE review_since END
         WHERE id = :id AND status = :from_status
         RETURNING id
     """,
@@ -182,4 +183,88 @@ payment_get_with_charge_lease = Query(
     sql=f"""SELECT {PAYMENT_COLUMNS},
                    EXISTS (SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {{now}})
             FROM payments WHERE id = :id""",  # nosec B608  # constant SQL, values bound
+)
+
+payment_search = Query(
+    "payment_search",
+    "Run by the console's search and `recon review`: payments by merchant reference (unique key) or by PSP "
+    "reference (index payments_psp_reference, one probe per PSP name).",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments WHERE merchant_reference = :text
+            UNION
+            SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp IN :psps AND psp_reference = :text
+            ORDER BY id LIMIT :n""",  # nosec B608  # constant SQL, values bound
+    expanding=("psps",),
+)
+
+payment_review_page = Query(
+    "payment_review_page",
+    "Run by `recon review list` and the console's review queue: payments in needs_review, longest in review "
+    "first, after a (review_since, id) cursor, through the partial index payments_review.",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE status = 'needs_review'
+              AND (review_since > :after_since OR (review_since = :after_since AND id > :after_id))
+              AND review_since < :cutoff
+              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+              AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
+              AND (CAST(:reason_like AS TEXT) IS NULL OR review_reason LIKE :reason_like)
+            ORDER BY review_since, id LIMIT :n""",  # nosec B608  # constant SQL, values bound
+)
+
+payment_review_summary = Query(
+    "payment_review_summary",
+    "Run by `recon stats` and the console's overview: how many payments are in needs_review and since when "
+    "the oldest (partial index payments_review).",
+    sql="SELECT count(*), min(review_since) FROM payments WHERE status = 'needs_review'",
+)
+
+payment_latest_evidence = Query(
+    "payment_latest_evidence",
+    "Run by the review queue: each listed payment's latest event carrying a PSP answer (its details), one "
+    "probe per payment through payment_events_payment.",
+    postgresql="""
+        SELECT p.id, e.details FROM unnest(CAST(:ids AS bigint[])) AS p(id)
+        CROSS JOIN LATERAL (SELECT details FROM payment_events
+                            WHERE payment_id = p.id AND details ? 'psp_outcome'
+                            ORDER BY id DESC LIMIT 1) AS e
+    """,
+    sqlite="""
+        SELECT j.value, (SELECT details FROM payment_events
+                         WHERE payment_id = j.value AND json_extract(details, '$.psp_outcome') IS NOT NULL
+                         ORDER BY id DESC LIMIT 1)
+        FROM json_each(:ids_json) AS j
+    """,
+)
+
+payment_resolutions = Query(
+    "payment_resolutions",
+    "Run by `recon stats` and the metrics endpoint: manual resolutions out of needs_review since :since, per "
+    "UTC day, operator and status (partial index payment_events_manual).",
+    postgresql="""
+        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator', to_status,
+               count(*), count(*) FILTER (WHERE (details ->> 'override') = 'true')
+        FROM payment_events
+        WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    """,
+    sqlite="""
+        SELECT strftime('%Y-%m-%d', at / 1000000, 'unixepoch') AS day, json_extract(details, '$.operator'),
+               to_status, count(*), sum(CASE WHEN json_extract(details, '$.override') THEN 1 ELSE 0 END)
+        FROM payment_events
+        WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    """,
+)
+
+payment_job_ids = Query(
+    "payment_job_ids",
+    "Run by `recon review show` and the console's payment page: the jobs of a payment: those its events name, "
+    "and the unfinished or dead ones holding its charge or reconcile key.",
+    sql="""SELECT DISTINCT job_id FROM payment_events WHERE payment_id = :id AND job_id IS NOT NULL
+           UNION
+           SELECT id FROM jobs WHERE unique_key IN :keys
+                                 AND NOT state IN ('succeeded', 'dead', 'canceled')
+           UNION
+           SELECT id FROM jobs WHERE state = 'dead' AND unique_key IN :keys
+           ORDER BY 1""",
+    expanding=("keys",),
 )

@@ -95,15 +95,17 @@ class PaymentStore:
                 max_depth: dict[str, int]) -> list[int]:
         with self.db.begin() as conn:
             ids = self._insert(conn, payments)
-            self._events(conn, [dict(payment_id=i, from_status=None, to_status="created", source="manual",
-                                     job_id=None, attempt=None, details=None) for i in ids])
+            job_ids: list[int | None] = [None] * len(ids)
             if charge:
                 jobs = JobStore(self.db)
                 rows = [EnqueueRow(queue=CHARGE_QUEUE, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=charge_key(i), tenant=p.merchant_account)
                         for i, p in zip(ids, payments, strict=True)]
-                jobs.enqueue(rows, max_depth=max_depth, conn=conn)
+                job_ids = list(jobs.enqueue(rows, max_depth=max_depth, conn=conn))
+            # the creation event names the charge job: a payment's page finds every job of it from its events
+            self._events(conn, [dict(payment_id=i, from_status=None, to_status="created", source="manual",
+                                     job_id=j, attempt=None, details=None) for i, j in zip(ids, job_ids, strict=True)])
         return ids
 
     def _insert(self, conn: sa.Connection, payments: Sequence[NewPayment]) -> list[int]:
@@ -267,6 +269,55 @@ class PaymentStore:
             return None, False
         return self._payment(row), bool(row[-1])
 
+    def search(self, text: str, *, psps: Sequence[str], limit: int = 50) -> list[Payment]:
+        """Payments whose merchant reference or (at one of ``psps``) PSP reference is exactly ``text``."""
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_search),
+                                {"text": text, "psps": list(psps) or [""], "n": limit}).all()
+        return [self._payment(r) for r in rows]
+
+    def review_page(self, *, after: tuple[datetime, int] | None, cutoff: datetime, psp: str | None,
+                    currency: str | None, reason_prefix: str | None, limit: int) -> list[Payment]:
+        """Payments in needs_review since before ``cutoff``, longest in review first, after the
+        ``(review_since, id)`` cursor ``after``; ``reason_prefix`` matches the start of the review reason."""
+        since, after_id = after if after else (datetime.min.replace(tzinfo=cutoff.tzinfo), 0)
+        # a kind's name ("amount_mismatch:"): its "_" is LIKE's one-character wildcard, which matches itself too
+        pattern = None if reason_prefix is None else f"{reason_prefix}%"
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_review_page), {
+                "after_since": self.db.to_db(since), "after_id": after_id, "cutoff": self.db.to_db(cutoff),
+                "psp": psp, "currency": currency, "reason_like": pattern, "n": limit}).all()
+        return [self._payment(r) for r in rows]
+
+    def review_summary(self) -> tuple[int, datetime | None]:
+        """How many payments are in needs_review, and since when the oldest."""
+        with self.db.begin() as conn:
+            count, oldest = conn.execute(self._q(lq.payment_review_summary)).one()
+        return int(count), self.db.from_db(oldest) if oldest is not None else None
+
+    def latest_evidence(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Each payment's latest event details carrying a PSP answer (``psp_outcome``), by payment id."""
+        if not ids:
+            return {}
+        params = {"ids": list(ids)} if self.db.is_postgresql else {"ids_json": json.dumps(list(ids))}
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_latest_evidence), params).all()
+        return {int(r[0]): json_from_db(r[1]) for r in rows if r[1] is not None}
+
+    def resolutions(self, *, since: datetime) -> list[dict[str, Any]]:
+        """Manual resolutions out of needs_review since ``since``: per UTC day, operator and new status, with
+        how many were overrides of the PSP's answer."""
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(lq.payment_resolutions), {"since": self.db.to_db(since)}).all()
+        return [{"day": r[0], "operator": r[1], "status": r[2], "count": int(r[3]), "overrides": int(r[4] or 0)}
+                for r in rows]
+
+    def job_ids(self, payment_id: int, *, keys: Sequence[str]) -> list[int]:
+        """The jobs of a payment: those its events name, and unfinished or dead ones holding one of ``keys``."""
+        with self.db.begin() as conn:
+            return [int(r[0]) for r in conn.execute(self._q(lq.payment_job_ids),
+                                                    {"id": payment_id, "keys": list(keys)})]
+
     def money_at_risk(self) -> list[dict[str, Any]]:
         """Unfinished payments per currency and age bucket (lt_1h, 1h_1d, 1d_7d, gt_7d): count and sum."""
         now = self.db.clock.now()
@@ -287,5 +338,6 @@ class PaymentStore:
                        psp=r[5], idempotency_key=r[6], status=PaymentStatus(r[7]), created_at=t(r[8]),  # type: ignore[arg-type]
                        updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
                        review_reason=r[12], payment_method=r[13], customer_reference=r[14],
-                       key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None)
+                       key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None,
+                       review_since=t(r[17]) if r[17] is not None else None)
 

@@ -154,6 +154,7 @@ payments = sa.Table(
     sa.Column("customer_reference", sa.Text(), nullable=True),
     sa.Column("key_generation", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("key_sent_at", Timestamp, nullable=True),
+    sa.Column("review_since", Timestamp, nullable=True),  #: when it last entered needs_review (migration 0008)
     sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
     sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
     sa.CheckConstraint(_in("status", PAYMENT_STATUSES), name="payments_status_valid"),
@@ -163,6 +164,8 @@ payments = sa.Table(
              sqlite_where=sa.text(UNFINISHED_PAYMENT)),
     sa.Index("payments_psp_created", "psp", "created_at"),
     sa.Index("payments_psp_reference", "psp", "psp_reference"),
+    sa.Index("payments_review", "review_since", "id", postgresql_where=sa.text("status = 'needs_review'"),
+             sqlite_where=sa.text("status = 'needs_review'")),
 )
 
 payment_events = sa.Table(
@@ -179,6 +182,28 @@ payment_events = sa.Table(
     sa.Column("at", Timestamp, nullable=False),
     sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual')", name="payment_events_source_valid"),
     sa.Index("payment_events_payment", "payment_id", "id"),
+    sa.Index("payment_events_manual", "at", postgresql_where=sa.text("source = 'manual'"),
+             sqlite_where=sa.text("source = 'manual'")),
+)
+
+# --- sweep runs (migration 0008): one row per `recon sweep`, for `recon stats` and the console ---------------
+
+SWEEP_OUTCOMES = ("running", "finished", "failed")
+
+sweep_runs = sa.Table(
+    "sweep_runs",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("operator", sa.Text(), nullable=False),
+    sa.Column("options", Json, nullable=False),
+    sa.Column("outcome", sa.Text(), nullable=False),
+    sa.Column("exit_code", sa.Integer(), nullable=True),
+    sa.Column("summary", Json, nullable=True),
+    sa.CheckConstraint(_in("outcome", SWEEP_OUTCOMES), name="sweep_runs_outcome_valid"),
+    sa.Index("sweep_runs_started", "started_at"),
+    sqlite_autoincrement=True,
 )
 
 # --- workers (migration 0003): one row per worker process, for metrics and `recon stats` --------------------

@@ -10,6 +10,7 @@
 | not found, no PSP reference ever recorded | unfinished             | snooze within the grace period, then failed   |
 | not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
 | anything                                  | final                  | nothing (consistent)                          |
+| anything (a recheck: ``recon review``)    | needs_review           | the answer joins the audit trail; status stays |
 
 A payment whose charge job holds a live lease right now is left to that job (snoozed briefly). The PSP
 guard (``recon.payments.guard``) may snooze the job before the call: paused, cooling down, breaker open. Every heal
@@ -77,7 +78,8 @@ class ReconcileHandler:
         payment, charge_leased = self.ledger.get_with_charge_lease(payment_id)
         if payment is None:
             return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
-        if payment.status.final:
+        recheck = payment.status is PaymentStatus.NEEDS_REVIEW and bool(job.payload.get("recheck"))
+        if payment.status.final and not recheck:
             return Complete()
         if charge_leased:
             return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
@@ -95,7 +97,17 @@ class ReconcileHandler:
             answer = permit.call(lambda: adapter.fetch_payment(ref))
         except PspError as exc:
             return classify(exc)
+        if recheck:
+            return self._evidence(payment, job, answer)
         return self._decide(payment, job, lease, answer)
+
+    def _evidence(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Outcome:
+        """A recheck of a payment in review (``recon review recheck``): the PSP's answer joins its audit trail;
+        the status stays (only a person moves a payment out of review)."""
+        details = {**outcome_details(answer), "recheck": True}
+        return Complete(write=lambda conn: self.ledger.note(conn, payment_id=payment.id, status=payment.status,
+                                                            source=EventSource.RECONCILE, details=details,
+                                                            job_id=job.id, attempt=job.attempts))
 
     def _decide(self, payment: Payment, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
         details = outcome_details(answer)
@@ -151,7 +163,7 @@ class ReconcileHandler:
         checks = int((job.progress or {}).get("checks", 0))
         if checks >= len(schedule):
             return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details,
-                              review_reason=f"no final answer after {checks} checks: {why}")
+                              review_reason=f"no_final_answer: after {checks} checks: {why}")
         lease.save_progress({"checks": checks + 1})
         write = None
         if details.get("psp_reference") and not payment.psp_reference:

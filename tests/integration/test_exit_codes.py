@@ -21,6 +21,8 @@ ARGS = {
     ("psp", "status"): [], ("psp-sandbox",): ["--port", "0"],
     ("report",): ["--psp", "sandbox", "--since", "2026-01-01", "--until", "2026-01-02"],
     ("stats",): [], ("sweep",): [], ("watch",): ["--once"], ("worker",): ["--burst"],
+    ("review", "list"): [], ("review", "show"): ["order-1"], ("review", "recheck"): ["order-1"],
+    ("review", "resolve"): ["order-1", "--as", "failed", "--reason", "r", "--by", "me"],
 }
 
 # Runs every command in one process with a crash planted where it starts its work: the database connection

@@ -113,7 +113,7 @@ def test_reconcile__heals_pending_payments_with_events(db: Database, sandbox: Sa
     assert [p.status for p in after if p] == [PaymentStatus.SUCCEEDED, PaymentStatus.FAILED,
                                              PaymentStatus.NEEDS_REVIEW, PaymentStatus.NEEDS_REVIEW]
     assert "amount_mismatch" in (after[2].review_reason or "")  # type: ignore[union-attr]
-    assert "no final answer after 1 checks" in (after[3].review_reason or "")  # type: ignore[union-attr]
+    assert "no_final_answer: after 1 checks" in (after[3].review_reason or "")  # type: ignore[union-attr]
     healed = ledger.events(ids[0])[-1]
     assert (healed.source, healed.to_status) == ("reconcile", "succeeded")
     assert healed.details and healed.details["psp_status"] == "succeeded"

@@ -62,7 +62,8 @@ def test_stats__json_reports_a_constructed_workload(db: Database, db_url: str, r
     assert doc["payments"]["money_at_risk"] == {"EUR": 1250, "USD": 700}
     human = recon("stats", db_url=db_url)
     assert human.returncode == 0, human.stderr
-    for text in ("job kinds", "stale finishes 1", "fakepsp: 9 requests, 2 throttled", "EUR 1250", "dead"):
+    for text in ("job kinds", "stale finishes 1", "fakepsp: 9 requests, 2 throttled", "12.50 EUR", "7.00 USD",
+                 "dead"):
         assert text in human.stdout
 
 
