@@ -1,0 +1,70 @@
+"""``/psps``: pause, cool-down and breaker of every PSP (``recon psp status``), and pause / resume, through
+``recon.payments.guard`` as ``recon psp pause|resume`` does."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from recon.console.web import Fields, PageError, action, page, pages, recon_app
+from recon.errors import UsageError
+
+log = logging.getLogger("recon.console")
+
+
+def psp_page(request: Request, *, status: int = 200, notice: str | None = None,
+             error: str | None = None) -> Response:
+    from recon.payments.guard import status_document
+
+    app = recon_app(request)
+    doc = status_document(app.controls, app.guard_config, app.psp_names())
+    return pages(request).render(request, "psps.html", status=status, doc=doc, notice=notice, error=error)
+
+
+def psp_status(request: Request) -> Response:
+    return psp_page(request)
+
+
+def pause(request: Request, fields: Fields) -> Response:
+    from recon.payments import guard
+
+    name = _known(request)
+    try:
+        operator = fields.operator()
+        reason = fields.required("reason")
+    except UsageError as exc:
+        return psp_page(request, status=422, error=f"not paused: {exc}")
+    guard.pause(recon_app(request).controls, name, by=operator, reason=reason)
+    log.info("console: psp %s paused by %s", name, operator)
+    return psp_page(request, notice=f"psp {name} paused by {operator}: {reason}")
+
+
+def resume(request: Request, fields: Fields) -> Response:
+    from recon.payments import guard
+
+    name = _known(request)
+    try:
+        operator = fields.operator()
+    except UsageError as exc:
+        return psp_page(request, status=422, error=f"not resumed: {exc}")
+    was_paused, woken = guard.resume(recon_app(request).controls, name)
+    log.info("console: psp %s resumed by %s", name, operator)
+    return psp_page(request, notice=f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
+                    if was_paused else f"psp {name} was not paused")
+
+
+def _known(request: Request) -> str:
+    name: str = request.path_params["name"]
+    if name not in recon_app(request).psp_names():
+        raise PageError(404, f"unknown PSP {name!r}")
+    return name
+
+
+ROUTES = [
+    Route("/psps", page(psp_status), methods=["GET"]),
+    Route("/psps/{name}/pause", action(pause), methods=["POST"]),
+    Route("/psps/{name}/resume", action(resume), methods=["POST"]),
+]

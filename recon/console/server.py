@@ -1,0 +1,91 @@
+"""The console's ASGI application (``create_app``) and its server (``run``: uvicorn on one bound socket).
+
+Every read and every write goes through the ``App`` the command line uses: the same stores, the same
+audited functions (``guard.pause``, ``replay``, the review desk). ``recon.console.security`` describes the
+access token, CSRF and the headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from recon.console.pages import dead, jobs, login, overview, psps, review
+from recon.console.security import Csrf, Gatekeeper, TokenAuth
+from recon.console.web import Pages
+
+if TYPE_CHECKING:
+    from recon.app import App
+
+log = logging.getLogger("recon.console")
+
+#: the largest request body accepted (forms are a few short fields)
+MAX_BODY_BYTES = 64 * 1024
+
+
+def create_app(app: App, *, token: str | None = None, secret: bytes | None = None) -> Starlette:
+    """The console on ``app``. With ``token``, every request needs it (see ``recon.console.security``);
+    ``secret`` keys the CSRF and session signatures (default: 32 random bytes, new each process)."""
+    key = secret or secrets.token_bytes(32)
+    rendered = Pages()
+    auth = TokenAuth(token, key) if token else None
+
+    def deny(request: Request, status: int, message: str) -> Response:
+        return rendered.error(request, status, message)
+
+    async def not_served(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "the console failed on this request"
+        return rendered.error(request, status, "no such page" if status == 404 else str(detail))
+
+    web = Starlette(routes=[*overview.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES, *psps.ROUTES,
+                            *login.ROUTES],
+                    middleware=[Middleware(Gatekeeper, csrf=Csrf(key), auth=auth, style_hash=rendered.style_hash,
+                                           deny_func=deny)],
+                    exception_handlers={HTTPException: not_served}, max_body_size=MAX_BODY_BYTES)
+    web.state.console_recon = app
+    web.state.console_pages = rendered
+    web.state.console_csrf = Csrf(key)
+    web.state.console_auth = auth
+    _warm(app)
+    return web
+
+
+def run(app: App, *, host: str, port: int, token: str | None,
+        on_ready_func: Callable[[str], None] | None = None) -> None:
+    """Serve the console on ``host:port`` until SIGINT or SIGTERM (uvicorn's own handlers: it finishes the
+    requests in flight). ``on_ready_func`` gets the URL once the socket is bound (port 0: the one chosen)."""
+    import uvicorn
+
+    web = create_app(app, token=token)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
+    bound = sock.getsockname()[1]
+    url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
+    # log_config=None: uvicorn's loggers go through recon's handler (redacted, --log-format); no access log
+    # (the writes are audited in the database), no Server header, no trust in X-Forwarded-* headers
+    config = uvicorn.Config(web, log_config=None, access_log=False, lifespan="off", server_header=False,
+                            proxy_headers=False)
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    if on_ready_func is not None:
+        on_ready_func(url)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _warm(app: App) -> None:
+    """Build the App's stores now, in one thread, rather than racing to in the first requests' threads."""
+    for name in ("jobs", "payments", "pool", "controls", "guard_config"):
+        getattr(app, name)

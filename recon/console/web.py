@@ -1,0 +1,219 @@
+"""The console's request plumbing: the template environment, pages, form fields, and the two kinds of
+endpoint (``page`` for a GET, ``action`` for a POST), which turn every error into a page, never a traceback.
+
+Templates are autoescaped, and every value a template prints passes through ``recon.redact.redact`` on its
+way out (the environment's ``finalize``), so a card number or a key that reached the database some other
+way is masked on the page too: a last line of defence behind the stores' own redaction. Only values marked
+safe by the console itself (its SVG charts, its stylesheet, its hidden CSRF field) skip it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from recon.errors import InvalidJobState, JobNotFound, UsageError
+from recon.redact import redact, redact_value
+
+if TYPE_CHECKING:
+    from recon.app import App
+    from recon.console.security import Csrf
+
+log = logging.getLogger("recon.console")
+
+#: the longest operator name accepted (it is stored with every write)
+OPERATOR_MAX = 100
+#: the longest free-text field accepted (reasons)
+TEXT_MAX = 500
+#: form limits: no files, a few fields
+FORM_MAX_FIELDS = 30
+
+Endpoint = Callable[[Request], Any]
+
+
+class PageError(Exception):
+    """A request the console cannot serve: the status and the one line shown."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Fields:
+    """Form or query fields, read with the checks every page shares; bad input raises UsageError (422)."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = {k: v for k, v in data.items() if isinstance(v, str)}
+
+    def text(self, name: str, *, label: str | None = None, required: bool = False,
+             max_length: int = TEXT_MAX) -> str | None:
+        """The stripped value, None when empty (UsageError when ``required``, or longer than ``max_length``)."""
+        value = self._data.get(name, "").strip()
+        what = label or name
+        if not value:
+            if required:
+                raise UsageError(f"{what} is required")
+            return None
+        if len(value) > max_length:
+            raise UsageError(f"{what} is too long (at most {max_length} characters)")
+        if any(ord(c) < 32 for c in value):
+            raise UsageError(f"{what} contains control characters")
+        return value
+
+    def required(self, name: str, *, label: str | None = None, max_length: int = TEXT_MAX) -> str:
+        value = self.text(name, label=label, required=True, max_length=max_length)
+        if value is None:  # text() raised already; this tells the type checker
+            raise UsageError(f"{label or name} is required")
+        return value
+
+    def operator(self) -> str:
+        """Who acts: required, stripped, at most OPERATOR_MAX characters."""
+        return self.required("operator", label="operator name", max_length=OPERATOR_MAX)
+
+    def flag(self, name: str) -> bool:
+        return self._data.get(name, "") not in ("", "0", "off", "false")
+
+    def raw(self, name: str) -> str:
+        return self._data.get(name, "")
+
+
+class Pages:
+    """The template environment and the pages rendered from it."""
+
+    def __init__(self) -> None:
+        self.env = Environment(loader=PackageLoader("recon.console", "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True),
+                               undefined=StrictUndefined, finalize=_redacted, trim_blocks=True, lstrip_blocks=True)
+        css = (files("recon.console") / "templates" / "console.css").read_text(encoding="utf-8")
+        self.css = Markup(css)  # nosec B704  # our own stylesheet, not input
+        self.style_hash = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
+        self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty)
+
+    def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+        csrf = getattr(request.state, "csrf", "")
+        base = {"request": request, "css": self.css, "path": request.url.path,
+                "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
+                "logged_in": _state(request, "auth") is not None, "notice": None, "error": None}
+        html = self.env.get_template(name).render({**base, **context})
+        return HTMLResponse(html, status_code=status)
+
+    def error(self, request: Request, status: int, message: str) -> HTMLResponse:
+        if status == 401:
+            return self.render(request, "login.html", status=401, error=message)
+        return self.render(request, "error.html", status=status, status_code=status, message=message)
+
+
+def recon_app(request: Request) -> App:
+    app: App = _state(request, "recon")
+    return app
+
+
+def pages(request: Request) -> Pages:
+    found: Pages = _state(request, "pages")
+    return found
+
+
+def page(func: Callable[[Request], Response]) -> Endpoint:
+    """A GET endpoint: ``func`` runs in the thread pool; errors become pages."""
+    async def endpoint(request: Request) -> Response:
+        return await _guarded(request, lambda: run_in_threadpool(func, request))
+
+    return endpoint
+
+
+def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
+    """A POST endpoint: the form is read (no files, few fields), its CSRF field checked against the cookie
+    (403 and nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool."""
+    async def endpoint(request: Request) -> Response:
+        async def run() -> Response:
+            form = await request.form(max_files=0, max_fields=FORM_MAX_FIELDS, max_part_size=64 * 1024)
+            fields = Fields(form)
+            csrf: Csrf = _state(request, "csrf")
+            if not csrf.matches(request.cookies.get("recon_csrf"), fields.raw("csrf")):
+                raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
+                                     "submit it again")
+            return await run_in_threadpool(func, request, fields)
+
+        return await _guarded(request, run)
+
+    return endpoint
+
+
+async def _guarded(request: Request, run: Callable[[], Any]) -> Response:
+    try:
+        response: Response = await run()
+        return response
+    except PageError as exc:
+        return pages(request).error(request, exc.status, exc.message)
+    except HTTPException as exc:
+        return pages(request).error(request, exc.status_code, str(exc.detail))
+    except JobNotFound as exc:
+        return pages(request).error(request, 404, str(exc))
+    except InvalidJobState as exc:
+        return pages(request).error(request, 409, str(exc))
+    except UsageError as exc:
+        return pages(request).error(request, 422, str(exc))
+    except Exception as exc:  # one line on the page; the type in the log, never the form
+        log.error("console: %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__,
+                  (str(exc).splitlines() or [""])[0][:200])
+        log.debug("console: traceback", exc_info=exc)
+        return pages(request).error(request, 500, "the console failed on this request; the server log says why")
+
+
+def _state(request: Request, name: str) -> Any:
+    return getattr(request.app.state, f"console_{name}")
+
+
+def _redacted(value: Any) -> Any:
+    """Every printed value but the console's own markup, redacted (see the module docstring)."""
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return "" if value is None else value
+    return redact(value)
+
+
+def _money(minor: int, currency: str) -> str:
+    from recon.payments.money import format_amount
+
+    return format_amount(int(minor), currency)
+
+
+def _timestamp(value: datetime | str | None) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def age_text(seconds: float | None) -> str:
+    """90061 -> "1d 1h": the two largest units, as people read an age."""
+    if seconds is None:
+        return "-"
+    left = int(seconds)
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return " ".join(parts[:2])
+
+
+def _pretty(value: Any) -> str:
+    """A JSON-like value as indented JSON, secret-named fields masked whole (``redact_value``)."""
+    if value is None or value == {}:
+        return ""
+    return json.dumps(redact_value(value), indent=1, sort_keys=True, default=str)

@@ -1,0 +1,72 @@
+"""HTTP-level tests of ``recon console`` (Starlette's TestClient on the real App and databases), and what
+they share: a console client on a database, its CSRF token, the figures a page marks with ``data-stat``.
+
+``starlette.testclient`` warns at import when it finds httpx rather than httpx2 (pytest turns warnings into
+errors); the console does not use it, so the import is made here with that one warning silenced.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from recon import Client, JobStore, Settings
+from recon.app import App
+from recon.console.server import create_app
+from recon.db.jobs_store import Finish
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*httpx2.*")
+    from starlette.testclient import TestClient
+
+#: the TestClient's requests name a loopback host, as a browser pointed at the console does
+BASE_URL = "http://127.0.0.1:8470"
+
+
+@contextmanager
+def console(db_url: str, *, token: str | None = None, **kwargs: Any) -> Iterator[TestClient]:
+    """A client of the console on ``db_url`` (its own App, closed afterwards)."""
+    app = App(db_url)
+    try:
+        with TestClient(create_app(app, token=token), base_url=BASE_URL, **kwargs) as client:
+            yield client
+    finally:
+        app.close()
+        app.db.dispose()
+
+
+def csrf_token(client: TestClient, path: str = "/psps") -> str:
+    """The CSRF field of the forms on ``path`` (the GET also sets its cookie on the client)."""
+    r = client.get(path)
+    found = re.search(r'name="csrf" value="([^"]+)"', r.text)
+    assert found, r.text[-2000:]
+    return found.group(1)
+
+
+def stats(html: str) -> dict[str, str]:
+    """Every ``data-stat`` figure of a page: name -> its text."""
+    return {m.group(1): re.sub(r"<[^>]+>", "", m.group(2)).strip()
+            for m in re.finditer(r'data-stat="([^"]+)"[^>]*>(.*?)</(?:span|td|dd|h2|p)>', html, re.S)}
+
+
+def attribute(html: str, stat: str, name: str) -> str:
+    """Attribute ``name`` of the element carrying ``data-stat="stat"``."""
+    found = re.search(rf'<[^>]*data-stat="{re.escape(stat)}"[^>]*>', html)
+    assert found, f"no data-stat={stat!r}"
+    value = re.search(rf'{name}="([^"]*)"', found.group(0))
+    assert value, f"data-stat={stat!r} has no {name}"
+    return value.group(1)
+
+
+def make_dead(store: JobStore, *, queue: str = "default", kind: str = "charge", error_kind: str = "bug",
+              error: str | None = None) -> int:
+    """A job that ran once and died of ``error_kind``."""
+    job_id = Client(store, Settings()).enqueue(kind, {"q": queue}, queue=queue)
+    [job] = store.claim(worker="w", queues=[queue], n=1, ttl=30)
+    assert job.id == job_id
+    store.finish(worker="w", finishes=[Finish(id=job_id, attempt=1, state="dead", outcome="dead",
+                                              error_kind=error_kind, error=error or f"{error_kind} on attempt 1")])
+    return job_id
