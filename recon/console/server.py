@@ -7,10 +7,11 @@ access token, CSRF and the headers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -62,9 +63,20 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
 
 def run(app: App, *, host: str, port: int, token: str | None,
         on_ready_func: Callable[[str], None] | None = None) -> None:
-    """Serve the console on ``host:port`` until SIGINT or SIGTERM (uvicorn's own handlers: it finishes the
-    requests in flight). ``on_ready_func`` gets the URL once the socket is bound (port 0: the one chosen)."""
+    """Serve the console on ``host:port`` until SIGINT or SIGTERM (the requests in flight finish first).
+    ``on_ready_func`` gets the URL once the socket is bound (port 0: the one chosen)."""
     import uvicorn
+
+    from recon.params import install_signal_handlers
+
+    class Server(uvicorn.Server):
+        """uvicorn's server under recon's signal handling (recon.params): the first SIGINT or SIGTERM lets
+        the requests in flight finish and ``run`` return (exit 0), a second exits at once. uvicorn's own
+        handlers would raise the signal again after shutting down, killing the process by it."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
 
     web = create_app(app, token=token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -79,8 +91,10 @@ def run(app: App, *, host: str, port: int, token: str | None,
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if on_ready_func is not None:
         on_ready_func(url)
+    server = Server(config)
+    install_signal_handlers(lambda: setattr(server, "should_exit", True))
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         sock.close()
 

@@ -57,8 +57,8 @@ def test_overview__figures_equal_recon_stats_json(tmp_path: Path, db: Database, 
     html = page.text
     shown = stats(html)
     assert int(shown["unfinished"]) == sum(doc["payments"]["unfinished_by_age"].values())
-    assert int(shown["dead"]) == sum(q["depth"].get("dead", 0) for q in doc["queues"].values())
-    assert int(shown["needs_review"]) == doc["review"]["needs_review"]
+    assert int(shown["dead"]) == sum(q["depth"].get("dead", 0) for q in doc["queues"].values()) > 0
+    assert int(shown["needs_review"]) == doc["review"]["needs_review"] > 0
     assert int(shown["workers-live"]) == doc["workers"]["live"]
     for queue, entry in doc["queues"].items():
         for state in ("pending", "runnable", "retryable", "leased", "succeeded", "dead", "canceled"):
@@ -74,7 +74,6 @@ def test_overview__figures_equal_recon_stats_json(tmp_path: Path, db: Database, 
     for p in doc["psp_controls"]:
         assert attribute(html, f"psp-{p['psp']}-paused", "data-value") == ("paused" if p["paused"] else "flowing")
     assert "<svg" in html and 'aria-label="money at risk by currency and age"' in html
-    assert "12.34 EUR" not in html or "13.00 EUR" in html  # amounts in major units: 1234 + 66 minor units
     assert "13.00 EUR" in html and "1.234 KWD" in html and "5 JPY" in html
 
 

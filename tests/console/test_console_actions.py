@@ -1,0 +1,120 @@
+"""The console's writes, checked through the command line: pause and resume (`recon psp status`), replay from
+the dead-letter page (`recon jobs show`), resolve and recheck from a payment's page (`recon payments show`),
+against the PSP sandbox over real HTTP for the resolve's question to the PSP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from psp_adapters.sandbox.server import SandboxServer
+from recon.db.database import Database
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore, Transition
+from recon.rows import EventSource, PaymentStatus
+from tests.cli import Runner
+from tests.console import console, csrf_token, make_dead
+from tests.integration.payment_flow import create
+
+
+def cli_json(recon: Runner, db_url: str, *args: str) -> Any:
+    r = recon(*args, "--json", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SandboxServer]:
+    with SandboxServer(tmp_path / "psp.db") as server:
+        monkeypatch.setenv("RECON_SANDBOX_BASE_URL", server.url)
+        yield server
+
+
+def in_review(db: Database, n: int) -> list[str]:
+    """``n`` payments never charged, in review because the PSP had no payment for them."""
+    store = PaymentStore(db)
+    refs = []
+    for payment_id in create(db, n, charge=False, prefix="lost"):
+        with db.begin() as conn:
+            assert store.apply(conn, Transition(payment_id, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
+                                                EventSource.RECONCILE, review_reason="missing_at_psp: none there"))
+        payment = store.get(payment_id)
+        assert payment is not None
+        refs.append(payment.merchant_reference)
+    return refs
+
+
+def test_psps__pause_and_resume_from_the_page_show_in_recon_psp_status(db_url: str, recon: Runner) -> None:
+    with console(db_url) as client:
+        csrf = csrf_token(client)
+        r = client.post("/psps/stripe/pause", data={"operator": " ann ", "reason": "incident 7", "csrf": csrf})
+        assert r.status_code == 200 and "psp stripe paused by ann" in r.text
+        [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
+        assert (stripe["paused"], stripe["paused_by"], stripe["pause_reason"]) == (True, "ann", "incident 7")
+        r = client.post("/psps/stripe/resume", data={"operator": "bob", "csrf": csrf})
+        assert r.status_code == 200 and "resumed by bob" in r.text
+        assert client.post("/psps/nopsp/pause", data={"operator": "a", "reason": "b", "csrf": csrf}).status_code == 404
+    assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
+
+
+def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Database, db_url: str,
+                                                                         recon: Runner) -> None:
+    jobs = JobStore(db)
+    hit = make_dead(jobs, queue="charges", error_kind="psp_unavailable")
+    miss = make_dead(jobs, queue="charges", error_kind="validation")
+    filters = {"queue": "charges", "error_kind": "psp_unavailable", "since": "1h"}
+    with console(db_url) as client:
+        preview = client.get("/dead/preview", params=filters)
+        assert preview.status_code == 200
+        assert f'data-job="{hit}"' in preview.text and f'data-job="{miss}"' not in preview.text
+        assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
+        r = client.post("/dead/replay", data={**filters, "operator": "carol", "csrf": csrf_token(client)})
+        assert r.status_code == 200 and "replayed 1 dead jobs" in r.text and f'data-replayed="{hit}"' in r.text
+        assert client.post("/dead/replay", data={"since": "someday", "operator": "carol",
+                                                 "csrf": csrf_token(client)}).status_code == 422
+        assert client.post("/dead/replay", data={"operator": "", "csrf": csrf_token(client)}).status_code == 422
+    shown = cli_json(recon, db_url, "jobs", "show", str(hit))
+    assert shown["job"]["state"] == "runnable"
+    assert [r["replayed_by"] for r in shown["replays"]] == ["carol"]
+    assert cli_json(recon, db_url, "jobs", "show", str(miss))["job"]["state"] == "dead"
+
+
+def test_review__resolve_refused_by_the_psp_then_overridden_and_recorded(db: Database, db_url: str,
+                                                                        sandbox: SandboxServer, recon: Runner) -> None:
+    ref, other = in_review(db, 2)
+    with console(db_url) as client:
+        csrf = csrf_token(client, f"/payments/{ref}")
+        form = {"as": "succeeded", "reason": "customer sent a receipt", "operator": "dana", "csrf": csrf}
+        refused = client.post(f"/payments/{ref}/resolve", data=form)
+        assert refused.status_code == 409
+        assert "the PSP has no such payment" in refused.text and "customer sent a receipt" in refused.text
+        assert client.post(f"/payments/{ref}/resolve", data={**form, "reason": ""}).status_code == 422
+        assert client.post(f"/payments/{ref}/resolve", data={**form, "as": "pending"}).status_code == 422
+        assert cli_json(recon, db_url, "payments", "show", ref)["payment"]["status"] == "needs_review"
+        done = client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"})
+        assert done.status_code == 200 and "resolved as succeeded by dana" in done.text
+        assert client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"}).status_code == 422  # done
+        failed = client.post(f"/payments/{other}/resolve", data={**form, "as": "failed", "operator": "eve"})
+        assert failed.status_code == 200
+        assert client.post("/payments/nope/resolve", data=form).status_code == 404
+    shown = cli_json(recon, db_url, "payments", "show", ref)
+    assert shown["payment"]["status"] == "succeeded"
+    last = shown["events"][-1]
+    assert (last["source"], last["details"]["operator"], last["details"]["override"]) == ("manual", "dana", True)
+    assert cli_json(recon, db_url, "payments", "show", other)["payment"]["status"] == "failed"
+
+
+def test_review__recheck_queues_a_reconcile_job(db: Database, db_url: str, recon: Runner) -> None:
+    [ref] = in_review(db, 1)
+    with console(db_url) as client:
+        csrf = csrf_token(client, f"/payments/{ref}")
+        assert client.post(f"/payments/{ref}/recheck", data={"operator": "", "csrf": csrf}).status_code == 422
+        r = client.post(f"/payments/{ref}/recheck", data={"operator": "fay", "csrf": csrf})
+        assert r.status_code == 200
+        job_id = int(r.text.split('data-job-link="')[1].split('"')[0])
+    job = cli_json(recon, db_url, "jobs", "show", str(job_id))["job"]
+    assert job["kind"] == "reconcile" and job["state"] == "runnable"

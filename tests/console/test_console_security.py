@@ -1,0 +1,150 @@
+"""The console's safety: CSRF on every write, the access token, the Host check, the headers, the operator
+name, and `recon console` refusing a non-loopback bind without a token; the server started for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from recon.console.security import is_loopback
+from recon.db.database import Database
+from recon.db.jobs_store import JobStore
+from tests.cli import Runner, python_env
+from tests.console import console, csrf_token, make_dead
+
+TOKEN = "correct-horse-battery-staple-42"
+
+
+def paused(recon: Runner, db_url: str) -> dict[str, bool]:
+    r = recon("psp", "status", "--json", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    return {p["psp"]: p["paused"] for p in json.loads(r.stdout)["psps"]}
+
+
+def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: Database, db_url: str,
+                                                                           recon: Runner) -> None:
+    dead = make_dead(JobStore(db), queue="charges")
+    with console(db_url) as client:
+        good = csrf_token(client)
+        forged = "0" * 32 + "." + "0" * 64  # the right shape, not signed by this process
+        for fields in ({}, {"csrf": ""}, {"csrf": good + "x"}, {"csrf": forged}):
+            r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", **fields})
+            assert r.status_code == 403, fields
+            assert "CSRF" in r.text
+        client.cookies.set("recon_csrf", forged)  # a planted cookie with a matching field: still not ours
+        assert client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": forged}
+                           ).status_code == 403
+        client.cookies.clear()
+        assert client.post("/dead/replay", data={"operator": "ann", "csrf": good}).status_code == 403  # no cookie
+        good = csrf_token(client)
+        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+                        headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403 and "another site" in r.text
+        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+                        headers={"Sec-Fetch-Site": "cross-site"})
+        assert r.status_code == 403
+    assert not any(paused(recon, db_url).values())
+    shown = json.loads(recon("jobs", "show", str(dead), "--json", db_url=db_url).stdout)
+    assert shown["job"]["state"] == "dead" and shown["replays"] == []
+
+
+def test_operator__required_and_bounded_else_422_and_nothing_done(db_url: str, recon: Runner) -> None:
+    with console(db_url) as client:
+        csrf = csrf_token(client)
+        for operator in ("", "   ", "x" * 101, "ann\x07"):
+            r = client.post("/psps/stripe/pause", data={"operator": operator, "reason": "x", "csrf": csrf})
+            assert r.status_code == 422, operator
+            assert "operator name" in r.text
+        r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": " ", "csrf": csrf})
+        assert r.status_code == 422 and "reason is required" in r.text
+    assert not any(paused(recon, db_url).values())
+
+
+def test_token__every_request_needs_it_bearer_or_login_cookie(db_url: str) -> None:
+    with console(db_url, token=TOKEN) as client:
+        r = client.get("/")
+        assert r.status_code == 401 and 'action="/login"' in r.text
+        assert client.get("/psps", headers={"Authorization": "Bearer wrong-token-wrong-token"}).status_code == 401
+        assert client.get("/psps", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert client.post("/psps/stripe/pause", data={}).status_code == 401  # before any CSRF check
+        csrf = csrf_token(client, "/login")
+        r = client.post("/login", data={"token": "wrong-token-wrong-token", "csrf": csrf}, follow_redirects=False)
+        assert r.status_code == 401 and "wrong access token" in r.text
+        assert client.post("/login", data={"token": TOKEN}, follow_redirects=False).status_code == 403  # no csrf
+        r = client.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False)
+        assert r.status_code == 303
+        cookie = r.headers["set-cookie"]
+        assert "recon_session=" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert TOKEN not in cookie  # the cookie holds a signature of the token, not the token
+        page = client.get("/")
+        assert page.status_code == 200 and TOKEN not in page.text
+        r = client.post("/logout", data={"csrf": csrf_token(client)}, follow_redirects=False)
+        assert r.status_code == 303
+        client.cookies.delete("recon_session")
+        assert client.get("/").status_code == 401
+
+
+def test_host__without_a_token_only_loopback_host_names_are_served(db_url: str) -> None:
+    with console(db_url) as client:
+        for host in ("127.0.0.1:8470", "localhost:8470", "[::1]:8470", "127.0.0.2"):
+            assert client.get("/psps", headers={"Host": host}).status_code == 200, host
+        r = client.get("/psps", headers={"Host": "evil.example:8470"})  # DNS rebinding
+        assert r.status_code == 400 and "loopback" in r.text
+    with console(db_url, token=TOKEN) as client:
+        assert client.get("/psps", headers={"Host": "recon.internal", "Authorization": f"Bearer {TOKEN}"}
+                          ).status_code == 200
+
+
+def test_headers__every_response_has_them_and_no_script_is_allowed(db_url: str) -> None:
+    with console(db_url) as client:
+        for path in ("/", "/nowhere", "/payments/none"):
+            r = client.get(path)
+            csp = r.headers["content-security-policy"]
+            assert "default-src 'self'" in csp and "script-src 'none'" in csp and "unsafe-inline" not in csp
+            assert "frame-ancestors 'none'" in csp
+            assert (r.headers["x-frame-options"], r.headers["referrer-policy"],
+                    r.headers["x-content-type-options"]) == ("DENY", "no-referrer", "nosniff")
+            assert "<script" not in r.text
+        cookie = client.get("/").headers.get("set-cookie") or ""
+    assert cookie == "" or ("HttpOnly" in cookie and "SameSite=Strict" in cookie)
+
+
+def test_loopback__names_and_addresses() -> None:
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "192.168.1.2", "example.com", ""))
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::"])
+def test_command__a_non_loopback_bind_without_a_token_exits_2_before_binding(db_url: str, recon: Runner,
+                                                                              host: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RECON_CONSOLE_TOKEN"}
+    r = recon("console", "--host", host, "--port", "1", db_url=db_url, env=env)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith(f"recon console: --host {host} is not a loopback address: set RECON_CONSOLE_TOKEN")
+    short = recon("console", "--host", host, db_url=db_url, env={**env, "RECON_CONSOLE_TOKEN": "short"})
+    assert short.returncode == 2 and "at least 16 characters" in short.stderr and "short" not in short.stdout
+
+
+def test_command__serves_until_sigterm_and_exits_0(db_url: str) -> None:
+    env = {k: v for k, v in python_env().items() if k != "RECON_CONSOLE_TOKEN"}
+    with subprocess.Popen([sys.executable, "-m", "recon", "--database-url", db_url, "console", "--port", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            found = re.fullmatch(r"console on (http://127\.0\.0\.1:\d+/)\n", line)
+            assert found, line
+            r = httpx.get(found.group(1) + "psps", timeout=5)  # the socket is bound before the line is printed
+            assert r.status_code == 200 and "PSP controls" in r.text
+            proc.terminate()
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
