@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from recon.db import schema
@@ -144,3 +145,18 @@ def test_pages__a_planted_card_number_or_key_is_never_rendered(tmp_path: Path, d
             for secret in (CARD, "4242 4242 4242 4242", KEY):
                 assert secret not in r.text, (path, secret)
         assert "[card]" in client.get(f"/jobs/{job_id}").text
+
+
+def test_pages__an_unexpected_error_is_a_one_line_500_page(db_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    def broken(**_: Any) -> None:
+        raise RuntimeError(f"boom with {CARD}")
+
+    with console(db_url) as client:
+        app = client.app.state.console_recon  # type: ignore[attr-defined]
+        monkeypatch.setattr(app.jobs.dead_letters, "list_jobs_filtered", broken)
+        r = client.get("/dead?queue=secret-form-value")
+    assert r.status_code == 500
+    assert "Traceback" not in r.text and "boom" not in r.text and CARD not in r.text
+    [record] = [rec for rec in caplog.records if rec.name == "recon.console" and rec.levelname == "ERROR"]
+    assert "RuntimeError" in record.getMessage() and "secret-form-value" not in record.getMessage()
