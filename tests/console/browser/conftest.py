@@ -1,0 +1,236 @@
+"""The console in a real browser: Debian's chromium driven by Playwright for Python, against the console served
+for real (uvicorn in a background thread on 127.0.0.1 and a free port), seeded through recon's own code.
+
+Chromium is the system's (``/usr/bin/chromium``, or ``RECON_CHROMIUM``), never Playwright's download: nothing
+is fetched at run time. Without it the tests skip, saying so; with ``RECON_BROWSER_TESTS=required`` (set by
+``.ci/run``, which installs the package) a missing chromium fails them instead.
+
+Each test gets its own browser (a fresh profile under its tmp dir) and its own Playwright driver: a live sync
+Playwright keeps an event loop marked as running in this thread, which would break any later ``asyncio.run``
+in the same pytest worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.server import SandboxServer
+from recon import Client, JobStore, Settings
+from recon.app import App
+from recon.db.database import Database
+from recon.db.jobs_store import Finish
+from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.rows import EventSource, PaymentStatus
+from tests.cli import Runner
+from tests.integration.payment_flow import admin, drain, handlers_for, sandbox_adapter, sweep_now
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, Locator, Page, Playwright
+    from uvicorn import Server
+
+CHROMIUM = Path(os.environ.get("RECON_CHROMIUM", "/usr/bin/chromium"))
+#: the flags chromium runs with: headless, no sandbox (containers run as root), nothing fetched in the background
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWPORT = {"width": 1200, "height": 800}
+#: how long a page action or navigation may take (a loaded CI machine included)
+ACTION_TIMEOUT_MS = 15_000
+
+
+def _chromium_or_skip() -> None:
+    if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK):
+        return
+    reason = (f"no chromium at {CHROMIUM}: the browser tests drive Debian's chromium package "
+              f"(apt-get install chromium; .ci/run installs it) or RECON_CHROMIUM=PATH")
+    if os.environ.get("RECON_BROWSER_TESTS") == "required":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def playwright() -> Iterator[Playwright]:
+    _chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture
+def browser(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
+    """Chromium with a fresh profile under this test's tmp dir."""
+    context = playwright.chromium.launch_persistent_context(
+        tmp_path / "chromium-profile", executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True,
+        viewport=VIEWPORT)  # type: ignore[arg-type]
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    context.set_default_navigation_timeout(ACTION_TIMEOUT_MS)
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Page:
+    return browser.pages[0] if browser.pages else browser.new_page()
+
+
+# --- the console, served for real ---------------------------------------------------------------------------
+
+
+@dataclass
+class Console:
+    """A running console: its base URL (``http://127.0.0.1:PORT``) and the App it serves."""
+
+    url: str
+    app: App
+
+    def at(self, path: str) -> str:
+        return self.url + path
+
+
+class ConsoleServer:
+    """``recon.console.server.create_app(App(database_url=...))`` under uvicorn in a background thread, on
+    127.0.0.1 and a port the kernel picked; stopped (and the App's engine disposed of) on exit."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.app: App | None = None
+        self.server: Server | None = None
+        self.thread: threading.Thread | None = None
+        self.sock: socket.socket | None = None
+
+    def __enter__(self) -> Console:
+        import uvicorn
+
+        from recon.console.server import create_app
+
+        self.app = App(database_url=self.database_url)
+        web = create_app(self.app)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        port = self.sock.getsockname()[1]
+        config = uvicorn.Config(web, log_config=None, access_log=False, lifespan="off", ws="none",
+                                server_header=False, proxy_headers=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name=f"console-{port}", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.__exit__()
+                raise AssertionError("the console did not start")
+            time.sleep(0.02)
+        return Console(url=f"http://127.0.0.1:{port}", app=self.app)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(15)
+            assert not self.thread.is_alive(), "the console's server thread did not stop"
+        if self.sock is not None:
+            self.sock.close()
+        if self.app is not None:
+            self.app.close()
+            self.app.db.dispose()
+
+
+@pytest.fixture
+def console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
+    """The console on ``db_url`` (each test seeds the database first or meanwhile: every page reads it live)."""
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    with ConsoleServer(db_url) as running:
+        yield running
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SandboxServer]:
+    """The PSP sandbox over HTTP, every charge left pending until a test settles it; the console's App (and
+    in-process ``recon`` runs) reach it through RECON_SANDBOX_BASE_URL, as a deployment would."""
+    faults = Faults(pending_fraction=1.0, settle_after_seconds=600, decline_amount_suffix=None)
+    with SandboxServer(tmp_path / "psp.db", faults=faults) as server:
+        monkeypatch.setenv("RECON_SANDBOX_BASE_URL", server.url)
+        yield server
+
+
+# --- seeding through recon's own code ---------------------------------------------------------------------
+
+
+def create(db: Database, refs: list[str], *, amount: int = 1000, currency: str = "EUR", psp: str = "sandbox",
+           age: timedelta | None = None, charge: bool = True) -> list[int]:
+    """Payments created by the store (with their charge jobs unless ``charge`` is False), ``age`` old."""
+    created = datetime.now(UTC) - age if age else None
+    return PaymentStore(db).create([NewPayment("shop", ref, amount, currency, psp, created_at=created)
+                                    for ref in refs], charge=charge)
+
+
+def to_review(db: Database, payment_id: int, reason: str, *, details: dict[str, Any] | None = None) -> None:
+    """A payment moved to needs_review by the store's own compare-and-set, as a handler does."""
+    store = PaymentStore(db)
+    current = store.get(payment_id).status  # type: ignore[union-attr]
+    with db.begin() as conn:
+        assert store.apply(conn, Transition(payment_id, current, PaymentStatus.NEEDS_REVIEW, EventSource.RECONCILE,
+                                            review_reason=reason, details=details))
+
+
+def make_dead(db: Database, *, queue: str = "charges", kind: str = "charge", error_kind: str = "bug",
+              error: str | None = None, payload: dict[str, Any] | None = None) -> int:
+    """A job that ran once and died of ``error_kind``, through the engine's enqueue, claim and fenced finish.
+    The claim takes the queue's first claimable job: make dead jobs before enqueueing others to ``queue``."""
+    store = JobStore(db)
+    job_id = Client(store, Settings()).enqueue(kind, payload or {"planted": True}, queue=queue)
+    [job] = store.claim(worker="w", queues=[queue], n=1, ttl=30)
+    assert job.id == job_id
+    store.finish(worker="w", finishes=[Finish(id=job_id, attempt=1, state="dead", outcome="dead", delay=None,
+                                              error_kind=error_kind, error=error or f"{error_kind} on attempt 1")])
+    return job_id
+
+
+def charged_into_review(db: Database, sandbox: SandboxServer, ref: str, *, amount: int, psp_amount: int) -> int:
+    """One payment charged at the sandbox (left pending there), then settled by the sandbox for ``psp_amount``:
+    the sweep asks the PSP and sends the payment to review (amount_mismatch), as in production."""
+    [pid] = create(db, [ref], amount=amount)
+    adapter = sandbox_adapter(sandbox.url)
+    try:
+        drain(db, handlers_for(db, adapter), queues=["charges"])
+        psp_ref = PaymentStore(db).get(pid).psp_reference  # type: ignore[union-attr]
+        assert psp_ref, "the sandbox gave no reference"
+        admin(sandbox.url, f"/_admin/payments/{psp_ref}/amount", {"amount": psp_amount})
+        admin(sandbox.url, f"/_admin/payments/{psp_ref}/settle", {})
+        sweep_now(db, handlers_for(db, adapter), until_finished=True)
+    finally:
+        adapter.close()
+    assert PaymentStore(db).get(pid).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
+    return pid
+
+
+def recon_json(recon: Runner, db_url: str, *args: str) -> Any:
+    """``recon ARGS --json`` on ``db_url``, its exit code 0, its output parsed."""
+    r = recon(*args, "--json", db_url=db_url, log_level="WARNING")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def submit(page: Page, button: Locator, *, expect: int = 200) -> None:
+    """Click a form's submit ``button`` and wait for the page the POST answers with; its status must be
+    ``expect`` (the page's error line is the assertion's message otherwise)."""
+    with page.expect_response(lambda r: r.request.method == "POST") as answer:
+        button.click()
+    page.wait_for_load_state()
+    status = answer.value.status
+    if status != expect:
+        said = " / ".join(page.locator("main .error").all_inner_texts()) or page.inner_text("main")[:300]
+        raise AssertionError(f"POST {answer.value.url} answered {status}, not {expect}: {said}")
