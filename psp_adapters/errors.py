@@ -81,3 +81,15 @@ class PspAuthError(PspError):
 
 class PspProtocolError(PspError):
     """The PSP answered with something we cannot parse."""
+
+
+class WebhookRejected(Exception):
+    """An inbound webhook that must not be trusted or cannot be read; nothing of it is stored.
+
+    ``reason`` is a short code for metrics and the one log line: ``no_signature``, ``bad_signature``,
+    ``stale_timestamp``, ``unauthorized``, ``malformed``. The message never quotes the payload.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

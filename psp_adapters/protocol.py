@@ -121,6 +121,35 @@ PaymentOutcome = Succeeded | Pending | ActionRequired | Failed | NotFound | Unkn
 
 
 @dataclass(frozen=True, slots=True)
+class Reversed(_Outcome):
+    """After it succeeded, the PSP took money back (a webhook's news, never a ``fetch_payment`` answer):
+    ``kind`` "refund" or "dispute" (a chargeback); ``amount`` is what was taken back; ``reason`` the PSP's."""
+
+    kind: str = "refund"
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEvent:
+    """One event a PSP pushed, verified and parsed by that PSP's ``webhook`` module.
+
+    ``event_id`` is unique per PSP and the same on every redelivery (Stripe's ``evt_…``; Adyen's event code with
+    the item's PSP references). ``news`` is what it says about one payment (its ``psp_reference`` and
+    ``merchant_reference`` find it); None for events that concern no payment (``report`` names an available
+    report) or that recon does not act on. ``body`` is the event's own document, kept as evidence.
+    """
+
+    psp: str
+    event_id: str
+    event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
+    occurred_at: datetime | None
+    news: PaymentOutcome | Reversed | None
+    merchant_account: str | None = None
+    report: str | None = None  #: REPORT_AVAILABLE: the report file's name
+    body: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class SettlementLine:
     """One row of a PSP's settlement/captured listing."""
 

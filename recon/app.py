@@ -28,6 +28,7 @@ from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
 from recon.db.report_store import ReportStore
 from recon.db.sweep_store import SweepRunStore
+from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
 from recon.engine.retry import RetryPolicy
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # imported where first used: a command that calls no PSP neve
     from recon.payments.guard import Guard
     from recon.payments.psp_limits import GuardConfig
     from recon.review import ReviewDesk
+    from recon.webhooks.config import WebhookConfig
 
 #: PSP name -> its adapter, not yet instrumented
 AdapterFactory = Callable[[str], PspAdapter]
@@ -82,6 +84,9 @@ class App:
                 settings = replace(settings, database_url=self._database_url)
             _check_psp_tables(settings)
             ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
+            from recon.webhooks.config import WebhookConfig
+
+            WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
             self._settings = settings
         return self._settings
 
@@ -136,6 +141,18 @@ class App:
     def sweeps(self) -> SweepRunStore:
         """One row per ``recon sweep`` (the last sweeps in ``recon stats`` and the console)."""
         return SweepRunStore(self.db)
+
+    @cached_property
+    def webhooks(self) -> WebhookStore:
+        """The events PSPs pushed (``recon serve``) and their jobs."""
+        return WebhookStore(self.db)
+
+    @cached_property
+    def webhook_config(self) -> WebhookConfig:
+        """``[webhooks]`` of the config file, secrets from the environment (recon.webhooks.config)."""
+        from recon.webhooks.config import WebhookConfig
+
+        return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source)
 
     def client(self) -> Client:
         return Client(self.jobs, self.settings)
@@ -252,11 +269,13 @@ class App:
 
     # --- handlers and workers -----------------------------------------------------------------------------
 
-    def handlers(self, extra: tuple[str, ...] = (), *, kinds: tuple[str, ...] = ("charge", "reconcile")) -> Handlers:
-        """The payment handlers (charge, reconcile) plus any ``--handlers MODULE:ATTR``."""
+    def handlers(self, extra: tuple[str, ...] = (), *,
+                 kinds: tuple[str, ...] = ("charge", "reconcile", "webhook")) -> Handlers:
+        """The payment handlers (charge, reconcile, webhook) plus any ``--handlers MODULE:ATTR``."""
         from recon.clock import SystemClock
         from recon.payments.charge import ChargeHandler
         from recon.reconcile.handler import ReconcileHandler
+        from recon.webhooks.handler import WebhookHandler, report_sweep
 
         handlers = Handlers()
         if "charge" in kinds:
@@ -265,6 +284,9 @@ class App:
         if "reconcile" in kinds:
             handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
                                                             clock=SystemClock(), guard=self.guard))
+        if "webhook" in kinds:
+            handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
+                self.payments, self.client(), queue=self.reconcile_config.queue)))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers

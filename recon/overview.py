@@ -34,4 +34,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta) -> di
     doc["resolutions"] = {"since": (raw["now"] - RESOLUTIONS_WINDOW).isoformat(),
                           "by_day": app.payments.resolutions(since=raw["now"] - RESOLUTIONS_WINDOW)}
     doc["sweeps"] = app.sweeps.latest(SWEEPS_SHOWN)
+    # webhook events received in the window by PSP and how applying them ended (unknown_payment: events for
+    # payments we have no record of, missing_locally candidates)
+    doc["webhooks"] = app.webhooks.counts(since=raw["now"] - window)
     return doc

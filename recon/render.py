@@ -365,6 +365,12 @@ def review_lines(doc: dict[str, Any]) -> None:
         for row in rows:
             table.add_row(row["day"], row["operator"] or "-", row["status"], str(row["count"]), str(row["overrides"]))
         console.print(table)
+    if doc.get("webhooks"):
+        per_psp: dict[str, list[str]] = {}
+        for row in doc["webhooks"]:
+            per_psp.setdefault(row["psp"], []).append(f"{row['state']} {row['events']}")
+        console.print(f"webhook events, last {int(doc['window_seconds'])}s: "
+                      + "; ".join(f"{psp}: {', '.join(parts)}" for psp, parts in sorted(per_psp.items())))
     if doc["sweeps"]:
         table = Table(title="last sweeps")
         for col in ("started", "by", "outcome", "exit", "checked", "healed", "needs_review"):

@@ -49,6 +49,7 @@ class ReviewKind(StrEnum):
     NO_FINAL_ANSWER = "no_final_answer"  #: still pending at the PSP at the end of the reconcile schedule
     AUTHENTICATION_REQUIRED = "authentication_required"  #: the customer must authenticate (3-D Secure)
     PSP_REVERSED = "psp_reversed"  #: refunded or disputed at the PSP after it succeeded
+    STATUS_MISMATCH = "status_mismatch"  #: we hold it as failed, the PSP says it succeeded
     OTHER = "other"  #: anything else
 
 

@@ -104,6 +104,7 @@ class PaymentStatus(StrEnum):
 class EventSource(StrEnum):
     CHARGE = "charge"  #: the charge job
     RECONCILE = "reconcile"  #: the reconcile job
+    WEBHOOK = "webhook"  #: the webhook job, applying an event the PSP pushed
     MANUAL = "manual"  #: a person: the import, a review resolution (``recon review resolve``)
 
 
@@ -171,6 +172,42 @@ class PaymentEvent:
     job_id: int | None = None
     attempt: int | None = None
     details: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+class WebhookState(StrEnum):
+    RECEIVED = "received"  #: stored; its job has not applied it yet
+    APPLIED = "applied"  #: changed the payment, or joined its audit trail as evidence
+    UNKNOWN_PAYMENT = "unknown_payment"  #: no payment of ours matches (a missing_locally candidate)
+    STALE = "stale"  #: nothing new: a redelivery, or older news than the payment's final state
+    IGNORED = "ignored"  #: concerns no payment (a report became available: reconcile jobs were queued)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRecord:
+    """One row of ``webhook_events``: an event a PSP pushed and what it says about one payment."""
+
+    id: int
+    psp: str
+    event_id: str
+    event_type: str
+    occurred_at: datetime | None
+    received_at: datetime
+    psp_reference: str | None
+    merchant_reference: str | None
+    merchant_account: str | None
+    amount: int | None
+    currency: str | None
+    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute; None: no payment news
+    psp_status: str | None
+    reason: str | None
+    report: str | None
+    body: dict[str, Any] | None
+    state: WebhookState
+    payment_id: int | None
+    applied_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)

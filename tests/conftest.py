@@ -33,7 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The chaos suite restarts PostgreSQL: run it last."""
     items.sort(key=lambda item: "tests/chaos/" in str(item.fspath).replace("\\", "/"))
 #: tables recon creates, children first; extended by later migrations
-TABLES = ("payment_events", "payments", "job_attempts", "jobs", "workers", "psp_controls", "sweep_runs")
+TABLES = ("payment_events", "payments", "job_attempts", "jobs", "workers", "psp_controls", "sweep_runs",
+          "webhook_events")
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ def db_upgrade(app: App) -> None:
 
 
 @click.command()
-@click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile).")
+@click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile,webhooks).")
 @click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
 @click.option("--prefetch", type=click.IntRange(0, 4096),
               help="Jobs claimed beyond the free threads (short jobs: e.g. the concurrency; default 0).")
@@ -59,7 +59,8 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     """Claim and run jobs until SIGTERM/SIGINT (or, with --burst, until the queues are empty)."""
     engine = app.engine_config(concurrency=concurrency, prefetch=prefetch, lease_ttl=lease_ttl, heartbeat=heartbeat,
                                drain_timeout=drain_timeout, poll_interval=poll_interval)
-    default_queues = ",".join([engine.default_queue, "charges", app.reconcile_config.queue])
+    default_queues = ",".join([engine.default_queue, "charges", app.reconcile_config.queue,
+                               app.webhook_config.queue])
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")

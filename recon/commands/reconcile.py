@@ -180,7 +180,8 @@ def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: datetime, u
     try:
         writer = st.JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else st.CsvWriter(out)
         result = st.run_report(app.reports, adapter, writer, psp=psp, since=since, until=until,
-                               settlement_window=app.reconcile_config.settlement_window)
+                               settlement_window=app.reconcile_config.settlement_window,
+                               unknown_events=app.webhooks.unknown_between(psp=psp, since=since, until=until))
         out.flush()
     except BaseException:
         if tmp:

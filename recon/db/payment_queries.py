@@ -268,3 +268,9 @@ payment_job_ids = Query(
            ORDER BY 1""",
     expanding=("keys",),
 )
+
+payment_get_by_psp_reference = Query(
+    "payment_get_by_psp_reference",
+    "Run by the webhook job: the payment a PSP's event names by its own reference (index payments_psp_reference).",
+    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference = :ref",  # nosec B608
+)

@@ -182,6 +182,20 @@ class PaymentStore:
         with self.db.begin() as own:
             return self.get(payment_id, own)
 
+    def for_psp_event(self, conn: sa.Connection, *, psp: str, psp_reference: str | None,
+                      merchant_reference: str | None) -> Payment | None:
+        """The payment a PSP's event is about: by the PSP's reference, else by our merchant reference (of that
+        PSP). Inside the caller's transaction."""
+        if psp_reference:
+            row = conn.execute(self._q(lq.payment_get_by_psp_reference), {"psp": psp, "ref": psp_reference}).first()
+            if row is not None:
+                return self._payment(row)
+        if merchant_reference:
+            row = conn.execute(self._q(lq.payment_get_by_reference), {"ref": merchant_reference}).first()
+            if row is not None and row[5] == psp:
+                return self._payment(row)
+        return None
+
     def by_reference(self, ref: str) -> Payment | None:
         with self.db.begin() as conn:
             row = conn.execute(self._q(lq.payment_get_by_reference), {"ref": ref}).first()

@@ -180,7 +180,7 @@ payment_events = sa.Table(
     sa.Column("attempt", sa.Integer(), nullable=True),
     sa.Column("details", Json, nullable=True),
     sa.Column("at", Timestamp, nullable=False),
-    sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual')", name="payment_events_source_valid"),
+    sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual', 'webhook')", name="payment_events_source_valid"),
     sa.Index("payment_events_payment", "payment_id", "id"),
     sa.Index("payment_events_manual", "at", postgresql_where=sa.text("source = 'manual'"),
              sqlite_where=sa.text("source = 'manual'")),
@@ -249,4 +249,37 @@ psp_controls = sa.Table(
     sa.Column("updated_at", Timestamp, nullable=False),
     sa.CheckConstraint(_in("breaker_state", BREAKER_STATES), name="psp_controls_breaker_valid"),
     sa.CheckConstraint("failures >= 0", name="psp_controls_failures_valid"),
+)
+
+# --- webhook events (migration 0009): every event a PSP pushed, once -----------------------------------------
+
+WEBHOOK_STATES = ("received", "applied", "unknown_payment", "stale", "ignored")
+
+webhook_events = sa.Table(
+    "webhook_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("event_id", sa.Text(), nullable=False),
+    sa.Column("event_type", sa.Text(), nullable=False),
+    sa.Column("occurred_at", Timestamp, nullable=True),
+    sa.Column("received_at", Timestamp, nullable=False),
+    sa.Column("psp_reference", sa.Text(), nullable=True),
+    sa.Column("merchant_reference", sa.Text(), nullable=True),
+    sa.Column("merchant_account", sa.Text(), nullable=True),
+    sa.Column("amount", sa.BigInteger(), nullable=True),
+    sa.Column("currency", sa.Text(), nullable=True),
+    sa.Column("news", sa.Text(), nullable=True),
+    sa.Column("psp_status", sa.Text(), nullable=True),
+    sa.Column("reason", sa.Text(), nullable=True),
+    sa.Column("report", sa.Text(), nullable=True),
+    sa.Column("body", Json, nullable=True),
+    sa.Column("state", sa.Text(), nullable=False, server_default="received"),
+    sa.Column("payment_id", Id, nullable=True),
+    sa.Column("applied_at", Timestamp, nullable=True),
+    sa.CheckConstraint(_in("state", WEBHOOK_STATES), name="webhook_events_state_valid"),
+    sa.UniqueConstraint("psp", "event_id", name="webhook_events_psp_event_key"),
+    sa.Index("webhook_events_unknown", "psp", "received_at", postgresql_where=sa.text("state = 'unknown_payment'"),
+             sqlite_where=sa.text("state = 'unknown_payment'")),
+    sqlite_autoincrement=True,
 )

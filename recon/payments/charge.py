@@ -46,6 +46,7 @@ from psp_adapters.protocol import (
     Pending,
     PspAdapter,
     PspRef,
+    Reversed,
     Succeeded,
     Unknown,
 )
@@ -68,7 +69,7 @@ _MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKin
                   ErrorKind.CONFLICT}
 
 
-def outcome_details(outcome: PaymentOutcome) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,

@@ -26,26 +26,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from psp_adapters.errors import PspError
-from psp_adapters.protocol import (
-    ActionRequired,
-    Failed,
-    NotFound,
-    PaymentOutcome,
-    Pending,
-    PspAdapter,
-    PspRef,
-    Succeeded,
-    Unknown,
-)
+from psp_adapters.protocol import NotFound, PaymentOutcome, PspAdapter, PspRef
 from recon.classify import classify
 from recon.clock import Clock
 from recon.db.payment_store import PaymentStore, Transition
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError, ReconError
-from recon.payments.charge import authentication_reason, config_dead, mismatch, outcome_details
+from recon.payments.charge import config_dead, outcome_details
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
+from recon.reconcile.decide import heal
 from recon.rows import EventSource, Job, Payment, PaymentStatus
 
 RECONCILE_KIND = "reconcile"
@@ -111,24 +102,12 @@ class ReconcileHandler:
 
     def _decide(self, payment: Payment, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
         details = outcome_details(answer)
-        ref = answer.psp_reference
-        match answer:
-            case Succeeded():
-                problem = mismatch(payment, answer)
-                if problem:
-                    return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
-                                      review_reason=problem)
-                return self._heal(payment, job, PaymentStatus.SUCCEEDED, details, psp_reference=ref)
-            case ActionRequired():
-                return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
-                                  review_reason=authentication_reason(answer))
-            case Failed(reason=reason):
-                return self._heal(payment, job, PaymentStatus.FAILED, details, psp_reference=ref,
-                                  failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
-            case Pending() | Unknown():
-                return self._wait(payment, job, lease, details, why=f"PSP still says {answer.raw_status or 'pending'}")
-            case NotFound():
-                return self._not_found(payment, job, lease, details)
+        decision = heal(payment, answer)
+        if decision is not None:
+            return self._heal(payment, job, decision.target, details, **decision.fields())
+        if isinstance(answer, NotFound):
+            return self._not_found(payment, job, lease, details)
+        return self._wait(payment, job, lease, details, why=f"PSP still says {answer.raw_status or 'pending'}")
 
     def _not_found(self, payment: Payment, job: Job, lease: Lease, details: dict[str, Any]) -> Outcome:
         if payment.psp_reference:

@@ -42,7 +42,7 @@ import csv
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
@@ -52,6 +52,7 @@ from psp_adapters.protocol import PspAdapter
 from recon.db.report_store import LineMatch, ReportStore, UnlistedPayment
 from recon.errors import UsageError
 from recon.payments.money import format_amount
+from recon.rows import WebhookRecord
 from recon.spreadsheet import safe_cell
 
 
@@ -264,22 +265,27 @@ class JsonWriter:
 
 
 def run_report(store: ReportStore, adapter: PspAdapter, writer: ItemWriter, *, psp: str, since: datetime,
-               until: datetime, settlement_window: timedelta) -> ReportResult:
+               until: datetime, settlement_window: timedelta,
+               unknown_events: Sequence[WebhookRecord] = ()) -> ReportResult:
     """Load the PSP listing for ``[since, until)``, classify both sides, write every item, then the totals.
+
+    ``unknown_events``: webhook events of the period for payments we do not know; each whose PSP reference the
+    listing did not itemise already is a ``missing_locally`` item too.
 
     The listing is read completely before the first item is written, so a PspError (propagated unchanged)
     leaves no partial output. Read-only against payments: never heals. ``writer`` is closed on return.
     """
     try:
         return _run(store, adapter, writer, psp=psp, since=since, until=until,
-                    cutoff=until - settlement_window)
+                    cutoff=until - settlement_window, unknown_events=unknown_events)
     finally:
         writer.close()
 
 
 def _run(store: ReportStore, adapter: PspAdapter, writer: ItemWriter, *, psp: str, since: datetime,
-         until: datetime, cutoff: datetime) -> ReportResult:
+         until: datetime, cutoff: datetime, unknown_events: Sequence[WebhookRecord]) -> ReportResult:
     totals, unlisted_failed = Totals(), 0
+    itemised: set[str] = set()
     with store.session(psp=psp) as session:
         accounts = session.merchant_accounts()
         lines_read = session.load(adapter.iter_settlements(since, until, merchant_accounts=accounts))
@@ -287,6 +293,8 @@ def _run(store: ReportStore, adapter: PspAdapter, writer: ItemWriter, *, psp: st
             item = classify_line(m)
             writer.write(item)
             totals.add(item)
+            if item.psp_reference:
+                itemised.add(item.psp_reference)
         for p in session.unlisted_payments(since=since, until=until, cutoff=cutoff):
             found = classify_unlisted(p)
             if found is None:
@@ -294,8 +302,23 @@ def _run(store: ReportStore, adapter: PspAdapter, writer: ItemWriter, *, psp: st
                 continue
             writer.write(found)
             totals.add(found)
+    for event in unknown_events:
+        if event.psp_reference in itemised:
+            continue
+        itemised.add(event.psp_reference or "")
+        item = webhook_item(event)
+        writer.write(item)
+        totals.add(item)
     writer.finish(totals)
     return ReportResult(totals=totals, lines_read=lines_read, unlisted_failed=unlisted_failed)
+
+
+def webhook_item(event: WebhookRecord) -> Item:
+    """A webhook event for a payment we do not know: a charge at the PSP without a record of ours."""
+    return Item(Category.MISSING_LOCALLY, event.merchant_reference, event.psp_reference, None, None, event.amount,
+                event.currency, None, event.psp_status or event.news,
+                f"a {event.event_type} webhook ({event.event_id}) received {event.received_at.isoformat()} names a "
+                f"payment we have no record of")
 
 
 def parse_bound(text: str, *, option: str) -> datetime:

@@ -23,13 +23,16 @@ ARGS = {
     ("stats",): [], ("sweep",): [], ("watch",): ["--once"], ("worker",): ["--burst"],
     ("review", "list"): [], ("review", "show"): ["order-1"], ("review", "recheck"): ["order-1"],
     ("review", "resolve"): ["order-1", "--as", "failed", "--reason", "r", "--by", "me"],
+    ("console",): ["--port", "0"], ("serve",): ["--port", "0"],
 }
 
 # Runs every command in one process with a crash planted where it starts its work: the database connection
 # (every command that has one), the demo's story and the sandbox server.
 PLANT = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 import recon.app, recon.cli, recon.demo, psp_adapters.sandbox.server as server
+
+os.environ["RECON_STRIPE_WEBHOOK_SECRET"] = "whsec_planted"  # recon serve gets past its own check
 
 def crash(*_a, **_k):
     raise RuntimeError("planted crash")

@@ -1,0 +1,135 @@
+"""Adyen webhooks (standard notifications, JSON): each item's HMAC signature and the events recon acts on.
+
+Verification, as Adyen documents it (docs.adyen.com/development-resources/webhooks/verify-hmac-signatures):
+each ``NotificationRequestItem`` carries ``additionalData.hmacSignature``, the base64 of an HMAC-SHA256 over
+
+    pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success
+
+(a missing field is an empty string; ``value`` and ``currency`` from ``amount``), keyed with the binary of the
+HMAC key Adyen shows in hex. Several keys may be configured (a rotation); any match is enough, compared in
+constant time. One item that fails refuses the whole request: nothing of it is stored, and Adyen retries.
+Adyen expects the body ``[accepted]`` once the notification is stored (``ACCEPTED``).
+
+Adyen sends an event more than once and in any order; an item is identified by its event code, its PSP
+reference, the original reference of a modification, and ``success`` (``event_id``).
+
+| eventCode                  | news                                                               |
+| -------------------------- | ------------------------------------------------------------------ |
+| AUTHORISATION, success     | Succeeded                                                          |
+| AUTHORISATION, not success | Failed (reason)                                                    |
+| CANCELLATION, success      | Failed ("cancelled"), for the original payment                     |
+| REFUND, success            | Reversed, kind refund, for the original payment                    |
+| CHARGEBACK                 | Reversed, kind dispute, for the original payment                   |
+| REPORT_AVAILABLE           | no news; ``report`` is the file name (``reason`` its download URL) |
+
+Anything else (a failed refund or cancellation, other event codes) is acknowledged and ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from psp_adapters._wire import JsonFields
+from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
+from psp_adapters.errors import PspProtocolError, WebhookRejected
+from psp_adapters.protocol import Failed, PaymentOutcome, Reversed, Succeeded, WebhookEvent
+
+#: the body Adyen expects once the notification is stored; anything else makes it retry
+ACCEPTED = "[accepted]"
+SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "merchantReference", "value",
+                 "currency", "eventCode", "success")
+
+_json = JsonFields(PSP_NAME)
+
+
+def hmac_keys(values: Sequence[str]) -> list[bytes]:
+    """The configured hex keys as bytes; ValueError naming the position of one that is not hex."""
+    keys = []
+    for i, value in enumerate(values):
+        try:
+            keys.append(binascii.unhexlify(value.strip()))
+        except (binascii.Error, ValueError):
+            raise ValueError(f"HMAC key #{i + 1} is not a hexadecimal string") from None
+    return keys
+
+
+def signing_string(item: Mapping[str, object]) -> str:
+    amount = item.get("amount")
+    amount = amount if isinstance(amount, Mapping) else {}
+    values = {**{k: item.get(k) for k in SIGNED_FIELDS}, "value": amount.get("value"),
+              "currency": amount.get("currency")}
+    return ":".join("" if values[k] is None else str(values[k]) for k in SIGNED_FIELDS)
+
+
+def parse_verified(payload: bytes, keys: Sequence[bytes]) -> list[WebhookEvent]:
+    """Every item of a notification body, each checked against ``keys``; WebhookRejected for a body that is not
+    an Adyen notification (``malformed``) or an item whose signature matches no key (``bad_signature``,
+    ``no_signature``)."""
+    try:
+        doc = _json.as_object(json.loads(payload), "notification")
+        wrappers = doc.get("notificationItems")
+        if not isinstance(wrappers, list) or not wrappers:
+            raise _json.error("notificationItems missing or empty")
+        items = [_json.as_object(_json.as_object(w, "notification item").get("NotificationRequestItem"),
+                                 "NotificationRequestItem") for w in wrappers]
+    except (ValueError, PspProtocolError) as exc:
+        raise WebhookRejected("malformed", f"not an Adyen notification: {str(exc)[:200]}") from None
+    for n, item in enumerate(items, 1):
+        _verify(item, keys, n)
+    try:
+        return [_event(item) for item in items]
+    except (ValueError, PspProtocolError) as exc:
+        raise WebhookRejected("malformed", f"Adyen notification item: {str(exc)[:200]}") from None
+
+
+def _verify(item: Mapping[str, object], keys: Sequence[bytes], n: int) -> None:
+    extra = item.get("additionalData")
+    signature = extra.get("hmacSignature") if isinstance(extra, Mapping) else None
+    if not isinstance(signature, str) or not signature:
+        raise WebhookRejected("no_signature", f"notification item {n}: no additionalData.hmacSignature")
+    message = signing_string(item).encode()
+    for key in keys:
+        expected = base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
+        if hmac.compare_digest(expected, signature):
+            return
+    raise WebhookRejected("bad_signature", f"notification item {n}: hmacSignature matches no configured HMAC key")
+
+
+def _event(item: Mapping[str, object]) -> WebhookEvent:
+    code = _json.require(item, "eventCode", str)
+    psp_reference = _json.require(item, "pspReference", str)
+    original = _json.optional(item, "originalReference", str)
+    success = _json.require(item, "success", str).lower() == "true"
+    occurred = _json.optional(item, "eventDate", str)
+    return WebhookEvent(
+        psp=PSP_NAME, event_id=f"{code}:{psp_reference}:{original or ''}:{'true' if success else 'false'}",
+        event_type=code, occurred_at=datetime.fromisoformat(occurred) if occurred else None,
+        news=_news(code, success, item, payment=original or psp_reference),
+        merchant_account=_json.optional(item, "merchantAccountCode", str),
+        report=psp_reference if code == "REPORT_AVAILABLE" else None, body=dict(item))
+
+
+def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str) -> PaymentOutcome | Reversed | None:
+    amount_doc = _json.as_object(item.get("amount"), "amount")
+    currency = _json.require(amount_doc, "currency", str).upper()
+    amount = from_adyen_amount(_json.amount(amount_doc, "value"), currency)
+    common = {"psp_reference": payment, "amount": amount, "currency": currency,
+              "merchant_reference": _json.optional(item, "merchantReference", str)}
+    reason = _json.optional(item, "reason", str)
+    if code == "AUTHORISATION":
+        if success:
+            return Succeeded(**common, raw_status="AUTHORISATION")  # type: ignore[arg-type]
+        return Failed(**common, raw_status="AUTHORISATION", reason=reason or "refused")  # type: ignore[arg-type]
+    if code == "CANCELLATION" and success:
+        return Failed(**common, raw_status="CANCELLATION", reason="cancelled")  # type: ignore[arg-type]
+    if code == "REFUND" and success:
+        return Reversed(**common, raw_status="REFUND", kind="refund", reason=reason)  # type: ignore[arg-type]
+    if code == "CHARGEBACK":
+        return Reversed(**common, raw_status="CHARGEBACK", kind="dispute", reason=reason)  # type: ignore[arg-type]
+    return None

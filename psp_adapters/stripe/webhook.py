@@ -1,0 +1,118 @@
+"""Stripe webhooks: the ``Stripe-Signature`` check and the events recon acts on.
+
+Verification, as Stripe documents it (docs.stripe.com/webhooks, "Verify webhook signatures manually"): the
+header is ``t=<unix seconds>,v1=<hex>[,v1=<hex>…][,v0=…]``; the signed payload is ``"{t}.{raw body}"``; the
+expected signature is its HMAC-SHA256 with the endpoint's signing secret (``whsec_…``), compared in constant
+time with every ``v1`` entry (during a secret rotation Stripe signs with each active secret, so several
+``v1`` entries appear, and several of our secrets may be configured: any pair that matches is enough). Only
+the ``v1`` scheme counts; ``v0`` (test signatures) never does. A timestamp more than ``tolerance`` seconds
+from now, either side, is refused: a replayed old delivery cannot be applied again, and a clock far ahead is
+not trusted either (stripe-python's ``WebhookSignature.verify_header`` refuses only the old ones).
+
+Events (data.object is the object as of the event, so an out-of-order delivery still says what was true then):
+
+| type                                   | news                                                        |
+| -------------------------------------- | ----------------------------------------------------------- |
+| payment_intent.succeeded               | Succeeded (amount_received)                                 |
+| payment_intent.payment_failed          | Failed (last_payment_error), or ActionRequired (3-D Secure) |
+| payment_intent.processing              | Pending                                                     |
+| payment_intent.canceled                | Failed (cancellation_reason)                                |
+| payment_intent.requires_action         | ActionRequired                                              |
+| charge.refunded                        | Reversed, kind refund, amount_refunded                      |
+| charge.dispute.created                 | Reversed, kind dispute                                      |
+
+Any other type is acknowledged and ignored (``news`` None).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from psp_adapters._wire import JsonFields
+from psp_adapters.errors import PspProtocolError, WebhookRejected
+from psp_adapters.protocol import PaymentOutcome, Reversed, WebhookEvent
+from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
+
+SIGNATURE_HEADER = "Stripe-Signature"
+#: Stripe's default tolerance in its SDKs: five minutes
+DEFAULT_TOLERANCE_SECONDS = 300
+SCHEME = "v1"
+PAYMENT_INTENT_EVENTS = frozenset({"payment_intent.succeeded", "payment_intent.payment_failed",
+                                   "payment_intent.processing", "payment_intent.canceled",
+                                   "payment_intent.requires_action"})
+REFUNDED = "charge.refunded"
+DISPUTE_CREATED = "charge.dispute.created"
+
+_json = JsonFields(PSP_NAME)
+
+
+def verify(payload: bytes, header: str | None, secrets: Sequence[str], *, now: float,
+           tolerance: float = DEFAULT_TOLERANCE_SECONDS) -> None:
+    """Raise WebhookRejected unless ``header`` carries a ``v1`` signature of ``payload`` by one of ``secrets``
+    with a timestamp within ``tolerance`` seconds of ``now``."""
+    if not header:
+        raise WebhookRejected("no_signature", f"no {SIGNATURE_HEADER} header")
+    timestamp: int | None = None
+    signatures: list[str] = []
+    for item in header.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep:
+            continue
+        if key == "t":
+            try:
+                timestamp = int(value)
+            except ValueError:
+                raise WebhookRejected("malformed", f"{SIGNATURE_HEADER}: t is not a number") from None
+        elif key == SCHEME:
+            signatures.append(value.strip())
+    if timestamp is None or not signatures:
+        raise WebhookRejected("no_signature", f"{SIGNATURE_HEADER}: no timestamp or no {SCHEME} signature")
+    signed = f"{timestamp}.".encode() + payload
+    if not any(hmac.compare_digest(hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest(), candidate)
+               for secret in secrets if secret for candidate in signatures):
+        raise WebhookRejected("bad_signature", f"{SIGNATURE_HEADER}: no {SCHEME} signature matches a configured "
+                                               "endpoint secret")
+    if abs(now - timestamp) > tolerance:
+        raise WebhookRejected("stale_timestamp", f"{SIGNATURE_HEADER}: timestamp is {int(now - timestamp)} s from "
+                                                 f"now, outside the tolerance of {int(tolerance)} s")
+
+
+def parse(payload: bytes) -> WebhookEvent:
+    """The event in a verified body; WebhookRejected("malformed") when it is not a Stripe event."""
+    try:
+        doc = _json.as_object(json.loads(payload), "event")
+        event_id = _json.require(doc, "id", str)
+        event_type = _json.require(doc, "type", str)
+        created = _json.optional(doc, "created", int)
+        data = _json.as_object(doc.get("data"), "event data")
+        obj = _json.as_object(data.get("object"), "event data.object")
+        news = _news(event_type, obj)
+    except (ValueError, PspProtocolError) as exc:  # json.JSONDecodeError is a ValueError
+        raise WebhookRejected("malformed", f"not a Stripe event: {str(exc)[:200]}") from None
+    occurred = datetime.fromtimestamp(created, UTC) if created is not None else None
+    return WebhookEvent(psp=PSP_NAME, event_id=event_id, event_type=event_type, occurred_at=occurred, news=news,
+                        body=dict(obj))
+
+
+def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | None:
+    if event_type in PAYMENT_INTENT_EVENTS:
+        return to_outcome(obj)
+    if event_type == REFUNDED:
+        currency = _json.require(obj, "currency", str).upper()
+        refunded = _json.optional_amount(obj, "amount_refunded") or 0
+        full = _json.optional(obj, "refunded", bool)
+        return Reversed(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                        amount=from_stripe_amount(refunded, currency),
+                        raw_status="refunded" if full else "partially_refunded",
+                        merchant_reference=reference(obj), kind="refund")
+    if event_type == DISPUTE_CREATED:
+        currency = _json.require(obj, "currency", str).upper()
+        return Reversed(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                        amount=from_stripe_amount(_json.amount(obj, "amount"), currency),
+                        raw_status=_json.optional(obj, "status", str), kind="dispute",
+                        reason=_json.optional(obj, "reason", str))
+    return None

@@ -1,0 +1,150 @@
+"""WebhookStore: the events PSPs push, stored once each with the job that applies it. The only code that executes
+``webhook_queries``.
+
+``intake`` is the whole of a webhook request's database work: every new event (unique on PSP and event id)
+and its job commit together, so a stored event is always applied and a redelivery inserts neither.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from psp_adapters.protocol import (
+    ActionRequired,
+    Failed,
+    NotFound,
+    PaymentOutcome,
+    Pending,
+    Reversed,
+    Succeeded,
+    Unknown,
+    WebhookEvent,
+)
+from recon.db import webhook_queries as wq
+from recon.db.database import Database, json_from_db
+from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.redact import redact_optional, redact_value
+from recon.rows import WebhookRecord, WebhookState
+
+WEBHOOK_KIND = "webhook"
+#: a stored event document is cut to this many characters of JSON (the columns keep what recon acts on)
+BODY_MAX_CHARS = 32_768
+
+_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
+                          ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
+_OUTCOMES: dict[str, type] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
+                              "action_required": ActionRequired, "unknown": Unknown}
+
+
+@dataclass(frozen=True, slots=True)
+class Intake:
+    """What one event of a request became: ``stored`` False for a redelivery (nothing written)."""
+
+    event_id: str
+    stored: bool
+    webhook_id: int | None
+    job_id: int | None
+
+
+def webhook_key(webhook_id: int) -> str:
+    return f"webhook:{webhook_id}"
+
+
+class WebhookStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def intake(self, events: Sequence[WebhookEvent], *, queue: str, max_attempts: int,
+               max_depth: int = 0) -> list[Intake]:
+        """Store the new events of one request and queue one job each, in one transaction."""
+        out: list[Intake] = []
+        with self.db.begin() as conn:
+            new: list[tuple[WebhookEvent, int]] = []
+            for event in events:
+                row = conn.execute(self._q(wq.webhook_insert), self._params(event)).first()
+                if row is None:
+                    out.append(Intake(event.event_id, stored=False, webhook_id=None, job_id=None))
+                else:
+                    new.append((event, int(row[0])))
+            if new:
+                rows = [EnqueueRow(queue=queue, kind=WEBHOOK_KIND, payload_json=json.dumps({"webhook_id": i}),
+                                   priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
+                                   unique_key=webhook_key(i), tenant=e.merchant_account) for e, i in new]
+                job_ids = JobStore(self.db).enqueue(rows, max_depth={queue: max_depth}, conn=conn)
+                out.extend(Intake(e.event_id, stored=True, webhook_id=i, job_id=j)
+                           for (e, i), j in zip(new, job_ids, strict=True))
+        return out
+
+    def get(self, webhook_id: int, conn: sa.Connection | None = None) -> WebhookRecord | None:
+        if conn is None:
+            with self.db.begin() as own:
+                return self.get(webhook_id, own)
+        row = conn.execute(self._q(wq.webhook_get), {"id": webhook_id}).first()
+        return self._record(row) if row else None
+
+    def mark(self, conn: sa.Connection, webhook_id: int, state: WebhookState, *, payment_id: int | None) -> bool:
+        """How applying the event ended, once (compare-and-set on ``received``); inside the job's finish."""
+        return conn.execute(self._q(wq.webhook_mark_if_received), {
+            "id": webhook_id, "state": str(state), "payment_id": payment_id, "now": self.db.now_param()}).first() \
+            is not None
+
+    def counts(self, *, since: datetime) -> list[dict[str, Any]]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(wq.webhook_counts), {"since": self.db.to_db(since)}).all()
+        return [{"psp": r[0], "state": r[1], "events": int(r[2])} for r in rows]
+
+    def unknown_between(self, *, psp: str, since: datetime, until: datetime) -> list[WebhookRecord]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(wq.webhook_unknown_between), {
+                "psp": psp, "since": self.db.to_db(since), "until": self.db.to_db(until)}).all()
+        return [self._record(r) for r in rows]
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    def _params(self, e: WebhookEvent) -> dict[str, Any]:
+        news = e.news
+        kind = None if news is None else news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
+        body = json.dumps(redact_value(e.body), separators=(",", ":"), default=str)
+        if len(body) > BODY_MAX_CHARS:
+            body = json.dumps({"truncated": True, "chars": len(body)})
+        reason = getattr(news, "reason", None)
+        return {"psp": e.psp, "event_id": e.event_id, "event_type": e.event_type,
+                "occurred_at": self.db.to_db(e.occurred_at) if e.occurred_at else None,
+                "psp_reference": news.psp_reference if news else None,
+                "merchant_reference": news.merchant_reference if news else None,
+                "merchant_account": e.merchant_account, "amount": news.amount if news else None,
+                "currency": news.currency if news else None, "news": kind,
+                "psp_status": redact_optional(news.raw_status) if news else None,
+                "reason": redact_optional(reason), "report": e.report, "body": body,
+                "state": str(WebhookState.RECEIVED), "now": self.db.now_param()}
+
+    def _record(self, r: Any) -> WebhookRecord:
+        t = self.db.from_db
+        return WebhookRecord(id=int(r[0]), psp=r[1], event_id=r[2], event_type=r[3], occurred_at=t(r[4]),
+                             received_at=t(r[5]), psp_reference=r[6], merchant_reference=r[7],  # type: ignore[arg-type]
+                             merchant_account=r[8], amount=int(r[9]) if r[9] is not None else None, currency=r[10],
+                             news=r[11], psp_status=r[12], reason=r[13], report=r[14], body=json_from_db(r[15]),
+                             state=WebhookState(r[16]), payment_id=r[17], applied_at=t(r[18]))
+
+    def _q(self, query: Any) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
+
+
+def news_of(record: WebhookRecord) -> PaymentOutcome | Reversed | None:
+    """What a stored event says about its payment, as the outcome the PSP module parsed."""
+    if record.news is None:
+        return None
+    common: dict[str, Any] = {"psp_reference": record.psp_reference, "merchant_reference": record.merchant_reference,
+                              "amount": record.amount, "currency": record.currency, "raw_status": record.psp_status}
+    if record.news in ("refund", "dispute"):
+        return Reversed(**common, kind=record.news, reason=record.reason)
+    cls = _OUTCOMES.get(record.news, Unknown)
+    if cls is Failed:
+        return Failed(**common, reason=record.reason)
+    return cls(**common)  # type: ignore[no-any-return]

@@ -1,0 +1,175 @@
+"""The webhook endpoints: verify, store, answer. Nothing else happens in the request.
+
+``POST {stripe_path}`` and ``POST {adyen_path}`` (recon.webhooks.config). A request is read up to
+``max_body_bytes`` (a larger one is refused with 413 before the rest is read, ``Content-Length`` first),
+verified by its PSP's module (psp_adapters.stripe.webhook / psp_adapters.adyen.webhook), and its events are
+stored with one job each in one transaction (recon.db.webhook_store). The answer goes out after that commit
+and before any PSP call: Stripe gets 200 ``{"received": true}``, Adyen ``[accepted]``; a redelivery gets the
+same answer and stores nothing. A rejected request (no or bad signature, stale timestamp, wrong basic auth,
+malformed body) gets 400 (401 for basic auth), stores nothing, is counted in ``recon_webhooks_total`` and
+logged in one line without the payload. The database unavailable or the queue full: 503, so the PSP
+delivers again later (both PSPs retry non-2xx answers).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from psp_adapters.adyen import webhook as adyen
+from psp_adapters.errors import WebhookRejected
+from psp_adapters.protocol import WebhookEvent
+from psp_adapters.stripe import webhook as stripe
+from recon.db.webhook_store import WebhookStore
+from recon.errors import QueueFull, ReconError
+from recon.webhooks.config import WebhookConfig
+
+log = logging.getLogger(__name__)
+
+
+class WebhookCounts:
+    """Requests per PSP and outcome (accepted, duplicate, ignored, rejected reasons, too_large, unavailable),
+    this process's: the Prometheus collector of ``recon serve``'s ``/metrics``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def add(self, psp: str, outcome: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[(psp, outcome)] += n
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("recon_webhooks", "Webhook events and requests by PSP and outcome: accepted "
+                                     "(stored), duplicate, ignored (no payment news), and requests refused: "
+                                     "no_signature, bad_signature, stale_timestamp, unauthorized, malformed, "
+                                     "too_large, unavailable.", labels=["psp", "outcome"])
+        with self._lock:
+            items = sorted(self.counts.items())
+        for (psp, outcome), n in items:
+            family.add_metric([psp, outcome], float(n))
+        yield family
+
+
+class Intake:
+    def __init__(self, store: WebhookStore, config: WebhookConfig, *, max_attempts: int, max_depth: int = 0,
+                 counts: WebhookCounts | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.config = config
+        self.max_attempts = max_attempts
+        self.max_depth = max_depth
+        self.counts = counts or WebhookCounts()
+        self.clock = clock
+        self._adyen_keys = adyen.hmac_keys([k.reveal() for k in config.adyen_hmac_keys])
+
+    def routes(self) -> list[Route]:
+        return [Route(self.config.stripe_path, self.stripe, methods=["POST"]),
+                Route(self.config.adyen_path, self.adyen, methods=["POST"])]
+
+    async def stripe(self, request: Request) -> Response:
+        if not self.config.stripe_secrets:
+            return PlainTextResponse("no Stripe webhook secret is configured\n", status_code=404)
+        body = await self._body(request, "stripe")
+        if body is None:
+            return _too_large()
+        try:
+            stripe.verify(body, request.headers.get(stripe.SIGNATURE_HEADER),
+                          [s.reveal() for s in self.config.stripe_secrets], now=self.clock(),
+                          tolerance=self.config.tolerance.total_seconds())
+            event = stripe.parse(body)
+        except WebhookRejected as exc:
+            return self._rejected("stripe", exc)
+        failed = await self._store("stripe", [event])
+        return failed or JSONResponse({"received": True})
+
+    async def adyen(self, request: Request) -> Response:
+        if not self._adyen_keys:
+            return PlainTextResponse("no Adyen HMAC key is configured\n", status_code=404)
+        if self.config.adyen_username and not self._basic_auth_ok(request.headers.get("authorization")):
+            self.counts.add("adyen", "unauthorized")
+            log.warning("webhook adyen refused: basic auth missing or wrong")
+            return PlainTextResponse("unauthorized\n", status_code=401,
+                                     headers={"WWW-Authenticate": 'Basic realm="recon webhooks"'})
+        body = await self._body(request, "adyen")
+        if body is None:
+            return _too_large()
+        try:
+            events = adyen.parse_verified(body, self._adyen_keys)
+        except WebhookRejected as exc:
+            return self._rejected("adyen", exc)
+        failed = await self._store("adyen", events)
+        return failed or PlainTextResponse(adyen.ACCEPTED)
+
+    # --- plumbing -------------------------------------------------------------------------------------
+
+    async def _body(self, request: Request, psp: str) -> bytes | None:
+        """The raw body, or None (counted) when it is over the limit: refused before it is all read."""
+        limit = self.config.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            self.counts.add(psp, "too_large")
+            log.warning("webhook %s refused: body of %s bytes over the limit of %s", psp, length, limit)
+            return None
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                self.counts.add(psp, "too_large")
+                log.warning("webhook %s refused: body over the limit of %s bytes", psp, limit)
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _rejected(self, psp: str, exc: WebhookRejected) -> Response:
+        self.counts.add(psp, exc.reason)
+        log.warning("webhook %s refused: %s: %s", psp, exc.reason, exc)
+        return PlainTextResponse(f"{exc.reason}\n", status_code=400)
+
+    async def _store(self, psp: str, events: Sequence[WebhookEvent]) -> Response | None:
+        """Store the events that carry news (or a report); None on success, else the 503 to answer."""
+        wanted = [e for e in events if e.news is not None or e.report]
+        ignored = len(events) - len(wanted)
+        if ignored:
+            self.counts.add(psp, "ignored", ignored)
+        if not wanted:
+            return None
+        try:
+            results = await run_in_threadpool(self.store.intake, wanted, queue=self.config.queue,
+                                              max_attempts=self.max_attempts, max_depth=self.max_depth)
+        except (QueueFull, ReconError) as exc:
+            self.counts.add(psp, "unavailable")
+            log.warning("webhook %s not stored (the PSP will deliver it again): %s", psp, type(exc).__name__)
+            return PlainTextResponse("unavailable, deliver again later\n", status_code=503,
+                                     headers={"Retry-After": "30"})
+        stored = sum(1 for r in results if r.stored)
+        self.counts.add(psp, "accepted", stored)
+        if len(results) - stored:
+            self.counts.add(psp, "duplicate", len(results) - stored)
+        return None
+
+    def _basic_auth_ok(self, header: str | None) -> bool:
+        scheme, _, value = (header or "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        expected = self.config.adyen_password.reveal() if self.config.adyen_password else ""
+        return hmac.compare_digest(user.encode(), (self.config.adyen_username or "").encode()) & \
+            hmac.compare_digest(password.encode(), expected.encode())
+
+
+def _too_large() -> Response:
+    return PlainTextResponse("request body too large\n", status_code=413)
