@@ -112,10 +112,11 @@ WIRES: dict[str, Wire] = {
 def run_demo(*, payments: int = 300, directory: str | None = None, say: Any = print, psp: str = "sandbox") -> int:
     """Run the story; return the exit code: 0 when every payment ended final and none was charged twice, 1
     when some need review or stay unfinished, 3 on a double charge (or a charge under no payment's key)."""
-    with tempfile.TemporaryDirectory(prefix="recon-demo-") as tmp:
-        where = Path(directory or tmp)
-        where.mkdir(parents=True, exist_ok=True)
-        return _story(where, payments, say, WIRES[psp])
+    # kept afterwards (a directory of its own under the system's temporary directory by default), so that the
+    # console can show what happened
+    where = Path(directory or tempfile.mkdtemp(prefix="recon-demo-"))
+    where.mkdir(parents=True, exist_ok=True)
+    return _story(where, payments, say, WIRES[psp])
 
 
 def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
@@ -153,12 +154,14 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
                     f"only replay it): they stay pending until the sweep finds them by search")
             time.sleep(DEMO_FAULTS.settle_after_seconds + 0.5)
         queue = app.reconcile_config.queue
+        sweep_run = app.sweeps.start(operator="recon demo", options={"older_than_seconds": 0.0})
         selection = sw.enqueue(ledger, app.client(), sw.SweepOptions(older_than=timedelta(0)), queue=queue)
         if selection:
             say("sweep " + wire.lookup.format(n=sum(1 for p in ledger.get_many(selection.payment_ids)
                                                          if not p.psp_reference)))
         _run_until_done(app, queue=queue, timeout=30)
         summary = sw.summarise(ledger, app.jobs, selection)
+        app.sweeps.finish(sweep_run, outcome="finished", exit_code=summary.exit_code, summary=summary.to_dict())
         say(f"sweep checked {summary.checked}: healed->succeeded {summary.counts['healed_succeeded']}, "
             f"healed->failed {summary.counts['healed_failed']}, needs review {summary.counts['needs_review']}, "
             f"still pending {summary.counts['still_pending']}")
@@ -176,6 +179,8 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
         f"most charges for one key: {charges['max_per_key']}, for one payment (all its key generations): {most}"
         + (f"; {stray} charges under no payment's key" if stray else "") + f" -> {verdict}")
     say(f"done in {time.monotonic() - started:.1f}s")
+    say(f"see what happened in the console: recon --database-url sqlite:///{where / 'recon.db'} console "
+        f"(then open http://127.0.0.1:8470/)")
     left = final.get("pending", 0) + final.get("processing", 0) + final.get("created", 0)
     return 3 if double else (1 if left or final.get("needs_review") else 0)
 

@@ -93,22 +93,41 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
               help="adyen: the report user's X-API-Key (no report credential configured: downloads need none).")
 @click.option("--report-timezone", default="CET", show_default=True,
               help="adyen: the IANA time zone of the reports' days and Booking Date column.")
+@click.option("--webhook-url", help="stripe, adyen: send the PSP's webhooks to this URL (default: none).")
+@click.option("--webhook-secret", envvar="RECON_SANDBOX_WEBHOOK_SECRET",
+              help="stripe: the endpoint's signing secret (whsec_…); adyen: the HMAC key in hex. Required with "
+                   "--webhook-url.")
+@click.option("--webhook-username", envvar="RECON_SANDBOX_WEBHOOK_USERNAME",
+              help="adyen: HTTP basic auth user for webhook deliveries.")
+@click.option("--webhook-password", envvar="RECON_SANDBOX_WEBHOOK_PASSWORD",
+              help="adyen: HTTP basic auth password for webhook deliveries.")
 @_sandbox_fault_options
 def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flavor: str,
                 report_username: str | None, report_password: str | None, report_api_key: str | None,
-                report_timezone: str, **faults: Any) -> None:
+                report_timezone: str, webhook_url: str | None, webhook_secret: str | None,
+                webhook_username: str | None, webhook_password: str | None, **faults: Any) -> None:
     """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults)."""
     from zoneinfo import ZoneInfo
 
     from psp_adapters.protocol import Secret
     from psp_adapters.sandbox.faults import Faults
-    from psp_adapters.sandbox.server import serve_forever
+    from psp_adapters.sandbox.server import check_webhooks, serve_forever
+    from psp_adapters.sandbox.webhooks import WebhookConfig
 
     try:
         parsed = Faults.from_options(**faults)
         if (report_username is None) != (report_password is None):
             raise ValueError("--report-username and --report-password go together")
         ZoneInfo(report_timezone)
+        webhooks = None
+        if webhook_url is not None:
+            if not webhook_secret:
+                raise ValueError("--webhook-url needs --webhook-secret (or RECON_SANDBOX_WEBHOOK_SECRET)")
+            if (webhook_username is None) != (webhook_password is None):
+                raise ValueError("--webhook-username and --webhook-password go together")
+            webhooks = WebhookConfig(url=webhook_url, secret=Secret(webhook_secret), username=webhook_username,
+                                     password=Secret(webhook_password) if webhook_password else None)
+            check_webhooks(flavor, webhooks)
     except (ValueError, LookupError) as exc:
         raise UsageError(f"psp-sandbox: {exc}") from None
     stop = threading.Event()
@@ -117,16 +136,17 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
                   report_username=report_username,
                   report_password=Secret(report_password) if report_password else None,
                   report_api_key=Secret(report_api_key) if report_api_key else None,
-                  report_timezone=report_timezone,
+                  report_timezone=report_timezone, webhooks=webhooks,
                   on_ready_func=lambda url: click.echo(
                       f"PSP sandbox{'' if flavor == 'native' else f' ({flavor})'} listening on {url} "
-                      f"(state in {state_file})"))
+                      f"(state in {state_file})" + (f"; webhooks to {webhook_url}" if webhooks else "")))
 
 
 @click.command()
 @click.option("--payments", "count", type=click.IntRange(10, 5000), default=300, show_default=True)
 @click.option("--dir", "directory", type=click.Path(file_okay=False),
-              help="Keep the demo's database and sandbox state here (default: a temporary directory).")
+              help="Keep the demo's database and sandbox state here (default: a new directory under the system's "
+                   "temporary directory, kept for the console).")
 @click.option("--psp", type=click.Choice(["sandbox", "stripe", "adyen"]), default="sandbox", show_default=True,
               help="The wire the sandbox speaks: its own API, or Stripe's or Adyen's through recon's real adapter.")
 @click.pass_context

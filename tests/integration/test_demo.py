@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -50,6 +51,12 @@ def test_demo__tells_the_story_and_proves_no_double_charge(tmp_path: Path, psp: 
     assert "pending" not in final and "processing" not in final
     assert "INFO recon.engine" not in r.stderr  # the story is the output
     assert (tmp_path / "recon.db").exists() and (tmp_path / "psp-sandbox.db").exists()
+    command = f"recon --database-url sqlite:///{tmp_path / 'recon.db'} console"
+    assert lines[-1].startswith(f"see what happened in the console: {command} ")
+    stats = subprocess.run([sys.executable, "-m", "recon", "--database-url", f"sqlite:///{tmp_path / 'recon.db'}",
+                            "stats", "--json"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    [sweep] = json.loads(stats.stdout)["sweeps"]  # what the console's overview shows as the last sweep
+    assert sweep["outcome"] == "finished" and sweep["summary"]["checked"] == int(checked.split()[2].rstrip(":"))
 
 
 def test_demo__the_proof_counts_every_key_generation_of_a_payment() -> None:
