@@ -254,7 +254,7 @@ class AdyenFlavor:
                 f"?MD={record.psp_reference}",
             }
         elif record.status is PaymentStatus.FAILED:
-            code, reason = _REFUSALS.get(record.failure_reason or "", ("2", "Refused"))
+            code, reason = refusal(record)
             doc["refusalReason"], doc["refusalReasonCode"] = reason, code
         return doc
 
@@ -310,6 +310,11 @@ _RESULT_CODES = {
     PaymentStatus.FAILED: "Refused",
     PaymentStatus.CANCELED: "Cancelled",
 }
+
+
+def refusal(record: PaymentRecord) -> tuple[str, str]:
+    """(refusalReasonCode, refusalReason) of a refused payment (also a refused AUTHORISATION webhook's reason)."""
+    return _REFUSALS.get(record.failure_reason or "", ("2", "Refused"))
 
 
 def needs_action(record: PaymentRecord) -> bool:

@@ -18,6 +18,12 @@ the PSP API's own credentials when the server has an api key (the flavour's sche
     POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
     POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
     POST /_admin/reset                     forget all payments and keys, restore the start-up faults
+    GET  /_admin/webhooks[?psp_reference=] the webhook messages sent and their fate ({"url", "waiting",
+                                           "webhooks": [{event_id, type, state, attempts, last_status, …}]})
+
+Webhooks (``webhooks``; only when the server has a webhook URL): every executed create, every settling of a
+pending payment (on time, by the webhook thread's tick) and every admin settle/fail/cancel/refund/dispute is
+told to the sender as a ``webhook_events.Change``; replays, saved 500s and amount changes send nothing.
 
 Payments are answered in the flavour's shape (a native payment, a Stripe PaymentIntent, an Adyen
 PaymentResponse); refunds and disputes likewise (a Stripe Refund/Dispute; an Adyen modification).
@@ -36,7 +42,9 @@ from psp_adapters.sandbox.core import CreateCall, Flavor, Request, Response, jso
 from psp_adapters.sandbox.faults import FaultInjector, Faults
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.native_api import SETTLEMENT_LIMIT_DEFAULT, SETTLEMENT_LIMIT_MAX, native_error
-from psp_adapters.sandbox.records import DISPUTE_FEE, Claimed, InFlight, Mismatch, PaymentRecord
+from psp_adapters.sandbox.records import DISPUTE_FEE, Claimed, InFlight, Mismatch, PaymentRecord, ts
+from psp_adapters.sandbox.webhook_events import Change
+from psp_adapters.sandbox.webhooks import WebhookSender
 from psp_adapters.sandbox.wire import PaymentStatus
 
 logger = logging.getLogger(__name__)
@@ -80,13 +88,17 @@ class _SandboxApp:
         faults: Faults,
         stopping: threading.Event,
         now_func: Callable[[], datetime],
+        webhooks: WebhookSender | None = None,
     ) -> None:
         self.ledger = ledger
         self.flavor = flavor
         self.injector = FaultInjector(faults)
+        self.webhooks = webhooks
         self._initial_faults = faults
         self._stopping = stopping
         self._now = now_func
+        self._scheduled: dict[str, str] = {}  # pending payment -> its settle_at, while webhooks are on
+        self._scheduled_lock = threading.Lock()
 
     def handle(self, req: Request) -> Response:
         if req.path.startswith("/_admin/"):
@@ -120,6 +132,7 @@ class _SandboxApp:
         if self._stopping.wait(self.injector.latency_seconds()):
             return flavor.error("service_unavailable")
         self.ledger.settle_due(now=self._now())
+        self.settle_scheduled()  # their webhooks go before anything this request may cause
         return flavor.route(req)
 
     def _create(self, req: Request) -> Response:
@@ -187,7 +200,41 @@ class _SandboxApp:
         )
         response = self.flavor.render_create(call, record)
         self.ledger.complete_charge(stored_key, record, status_code=response.status, response=response.body.decode())
+        if self.webhooks is not None and record.settle_at is not None:
+            with self._scheduled_lock:
+                self._scheduled[record.psp_reference] = ts(record.settle_at) or ""
+        self._notify(Change("created", record, idempotency_key=call.key))
         return response
+
+    # -- webhooks ------------------------------------------------------------------------------------------
+
+    def _notify(self, change: Change) -> None:
+        """Tell the webhook sender; a webhook problem never fails the API request that caused it."""
+        if self.webhooks is None:
+            return
+        try:
+            self.webhooks.emit(change, fate_func=self.injector.webhook_fate)
+        except Exception:
+            logger.exception("sandbox: webhook for %s %s not sent", change.kind, change.record.psp_reference)
+
+    def settle_scheduled(self) -> None:
+        """Settle the pending payments whose time has come and send their webhooks (the webhook thread's tick).
+
+        A payment an admin call finalised first is skipped: its webhook went with that call.
+        """
+        now = self._now()
+        stamp = ts(now) or ""
+        with self._scheduled_lock:
+            due = [(ref, at) for ref, at in self._scheduled.items() if at <= stamp]
+            for ref, _ in due:
+                del self._scheduled[ref]
+        if not due:
+            return
+        self.ledger.settle_due(now=now)
+        for ref, at in due:
+            record = self.ledger.get_payment(ref)
+            if record is not None and record.status.is_final and ts(record.settled_at) == at:
+                self._notify(Change("settled", record))
 
     # -- admin API -----------------------------------------------------------------------------------------
 
@@ -215,9 +262,16 @@ class _SandboxApp:
             return json_response(200, self.injector.faults.to_json())
         if route == ("GET", "/_admin/charges"):
             return json_response(200, self._charges(req.param("idempotency_key")))
+        if route == ("GET", "/_admin/webhooks"):
+            doc = self.webhooks.to_json(req.param("psp_reference")) if self.webhooks else {"url": None, "webhooks": []}
+            return json_response(200, doc)
         if route == ("POST", "/_admin/reset"):
             self.ledger.reset()
             self.injector.reset(self._initial_faults)
+            with self._scheduled_lock:
+                self._scheduled.clear()
+            if self.webhooks is not None:
+                self.webhooks.reset()
             return json_response(200, {"reset": True, "faults": self._initial_faults.to_json()})
         if req.method == "POST" and (match := _ADMIN_PAYMENT_PATH.match(req.path)):
             return self._admin_payment(match["ref"], match["action"], payload)
@@ -237,6 +291,7 @@ class _SandboxApp:
     def _admin_payment(self, ref: str, action: str, payload: Mapping[str, object]) -> Response:
         now = self._now()
         self.ledger.settle_due(now=now)
+        self.settle_scheduled()
         existing = self.ledger.get_payment(ref)
         if existing is None or existing.flavor != self.flavor.name:
             return native_error("resource_missing")
@@ -255,6 +310,10 @@ class _SandboxApp:
                 return native_error("parameter_invalid", "reason must be a string")
             reason = None if status is PaymentStatus.SUCCEEDED else (reason or f"admin_{action}")
             record = self.ledger.set_status(ref, status, reason=reason, now=now)
+            with self._scheduled_lock:
+                self._scheduled.pop(ref, None)
+            if record is not None:
+                self._notify(Change("status", record))
         return json_response(200, self.flavor.render_payment(record)) if record else native_error("resource_missing")
 
     def _adjust(self, payment: PaymentRecord, kind: str, payload: Mapping[str, object], now: datetime) -> Response:
@@ -276,6 +335,7 @@ class _SandboxApp:
         if isinstance(result, str):
             code = "resource_missing" if result == "resource_missing" else "parameter_invalid"
             return native_error(code, f"cannot {kind} {payment.psp_reference}: {result}")
+        self._notify(Change(kind, payment, result))
         return json_response(200, self.flavor.render_adjustment(result, payment))
 
 

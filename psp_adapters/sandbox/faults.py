@@ -10,6 +10,7 @@ Recommended CLI flags (``recon psp-sandbox``), each mapping to a field through `
     --rate-429 P  --retry-after S  --rate-500 P  --rate-503 P  --rate-hang P  --hang-seconds S
     --latency-ms MS  --pending-fraction P  --settle-after S  --pending-fail-fraction P
     --rate-decline P  --decline-suffix DIGITS  --rate-requires-action P  --rate-limit RPS  --seed N
+    --webhook-drop-fraction P  --webhook-duplicate-fraction P  --webhook-delay-seconds S  --webhook-reorder P
 
 ``FAULT_FLAGS`` lists them with their types and help texts, so the CLI can declare them in a loop.
 """
@@ -74,6 +75,14 @@ class Faults:
     #: charge cannot do; each flavour answers it as its PSP does (see the flavour modules)
     rate_requires_action: float = 0.0
     rate_limit: float | None = None  #: requests/s over the whole API (token bucket); None: unlimited
+    #: of webhook messages (``webhooks``; only when the server sends webhooks): never delivered, so that only
+    #: polling can heal the payment
+    webhook_drop_fraction: float = 0.0
+    webhook_duplicate_fraction: float = 0.0  #: of webhook messages: delivered twice (the same event id)
+    webhook_delay_seconds: float = 0.0  #: every webhook message waits this long before its first delivery
+    #: of webhook messages: swap places with the next message (held back until another is queued, at most
+    #: ``webhooks.REORDER_HOLD_SECONDS``), e.g. a ``processing`` delivered after its ``succeeded``
+    webhook_reorder: float = 0.0
     seed: int | None = None  #: seed of the fault dice; None: unpredictable
 
     def __post_init__(self) -> None:
@@ -90,11 +99,20 @@ class Faults:
             "pending_fail_fraction",
             "rate_decline",
             "rate_requires_action",
+            "webhook_drop_fraction",
+            "webhook_duplicate_fraction",
+            "webhook_reorder",
         ):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-        for name in ("retry_after_seconds", "hang_seconds", "latency_ms", "settle_after_seconds"):
+        for name in (
+            "retry_after_seconds",
+            "hang_seconds",
+            "latency_ms",
+            "settle_after_seconds",
+            "webhook_delay_seconds",
+        ):
             value = getattr(self, name)
             if not _is_number(value) or value < 0 or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -163,6 +181,10 @@ FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline (default 402; off)"),
     FaultFlag("--rate-requires-action", float, "probability that a payment needs customer authentication (3DS)"),
     FaultFlag("--rate-limit", float, "global rate limit in requests/s; beyond it, 429"),
+    FaultFlag("--webhook-drop-fraction", float, "fraction of webhook messages never delivered"),
+    FaultFlag("--webhook-duplicate-fraction", float, "fraction of webhook messages delivered twice"),
+    FaultFlag("--webhook-delay-seconds", float, "seconds every webhook message waits before its first delivery"),
+    FaultFlag("--webhook-reorder", float, "fraction of webhook messages that swap places with the next one"),
     FaultFlag("--seed", int, "seed of the fault dice, for reproducible runs"),
 )
 
@@ -179,6 +201,15 @@ class Rejection(NamedTuple):
     status: int
     code: str
     retry_after: int | None = None
+
+
+class WebhookFate(NamedTuple):
+    """What the webhook faults do to one message."""
+
+    drop: bool = False
+    duplicate: bool = False
+    reorder: bool = False
+    delay_seconds: float = 0.0
 
 
 class Decision(NamedTuple):
@@ -276,6 +307,18 @@ class FaultInjector:
             if settle_to is not None:
                 return Decision(PaymentStatus.PENDING, None, settle_to, f.settle_after_seconds)
             return Decision(PaymentStatus.SUCCEEDED)
+
+    def webhook_fate(self) -> WebhookFate:
+        """Roll the webhook faults for one message (no draw for a fault that is off)."""
+        with self._lock:
+            f = self._faults
+            if self._roll(f.webhook_drop_fraction):
+                return WebhookFate(drop=True)
+            return WebhookFate(
+                duplicate=self._roll(f.webhook_duplicate_fraction),
+                reorder=self._roll(f.webhook_reorder),
+                delay_seconds=f.webhook_delay_seconds,
+            )
 
     def _roll(self, probability: float) -> bool:
         # no draw for a disabled fault, so that enabling nothing keeps the dice untouched

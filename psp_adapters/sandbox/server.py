@@ -5,7 +5,8 @@ One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``
 Checkout v71 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
 shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
 API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
-survives restarts.
+survives restarts. With ``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's
+webhooks to that URL (``webhooks``, ``webhook_events``); the native flavour sends none.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+from zoneinfo import ZoneInfo
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox.adyen_api import AdyenFlavor, ReportCredentials
@@ -43,6 +45,8 @@ from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.native_api import NativeFlavor
 from psp_adapters.sandbox.records import FLAVORS
 from psp_adapters.sandbox.stripe_api import StripeFlavor
+from psp_adapters.sandbox.webhook_events import AdyenBasicAuth, AdyenNotifications, StripeEvents, StripeSignature
+from psp_adapters.sandbox.webhooks import WebhookConfig, WebhookSender
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +168,8 @@ class SandboxServer:
     report user's credential (``report_username`` + ``report_password`` for HTTP basic auth, and/or
     ``report_api_key`` for ``X-API-Key``; none configured: any request may download reports), the reports'
     ``report_timezone`` (an IANA zone, default "CET") and ``company_account`` (their Company Account column).
-    ``now_func`` is the server's clock (key expiry, timestamps, report days).
+    ``now_func`` is the server's clock (key expiry, timestamps, report days). ``webhooks``: where the Stripe or
+    Adyen flavour sends its webhooks (``WebhookConfig``; Adyen: ``secret`` is the hex HMAC key); None: none.
 
     ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
     ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
@@ -187,9 +192,12 @@ class SandboxServer:
         report_api_key: Secret | str | None = None,
         report_timezone: str = "CET",
         company_account: str = "SandboxCompany",
+        webhooks: WebhookConfig | None = None,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"unknown sandbox flavor {flavor!r}; known: {', '.join(FLAVORS)}")
+        if webhooks is not None:
+            check_webhooks(flavor, webhooks)
         if (report_username is None) != (report_password is None):
             raise ValueError("report_username and report_password go together")
         self.flavor = flavor
@@ -206,6 +214,8 @@ class SandboxServer:
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._ledger: Ledger | None = None
+        self._webhooks = webhooks
+        self._sender: WebhookSender | None = None
 
     def __repr__(self) -> str:
         return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r}, flavor={self.flavor!r})"
@@ -229,12 +239,14 @@ class SandboxServer:
         if self._httpd is not None or self._stopping.is_set():
             raise RuntimeError("a SandboxServer starts once")
         self._ledger = Ledger(self.db_path)
+        self._sender = self._make_sender(self._ledger)
         app = _SandboxApp(
             self._ledger,
             flavor=self._make_flavor(self._ledger),
             faults=self._faults,
             stopping=self._stopping,
             now_func=self._now,
+            webhooks=self._sender,
         )
         try:
             self._httpd = _HttpServer(self._address, app, self._stopping)
@@ -245,7 +257,30 @@ class SandboxServer:
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="psp-sandbox", daemon=True
         )
         self._thread.start()
+        if self._sender is not None:
+            self._sender.start(tick_func=app.settle_scheduled)
         return self
+
+    def _make_sender(self, ledger: Ledger) -> WebhookSender | None:
+        config = self._webhooks
+        if config is None:
+            return None
+        if self.flavor == "stripe":
+            return WebhookSender(
+                config, renderer=StripeEvents(ledger, now_func=self._now), endpoint=StripeSignature(config.secret)
+            )
+        renderer = AdyenNotifications(
+            hmac_key=_hmac_key(config),
+            zone=ZoneInfo(self._report_timezone),
+            base_url_func=lambda: self.url,
+            now_func=self._now,
+        )
+        return WebhookSender(config, renderer=renderer, endpoint=AdyenBasicAuth(config.username, config.password))
+
+    @property
+    def webhooks(self) -> WebhookSender | None:
+        """The webhook sender once started (None without webhooks): ``to_json()`` is ``GET /_admin/webhooks``."""
+        return self._sender
 
     def _make_flavor(self, ledger: Ledger) -> Flavor:
         key = self._api_key.reveal().encode() if self._api_key else None
@@ -274,6 +309,8 @@ class SandboxServer:
             self._httpd = None
         if self._thread is not None:
             self._thread.join()
+        if self._sender is not None:
+            self._sender.stop()  # before the ledger closes: its tick reads and settles payments
         if self._ledger is not None:
             self._ledger.close()
         if self._temp_dir is not None:
@@ -293,6 +330,22 @@ class SandboxServer:
         return self._httpd.app
 
 
+def check_webhooks(flavor: str, config: WebhookConfig) -> None:
+    """Raise ValueError unless ``flavor`` sends webhooks and ``config`` suits it (Adyen: a hex HMAC key)."""
+    if flavor not in ("stripe", "adyen"):
+        raise ValueError(f"the {flavor} flavour sends no webhooks (only stripe and adyen do)")
+    if flavor == "adyen":
+        _hmac_key(config)
+
+
+def _hmac_key(config: WebhookConfig) -> bytes:
+    """Adyen's HMAC key: the bytes of its hex form."""
+    try:
+        return bytes.fromhex(config.secret.reveal())
+    except ValueError:
+        raise ValueError("the Adyen webhook secret is the HMAC key in hex (e.g. 44782DEF…)") from None
+
+
 def serve_forever(
     db_path: str | os.PathLike[str] | None,
     *,
@@ -307,8 +360,8 @@ def serve_forever(
     """Run the sandbox until ``stop`` is set or Ctrl-C; ``on_ready_func(url)`` is called once it listens.
 
     ``options``: the other ``SandboxServer`` arguments (``flavor``, the report credentials, ``report_timezone``,
-    ``company_account``). The CLI entry point (``recon psp-sandbox``). SIGTERM is not handled here: a CLI that
-    wants a graceful SIGTERM sets ``stop`` from its signal handler.
+    ``company_account``, ``webhooks``). The CLI entry point (``recon psp-sandbox``). SIGTERM is not handled here: a
+    CLI that wants a graceful SIGTERM sets ``stop`` from its signal handler.
     """
     stop = stop or threading.Event()
     with SandboxServer(db_path, host=host, port=port, faults=faults, api_key=api_key, **options) as server:
