@@ -1,14 +1,16 @@
-"""Adyen's own OpenAPI document for Checkout v71 as a test oracle: the adapter did not write it.
+"""Adyen's own OpenAPI documents for Checkout v71 and for its webhooks as test oracles: we did not write them.
 
-``CheckoutService-v71.json`` is read at test time from ``<repo>/../shared/specs/adyen/`` (published by Adyen,
-github.com/Adyen/adyen-openapi; never copied into this repository). Its ``components/schemas`` are JSON
-Schema (OpenAPI 3.1 = Draft 2020-12), so a body is validated against a wrapper document
-``{"$ref": "#/components/schemas/<Name>", "components": …}`` in which every ``#/components/…`` reference
-resolves.
+``CheckoutService-v71.json`` and ``Webhooks-v1.json`` are read at test time from ``<repo>/../shared/specs/adyen/``
+(published by Adyen, github.com/Adyen/adyen-openapi; never copied into this repository). Their
+``components/schemas`` are JSON Schema (OpenAPI 3.1 = Draft 2020-12), so a body is validated against a wrapper
+document ``{"$ref": "#/components/schemas/<Name>", "components": …}`` in which every ``#/components/…``
+reference resolves.
 
 - ``SPECS_AVAILABLE`` is False when the document is absent; ``requires_specs`` skips a test then, saying why.
 - ``validate_payment_request`` / ``validate_payment_response`` / ``validate_service_error`` raise
   AssertionError with the validator's messages (every error, best match first).
+- ``validate_webhook`` checks a standard notification against the request schema Webhooks-v1.json gives the
+  webhook of its items' ``eventCode`` (``requires_webhook_specs`` skips when that document is absent).
 - ``SchemaCheckingTransport`` wraps any ``httpx.BaseTransport``: every ``POST …/v71/payments`` request body
   and every 2xx answer to it are validated on the way through, so a real adapter can be driven against a
   local server (or an ``httpx.MockTransport``) with Adyen's schema checking both directions.
@@ -32,17 +34,29 @@ CHECKOUT_SPEC = SPECS_DIR / "CheckoutService-v71.json"
 SPECS_AVAILABLE = CHECKOUT_SPEC.is_file()
 SKIP_REASON = f"Adyen's OpenAPI document is not at {CHECKOUT_SPEC}: schema checks skipped"
 requires_specs = pytest.mark.skipif(not SPECS_AVAILABLE, reason=SKIP_REASON)
+WEBHOOKS_SPEC = SPECS_DIR / "Webhooks-v1.json"
+WEBHOOK_SKIP_REASON = f"Adyen's webhooks OpenAPI document is not at {WEBHOOKS_SPEC}: schema checks skipped"
+requires_webhook_specs = pytest.mark.skipif(not WEBHOOKS_SPEC.is_file(), reason=WEBHOOK_SKIP_REASON)
 
 PAYMENTS_PATH_SUFFIX = "/v71/payments"
 
 
 @cache
+def _document(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        pytest.skip(f"Adyen's OpenAPI document is not at {path}: schema checks skipped")
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return document
+
+
 def checkout_document() -> dict[str, Any]:
     """The parsed CheckoutService-v71.json (read once per test session)."""
-    if not SPECS_AVAILABLE:
-        pytest.skip(SKIP_REASON)
-    document: dict[str, Any] = json.loads(CHECKOUT_SPEC.read_text(encoding="utf-8"))
-    return document
+    return _document(CHECKOUT_SPEC)
+
+
+def webhooks_document() -> dict[str, Any]:
+    """The parsed Webhooks-v1.json (read once per test session)."""
+    return _document(WEBHOOKS_SPEC)
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -52,14 +66,14 @@ def schema(name: str) -> dict[str, Any]:
 
 
 @cache
-def _validator(name: str) -> Draft202012Validator:
-    wrapper = {"$ref": f"#/components/schemas/{name}", "components": checkout_document()["components"]}
+def _validator(name: str, spec: Path = CHECKOUT_SPEC) -> Draft202012Validator:
+    wrapper = {"$ref": f"#/components/schemas/{name}", "components": _document(spec)["components"]}
     return Draft202012Validator(wrapper)
 
 
-def validate(name: str, body: object) -> None:
-    """Raise AssertionError unless ``body`` is valid against ``components/schemas/<name>``."""
-    errors = list(_validator(name).iter_errors(body))
+def validate(name: str, body: object, *, spec: Path = CHECKOUT_SPEC) -> None:
+    """Raise AssertionError unless ``body`` is valid against ``components/schemas/<name>`` of ``spec``."""
+    errors = list(_validator(name, spec).iter_errors(body))
     if not errors:
         return
     first = best_match(errors)
@@ -81,6 +95,18 @@ def validate_payment_response(body: object) -> None:
 def validate_service_error(body: object) -> None:
     """``body`` must be a valid ``ServiceError`` (the documented 4xx/5xx answer of Checkout)."""
     validate("ServiceError", body)
+
+
+def validate_webhook(body: Any) -> str:
+    """``body`` (a standard notification) must be valid against the request schema that Webhooks-v1.json gives
+    the webhook of its items' ``eventCode`` (``webhooks./EVENTCODE.post.requestBody``); returns that schema's name."""
+    codes = {wrapper["NotificationRequestItem"]["eventCode"] for wrapper in body["notificationItems"]}
+    assert len(codes) == 1, f"one event code per notification expected, got {sorted(codes)}"
+    operation = webhooks_document()["webhooks"][f"/{codes.pop()}"]["post"]
+    ref: str = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    name = ref.rsplit("/", 1)[1]
+    validate(name, body, spec=WEBHOOKS_SPEC)
+    return name
 
 
 def is_payments_call(request: httpx.Request) -> bool:

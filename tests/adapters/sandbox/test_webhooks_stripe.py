@@ -1,0 +1,233 @@
+"""The Stripe flavour's webhooks, checked against stripe-python (the oracle we did not write) and Stripe's
+canonical objects (``fixtures3.json``, read from ``<repo>/../shared/specs/`` at test time).
+
+Every delivery must pass ``stripe.WebhookSignature.verify_header`` with the endpoint secret and Stripe's default
+tolerance, and parse through ``stripe.Webhook.construct_event`` into the SDK's typed objects; a tampered body,
+another secret or another timestamp must not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import stripe
+
+from psp_adapters.protocol import Secret
+from psp_adapters.sandbox import SandboxServer
+from psp_adapters.sandbox.webhook_events import STRIPE_API_VERSION
+from psp_adapters.sandbox.webhooks import WebhookConfig
+from tests.adapters.sandbox.webhook_receiver import Delivery, Receiver, receiving
+
+KEY = "sk_test_sandbox_123"
+SECRET = "whsec_test_sandbox_0123456789abcdef"
+SPECS = Path(__file__).resolve().parents[3].parent / "shared" / "specs"
+START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+INTENT = {
+    "amount": 1250,
+    "currency": "eur",
+    "payment_method": "pm_card_visa",
+    "customer": "cus_123",
+    "confirm": True,
+    "off_session": True,
+    "metadata": {"merchant_reference": "order-1"},
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def canonical() -> dict[str, Any]:
+    path = SPECS / "stripe" / "fixtures3.json"
+    if not path.exists():
+        pytest.skip(f"Stripe's canonical objects are absent ({path}); see shared/specs/README.md")
+    resources: dict[str, Any] = json.loads(path.read_text())["resources"]
+    return resources
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as r:
+        yield r
+
+
+@pytest.fixture
+def server(tmp_path: Path, clock: Clock, receiver: Receiver) -> Iterator[SandboxServer]:
+    hooks = WebhookConfig(url=receiver.url, secret=Secret(SECRET), backoff_seconds=0.05)
+    with SandboxServer(tmp_path / "s.db", flavor="stripe", api_key=KEY, now_func=clock, webhooks=hooks) as srv:
+        yield srv
+
+
+@pytest.fixture
+def sdk(server: SandboxServer) -> stripe.StripeClient:
+    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+
+
+@pytest.fixture
+def http(server: SandboxServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=5.0, headers={"Authorization": f"Bearer {KEY}"}) as c:
+        yield c
+
+
+def create(sdk: stripe.StripeClient, key: str = "k1", **params: Any) -> str:
+    """Create an intent; its id (also when Stripe answers 402)."""
+    try:
+        intent = sdk.v1.payment_intents.create(params={**INTENT, **params}, options={"idempotency_key": key})  # type: ignore[arg-type]
+    except stripe.CardError as exc:
+        return str(exc.json_body["error"]["payment_intent"]["id"])  # type: ignore[index]
+    return intent.id
+
+
+def verified(delivery: Delivery) -> stripe.Event:
+    """The delivery as stripe-python reads it: signature, tolerance (300 s) and parsing."""
+    assert delivery.headers["Content-Type"].startswith("application/json")
+    payload, header = delivery.body.decode(), delivery.headers["Stripe-Signature"]
+    assert stripe.WebhookSignature.verify_header(payload, header, SECRET, 300)
+    return stripe.Webhook.construct_event(payload, header, SECRET)
+
+
+def types(deliveries: list[Delivery]) -> list[str]:
+    return [d.json()["type"] for d in deliveries]
+
+
+def assert_keys_like(obj: dict[str, Any], theirs: dict[str, Any]) -> None:
+    assert set(obj) <= set(theirs), sorted(set(obj) - set(theirs))
+
+
+def test_success__one_signed_payment_intent_succeeded_event_shaped_like_stripes(
+    sdk: stripe.StripeClient, http: httpx.Client, receiver: Receiver, canonical: dict[str, Any]
+) -> None:
+    intent_id = create(sdk)
+
+    [delivery] = receiver.wait_for(1)
+    event = verified(delivery)
+    assert isinstance(event, stripe.Event) and isinstance(event.data.object, stripe.PaymentIntent)
+    doc = delivery.json()
+    assert set(doc) == set(canonical["event"])
+    assert doc["id"].startswith("evt_") and (doc["object"], doc["type"]) == ("event", "payment_intent.succeeded")
+    assert (doc["api_version"], doc["livemode"], doc["pending_webhooks"]) == (STRIPE_API_VERSION, False, 1)
+    assert doc["created"] == int(START.timestamp())
+    assert doc["request"] == {"id": None, "idempotency_key": "k1"}
+    assert doc["data"]["object"] == http.get(f"/v1/payment_intents/{intent_id}").json()  # as the API serves it
+    assert_keys_like(doc["data"]["object"], canonical["payment_intent"])
+    assert delivery.path == "/hooks" and delivery.headers["User-Agent"].startswith("Stripe/")
+    create(sdk)  # the same key again: a replay, no second event
+    assert types(receiver.quiet(0.3)) == ["payment_intent.succeeded"]
+
+
+def test_decline__payment_failed_with_the_decline_as_last_payment_error(
+    sdk: stripe.StripeClient, receiver: Receiver
+) -> None:
+    create(sdk, amount=1402)
+
+    [delivery] = receiver.wait_for(1)
+    intent = verified(delivery).data.object
+    assert delivery.json()["type"] == "payment_intent.payment_failed"
+    assert intent.status == "requires_payment_method"
+    assert (intent.last_payment_error.code, intent.last_payment_error.decline_code) == (
+        "card_declined",
+        "generic_decline",
+    )
+
+
+def test_requires_action__requires_action_then_payment_failed_with_authentication_required(
+    sdk: stripe.StripeClient, http: httpx.Client, receiver: Receiver, canonical: dict[str, Any]
+) -> None:
+    intent_id = create(sdk, payment_method="pm_card_authenticationRequired")
+
+    waiting, failed = receiver.wait_for(2)
+    assert types([waiting, failed]) == ["payment_intent.requires_action", "payment_intent.payment_failed"]
+    first, then = verified(waiting).data.object, verified(failed).data.object
+    assert (first.id, first.status, first.next_action.type) == (intent_id, "requires_action", "use_stripe_sdk")
+    assert first.last_payment_error is None
+    assert_keys_like(waiting.json()["data"]["object"], canonical["payment_intent"])
+    assert then.last_payment_error.code == "authentication_required"
+    assert failed.json()["data"]["object"] == http.get(f"/v1/payment_intents/{intent_id}").json()
+
+
+def test_slow_settlement__processing_then_succeeded_or_failed_on_time_without_any_polling(
+    sdk: stripe.StripeClient, clock: Clock, receiver: Receiver
+) -> None:
+    ok = create(sdk, "k1", payment_method="pm_pending")
+    bad = create(sdk, "k2", payment_method="pm_pending_fail", metadata={"merchant_reference": "order-2"})
+    assert types(receiver.wait_for(2)) == ["payment_intent.processing"] * 2
+
+    clock.now += timedelta(seconds=6)  # past settle_after_seconds (5): the webhook thread settles them
+
+    later = receiver.wait_for(4)[2:]
+    events = {verified(d).data.object.id: (d.json()["type"], d.json()["request"]) for d in later}
+    assert events == {
+        ok: ("payment_intent.succeeded", {"id": None, "idempotency_key": None}),
+        bad: ("payment_intent.payment_failed", {"id": None, "idempotency_key": None}),
+    }
+
+
+def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
+    sdk: stripe.StripeClient, http: httpx.Client, receiver: Receiver, canonical: dict[str, Any]
+) -> None:
+    refunded, disputed = create(sdk, "k1"), create(sdk, "k2", metadata={"merchant_reference": "order-2"})
+    pending = create(sdk, "k3", payment_method="pm_pending", metadata={"merchant_reference": "order-3"})
+    receiver.wait_for(3)
+    assert http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 400}).status_code == 200
+    assert http.post(f"/_admin/payments/{refunded}/refund").status_code == 200  # the rest
+    dispute = http.post(f"/_admin/payments/{disputed}/dispute").json()
+    assert http.post(f"/_admin/payments/{pending}/cancel").status_code == 200
+
+    deliveries = receiver.wait_for(7)[3:]
+
+    assert types(deliveries) == [
+        "charge.refunded",
+        "charge.refunded",
+        "charge.dispute.created",
+        "payment_intent.canceled",
+    ]
+    partial, full, disputed_event, canceled = (verified(d).data.object for d in deliveries)
+    assert isinstance(partial, stripe.Charge) and partial.payment_intent == refunded
+    assert (partial.amount_refunded, partial.refunded, full.amount_refunded, full.refunded) == (400, False, 1250, True)
+    assert_keys_like(deliveries[0].json()["data"]["object"], canonical["charge"])
+    assert isinstance(disputed_event, stripe.Dispute)
+    raw = deliveries[2].json()["data"]["object"]
+    assert raw == dispute  # as the admin API answered it
+    assert {"charge", "payment_intent", "amount", "currency", "reason", "status"} <= set(raw)
+    assert (raw["charge"], raw["payment_intent"], raw["amount"], raw["currency"]) == (
+        "ch_" + disputed[3:],
+        disputed,
+        1250,
+        "eur",
+    )
+    assert_keys_like(raw, canonical["dispute"])
+    assert (canceled.id, canceled.status) == (pending, "canceled")
+
+
+def test_signature__a_tampered_body_or_another_secret_is_rejected_by_stripe_python(
+    sdk: stripe.StripeClient, receiver: Receiver
+) -> None:
+    create(sdk)
+    [delivery] = receiver.wait_for(1)
+    payload, header = delivery.body.decode(), delivery.headers["Stripe-Signature"]
+    stamp = int(header.split(",")[0].removeprefix("t="))
+    assert abs(stamp - time.time()) < 60  # signed with the wall clock, whatever the server's clock says
+
+    with pytest.raises(stripe.SignatureVerificationError):
+        stripe.WebhookSignature.verify_header(payload.replace('"amount":1250', '"amount":1'), header, SECRET, 300)
+    with pytest.raises(stripe.SignatureVerificationError):
+        stripe.WebhookSignature.verify_header(payload, header, "whsec_another", 300)
+    with pytest.raises(stripe.SignatureVerificationError):  # the timestamp is signed too
+        stripe.WebhookSignature.verify_header(payload, header.replace(f"t={stamp}", f"t={stamp + 1}"), SECRET, 300)
