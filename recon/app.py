@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # imported where first used: a command that calls no PSP neve
     from recon.payments.guard import Guard
     from recon.payments.psp_limits import GuardConfig
     from recon.review import ReviewDesk
+    from recon.scheduler import Schedule
     from recon.webhooks.config import WebhookConfig
 
 #: PSP name -> its adapter, not yet instrumented
@@ -88,6 +89,7 @@ class App:
 
             WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
             self._settings = settings
+            self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings
 
     @property
@@ -153,6 +155,19 @@ class App:
         from recon.webhooks.config import WebhookConfig
 
         return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source)
+
+    @cached_property
+    def schedules(self) -> list[Schedule]:
+        """``[schedule.NAME]``: the periodic jobs every worker's scheduler queues (recon.scheduler), each
+        built-in kind's payload checked."""
+        from recon.reconcile.periodic import check_payload
+        from recon.scheduler import load_schedules
+
+        schedules = load_schedules(self.settings.extra.get("schedule"), source=self.settings.source,
+                                   default_queue=self.settings.engine.default_queue)
+        for s in schedules:
+            check_payload(s.kind, s.payload, f"{self.settings.source}: schedule.{s.name}", psp_names=self.psp_names())
+        return schedules
 
     def client(self) -> Client:
         return Client(self.jobs, self.settings)
@@ -270,8 +285,9 @@ class App:
     # --- handlers and workers -----------------------------------------------------------------------------
 
     def handlers(self, extra: tuple[str, ...] = (), *,
-                 kinds: tuple[str, ...] = ("charge", "reconcile", "webhook")) -> Handlers:
-        """The payment handlers (charge, reconcile, webhook) plus any ``--handlers MODULE:ATTR``."""
+                 kinds: tuple[str, ...] = ("charge", "reconcile", "webhook", "sweep", "report")) -> Handlers:
+        """The payment handlers (charge, reconcile, webhook), the periodic ones (sweep, report) plus any
+        ``--handlers MODULE:ATTR``."""
         from recon.clock import SystemClock
         from recon.payments.charge import ChargeHandler
         from recon.reconcile.handler import ReconcileHandler
@@ -287,9 +303,24 @@ class App:
         if "webhook" in kinds:
             handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
                 self.payments, self.client(), queue=self.reconcile_config.queue)))
+        if "sweep" in kinds or "report" in kinds:
+            from recon.reconcile.periodic import ReportJob, SweepJob
+
+            handlers.register("sweep", SweepJob(self.payments, self.client(), self.sweeps,
+                                                queue=self.reconcile_config.queue, psp_names=self.psp_names()))
+            handlers.register("report", ReportJob(self._report_file, psp_names=self.psp_names()))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
+
+    def _report_file(self, psp: str, since: datetime, until: datetime, path: str, fmt: str) -> int:
+        """The settlement report of ``psp`` for ``[since, until)`` into ``path``; its discrepancies."""
+        from recon.reconcile import settlement as st
+
+        result = st.write_report(self.reports, self.adapter(psp), psp=psp, since=since, until=until, fmt=fmt,
+                                 output=path, settlement_window=self.reconcile_config.settlement_window,
+                                 unknown_events=self.webhooks.unknown_between(psp=psp, since=since, until=until))
+        return result.totals.discrepancies
 
     def engine_config(self, *, concurrency: int | None = None, prefetch: int | None = None,
                       lease_ttl: timedelta | None = None, heartbeat: timedelta | None = None,

@@ -5,9 +5,9 @@ variables, then command-line flags.
 message names the file, the key and what is wrong, in one line, suggesting the nearest valid key for a typo.
 
 What is enforced:
-- sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``webhooks``, ``psp.NAME``
-  (the last three are checked by their readers: ``recon.reconcile.config``, ``recon.webhooks.config`` and the
-  composition root); anything else is an error;
+- sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``webhooks``,
+  ``schedule.NAME``, ``psp.NAME`` (the last four are checked by their readers: ``recon.reconcile.config``,
+  ``recon.webhooks.config``, ``recon.scheduler`` and the composition root); anything else is an error;
 - keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
 - numbers: of the declared type, finite, positive where they must be, and at most ``MAXIMA`` (seconds or count);
 - the environment: ``RECON_DATABASE_URL``, ``RECON_CONFIG`` and ``RECON_ENGINE_<KEY>`` for every ``[engine]`` key
@@ -212,7 +212,7 @@ class Settings:
 
 _KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
 #: sections other parts of recon read and check (``Settings.extra``)
-_EXTRA_SECTIONS = {"reconcile", "psp", "webhooks"}
+_EXTRA_SECTIONS = {"reconcile", "psp", "webhooks", "schedule"}
 
 
 def mask_url(url: str) -> str:

@@ -50,6 +50,7 @@ from prometheus_client.registry import CollectorRegistry
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore, WorkerRecord
+from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
 from recon.rows import Job
 
@@ -193,6 +194,7 @@ class PoolCollector:
                 pool["money"] = self._ledger.money_at_risk()
                 pool["review"] = self._ledger.review_summary()
                 pool["resolutions"] = self._ledger.resolutions(since=_EPOCH)
+                pool["slots"] = ScheduleStore(self._ledger.db).latest()
                 self._cached = (time.monotonic(), pool)
             return self._cached[1]
 
@@ -211,6 +213,7 @@ class PoolCollector:
         yield from _worker_families(pool, self._live_window)
         yield from _payment_families(pool["money"])
         yield from _review_families(pool)
+        yield from _schedule_families(pool)
 
 
 def _job_families(pool: dict[str, Any]) -> Iterator[Metric]:
@@ -323,6 +326,18 @@ def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:
         if n:
             resolved.add_metric(list(labels), float(n))
     yield resolved
+
+
+def _schedule_families(pool: dict[str, Any]) -> Iterator[Metric]:
+    lag = GaugeMetricFamily("recon_schedule_lag_seconds", "How late the last slot of each [schedule.NAME] was "
+                            "queued after its time.", labels=["schedule"])
+    last = GaugeMetricFamily("recon_schedule_last_slot_timestamp_seconds", "The time of each schedule's last "
+                             "claimed slot (alert when it falls behind its period).", labels=["schedule"])
+    for name, slot in sorted(pool["slots"].items()):
+        lag.add_metric([name], max((slot.enqueued_at - slot.slot_at).total_seconds(), 0.0))
+        last.add_metric([name], slot.slot_at.timestamp())
+    yield lag
+    yield last
 
 
 class MetricsServer:

@@ -406,3 +406,19 @@ def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None)
                       (why or "")[:60])
     _console().print(table)
 
+
+
+def schedule_table(rows: Sequence[dict[str, Any]]) -> None:
+    """``recon schedule list``."""
+    table = Table(title=f"{len(rows)} schedules")
+    for col in ("name", "kind", "when", "catch up", "last slot", "lag", "last outcome", "next slot"):
+        table.add_column(col)
+    for r in rows:
+        when = f"every {_duration(r['every_seconds'])}" if r["every_seconds"] else f"{r['cron']} ({r['timezone']})"
+        lag = f"{r['last_lag_seconds']:.1f}s" if r["last_lag_seconds"] is not None else "-"
+        outcome = r["last_outcome"] or "-"
+        if r["last_error"]:
+            outcome += f": {r['last_error']}"[:60]
+        table.add_row(r["name"], r["kind"], when, r["catch_up"], (r["last_slot"] or "-")[:19], lag, outcome,
+                      r["next_slot"][:19])
+    _console().print(table)

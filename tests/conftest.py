@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: "tests/chaos/" in str(item.fspath).replace("\\", "/"))
 #: tables recon creates, children first; extended by later migrations
 TABLES = ("payment_events", "payments", "job_attempts", "jobs", "workers", "psp_controls", "sweep_runs",
-          "webhook_events")
+          "webhook_events", "schedule_slots")
 
 
 @pytest.fixture(scope="session")

@@ -67,13 +67,20 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     if {"charges", app.reconcile_config.queue} & set(queue_list):
         # before any work: a worker never claims a payment job for a PSP it cannot call
         app.require_psps(set(app.psp_names()) & app.payments.psps_unfinished())
-    w = app.worker(queue_list, handlers=app.handlers(handler_refs), engine=engine, wakeups=True)
+    handlers = app.handlers(handler_refs)
+    for schedule in app.schedules:  # before any work: every slot's job can be run by this pool's handlers
+        if schedule.kind not in handlers.kinds():
+            raise UsageError(f"schedule.{schedule.name}: kind {schedule.kind!r} has no handler in this worker "
+                             f"(known: {', '.join(sorted(handlers.kinds()))}; add it with --handlers)")
+    w = app.worker(queue_list, handlers=handlers, engine=engine, wakeups=True)
     install_signal_handlers(w.request_stop)
     stop_pruner = _start_pruner(app.jobs, engine)
+    stop_scheduler = _start_scheduler(app, w.worker_id) if not burst else (lambda: None)
     metrics_server = _serve_metrics(app, metrics_port)
     try:
         stats = w.run(burst=burst)
     finally:
+        stop_scheduler()
         stop_pruner()
         if metrics_server is not None:
             metrics_server.close()
@@ -131,6 +138,28 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
         pool_tables(doc)
         psp_controls_table(doc["psp_controls"])
         review_lines(doc)
+
+
+def _start_scheduler(app: App, worker_id: str) -> Callable[[], None]:
+    """With ``[schedule.*]`` set, this worker's scheduler in a daemon thread (recon.scheduler: each slot runs
+    once across the pool); returns its stop."""
+    if not app.schedules:
+        return lambda: None
+    from recon.db.schedule_store import ScheduleStore
+    from recon.scheduler import Scheduler
+
+    scheduler = Scheduler(ScheduleStore(app.db), app.schedules, scheduler_id=worker_id,
+                          max_depth={s.queue: app.settings.queue(s.queue).max_depth for s in app.schedules})
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run_forever, args=(stop,), name="recon-scheduler", daemon=True)
+    thread.start()
+    log.info("scheduler: %s", "; ".join(f"{s.name} ({s.kind}, {s.describe()})" for s in app.schedules))
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=5)
+
+    return halt
 
 
 def _start_pruner(store: JobStore, engine: EngineConfig) -> Callable[[], None]:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import click
 
-from psp_adapters.protocol import PspAdapter
 from recon.app import App
 from recon.errors import UsageError
 from recon.params import (
@@ -25,7 +23,6 @@ from recon.params import (
 )
 
 if TYPE_CHECKING:
-    from recon.reconcile.settlement import ReportResult
     from recon.reconcile.sweep import ReportWriter
 
 
@@ -148,7 +145,9 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
         check_output_path(output, option="--output")
     adapter = app.adapter(psp)
     try:
-        result = _write_report(app, adapter, psp=psp, since=start, until=end, fmt=fmt, output=output)
+        result = st.write_report(app.reports, adapter, psp=psp, since=start, until=end, fmt=fmt, output=output,
+                                 settlement_window=app.reconcile_config.settlement_window,
+                                 unknown_events=app.webhooks.unknown_between(psp=psp, since=start, until=end))
     except PspError as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
         click.echo(f"recon: report: the {psp} settlement listing failed: {type(exc).__name__}: {first}",
@@ -160,38 +159,3 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
         for line in st.summary_lines(result, psp=psp, since=start, until=end):
             click.echo(line, err=True)
     sys.exit(EXIT_OK if result.consistent else EXIT_REVIEW)
-
-
-def _write_report(app: App, adapter: PspAdapter, *, psp: str, since: datetime, until: datetime, fmt: str,
-                  output: str | None) -> ReportResult:
-    """Run the report into stdout, or into a temporary file renamed over ``output`` once complete."""
-    import tempfile
-    from typing import TextIO
-
-    from recon.reconcile import settlement as st
-
-    tmp: str | None = None
-    out: TextIO
-    if output:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)), prefix=".recon-report-")
-        out = os.fdopen(fd, "w", encoding="utf-8", newline="")
-    else:
-        out = sys.stdout
-    try:
-        writer = st.JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else st.CsvWriter(out)
-        result = st.run_report(app.reports, adapter, writer, psp=psp, since=since, until=until,
-                               settlement_window=app.reconcile_config.settlement_window,
-                               unknown_events=app.webhooks.unknown_between(psp=psp, since=since, until=until))
-        out.flush()
-    except BaseException:
-        if tmp:
-            out.close()
-            os.unlink(tmp)
-        raise
-    if tmp and output:
-        out.close()
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the report gets the mode any new file would
-        os.replace(tmp, output)
-    return result

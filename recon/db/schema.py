@@ -283,3 +283,15 @@ webhook_events = sa.Table(
              sqlite_where=sa.text("state = 'unknown_payment'")),
     sqlite_autoincrement=True,
 )
+
+# --- schedule slots (migration 0010): each slot of each [schedule.NAME] claimed once --------------------------
+
+schedule_slots = sa.Table(
+    "schedule_slots",
+    metadata,
+    sa.Column("schedule", sa.Text(), primary_key=True),
+    sa.Column("slot_at", Timestamp, primary_key=True),
+    sa.Column("enqueued_at", Timestamp, nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("scheduler", sa.Text(), nullable=False),
+)

@@ -345,3 +345,37 @@ def summary_lines(result: ReportResult, *, psp: str, since: datetime, until: dat
     yield from t.human()
     if result.unlisted_failed:
         yield f"  ({result.unlisted_failed} failed payments not listed by the PSP: consistent, not itemised)"
+
+
+def write_report(store: ReportStore, adapter: PspAdapter, *, psp: str, since: datetime, until: datetime, fmt: str,
+                 output: str | None, settlement_window: timedelta,
+                 unknown_events: Sequence[WebhookRecord] = ()) -> ReportResult:
+    """Run the report into stdout, or into a temporary file renamed over ``output`` once complete (``recon
+    report``, the scheduled ``report`` job): a reader never sees half a report."""
+    import os
+    import sys
+
+    tmp: str | None = None
+    out: TextIO
+    if output:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)), prefix=".recon-report-")
+        out = os.fdopen(fd, "w", encoding="utf-8", newline="")
+    else:
+        out = sys.stdout
+    try:
+        writer: ItemWriter = JsonWriter(out, psp=psp, since=since, until=until) if fmt == "json" else CsvWriter(out)
+        result = run_report(store, adapter, writer, psp=psp, since=since, until=until,
+                            settlement_window=settlement_window, unknown_events=unknown_events)
+        out.flush()
+    except BaseException:
+        if tmp:
+            out.close()
+            os.unlink(tmp)
+        raise
+    if tmp and output:
+        out.close()
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the report gets the mode any new file would
+        os.replace(tmp, output)
+    return result

@@ -1,0 +1,75 @@
+"""ScheduleStore: the claimed slots of the periodic jobs. The only code that executes ``schedule_queries``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from recon.db import schedule_queries as sq
+from recon.db.database import Database
+from recon.db.jobs_store import EnqueueRow, JobStore
+
+
+@dataclass(frozen=True, slots=True)
+class SlotJob:
+    """The job a slot queues (None: the slot is recorded as skipped)."""
+
+    queue: str
+    kind: str
+    payload: dict[str, Any]
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedSlot:
+    schedule: str
+    slot_at: datetime
+    enqueued_at: datetime
+    job_id: int | None
+    scheduler: str
+    job_state: str | None
+    job_error: str | None
+    job_finished_at: datetime | None
+
+
+class ScheduleStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def claim(self, schedule: str, slot_at: datetime, *, scheduler: str, job: SlotJob | None,
+              max_depth: int = 0) -> int | bool | None:
+        """Claim ``schedule``'s slot at ``slot_at`` and queue ``job`` with it, in one transaction. Returns the
+        job id (None when recorded as skipped), or False when another scheduler had claimed it already."""
+        with self.db.begin() as conn:
+            params = {"schedule": schedule, "slot_at": self.db.to_db(slot_at), "scheduler": scheduler,
+                      "now": self.db.now_param()}
+            if conn.execute(self._q(sq.slot_claim), params).first() is None:
+                return False
+            if job is None:
+                return None
+            row = EnqueueRow(queue=job.queue, kind=job.kind, payload_json=json.dumps(job.payload), priority=0,
+                             run_at=None, delay=0.0, max_attempts=job.max_attempts,
+                             unique_key=f"schedule:{schedule}:{slot_at.isoformat()}", tenant=None)
+            [job_id] = JobStore(self.db).enqueue([row], max_depth={job.queue: max_depth}, conn=conn)
+            conn.execute(self._q(sq.slot_set_job), {**params, "job_id": job_id})
+            return job_id
+
+    def latest(self) -> dict[str, ClaimedSlot]:
+        """Each schedule's latest claimed slot, with its job's state."""
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(sq.slot_latest)).all()
+        t = self.db.from_db
+        out = {}
+        for r in rows:
+            error = f"{r[6]}: {r[7]}" if r[6] else None
+            out[r[0]] = ClaimedSlot(schedule=r[0], slot_at=t(r[1]), enqueued_at=t(r[2]),  # type: ignore[arg-type]
+                                    job_id=r[3], scheduler=r[4], job_state=r[5], job_error=error,
+                                    job_finished_at=t(r[8]))
+        return out
+
+    def _q(self, query: Any) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
