@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,34 +14,58 @@ from typing import Any
 def serve(asgi_app: Any, *, host: str, port: int, on_ready_func: Callable[[str], None] | None = None) -> None:
     """Serve ``asgi_app`` on ``host:port`` until SIGINT or SIGTERM (the requests in flight finish first).
     ``on_ready_func`` gets the base URL once the socket is bound (port 0: the one chosen)."""
-    import uvicorn
-
     from recon.params import install_signal_handlers
-
-    class Server(uvicorn.Server):
-        """uvicorn's server under recon's signal handling (recon.params): the first SIGINT or SIGTERM lets
-        the requests in flight finish and ``run`` return (exit 0), a second exits at once. uvicorn's own
-        handlers would raise the signal again after shutting down, killing the process by it."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
     bound = sock.getsockname()[1]
     url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
-    # log_config=None: uvicorn's loggers go through recon's handler (redacted, --log-format); no access log
-    # (the writes are audited in the database), no Server header, no trust in X-Forwarded-* headers
-    config = uvicorn.Config(asgi_app, log_config=None, access_log=False, lifespan="off", server_header=False,
-                            proxy_headers=False)
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     if on_ready_func is not None:
         on_ready_func(url)
-    server = Server(config)
+    server = _server(asgi_app)
     install_signal_handlers(lambda: setattr(server, "should_exit", True))
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+@contextlib.contextmanager
+def background(asgi_app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``asgi_app`` in a thread of this process for the ``with`` block (the demo's webhook endpoint);
+    yields the base URL. No signal handling: the block's end stops the server and joins its thread."""
+    import threading
+
+    sock = socket.create_server((host, port))
+    server = _server(asgi_app)
+    logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, logging.getLogger().level))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="recon-asgi", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _server(asgi_app: Any) -> Any:
+    """A uvicorn server that leaves signals to recon (recon.params): the first SIGINT or SIGTERM lets the
+    requests in flight finish and ``run`` return (exit 0), a second exits at once; uvicorn's own handlers would
+    raise the signal again after shutting down, killing the process by it. uvicorn's loggers go through recon's
+    handler (redacted, --log-format); no access log (the writes are audited in the database), no Server header,
+    no trust in X-Forwarded-* headers."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server(uvicorn.Config(asgi_app, log_config=None, access_log=False, lifespan="off", server_header=False,
+                                 proxy_headers=False))

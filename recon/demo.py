@@ -12,6 +12,7 @@ this module is a composition root: it builds the adapters of its wires.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import secrets
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +33,7 @@ from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secre
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
+from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.config import BackoffConfig, Settings
 from recon.db.payment_store import NewPayment, PaymentStore
@@ -72,22 +74,25 @@ class Wire:
     psp: str  #: recon's PSP name (the payments' ``psp``)
     label: str  #: the PSP's name in the story
     speaking: str  #: how the sandbox line names the wire
-    server: Callable[[Path, Creds], SandboxServer]
+    #: the sandbox for this wire, sending its webhooks where the WebhookConfig says (None: no webhooks)
+    server: Callable[[Path, Creds, WebhookConfig | None], SandboxServer]
     adapter: Callable[[str, Creds], PspAdapter]
     #: payment i -> (merchant account, payment method, customer reference)
     carries: Callable[[int], tuple[str, str | None, str | None]]
     check: Callable[[ChargeRequest], list[FieldProblem]] | None = None  #: the import-time check of the PSP
     key_prefix: str = "sk_test_"
+    webhooks: bool = True  #: the PSP pushes webhooks (the native sandbox does not)
     lookup: str = "asks the PSP for each payment"  #: how the sweep learns the truth; ``{n}``: how many have no PSP id
 
 
 WIRES: dict[str, Wire] = {
     "sandbox": Wire(
-        "sandbox", "the sandbox", "", lambda path, _c: SandboxServer(path, faults=DEMO_FAULTS),
-        lambda url, _c: SandboxAdapter(url, timeout=TIMEOUT), lambda _i: ("demo-shop", None, None)),
+        "sandbox", "the sandbox", "", lambda path, _c, _w: SandboxServer(path, faults=DEMO_FAULTS),
+        lambda url, _c: SandboxAdapter(url, timeout=TIMEOUT), lambda _i: ("demo-shop", None, None),
+        webhooks=False),
     "stripe": Wire(
         "stripe", "Stripe", " speaking Stripe's API",
-        lambda path, c: SandboxServer(path, faults=DEMO_FAULTS, flavor="stripe", api_key=c.api_key),
+        lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="stripe", api_key=c.api_key, webhooks=w),
         lambda url, c: stripe.StripeAdapter(url, api_key=Secret(c.api_key), timeout=TIMEOUT),
         lambda i: ("demo-shop", "pm_card_visa", f"cus_demo{i:05d}"),
         stripe.check_charge,
@@ -95,7 +100,7 @@ WIRES: dict[str, Wire] = {
                "one ({n})"),
     "adyen": Wire(
         "adyen", "Adyen", " speaking Adyen's Checkout v71 API and reports",
-        lambda path, c: SandboxServer(path, faults=DEMO_FAULTS, flavor="adyen", api_key=c.api_key,
+        lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="adyen", api_key=c.api_key, webhooks=w,
                                       report_username=c.report_user, report_password=c.report_password,
                                       report_timezone=ADYEN_ZONE, company_account="DemoCompany"),
         lambda url, c: adyen.AdyenAdapter(url, api_key=Secret(c.api_key), merchant_account=ADYEN_ACCOUNTS[0],
@@ -122,14 +127,19 @@ def run_demo(*, payments: int = 300, directory: str | None = None, say: Any = pr
 def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
     started = time.monotonic()
     creds = Creds.new(wire.key_prefix)
-    with wire.server(where / "psp-sandbox.db", creds) as server:
-        say(f"PSP sandbox{wire.speaking} on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
-            f"12% slow settlement, 4% declines")
+    url = ""  # the sandbox's, once it listens: the adapters are built on first use, after that
+    # PSP latency and 429s through the App's instrumented adapter (app.metrics); no guard between them
+    app = App(settings=_demo_settings(where), reconcile_config=_demo_reconcile_config(wire),
+              adapter_factory=lambda _name: wire.adapter(url, creds), guard=Unguarded())
+    app.upgrade()
+    with contextlib.ExitStack() as stack:
+        hook = _webhook_endpoint(app, wire, stack) if wire.webhooks else None
+        server = stack.enter_context(wire.server(where / "psp-sandbox.db", creds, hook))
         url = server.url
-        # PSP latency and 429s through the App's instrumented adapter (app.metrics); no guard between them
-        app = App(settings=_demo_settings(where), reconcile_config=_demo_reconcile_config(wire),
-                  adapter_factory=lambda _name: wire.adapter(url, creds), guard=Unguarded())
-        app.upgrade()
+        say(f"PSP sandbox{wire.speaking} on {server.url}: 5% 429s, 3% 500s, 4% answers lost after charging, "
+            f"12% slow settlement, 4% declines" + (f"; its webhooks go to recon's endpoint {hook.url}" if hook else ""))
+        if hook:  # a worker applies the webhooks as they come, all story long
+            stack.enter_context(_worker_in_background(app, app.webhook_config.queue))
         ledger = app.payments
         new = _payments(wire, n)
         ledger.create(new)
@@ -170,8 +180,15 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
         charges = httpx.get(f"{server.url}/_admin/charges", timeout=5).json()
         for name, (requests, throttled) in app.metrics.psp_totals().items():
             say(f"PSP calls to {name}: {requests}, of which {throttled} were answered 429 (rate limited)")
-        app.close()
+        if hook:
+            said = {r["state"]: r["events"] for r in app.webhooks.counts(since=app.jobs.db_now() - timedelta(hours=1))}
+            by_hook = sum(1 for p in ledger.iter_payments() if p.status.final and any(
+                e.source == "webhook" and e.from_status != e.to_status for e in ledger.events(p.id)))
+            say(f"webhooks: {sum(said.values())} events received and stored once each "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(said.items()))}); {by_hook} payments were finalised "
+                f"by a webhook, the rest by the charge's answer or the sweep")
         most, stray = _charges_per_payment(charges, {p.idempotency_key: p.id for p in ledger.iter_payments()})
+    app.close()
     app.db.dispose()
     double = most > 1 or stray > 0
     verdict = "DOUBLE CHARGE" if most > 1 else "UNACCOUNTED CHARGE" if stray else "no double charge"
@@ -253,6 +270,35 @@ def _run_until_done(app: App, *, queue: str, timeout: float) -> Counter[str]:
     worker.request_stop()
     thread.join(30)
     return worker.stats.outcomes
+
+
+def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> WebhookConfig:
+    """recon's webhook endpoint for ``wire``'s PSP, served in a thread of this process with a per-run secret,
+    and the sandbox's side of it: where it sends and what it signs with."""
+    from recon.asgi import background
+    from recon.webhooks.config import WebhookConfig as Endpoint
+    from recon.webhooks.intake import Intake
+    from recon.webhooks.server import create_app
+
+    secret = ("whsec_" if wire.psp == "stripe" else "") + secrets.token_hex(32)
+    endpoint = Endpoint(stripe_secrets=(Secret(secret),) if wire.psp == "stripe" else (),
+                        adyen_hmac_keys=(Secret(secret),) if wire.psp == "adyen" else ())
+    intake = Intake(app.webhooks, endpoint, max_attempts=app.settings.engine.default_max_attempts)
+    base = stack.enter_context(background(create_app(app, intake=intake)))
+    path = endpoint.stripe_path if wire.psp == "stripe" else endpoint.adyen_path
+    return WebhookConfig(url=base.rstrip("/") + path, secret=Secret(secret), backoff_seconds=0.2)
+
+
+@contextlib.contextmanager
+def _worker_in_background(app: App, queue: str) -> Iterator[None]:
+    worker = app.worker([queue], wakeups=True)
+    thread = threading.Thread(target=worker.run, name="recon-demo-webhooks", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.request_stop()
+        thread.join(30)
 
 
 def _statuses(ledger: PaymentStore) -> dict[str, int]:

@@ -51,6 +51,14 @@ def test_demo__tells_the_story_and_proves_no_double_charge(tmp_path: Path, psp: 
     assert "pending" not in final and "processing" not in final
     assert "INFO recon.engine" not in r.stderr  # the story is the output
     assert (tmp_path / "recon.db").exists() and (tmp_path / "psp-sandbox.db").exists()
+    hooks = [line for line in lines if line.startswith("webhooks: ")]
+    if psp == "sandbox":
+        assert not hooks  # the native sandbox pushes nothing
+    else:  # the sandbox signed its PSP's webhooks; recon's endpoint verified and stored each once and applied them
+        assert "its webhooks go to recon's endpoint http://127.0.0.1:" in lines[0]
+        [hook] = hooks
+        received = int(hook.split()[1])
+        assert received >= 60 and "applied" in hook, hook
     command = f"recon --database-url sqlite:///{tmp_path / 'recon.db'} console"
     assert lines[-1].startswith(f"see what happened in the console: {command} ")
     stats = subprocess.run([sys.executable, "-m", "recon", "--database-url", f"sqlite:///{tmp_path / 'recon.db'}",
