@@ -57,6 +57,10 @@ PSP_API_KEYS = {"stripe": "sk_test_chaos", "adyen": "chaos-adyen-api-key"}
 MERCHANT_ACCOUNT = "chaos-shop"
 ADYEN_REPORT_USERNAME = "report@Company.SandboxCompany"
 ADYEN_REPORT_PASSWORD = "chaos-report-password"
+#: test values, not credentials: the webhook signing secrets the sandbox signs with and `recon serve` verifies
+WEBHOOK_SECRETS = {"stripe": "whsec_chaos0123456789abcdef", "adyen": "00112233445566778899aabbccddeeff" * 2}
+#: the sandbox's webhook faults in the runs through the real adapters: some never come, some twice, some late
+WEBHOOK_FAULTS = ("--webhook-drop-fraction", "0.1", "--webhook-duplicate-fraction", "0.1", "--webhook-reorder", "0.1")
 #: the zone of the Adyen reports' days: recon must read them in the zone the sandbox writes them in
 ADYEN_REPORT_TIMEZONE = "Europe/Amsterdam"
 
@@ -111,6 +115,7 @@ def psp_env(psp: str, sandbox_url: str) -> dict[str, str]:
     prefix = f"RECON_{psp.upper()}_"
     env = {prefix + "BASE_URL": sandbox_url, prefix + "API_KEY": PSP_API_KEYS[psp], prefix + "READ_TIMEOUT": "1",
            prefix + "CONNECT_TIMEOUT": "1"}
+    env["RECON_STRIPE_WEBHOOK_SECRET" if psp == "stripe" else "RECON_ADYEN_HMAC_KEY"] = WEBHOOK_SECRETS[psp]
     if psp == "adyen":
         env.update({prefix + "MERCHANT_ACCOUNT": MERCHANT_ACCOUNT, prefix + "REPORT_BASE_URL": sandbox_url,
                     prefix + "REPORT_USERNAME": ADYEN_REPORT_USERNAME,
@@ -165,6 +170,54 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._close()
+
+
+def webhook_flags(psp: str, serve_url: str) -> tuple[str, ...]:
+    """The `recon psp-sandbox` flags that send ``psp``'s webhooks to `recon serve` at ``serve_url``, signed with
+    the run's secret, with ``WEBHOOK_FAULTS``."""
+    return ("--webhook-url", f"{serve_url}/webhooks/{psp}", "--webhook-secret", WEBHOOK_SECRETS[psp],
+            *WEBHOOK_FAULTS)
+
+
+class ServeProcess:
+    """`recon serve` (the webhook endpoints) in its own process, restartable on the same port."""
+
+    def __init__(self, db_url: str, env: dict[str, str]) -> None:
+        self.db_url, self.env = db_url, env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "recon", "--database-url", self.db_url, "--log-level", "ERROR", "serve", "--port",
+             str(self.port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("webhooks on "), line
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+            self.kills += 1
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
 
 
 class WorkerProcess:

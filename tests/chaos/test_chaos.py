@@ -17,6 +17,9 @@ The main scenario runs once per PSP adapter, with the same faults, disruptions a
   sandbox serves for today. Two timings follow the chaos time scale there, so that these runs settle in
   seconds: the circuit breaker opens for 3 s (``[psp.stripe|adyen]`` in the config, default 30 s) and the
   reconcile handler's fixed 30 s snooze behind a charge's live lease is one lease TTL (tests/chaos/compressed.py).
+  These two runs also hear the PSP's webhooks: the sandbox signs and sends them to a `recon serve` process (10 %
+  dropped, 10 % delivered twice, 10 % reordered; `recon serve` killed and restarted once), so webhooks and
+  polling heal together under the same invariants, and some payments must have been moved by a webhook.
 
 Bounded: ``--chaos-seconds`` (default 20) of chaos, then at most 90 s to settle, per run. ``--chaos-seconds
 120`` for a longer run. The planted bug (tests/chaos/unfenced_worker.py: fencing removed) must make the
@@ -40,12 +43,14 @@ from tests.chaos import invariants
 from tests.chaos.harness import (
     MERCHANT_ACCOUNT,
     Sandbox,
+    ServeProcess,
     WorkerProcess,
     base_env,
     can_restart_postgres,
     psp_env,
     recon,
     restart_postgres,
+    webhook_flags,
     write_config,
 )
 
@@ -107,6 +112,18 @@ def settle(db: Database, db_url: str, env: dict[str, str], timeout: float = 90, 
         time.sleep(0.5)
 
 
+def webhooks_met(db: Database) -> dict[str, int]:
+    """What the PSP pushed and what it did: events stored (once each), by how they were applied, and payments
+    whose final state came from a webhook rather than a charge's answer or a sweep."""
+    with db.begin() as conn:
+        states = dict(conn.execute(sa.text("SELECT state, count(*) FROM webhook_events GROUP BY state")).all())
+        by_hook = conn.execute(sa.text(
+            "SELECT count(DISTINCT payment_id) FROM payment_events WHERE source = 'webhook' "
+            "AND from_status <> to_status")).scalar_one()
+    return {**{f"webhook events {k}": int(v) for k, v in sorted(states.items())},
+            "payments moved by a webhook": int(by_hook)}
+
+
 def faults_met(db: Database) -> dict[str, int]:
     """What the run went through, as recon recorded it: failed attempts per error kind, declines, answers the
     PSP saved under a key (Stripe's 500s), payments that waited on the PSP (pending at some point), and jobs
@@ -135,10 +152,20 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
     seconds = float(request.config.getoption("--chaos-seconds")) * (1 if native else FLAVOR_SHARE)
     most = 400 if native else FLAVOR_PAYMENTS
     rng = random.Random(20261130)
-    sandbox = Sandbox(tmp_path / "psp.db", *FAULT_FLAGS, "--seed", "7", psp=psp)
+    config = write_config(tmp_path / "recon.toml")
+    serve = None
+    hooks: tuple[str, ...] = ()
+    if not native:  # the PSP pushes its webhooks (some dropped, duplicated, reordered) to `recon serve`
+        serve = ServeProcess(pg_migrated, {})  # its port now (the sandbox sends there), its env below
+        hooks = webhook_flags(psp, serve.url)
+    sandbox = Sandbox(tmp_path / "psp.db", *FAULT_FLAGS, "--seed", "7", *hooks, psp=psp)
+    env = base_env(config, sandbox.url, **psp_env(psp, sandbox.url))
+    if serve is not None:
+        serve.env = env
+        serve.start()
+        request.addfinalizer(serve.stop)
     sandbox.start()
     request.addfinalizer(sandbox.stop)  # also when the run fails half-way: no process outlives the test
-    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url, **psp_env(psp, sandbox.url))
     entry = "recon" if native else COMPRESSED  # the runs through real adapters: CHARGE_BUSY_SNOOZE compressed
     workers = [WorkerProcess(pg_migrated, env, tmp_path / f"worker-{i}.log", module=entry) for i in range(3)]
     for w in workers:
@@ -166,7 +193,7 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
     for t in threads:
         t.start()
     started = time.monotonic()
-    events = {"freeze": 0.25, "postgres": 0.5, "sandbox": 0.75}
+    events = {"freeze": 0.25, "postgres": 0.5, "webhooks": 0.6, "sandbox": 0.75}
     done: set[str] = set()
     try:
         while (elapsed := time.monotonic() - started) < seconds:
@@ -180,6 +207,9 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
                 done.add("postgres")
                 restart_postgres()
                 pg.engine.dispose()  # this test's own pooled connections died with the server
+            elif "webhooks" not in done and progress >= events["webhooks"] and serve is not None:
+                done.add("webhooks")
+                serve.restart()  # deliveries meanwhile fail and the sandbox retries them
             elif "sandbox" not in done and progress >= events["sandbox"]:
                 done.add("sandbox")
                 sandbox.restart()
@@ -203,7 +233,7 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
     recon(pg_migrated, env, "watch", "--once", module=entry)
     report = invariants.check(pg, sandbox.url, psp)
     sandbox.stop()
-    faults = faults_met(pg)
+    faults = {**faults_met(pg), **(webhooks_met(pg) if not native else {})}
     report.counts.update({"chaos seconds": int(seconds), "worker kills": sum(w.kills for w in workers),
                           "cron sweeps": len(sweeps), "disruptions": len(done),
                           "chaos seconds, measured": int(chaos_done - started),
@@ -215,6 +245,8 @@ def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: st
         # which error kinds the attempts record depends on how often the guard held calls back)
         failed_attempts = sum(n for k, n in faults.items() if k.startswith("attempts failed: "))
         assert failed_attempts and faults["declined"] and faults["payments pending at some point"], report.render()
+        # webhooks and polling together: events were stored once each and some moved payments first
+        assert faults.get("webhook events applied", 0) and faults["payments moved by a webhook"], report.render()
 
 
 def stale_worker_scenario(pg: Database, pg_migrated: str, tmp_path: Path, *,
