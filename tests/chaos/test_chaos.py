@@ -116,7 +116,8 @@ def webhooks_met(db: Database) -> dict[str, int]:
     """What the PSP pushed and what it did: events stored (once each), by how they were applied, and payments
     whose final state came from a webhook rather than a charge's answer or a sweep."""
     with db.begin() as conn:
-        states = dict(conn.execute(sa.text("SELECT state, count(*) FROM webhook_events GROUP BY state")).all())
+        states = {str(r[0]): int(r[1]) for r in conn.execute(
+            sa.text("SELECT state, count(*) FROM webhook_events GROUP BY state"))}
         by_hook = conn.execute(sa.text(
             "SELECT count(DISTINCT payment_id) FROM payment_events WHERE source = 'webhook' "
             "AND from_status <> to_status")).scalar_one()
