@@ -10,6 +10,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -405,3 +406,25 @@ def test_serve__refuses_to_start_without_any_webhook_secret(db_url: str, recon: 
     r = recon("serve", "--port", "0", "--console", "--host", "0.0.0.0", db_url=db_url,  # nosec B104  # the test
               env={**env, "RECON_STRIPE_WEBHOOK_SECRET": STRIPE_NEW})
     assert r.returncode == 2 and "RECON_CONSOLE_TOKEN" in r.stderr
+
+
+def test_report__lists_a_webhook_for_a_payment_we_do_not_know_as_missing_locally(
+        app: App, db: Database, db_url: str, client: TestClient, recon: Runner, tmp_path: Path) -> None:
+    import os
+    from datetime import UTC, datetime, timedelta
+
+    from psp_adapters.sandbox.server import SandboxServer
+
+    post_stripe(client, stripe_event("payment_intent.succeeded", intent("pi_lost", "nobody", status="succeeded",
+                                                                       amount=4200)))
+    work(app)
+    today = datetime.now(UTC).date()
+    with SandboxServer(tmp_path / "psp.db", flavor="stripe", api_key="sk_test_report") as stripe_sandbox:
+        env = {**os.environ, "RECON_STRIPE_BASE_URL": stripe_sandbox.url, "RECON_STRIPE_API_KEY": "sk_test_report"}
+        r = recon("report", "--psp", "stripe", "--since", today.isoformat(), "--until",
+                  (today + timedelta(days=1)).isoformat(), "--format", "json", db_url=db_url, env=env)
+    assert r.returncode == 1, r.stderr  # a discrepancy
+    items = [i for i in json.loads(r.stdout)["items"] if i["category"] == "missing_locally"]
+    assert [(i["psp_reference"], i["merchant_reference"], i["psp_amount"]) for i in items] == [
+        ("pi_lost", "nobody", 4200)]
+    assert "payment_intent.succeeded webhook" in items[0]["detail"]
