@@ -166,6 +166,32 @@ class SettlementLine:
     payout: str | None = None  #: the payout (batch) that carries this line, when the listing says
 
 
+@dataclass(frozen=True, slots=True)
+class ListedPayment:
+    """One payment of a PSP's listing (``PspAdapter.iter_payments``): what the PSP says about it now.
+
+    ``outcome`` is the same answer ``fetch_payment`` would give (mapped by the same wire function);
+    ``created_at`` is when the PSP first booked it (aware UTC), ``merchant_account`` where, when the PSP
+    says (Adyen).
+    """
+
+    outcome: PaymentOutcome
+    created_at: datetime
+    merchant_account: str | None = None
+
+    @property
+    def merchant_reference(self) -> str | None:
+        return self.outcome.merchant_reference
+
+    @property
+    def psp_reference(self) -> str | None:
+        return self.outcome.psp_reference
+
+
+#: one request's worth of a listing: each ``next()`` on ``iter_payments``' iterator is one call to the PSP
+PaymentPage = tuple[ListedPayment, ...]
+
+
 @runtime_checkable
 class PspAdapter(Protocol):
     """A PSP as recon sees it.
@@ -178,6 +204,8 @@ class PspAdapter(Protocol):
     name: ClassVar[str]
     #: how long the PSP keeps an idempotency key's saved answer; None: as long as recon needs
     idempotency_retention: ClassVar[timedelta | None]
+    #: whether ``iter_payments`` answers: recon reconciles in bulk only where it does
+    lists_payments: ClassVar[bool]
 
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
@@ -188,6 +216,18 @@ class PspAdapter(Protocol):
     ) -> Iterator[SettlementLine]:
         """Settlement lines booked in ``[since, until)``; ``merchant_accounts``: the accounts to read where a
         PSP lists per account (Adyen), besides the configured default."""
+        ...
+
+    def iter_payments(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[PaymentPage]:
+        """The payments the PSP booked (created) in ``[since, until)``, a page per ``next()``: each page is
+        exactly one request to the PSP, so a caller can admit every call (rate limit, breaker) on its own.
+
+        A page may be empty (Adyen: a report file that tells nothing new). ``merchant_accounts`` as for
+        ``iter_settlements``. Raises ValueError at once for naive datetimes, PspRejectedError at once when
+        the adapter cannot list (``lists_payments`` False); PspError subclasses from ``next()``.
+        """
         ...
 
     def close(self) -> None: ...

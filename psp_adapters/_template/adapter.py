@@ -17,7 +17,7 @@ import httpx
 
 from psp_adapters._template import wire
 from psp_adapters._template.wire import PSP_NAME
-from psp_adapters.errors import PspError, PspProtocolError
+from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
 from psp_adapters.http import (
     DEFAULT_TIMEOUT,
     error_from_response,
@@ -26,7 +26,15 @@ from psp_adapters.http import (
     system_now,
     transport_errors,
 )
-from psp_adapters.protocol import ChargeRequest, NotFound, PaymentOutcome, PspRef, Secret, SettlementLine
+from psp_adapters.protocol import (
+    ChargeRequest,
+    NotFound,
+    PaymentOutcome,
+    PaymentPage,
+    PspRef,
+    Secret,
+    SettlementLine,
+)
 
 
 class TemplateAdapter:
@@ -35,6 +43,8 @@ class TemplateAdapter:
     name: ClassVar[str] = PSP_NAME
     #: how long the PSP keeps an idempotency key (look it up in the PSP's documentation); None: forever
     idempotency_retention: ClassVar[timedelta | None] = None
+    #: True once ``iter_payments`` lists the PSP's payments by creation time (bulk reconciliation)
+    lists_payments: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -91,6 +101,14 @@ class TemplateAdapter:
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")
         return iter(())
+
+    def iter_payments(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[PaymentPage]:
+        """Payments created in ``[since, until)``, one page per request (write it, then set lists_payments)."""
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        raise PspRejectedError(f"{PSP_NAME}: the adapter does not list payments", psp=PSP_NAME)
 
     def close(self) -> None:
         """Close the HTTP client."""

@@ -37,6 +37,12 @@ How Adyen tells status, and what this adapter does about it:
   one download per account per day, as iterated, and yields the settlement events (Settled, Refunded,
   Chargeback, and failed payments) booked inside the window, compared in UTC.
 
+- ``iter_payments`` (bulk reconciliation) reads, for each account, the files of the days covering the window
+  and every later day up to today (at most ``lookback_days`` past the window): a payment's latest record may
+  be booked days after its first (Authorised, then Cancelled), and ``fetch_payment`` answers from the newest
+  file that mentions it. One download per account-day, each its own page; the payments whose rows fall in
+  the window's days come, with their latest record type (``report_outcome``), on the last page.
+
 Cost: ``fetch_payment`` downloads up to ``lookback_days + 1`` report files. A deployment that receives
 Adyen webhooks should answer ``fetch_payment`` from them instead; this adapter is the fallback.
 """
@@ -64,7 +70,15 @@ from psp_adapters.http import (
     system_now,
     transport_errors,
 )
-from psp_adapters.protocol import ChargeRequest, PaymentOutcome, Pending, PspRef, Secret, SettlementLine
+from psp_adapters.protocol import (
+    ChargeRequest,
+    PaymentOutcome,
+    PaymentPage,
+    Pending,
+    PspRef,
+    Secret,
+    SettlementLine,
+)
 
 #: Adyen's test endpoints. Live Checkout needs the merchant's own prefix URL
 #: (``https://{PREFIX}-checkout-live.adyenpayments.com/checkout``) and live reports ``https://ca-live.adyen.com``;
@@ -92,6 +106,7 @@ class AdyenAdapter:
     #: "Idempotency keys are valid for a minimum period of 7 days after first submission"
     #: (docs.adyen.com/development-resources/api-idempotency, "Key scope and validity time")
     idempotency_retention: ClassVar[timedelta | None] = timedelta(days=7)
+    lists_payments: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -191,6 +206,20 @@ class AdyenAdapter:
             raise ValueError("since and until must be aware datetimes")
         return self._settlement_days(since, until, self._accounts(merchant_accounts))
 
+    def iter_payments(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[PaymentPage]:
+        """The payments of the reports of ``[since, until)``'s days (the account time zone's) of every account
+        of ``merchant_accounts`` plus the default, each with its latest status (see the module docstring).
+
+        One page per account-day file downloaded (a missing file, 404, is an empty download); every page
+        but the last is empty. ``since``/``until`` must be aware (ValueError) and some account known
+        (PspRejectedError), both raised at once.
+        """
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        return self._payment_days(since, until, self._accounts(merchant_accounts))
+
     def close(self) -> None:
         """Close both HTTP clients; the adapter is unusable afterwards."""
         self._client.close()
@@ -222,6 +251,25 @@ class AdyenAdapter:
                     if status is not None and since <= row.booked_at < until:
                         yield wire.to_settlement_line(row, status=status)
             day += timedelta(days=1)
+
+    def _payment_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[PaymentPage]:
+        first = since.astimezone(self._tz).date()
+        last = (until - timedelta(microseconds=1)).astimezone(self._tz).date()
+        today = self._now_func().astimezone(self._tz).date()
+        final = max(first, min(today, last + timedelta(days=self._lookback_days)))
+        days = [first + timedelta(days=n) for n in range((final - first).days + 1)]
+        downloads = [(day, account) for day in days for account in accounts]
+        rows: dict[tuple[str, str], list[report.ReportRow]] = {}
+        in_window: set[tuple[str, str]] = set()
+        for n, (day, account) in enumerate(downloads, start=1):
+            for row in self._report(account, day) or ():
+                key = (account, row.psp_reference)
+                rows.setdefault(key, []).append(row)
+                if day <= last:
+                    in_window.add(key)
+            if n < len(downloads):
+                yield ()
+        yield tuple(wire.listed_payment(rows[key], merchant_account=key[0]) for key in rows if key in in_window)
 
     def _report(self, account: str, day: date) -> list[report.ReportRow] | None:
         """One account's report rows of one day, or None when Adyen has not generated that file (yet)."""

@@ -39,6 +39,7 @@ from psp_adapters.protocol import (
     ChargeRequest,
     Failed,
     FieldProblem,
+    ListedPayment,
     PaymentOutcome,
     Pending,
     SettlementLine,
@@ -402,6 +403,13 @@ def report_outcome(rows: list[ReportRow]) -> PaymentOutcome:
         currency=last.currency,
         raw_status=last.record_type,
     )
+
+
+def listed_payment(rows: list[ReportRow], *, merchant_account: str) -> ListedPayment:
+    """One payment of a listing from its report rows (every file read): its outcome as ``report_outcome``
+    tells it, booked first at its earliest row."""
+    return ListedPayment(report_outcome(rows), created_at=min(row.booked_at for row in rows),
+                         merchant_account=merchant_account)
 
 
 def settlement_status(record_type: str) -> str | None:

@@ -26,8 +26,10 @@ from psp_adapters.errors import PspError, PspProtocolError
 from psp_adapters.http import error_from_response, json_body, make_client, system_now, transport_errors
 from psp_adapters.protocol import (
     ChargeRequest,
+    ListedPayment,
     NotFound,
     PaymentOutcome,
+    PaymentPage,
     PspRef,
     Secret,
     SettlementLine,
@@ -37,6 +39,7 @@ from psp_adapters.sandbox import wire
 from psp_adapters.sandbox.wire import PSP_NAME
 
 SETTLEMENT_PAGE_SIZE = 100
+LISTING_PAGE_SIZE = 100
 
 
 class SandboxAdapter:
@@ -49,6 +52,7 @@ class SandboxAdapter:
     name: ClassVar[str] = PSP_NAME
     #: the sandbox keeps its keys for as long as its state file lives
     idempotency_retention: ClassVar[timedelta | None] = None
+    lists_payments: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -115,6 +119,18 @@ class SandboxAdapter:
             raise ValueError("since and until must be aware datetimes")
         return self._settlement_pages(wire.format_timestamp(since), wire.format_timestamp(until))
 
+    def iter_payments(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[PaymentPage]:
+        """Payments created in ``[since, until)`` (``GET /v1/payments?created_since=&created_until=``), oldest
+        first, a page of LISTING_PAGE_SIZE per ``next()``; ``merchant_accounts`` is ignored (one sandbox, one
+        book). ``since`` and ``until`` must be aware (ValueError at once, not on iteration)."""
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        params = {"created_since": wire.format_timestamp(since), "created_until": wire.format_timestamp(until),
+                  "limit": str(LISTING_PAGE_SIZE)}
+        return self._created_pages(params)
+
     def close(self) -> None:
         """Close the HTTP client; the adapter is unusable afterwards."""
         self._client.close()
@@ -126,6 +142,17 @@ class SandboxAdapter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def _created_pages(self, params: dict[str, str]) -> Iterator[PaymentPage]:
+        while True:
+            doc = self._body(self._get("/v1/payments", params=params))
+            yield tuple(_listed(item) for item in _list_data(doc))
+            cursor = doc.get("next_cursor") if isinstance(doc, dict) and doc.get("has_more") is True else None
+            if cursor is None:
+                return
+            if not isinstance(cursor, str) or not cursor:
+                raise PspProtocolError(f"{PSP_NAME}: has_more without a next_cursor", psp=PSP_NAME)
+            params = {**params, "cursor": cursor}
 
     def _settlement_pages(self, since: str, until: str) -> Iterator[SettlementLine]:
         params = {"since": since, "until": until, "limit": str(SETTLEMENT_PAGE_SIZE)}
@@ -175,6 +202,16 @@ def _error_fields(response: httpx.Response) -> tuple[str | None, str | None]:
 
 def _error_code(response: httpx.Response) -> str | None:
     return _error_fields(response)[0]
+
+
+def _listed(item: object) -> ListedPayment:
+    """A payment of the creation listing: its outcome (``wire.to_outcome``) and its ``created_at``."""
+    created = item.get("created_at") if isinstance(item, dict) else None
+    if not isinstance(created, str):
+        raise PspProtocolError(f"{PSP_NAME}: listed payment without created_at", psp=PSP_NAME)
+    account = item.get("merchant_account") if isinstance(item, dict) else None
+    return ListedPayment(wire.to_outcome(item), created_at=wire.parse_timestamp(created),
+                         merchant_account=account if isinstance(account, str) else None)
 
 
 def _list_data(doc: object) -> list[object]:

@@ -103,7 +103,10 @@ _ADDED_COLUMNS = (
     ("metadata", "TEXT"),  # a JSON object of strings, or NULL
     ("fee", "INTEGER"),
 )
-_AFTER_COLUMNS = "CREATE INDEX IF NOT EXISTS payments_flavor_account ON payments (flavor, merchant_account, seq);"
+_AFTER_COLUMNS = (
+    "CREATE INDEX IF NOT EXISTS payments_flavor_account ON payments (flavor, merchant_account, seq);"
+    "CREATE INDEX IF NOT EXISTS payments_flavor_created ON payments (flavor, created_at, seq);"
+)
 
 
 class Ledger(AdjustmentBooks):
@@ -123,7 +126,9 @@ class Ledger(AdjustmentBooks):
             for name, declaration in _ADDED_COLUMNS:
                 if name not in present:
                     self._conn.execute(f"ALTER TABLE payments ADD COLUMN {name} {declaration}")
-            self._conn.execute(_AFTER_COLUMNS)
+            for statement in _AFTER_COLUMNS.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
             self._conn.execute("DELETE FROM idempotency WHERE state = 'in_flight'")
 
     def close(self) -> None:
@@ -267,6 +272,49 @@ class Ledger(AdjustmentBooks):
             sql = f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE {where}"  # nosec B608  # where: this module's own
             rows = self._conn.execute(sql, args).fetchall()
         return [PaymentRecord._from_row(row) for row in rows]
+
+    def position(self, psp_reference: str, *, flavor: str) -> Cursor | None:
+        """Where a payment sits in creation order (its ``created_at`` and ``seq``): a listing's cursor."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT created_at, seq FROM payments WHERE psp_reference = ? AND flavor = ?", (psp_reference, flavor)
+            ).fetchone()
+        return Cursor(row["created_at"], row["seq"]) if row else None
+
+    def created_page(
+        self, since: datetime, until: datetime, *, flavor: str, after: Cursor | None, limit: int, newest_first: bool
+    ) -> tuple[list[PaymentRecord], Cursor | None]:
+        """Payments with ``since <= created_at < until`` in (created_at, seq) order, newest first or oldest
+        first, after the cursor ``after`` (the last row of the previous page). Returns the page and the
+        cursor of its last row when more rows follow, else None. Reads the index payments_flavor_created.
+
+        (The cursor's ``settled_at`` field carries a ``created_at`` here: the same shape, another column.)
+        """
+        order, beyond = ("DESC", "<") if newest_first else ("ASC", ">")
+        cursor = (
+            f"AND (created_at {beyond} ? OR (created_at = ? AND seq {beyond} ?)) " if after is not None else ""
+        )
+        args: tuple[object, ...] = (flavor, ts(since), ts(until))
+        if after is not None:
+            args += (after.settled_at, after.settled_at, after.seq)
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT seq, {PAYMENT_COLUMNS} FROM payments "
+                f"WHERE flavor = ? AND created_at >= ? AND created_at < ? {cursor}"
+                f"ORDER BY created_at {order}, seq {order} LIMIT ?",  # nosec B608  # constant SQL, values bound
+                (*args, limit + 1),
+            ).fetchall()
+        page = rows[:limit]
+        more = Cursor(page[-1]["created_at"], page[-1]["seq"]) if len(rows) > limit else None
+        return [PaymentRecord._from_row(row) for row in page], more
+
+    def import_payments(self, records: list[PaymentRecord]) -> None:
+        """Book payments as if charged without an idempotency record, in one transaction: a bench's or a
+        test's bulk set-up (100,000 payments in seconds). The server never calls it."""
+        placeholders = ", ".join("?" * len(PAYMENT_COLUMNS.split(",")))
+        sql = f"INSERT INTO payments ({PAYMENT_COLUMNS}) VALUES ({placeholders})"  # nosec B608  # constant columns
+        with self._transaction():
+            self._conn.executemany(sql, [record._params() for record in records])
 
     def settlements_page(
         self, since: datetime, until: datetime, *, after: Cursor | None, limit: int, flavor: str = "native"

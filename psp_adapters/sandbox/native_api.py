@@ -5,6 +5,9 @@ PSP API (``Authorization: Bearer <key>`` required when started with an api key; 
     POST /v1/payments                      Idempotency-Key required; 201 payment | 402 decline | 4xx error
     GET  /v1/payments/{psp_reference}      200 payment | 404
     GET  /v1/payments?merchant_reference=  200 {"object": "list", "data": [payment, …]} (oldest first)
+    GET  /v1/payments?created_since=&created_until=[&cursor=&limit=]   payments created_since <= created_at <
+                                           created_until, oldest first: 200 {"object": "list", "data": [payment,
+                                           …], "has_more": bool, "next_cursor": str | null}
     GET  /v1/settlements?since=&until=[&cursor=&limit=]     final payments, since <= settled_at < until:
                                            200 {"object": "list", "data": [payment, …], "has_more": bool,
                                                 "next_cursor": str | null}
@@ -116,6 +119,8 @@ class NativeFlavor:
         return response
 
     def route(self, req: Request) -> Response:
+        if req.path == "/v1/payments" and req.param("created_since") is not None:
+            return self._created(req)
         if req.path == "/v1/payments":
             reference = req.param("merchant_reference")
             if not reference:
@@ -130,6 +135,29 @@ class NativeFlavor:
         if req.path == "/v1/settlements":
             return self._settlements(req)
         return native_error("not_found")
+
+    def _created(self, req: Request) -> Response:
+        try:
+            since = wire.parse_timestamp(req.param("created_since") or "")
+            until = wire.parse_timestamp(req.param("created_until") or "")
+            limit = int(req.param("limit") or SETTLEMENT_LIMIT_DEFAULT)
+            token = req.param("cursor")
+            cursor = Cursor.decode(token) if token else None
+        except (PspProtocolError, ValueError):
+            return native_error(
+                "parameter_invalid", "created_since/created_until need ISO-8601 with an offset; limit an int; cursor ours"
+            )
+        if not 0 < limit <= SETTLEMENT_LIMIT_MAX:
+            return native_error("parameter_invalid", f"limit must be 1 to {SETTLEMENT_LIMIT_MAX}")
+        page, more = self._ledger.created_page(
+            since, until, flavor=self.name, after=cursor, limit=limit, newest_first=False
+        )
+        next_cursor = more.encode() if more else None
+        return json_response(
+            200,
+            {"object": "list", "data": [p.to_json() for p in page], "has_more": more is not None,
+             "next_cursor": next_cursor},
+        )
 
     def _settlements(self, req: Request) -> Response:
         try:

@@ -8,6 +8,10 @@ name) when the server has an api key; 401 otherwise. Errors: Stripe's error obje
                                            200 PaymentIntent (succeeded | processing) | 402 card_error with the
                                            PaymentIntent embedded (requires_payment_method) | 400
     GET  /v1/payment_intents/{id}          200 PaymentIntent | 404 resource_missing  (expand[]=latest_charge)
+    GET  /v1/payment_intents?created[gte|gt|lte|lt]=&limit=&starting_after=
+                                           200 list, newest first (docs.stripe.com/api/payment_intents/list,
+                                           docs.stripe.com/api/pagination); an unknown starting_after is 400
+                                           resource_missing
     GET  /v1/payment_intents/search?query=metadata['KEY']:'VALUE'[&limit=&page=]   200 search_result, newest
                                            first (docs.stripe.com/search#query-fields-for-payment-intents); any
                                            other query is 400
@@ -267,6 +271,8 @@ class StripeFlavor:
     def route(self, req: Request) -> Response:
         if req.path == "/v1/payment_intents/search":
             return self._search(req)
+        if req.path == "/v1/payment_intents":
+            return self._list_intents(req)
         if match := _INTENT_PATH.match(req.path):
             record = self._ledger.get_payment(match["id"])
             if record is None or record.flavor != self.name:
@@ -302,6 +308,32 @@ class StripeFlavor:
                 "next_page": str(start + limit) if more else None,
                 "url": "/v1/payment_intents/search",
             },
+        )
+
+    def _list_intents(self, req: Request) -> Response:
+        """``GET /v1/payment_intents``: newest first by ``created``, ``starting_after`` the last id of the
+        previous page (docs.stripe.com/api/pagination). ``customer`` and ``ending_before`` are not simulated
+        (400), so a client that needs them learns it."""
+        unknown = sorted({name.partition("[")[0] for name in req.query} - {"created", "limit", "starting_after"})
+        if unknown:
+            return _invalid(f"Received unknown parameter: {unknown[0]}", code="parameter_unknown", param=unknown[0])
+        window = _created_window(req)
+        limit = _limit(req)
+        if window is None or limit is None:
+            return _invalid("Invalid created[…] (unix seconds) or limit (1 to 100).")
+        after = None
+        if starting_after := req.param("starting_after"):
+            after = self._ledger.position(starting_after, flavor=self.name)
+            if after is None:
+                return _invalid(
+                    f"No such payment_intent: '{starting_after}'", code="resource_missing", param="starting_after"
+                )
+        lo, hi = window
+        page, more = self._ledger.created_page(lo, hi, flavor=self.name, after=after, limit=limit, newest_first=True)
+        adjustments = self._ledger.adjustments_of([r.psp_reference for r in page])
+        data = [sw.payment_intent(r, adjustments[r.psp_reference]) for r in page]
+        return json_response(
+            200, {"object": "list", "data": data, "has_more": more is not None, "url": "/v1/payment_intents"}
         )
 
     def _balance_transactions(self, req: Request) -> Response:

@@ -11,6 +11,11 @@ version stripe-python pins, overridable per adapter); answers are JSON. Endpoint
   minute. Occasionally, propagation of new or updated data can be up to an hour behind during outages"
   (https://docs.stripe.com/api/payment_intents/search, https://docs.stripe.com/search#data-freshness). So
   its NotFound is only final after recon's grace period; the PaymentIntent id is used whenever we have it.
+- ``GET /v1/payment_intents?created[gte]=…&created[lt]=…&limit=100`` with ``starting_after=…``: every
+  PaymentIntent created in a window, newest first, for bulk reconciliation (``iter_payments``). List
+  endpoints page by cursor: "pass starting_after with the ID of the last object in the current page" while
+  ``has_more`` (https://docs.stripe.com/api/pagination). Unlike search, a list reads the API's own store,
+  so a PaymentIntent is listed as soon as it exists.
 - ``GET /v1/balance_transactions?created[gte]=…&created[lt]=…&limit=…&expand[0]=data.source`` with
   ``starting_after=…``: the settlement listing (``balance.py``), newest first, one page per request while
   iterated. ``expand[0]``: stripe-python always indexes list parameters (Stripe's docs write ``expand[]``),
@@ -50,7 +55,15 @@ from psp_adapters.http import (
     system_now,
     transport_errors,
 )
-from psp_adapters.protocol import ChargeRequest, NotFound, PaymentOutcome, PspRef, Secret, SettlementLine
+from psp_adapters.protocol import (
+    ChargeRequest,
+    NotFound,
+    PaymentOutcome,
+    PaymentPage,
+    PspRef,
+    Secret,
+    SettlementLine,
+)
 from psp_adapters.stripe import balance, wire
 from psp_adapters.stripe.wire import API_VERSION, PSP_NAME
 
@@ -73,6 +86,7 @@ class StripeAdapter:
     #: Stripe may prune a key and its saved answer once it is at least 24 hours old; a key reused after that
     #: makes a new request (https://docs.stripe.com/api/idempotent_requests)
     idempotency_retention: ClassVar[timedelta | None] = timedelta(hours=24)
+    lists_payments: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -168,6 +182,24 @@ class StripeAdapter:
         }
         return self._settlement_pages(params)
 
+    def iter_payments(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[PaymentPage]:
+        """PaymentIntents created in ``[since, until)`` (widened to whole seconds), newest first, one page of
+        up to ``page_size`` per ``next()``, each mapped by ``wire.to_outcome``. ``merchant_accounts`` is
+        ignored: one API key is one Stripe account.
+
+        ``since`` and ``until`` must be aware (ValueError otherwise, raised at once, not on iteration).
+        """
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        params = {
+            "created[gte]": str(math.floor(since.timestamp())),
+            "created[lt]": str(math.ceil(until.timestamp())),
+            "limit": str(self._page_size),
+        }
+        return self._intent_pages(params)
+
     def close(self) -> None:
         """Close the HTTP client; the adapter is unusable afterwards."""
         self._client.close()
@@ -180,6 +212,14 @@ class StripeAdapter:
     ) -> None:
         self.close()
 
+    def _intent_pages(self, params: dict[str, str]) -> Iterator[PaymentPage]:
+        while True:
+            items, has_more = wire.list_page(self._body(self._get("/v1/payment_intents", params=params)))
+            yield tuple(wire.to_listed(item) for item in items)
+            if not has_more or not items:
+                return
+            params = {**params, "starting_after": _last_id(items)}
+
     def _settlement_pages(self, params: dict[str, str]) -> Iterator[SettlementLine]:
         while True:
             items, has_more = wire.list_page(self._body(self._get("/v1/balance_transactions", params=params)))
@@ -189,10 +229,7 @@ class StripeAdapter:
                     yield line
             if not has_more or not items:
                 return
-            last_id = items[-1].get("id")
-            if not isinstance(last_id, str):
-                raise PspProtocolError(f"{PSP_NAME}: list item without id", psp=PSP_NAME)
-            params = {**params, "starting_after": last_id}
+            params = {**params, "starting_after": _last_id(items)}
 
     def _get(self, path: str, *, params: Mapping[str, str] | None = None) -> httpx.Response:
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):
@@ -219,6 +256,14 @@ class StripeAdapter:
             saved=saved,
             secrets=self._secrets,
         )
+
+
+def _last_id(items: list[Mapping[str, object]]) -> str:
+    """The cursor of the next page: the id of this page's last object."""
+    last_id = items[-1].get("id")
+    if not isinstance(last_id, str):
+        raise PspProtocolError(f"{PSP_NAME}: list item without id", psp=PSP_NAME)
+    return last_id
 
 
 def _maybe_error(response: httpx.Response) -> wire.StripeError | None:

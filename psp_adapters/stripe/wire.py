@@ -23,6 +23,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import assert_never
 
 from psp_adapters._wire import JsonFields
@@ -32,6 +33,7 @@ from psp_adapters.protocol import (
     ChargeRequest,
     Failed,
     FieldProblem,
+    ListedPayment,
     PaymentOutcome,
     Pending,
     Succeeded,
@@ -267,6 +269,15 @@ def to_outcome(payload: object) -> PaymentOutcome:
             return Pending(**common)  # type: ignore[arg-type]
         case _:
             assert_never(status)
+
+
+def to_listed(payload: object) -> ListedPayment:
+    """A PaymentIntent of a list page (``GET /v1/payment_intents``): its outcome (``to_outcome``) and its
+    ``created`` (unix seconds, https://docs.stripe.com/api/payment_intents/object#payment_intent_object-created).
+    Raises PspProtocolError when ``created`` is missing or not an integer."""
+    doc = _json.as_object(payload, "payment_intent")
+    created = _json.require(doc, "created", int)
+    return ListedPayment(to_outcome(doc), created_at=datetime.fromtimestamp(created, UTC))
 
 
 def card_error_outcome(error: StripeError) -> Failed | ActionRequired:
