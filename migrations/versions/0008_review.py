@@ -3,8 +3,11 @@
 - ``payments.review_since``: when the payment last moved to ``needs_review`` (set by the transition itself);
   the review queue's age and ``--older-than`` read it through the partial index ``payments_review``, which
   holds only the payments in review. Existing ones take their ``updated_at``.
-- ``payment_events_manual``: manual events by time, for resolutions per day and operator (``recon stats``,
-  the metrics endpoint) without reading the whole audit trail.
+- ``payment_events_resolutions``: manual resolutions out of review by time, for resolutions per day and
+  operator (``recon stats``, the metrics endpoint) without reading the whole audit trail (the import's creation
+  events are manual too, so the predicate names the resolutions themselves).
+- ``payments_at_risk``: the unfinished payments' currency, creation time and amount, so money at risk per
+  currency and age (``recon stats``, the console's overview) is an index-only scan.
 - ``sweep_runs``: one row per ``recon sweep`` (who, the options, the summary, the exit code), so ``recon
   stats`` and the console can show the last sweeps.
 
@@ -27,7 +30,8 @@ Timestamp = sa.DateTime(timezone=True).with_variant(sa.BigInteger(), "sqlite")
 Json = sa.JSON().with_variant(sa.dialects.postgresql.JSONB(), "postgresql").with_variant(sa.Text(), "sqlite")
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 IN_REVIEW = "status = 'needs_review'"
-MANUAL = "source = 'manual'"
+RESOLVED = "source = 'manual' AND from_status = 'needs_review'"
+UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
 
 def upgrade() -> None:
@@ -36,8 +40,10 @@ def upgrade() -> None:
     op.execute(f"UPDATE payments SET review_since = updated_at WHERE {IN_REVIEW}")  # nosec B608  # constants
     op.create_index("payments_review", "payments", ["review_since", "id"], postgresql_where=sa.text(IN_REVIEW),
                     sqlite_where=sa.text(IN_REVIEW))
-    op.create_index("payment_events_manual", "payment_events", ["at"], postgresql_where=sa.text(MANUAL),
-                    sqlite_where=sa.text(MANUAL))
+    op.create_index("payment_events_resolutions", "payment_events", ["at"], postgresql_where=sa.text(RESOLVED),
+                    sqlite_where=sa.text(RESOLVED))
+    op.create_index("payments_at_risk", "payments", ["currency", "created_at", "amount"],
+                    postgresql_where=sa.text(UNFINISHED), sqlite_where=sa.text(UNFINISHED))
     op.create_table(
         "sweep_runs",
         sa.Column("id", Id, primary_key=True, autoincrement=True),

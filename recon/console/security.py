@@ -23,7 +23,7 @@ whose ``Sec-Fetch-Site`` says ``cross-site``, is refused before any form is read
 otherwise read the console as its own origin.
 
 **Headers** on every response: a Content-Security-Policy allowing no script at all and only the console's
-own inline stylesheet (by its hash), ``X-Frame-Options: DENY``, ``Referrer-Policy: no-referrer``,
+own inline stylesheet (by its hash), ``X-Frame-Options: DENY``, ``Referrer-Policy: same-origin``,
 ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store`` (pages show payment data).
 """
 
@@ -127,7 +127,7 @@ def security_headers(style_hash: str) -> list[tuple[bytes, bytes]]:
     csp = (f"default-src 'self'; script-src 'none'; style-src 'sha256-{style_hash}'; img-src 'self' data:; "
            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
     return [(b"content-security-policy", csp.encode()), (b"x-frame-options", b"DENY"),
-            (b"referrer-policy", b"no-referrer"), (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"same-origin"), (b"x-content-type-options", b"nosniff"),
             (b"cache-control", b"no-store"), (b"cross-origin-opener-policy", b"same-origin")]
 
 
@@ -191,8 +191,14 @@ def _hostname(host: str) -> str:
 
 
 def _cross_site(request: Request, host: str) -> bool:
-    if request.headers.get("sec-fetch-site", "") == "cross-site":
-        return True
+    """Is this POST from another site? The browser's Fetch Metadata says so when it sends it (a page cannot set
+    it): ``same-origin`` and ``none`` (typed, bookmarked) pass, ``same-site`` and ``cross-site`` do not.
+    Without it, the Origin: another host, or ``null`` (an opaque origin), is another site. Chromium sends
+    ``Origin: null`` on same-origin form posts under ``Referrer-Policy: no-referrer``, so Fetch Metadata comes
+    first and the console's policy is ``same-origin``."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site not in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None:
         return False

@@ -48,31 +48,92 @@ UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"
 job_lock_queue = Query(
     "job_lock_queue",
     "Run by enqueue when the queue has a max depth: serialises producers of one queue for the depth check.",
+    # A statement of its own, before the one that counts: READ COMMITTED takes a statement's snapshot when
+    # it starts, so a count in the statement that waited for the lock would miss the jobs its holder
+    # committed meanwhile, and two producers could both pass the limit.
     postgresql="SELECT pg_advisory_xact_lock(hashtext('recon.queue.' || :queue))",
 )
 
 job_count_unfinished_in_queue = Query(
     "job_count_unfinished_in_queue",
-    "Run by enqueue for backpressure: how many jobs of the queue are not finished.",
+    "Run by enqueue on SQLite for backpressure (inside BEGIN IMMEDIATE): how many jobs of the queue are not finished.",
     sql=f"SELECT count(*) FROM jobs WHERE queue = :queue AND NOT {FINISHED}",  # nosec B608
+)
+
+_ENQUEUE_RECORD = """jsonb_to_recordset({json:rows}) AS r(queue text, kind text, payload text, priority int,
+             run_at timestamptz, delay double precision, max_attempts int, unique_key text, tenant text)"""
+_ENQUEUE_DUE = "coalesce(r.run_at, {now} + make_interval(secs => r.delay))"
+
+job_enqueue = Query(
+    "job_enqueue",
+    "Run by enqueue on PostgreSQL: a batch's insert, its depth check, its NOTIFY and the unfinished jobs that "
+    "hold its unique keys, in one statement (in autocommit, when no queue has a max depth: one round trip).",
+    # Rows tagged: 'i' inserted (id, unique_key); 'h' an unfinished job holding a key of the batch, as the
+    # statement's snapshot sees it (a holder that committed after it started is found by the store's
+    # lookup); 'f' a queue over its max depth (adding, queue, depth, max_depth): then nothing is inserted and
+    # nobody is woken; 'n' how many queues were notified. :limits is '[]' but for the first chunk of a
+    # batch with limited queues, whose lock the caller took (job_lock_queue) in the same transaction.
+    # NOTIFY is sent at commit, once per queue of the batch, whatever the unique keys did: as before.
+    postgresql=f"""
+        WITH r AS (
+            SELECT * FROM {_ENQUEUE_RECORD}
+        ), refused AS (
+            SELECT l.queue, l.max_depth, l.adding,
+                   (SELECT count(*) FROM jobs WHERE jobs.queue = l.queue AND NOT {FINISHED}) AS depth
+            FROM jsonb_to_recordset({{json:limits}}) AS l(queue text, max_depth bigint, adding bigint)
+        ), ins AS (
+            INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                              unique_key, tenant, created_at)
+            SELECT r.queue, r.kind, CAST(r.payload AS jsonb),
+                   CASE WHEN {_ENQUEUE_DUE} > {{now}} THEN 'pending' ELSE 'runnable' END,
+                   r.priority, {_ENQUEUE_DUE}, 0, r.max_attempts, r.unique_key, r.tenant, {{now}}
+            FROM r
+            WHERE NOT EXISTS (SELECT 1 FROM refused WHERE depth + adding > max_depth)
+            ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
+            RETURNING id, unique_key
+        ), woke AS (
+            SELECT pg_notify('recon_jobs', d.queue) FROM (SELECT DISTINCT queue FROM r ORDER BY queue) AS d
+            WHERE NOT EXISTS (SELECT 1 FROM refused WHERE depth + adding > max_depth)
+        ), held AS (
+            SELECT id, unique_key FROM jobs
+            WHERE unique_key IN (SELECT unique_key FROM r WHERE unique_key IS NOT NULL) AND NOT {FINISHED}
+        )
+        SELECT 'i', id, unique_key, CAST(NULL AS bigint), CAST(NULL AS bigint) FROM ins
+        UNION ALL SELECT 'h', id, unique_key, NULL, NULL FROM held
+        UNION ALL SELECT 'f', adding, queue, depth, max_depth FROM refused WHERE depth + adding > max_depth
+        UNION ALL SELECT 'n', count(*), NULL, NULL, NULL FROM woke
+    """,  # nosec B608  # constant SQL, values bound
+)
+
+_ENQUEUE_ONE_DUE = "coalesce(CAST(:run_at AS timestamptz), {now} + {secs:delay})"
+
+job_enqueue_one = Query(
+    "job_enqueue_one",
+    "Run by enqueue on PostgreSQL for one job of a queue without a max depth, in autocommit: insert, NOTIFY "
+    "and the unfinished job holding its unique key, in one statement and one round trip.",
+    # (inserted id or NULL, the holder of the key as the statement's snapshot sees it or NULL, queues
+    # woken). job_enqueue's shape for one row, with scalar parameters: no JSON document to take apart.
+    postgresql=f"""
+        WITH ins AS (
+            INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                              unique_key, tenant, created_at)
+            VALUES (:queue, :kind, CAST(:payload AS jsonb),
+                    CASE WHEN {_ENQUEUE_ONE_DUE} > {{now}} THEN 'pending' ELSE 'runnable' END,
+                    :priority, {_ENQUEUE_ONE_DUE}, 0, :max_attempts, :unique_key, :tenant, {{now}})
+            ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
+            RETURNING id
+        ), woke AS (
+            SELECT pg_notify('recon_jobs', :queue)
+        )
+        SELECT (SELECT id FROM ins),
+               (SELECT id FROM jobs WHERE unique_key = :unique_key AND NOT {FINISHED}),
+               (SELECT count(*) FROM woke)
+    """,  # nosec B608  # constant SQL, values bound
 )
 
 job_insert_many = Query(
     "job_insert_many",
-    "Run by enqueue: inserts a batch in one round trip; a unique key held by an unfinished job is skipped.",
-    postgresql=f"""
-        INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
-                          unique_key, tenant, created_at)
-        SELECT r.queue, r.kind, CAST(r.payload AS jsonb),
-               CASE WHEN coalesce(r.run_at, {{now}} + make_interval(secs => r.delay)) > {{now}}
-                    THEN 'pending' ELSE 'runnable' END,
-               r.priority, coalesce(r.run_at, {{now}} + make_interval(secs => r.delay)), 0, r.max_attempts,
-               r.unique_key, r.tenant, {{now}}
-        FROM jsonb_to_recordset({{json:rows}}) AS r(queue text, kind text, payload text, priority int,
-             run_at timestamptz, delay double precision, max_attempts int, unique_key text, tenant text)
-        ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
-        RETURNING id, unique_key
-    """,  # nosec B608  # constant SQL, values bound
+    "Run by enqueue on SQLite (inside BEGIN IMMEDIATE): a batch in one statement; a held unique key is skipped.",
     sqlite=f"""
         INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
                           unique_key, tenant, created_at)
@@ -90,15 +151,9 @@ job_insert_many = Query(
 
 job_get_unfinished_by_unique_keys = Query(
     "job_get_unfinished_by_unique_keys",
-    "Run by enqueue after a unique-key conflict: the id of the unfinished job that holds each key.",
+    "Run by enqueue after a unique-key conflict it could not resolve: the unfinished job holding each key.",
     sql=f"SELECT id, unique_key FROM jobs WHERE unique_key IN :keys AND NOT {FINISHED}",  # nosec B608
     expanding=("keys",),
-)
-
-job_notify = Query(
-    "job_notify",
-    "Run by enqueue: wakes idle workers listening on the channel when the transaction commits.",
-    postgresql="SELECT pg_notify('recon_jobs', :queue)",
 )
 
 # --- lease: claim, heartbeat, progress, finish ---------------------------------------------------------------
@@ -354,6 +409,21 @@ job_stats_depth = Query(
     "job_stats_depth",
     "Run by `recon stats`: job counts per queue and state.",
     sql="SELECT queue, state, count(*) FROM jobs GROUP BY queue, state ORDER BY queue, state",
+)
+
+job_stats_depth_unfinished = Query(
+    "job_stats_depth_unfinished",
+    "Run by the console's overview: unfinished job counts per queue and state, read through the partial "
+    "indexes of claimable and leased jobs (finished jobs, however many, are not counted).",
+    sql=f"""SELECT queue, state, count(*) FROM jobs WHERE {CLAIMABLE}
+            GROUP BY queue, state
+            UNION ALL
+            SELECT queue, 'leased', count(*) FROM jobs WHERE state = 'leased' AND lease_until IS NOT NULL
+            GROUP BY queue
+            UNION ALL
+            SELECT queue, 'dead', count(*) FROM jobs WHERE state = 'dead'
+            GROUP BY queue
+            ORDER BY 1, 2""",  # nosec B608  # constant SQL, values bound
 )
 
 job_stats_oldest_runnable = Query(

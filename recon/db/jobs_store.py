@@ -20,6 +20,7 @@ from recon.db.database import Database, DedicatedConnection, json_from_db
 from recon.db.dead_letter_store import DeadLetterStore
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
+from recon.errors import StoreError
 from recon.redact import redact
 from recon.rows import AttemptRecord, Job, JobState
 
@@ -96,58 +97,145 @@ class JobStore:
         A row whose unique key is held by an unfinished job gets that job's id instead of a new job.
         ``max_depth`` maps queue -> limit (0 = none); past it raises QueueFull and inserts nothing.
         With ``conn``, the rows join the caller's transaction (a payment and its charge job commit together).
+
+        On PostgreSQL a batch of up to ``ENQUEUE_CHUNK`` rows of queues without a max depth is one statement
+        in autocommit (``job_enqueue``: insert, NOTIFY, held keys): one round trip. A queue with a max depth
+        takes a transaction: BEGIN, its advisory lock, the same statement with the depth check, COMMIT (see
+        ``job_lock_queue`` for why the lock cannot share the counting statement). Hazard, autocommit path
+        only: a key whose holder committed during the statement and finished before the store's lookup is
+        inserted by a second statement, so an error in that one leaves the rest of the batch committed.
         """
+        if not rows:
+            return []
+        if (conn is None and self.db.is_postgresql and len(rows) <= ENQUEUE_CHUNK
+                and not any(max_depth.get(r.queue, 0) for r in rows)):
+            if len(rows) == 1:
+                return [self._enqueue_one(rows[0])]
+            return self._enqueue_pg(None, rows, limits=[])
         if conn is not None:
             return self._enqueue_in(conn, rows, max_depth)
         with self.db.begin() as own:
             return self._enqueue_in(own, rows, max_depth)
 
     def _enqueue_in(self, conn: sa.Connection, rows: Sequence[EnqueueRow], max_depth: dict[str, int]) -> list[int]:
-        from recon.errors import QueueFull
-
-        now = self.db.now_param()
-        for queue in sorted({r.queue for r in rows}):
-            limit = max_depth.get(queue, 0)
-            if limit:
-                if self.db.is_postgresql:
-                    conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
-                depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
-                adding = sum(1 for r in rows if r.queue == queue)
-                if depth + adding > limit:
-                    raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
-                                    f"refusing {adding} more")
+        queues = sorted({r.queue for r in rows})
+        limited = [(queue, max_depth[queue]) for queue in queues if max_depth.get(queue, 0)]
+        if not self.db.is_postgresql:
+            return self._enqueue_sqlite(conn, rows, limited)
+        for queue, _ in limited:  # sorted: two producers of the same queues never deadlock
+            conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
+        limits = [{"queue": queue, "max_depth": limit, "adding": sum(1 for r in rows if r.queue == queue)}
+                  for queue, limit in limited]
         ids: list[int] = []
         for start in range(0, len(rows), ENQUEUE_CHUNK):
-            ids.extend(self._insert_chunk(conn, rows[start:start + ENQUEUE_CHUNK], now))
-        if self.db.is_postgresql:
-            for queue in sorted({r.queue for r in rows}):
-                conn.execute(q.job_notify.for_dialect("postgresql"), {"queue": queue})
+            # the depth check goes with the first chunk: later ones would count the first one's jobs again
+            ids.extend(self._enqueue_pg(conn, rows[start:start + ENQUEUE_CHUNK], limits=limits if not start else []))
         return ids
 
-    def _insert_chunk(self, conn: sa.Connection, rows: Sequence[EnqueueRow], now: Any) -> list[int]:
-        payload = json.dumps([self._enqueue_row(r) for r in rows], separators=(",", ":"))
-        returned = conn.execute(self._q(q.job_insert_many), {"rows": payload, "now": now}).all()
-        inserted = sorted(returned, key=lambda r: r[0])
-        inserted_keys = {r[1] for r in inserted if r[1] is not None}
+    def _enqueue_one(self, r: EnqueueRow) -> int:
+        """One job in one autocommit statement through the driver (``job_enqueue_one``): its id, or the id of
+        the unfinished job holding its unique key."""
+        params = {"queue": r.queue, "kind": r.kind, "payload": r.payload_json, "priority": r.priority,
+                  "run_at": r.run_at, "delay": r.delay, "max_attempts": r.max_attempts,
+                  "unique_key": r.unique_key, "tenant": r.tenant, "now": self.db.now_param()}
+        for _ in range(3):
+            [(inserted, holder, _woken)] = self.db.execute_driver(q.job_enqueue_one.for_driver("postgresql"), params)
+            if inserted is not None or holder is not None:
+                return int(inserted if inserted is not None else holder)
+            assert r.unique_key is not None  # nosec B101  # only a held key inserts nothing
+            # the holder committed after the statement's snapshot: a new statement sees it (or sees it finished)
+            found = self._holders(None, [r.unique_key]).get(r.unique_key)
+            if found is not None:
+                return found
+        raise StoreError(f"enqueue: the job holding unique key {r.unique_key!r} keeps changing; retry")
+
+    def _enqueue_pg(self, conn: sa.Connection | None, rows: Sequence[EnqueueRow], *,
+                    limits: list[dict[str, Any]]) -> list[int]:
+        """``job_enqueue`` in ``conn``'s transaction, or (None) alone in autocommit through the driver."""
+        from recon.errors import QueueFull
+
+        params = {"rows": self._enqueue_json(rows), "limits": _dumps(limits), "now": self.db.now_param()}
+        result: Iterable[Any]
+        if conn is None:
+            result = self.db.execute_driver(q.job_enqueue.for_driver("postgresql"), params)
+        else:
+            result = conn.execute(self._q(q.job_enqueue), params)
+        inserted: list[tuple[int, str | None]] = []
+        held: dict[str, int] = {}
+        for tag, n, text, depth, limit in result:
+            if tag == "i":
+                inserted.append((int(n), text))
+            elif tag == "h":
+                held[text] = int(n)
+            elif tag == "f":
+                raise QueueFull(f"queue {text!r} is full: {depth} unfinished jobs, max_depth {limit}, "
+                                f"refusing {n} more")
+        return self._ids(conn, rows, inserted, held, retry=lambda again: self._enqueue_pg(conn, again, limits=[]))
+
+    def _enqueue_sqlite(self, conn: sa.Connection, rows: Sequence[EnqueueRow],
+                        limited: list[tuple[str, int]]) -> list[int]:
+        from recon.errors import QueueFull
+
+        for queue, limit in limited:  # BEGIN IMMEDIATE holds the database's write lock: no producer races
+            depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
+            adding = sum(1 for r in rows if r.queue == queue)
+            if depth + adding > limit:
+                raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
+                                f"refusing {adding} more")
+        now = self.db.now_param()
+        ids: list[int] = []
+        for start in range(0, len(rows), ENQUEUE_CHUNK):
+            chunk = rows[start:start + ENQUEUE_CHUNK]
+            returned = conn.execute(self._q(q.job_insert_many), {"rows": self._enqueue_json(chunk), "now": now})
+            inserted = [(int(i), k) for i, k in returned]
+            ids.extend(self._ids(conn, chunk, inserted, {}, retry=None))
+        return ids
+
+    def _ids(self, conn: sa.Connection | None, rows: Sequence[EnqueueRow], inserted: list[tuple[int, str | None]],
+             held: dict[str, int], *, retry: Callable[[Sequence[EnqueueRow]], list[int]] | None) -> list[int]:
+        """One id per row: the inserted ones in row order (ids grow with it), a held key's holder for the rest."""
+        inserted.sort()
+        inserted_keys = {k: i for i, k in inserted if k is not None}
         ids: list[int | None] = []
         it = iter(inserted)
-        seen_keys: set[str] = set()
+        seen: set[str] = set()
         for r in rows:
             key = r.unique_key
-            if key is None or (key in inserted_keys and key not in seen_keys):
+            if key is None:
                 ids.append(next(it)[0])
-                if key is not None:
-                    seen_keys.add(key)
+            elif key in inserted_keys:
+                if key in seen:
+                    ids.append(inserted_keys[key])  # the batch's own earlier row with this key
+                else:
+                    ids.append(next(it)[0])
+                    seen.add(key)
             else:
-                ids.append(None)
+                ids.append(held.get(key))
         missing = sorted({r.unique_key for r, i in zip(rows, ids, strict=True) if i is None and r.unique_key})
         if missing:
-            existing = dict(
-                (k, i) for i, k in conn.execute(self._q(q.job_get_unfinished_by_unique_keys), {"keys": missing})
-            )
-            ids = [existing[r.unique_key] if i is None and r.unique_key else i
+            # held by a job our statement could not see (committed after it started), or inserted by this
+            # transaction's earlier statement (SQLite: every conflict)
+            existing = self._holders(conn, missing)
+            ids = [existing.get(r.unique_key) if i is None and r.unique_key else i
                    for r, i in zip(rows, ids, strict=True)]
+            gone = [r for r, i in zip(rows, ids, strict=True) if i is None]
+            if gone:
+                # its holder finished between the two statements: the key is free, insert again
+                if retry is None:
+                    raise StoreError(f"enqueue: the job holding unique key {gone[0].unique_key!r} changed "
+                                     f"meanwhile; retry")
+                again = iter(retry(gone))
+                ids = [next(again) if i is None else i for i in ids]
         return [int(i) for i in ids if i is not None]
+
+    def _holders(self, conn: sa.Connection | None, keys: list[str]) -> dict[str, int]:
+        if conn is None:
+            with self.db.autocommit() as own:
+                return self._holders(own, keys)
+        return {k: int(i) for i, k in conn.execute(self._q(q.job_get_unfinished_by_unique_keys), {"keys": keys})}
+
+    def _enqueue_json(self, rows: Sequence[EnqueueRow]) -> str:
+        return _dumps([self._enqueue_row(r) for r in rows])
 
     def _enqueue_row(self, r: EnqueueRow) -> dict[str, Any]:
         run_at: Any = r.run_at.isoformat() if (r.run_at and self.db.is_postgresql) else self.db.to_db(r.run_at)
@@ -329,17 +417,20 @@ class JobStore:
                                                            "after_id": after_id, "n": limit}).all()
         return [self._job(r) for r in rows]
 
-    def stats(self, *, window: timedelta) -> dict[str, Any]:
-        """Depth per queue and state, oldest due job per queue, attempt outcomes within ``window``."""
+    def stats(self, *, window: timedelta, detail: bool = True) -> dict[str, Any]:
+        """Depth per queue and state, oldest due job per queue, attempt outcomes within ``window``. Without
+        ``detail`` (the console's overview), only the unfinished and dead jobs are counted (through their
+        partial indexes) and no attempt outcomes are read: what would scan every finished job or attempt."""
         with self.db.begin() as conn:
             now_param = self.db.now_param()
             now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
             assert now is not None  # nosec B101  # type narrowing, not a check
-            depth = [(r[0], r[1], int(r[2])) for r in conn.execute(self._q(q.job_stats_depth))]
+            counted = q.job_stats_depth if detail else q.job_stats_depth_unfinished
+            depth = [(r[0], r[1], int(r[2])) for r in conn.execute(self._q(counted))]
             oldest = {r[0]: self.db.from_db(r[1])
                       for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
             outcomes = {r[0]: int(r[1]) for r in conn.execute(
-                self._q(q.job_stats_attempt_outcomes), {"since": self.db.to_db(now - window)})}
+                self._q(q.job_stats_attempt_outcomes), {"since": self.db.to_db(now - window)})} if detail else {}
         return {"now": now, "depth": depth, "oldest_due": oldest, "outcomes": outcomes}
 
     # --- plumbing ---------------------------------------------------------------------------------------

@@ -135,7 +135,8 @@ payment_events_for = Query(
 
 payment_money_at_risk = Query(
     "payment_money_at_risk",
-    "Run by `recon sweep` and `recon stats`: unfinished payments' count and sum per currency and age bucket.",
+    "Run by `recon sweep`, `recon stats` and the console: unfinished payments' count and sum per currency and "
+    "age bucket (an index-only scan of payments_at_risk).",
     sql=f"""SELECT currency,
                    CASE WHEN created_at >= :t_1h THEN 'lt_1h' WHEN created_at >= :t_1d THEN '1h_1d'
                         WHEN created_at >= :t_7d THEN '1d_7d' ELSE 'gt_7d' END AS bucket,
@@ -238,7 +239,7 @@ payment_latest_evidence = Query(
 payment_resolutions = Query(
     "payment_resolutions",
     "Run by `recon stats` and the metrics endpoint: manual resolutions out of needs_review since :since, per "
-    "UTC day, operator and status (partial index payment_events_manual).",
+    "UTC day, operator and status (partial index payment_events_resolutions).",
     postgresql="""
         SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator', to_status,
                count(*), count(*) FILTER (WHERE (details ->> 'override') = 'true')
@@ -273,4 +274,62 @@ payment_get_by_psp_reference = Query(
     "payment_get_by_psp_reference",
     "Run by the webhook job: the payment a PSP's event names by its own reference (index payments_psp_reference).",
     sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference = :ref",  # nosec B608
+)
+
+payment_transition_many_if_status = Query(
+    "payment_transition_many_if_status",
+    "Run in a reconcile window job's fenced finish: the window's heals, each a compare-and-set on its own "
+    "payment's status, in one statement; returns the ids that moved (the others changed meanwhile).",
+    postgresql="""
+        UPDATE payments AS p SET status = r.to_status, updated_at = {now},
+            psp_reference = coalesce(r.psp_reference, p.psp_reference),
+            failure_reason = coalesce(r.failure_reason, p.failure_reason),
+            review_reason = coalesce(r.review_reason, p.review_reason),
+            review_since = CASE WHEN r.to_status = 'needs_review' THEN {now} ELSE p.review_since END
+        FROM jsonb_to_recordset({json:rows}) AS r(id bigint, from_status text, to_status text, psp_reference text,
+             failure_reason text, review_reason text)
+        WHERE p.id = r.id AND p.status = r.from_status
+        RETURNING p.id
+    """,
+    sqlite="""
+        UPDATE payments SET status = r.to_status, updated_at = :now,
+            psp_reference = coalesce(r.psp_reference, payments.psp_reference),
+            failure_reason = coalesce(r.failure_reason, payments.failure_reason),
+            review_reason = coalesce(r.review_reason, payments.review_reason),
+            review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END
+        FROM (SELECT value ->> '$.id' AS id, value ->> '$.from_status' AS from_status,
+                     value ->> '$.to_status' AS to_status, value ->> '$.psp_reference' AS psp_reference,
+                     value ->> '$.failure_reason' AS failure_reason, value ->> '$.review_reason' AS review_reason
+              FROM json_each(:rows)) AS r
+        WHERE payments.id = r.id AND payments.status = r.from_status
+        RETURNING payments.id
+    """,
+)
+
+payment_window_candidates = Query(
+    "payment_window_candidates",
+    "Run by a reconcile window job, first: the window's payments still unfinished, each with whether a charge "
+    "job holds a live lease on it now (probes of the partial unique index over unfinished keys).",
+    sql=f"""SELECT {PAYMENT_COLUMNS},
+                   EXISTS (SELECT 1 FROM jobs WHERE jobs.unique_key = 'charge:' || CAST(payments.id AS TEXT)
+                           AND jobs.state = 'leased' AND jobs.lease_until > {{now}})
+            FROM payments WHERE id IN :ids AND {UNFINISHED} ORDER BY id""",  # nosec B608  # constant SQL, values bound
+    expanding=("ids",),
+)
+
+job_reconcile_unfinished_by_keys = Query(
+    "job_reconcile_unfinished_by_keys",
+    "Run by `recon sweep`'s summary in bulk mode: the unfinished jobs holding these unique keys (reconcile:<id>), "
+    "through the partial unique index over unfinished keys.",
+    sql="""SELECT id, unique_key FROM jobs
+           WHERE unique_key IN :keys AND NOT state IN ('succeeded', 'dead', 'canceled')""",
+    expanding=("keys",),
+)
+
+job_reconcile_after = Query(
+    "job_reconcile_after",
+    "Run by `recon sweep`'s summary in bulk mode: reconcile jobs created after an id (the window jobs' "
+    "fall-backs), a page by primary key.",
+    sql="""SELECT id, unique_key FROM jobs WHERE id > :after_id AND kind = 'reconcile'
+           ORDER BY id LIMIT :n""",
 )

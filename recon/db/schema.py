@@ -164,6 +164,8 @@ payments = sa.Table(
              sqlite_where=sa.text(UNFINISHED_PAYMENT)),
     sa.Index("payments_psp_created", "psp", "created_at"),
     sa.Index("payments_psp_reference", "psp", "psp_reference"),
+    sa.Index("payments_at_risk", "currency", "created_at", "amount", postgresql_where=sa.text(UNFINISHED_PAYMENT),
+             sqlite_where=sa.text(UNFINISHED_PAYMENT)),
     sa.Index("payments_review", "review_since", "id", postgresql_where=sa.text("status = 'needs_review'"),
              sqlite_where=sa.text("status = 'needs_review'")),
 )
@@ -182,8 +184,9 @@ payment_events = sa.Table(
     sa.Column("at", Timestamp, nullable=False),
     sa.CheckConstraint("source IN ('charge', 'reconcile', 'manual', 'webhook')", name="payment_events_source_valid"),
     sa.Index("payment_events_payment", "payment_id", "id"),
-    sa.Index("payment_events_manual", "at", postgresql_where=sa.text("source = 'manual'"),
-             sqlite_where=sa.text("source = 'manual'")),
+    sa.Index("payment_events_resolutions", "at",
+             postgresql_where=sa.text("source = 'manual' AND from_status = 'needs_review'"),
+             sqlite_where=sa.text("source = 'manual' AND from_status = 'needs_review'")),
 )
 
 # --- sweep runs (migration 0008): one row per `recon sweep`, for `recon stats` and the console ---------------

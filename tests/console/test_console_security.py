@@ -109,7 +109,7 @@ def test_headers__every_response_has_them_and_no_script_is_allowed(db_url: str) 
             assert "default-src 'self'" in csp and "script-src 'none'" in csp and "unsafe-inline" not in csp
             assert "frame-ancestors 'none'" in csp
             assert (r.headers["x-frame-options"], r.headers["referrer-policy"],
-                    r.headers["x-content-type-options"]) == ("DENY", "no-referrer", "nosniff")
+                    r.headers["x-content-type-options"]) == ("DENY", "same-origin", "nosniff")
             assert "<script" not in r.text
         cookie = client.get("/").headers.get("set-cookie") or ""
     assert cookie == "" or ("HttpOnly" in cookie and "SameSite=Strict" in cookie)

@@ -17,13 +17,13 @@ from recon.console.web import page, pages, recon_app
 WINDOW = timedelta(hours=1)
 LIVE_WINDOW = timedelta(seconds=30)
 #: the job states shown per queue, in the order a job moves
-STATES = ("pending", "runnable", "retryable", "leased", "succeeded", "dead", "canceled")
+STATES = ("pending", "runnable", "retryable", "leased", "dead")
 
 
 def overview(request: Request) -> Response:
     from recon.overview import stats_document
 
-    doc = stats_document(recon_app(request), window=WINDOW, live_window=LIVE_WINDOW)
+    doc = stats_document(recon_app(request), window=WINDOW, live_window=LIVE_WINDOW, overview=True)
     return pages(request).render(request, "overview.html", doc=doc, figures=figures(doc), states=STATES,
                                  chart=money_at_risk_chart(doc["payments"]["unfinished"]),
                                  money=money_by_currency(doc["payments"]["unfinished"]), buckets=BUCKETS,
