@@ -98,6 +98,31 @@ class Database:
         with translate_errors(), self._autocommit.connect() as conn:
             yield conn
 
+    def execute_driver(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """ONE atomic statement in autocommit on a pooled connection, straight through the driver
+        (PostgreSQL): a producer's single enqueue. SQLAlchemy's connection, execution context and result
+        wrapping cost a producer more CPU than the driver's own round trip; ``sql`` is
+        ``Query.for_driver``'s, which psycopg prepares on the server after a few runs. Errors are translated
+        as in ``translate_errors``; a broken connection is dropped from the pool."""
+        if not self.is_postgresql:
+            raise ValueError("a driver statement is for PostgreSQL")
+        pooled = _checkout(self)
+        conn: Any = pooled.driver_connection
+        try:
+            conn.autocommit = True
+            cur = conn.execute(sql, params)
+            rows: list[tuple[Any, ...]] = cur.fetchall() if cur.description is not None else []
+        except self.dbapi.Error as exc:
+            broken = conn.broken or conn.closed
+            if broken:
+                pooled.invalidate()
+            raise _driver_error(self, exc, broken=broken) from exc
+        finally:
+            if not (conn.broken or conn.closed):
+                conn.autocommit = False  # as the pool hands it out
+                pooled.close()
+        return rows
+
     def now_param(self) -> Any:
         """The ``:now`` parameter: None on PostgreSQL (use the database clock) unless the clock is fixed."""
         if self.is_postgresql:
@@ -186,21 +211,13 @@ class DedicatedConnection:
             broken = conn.broken or conn.closed
             if broken:
                 self._drop(invalidate=True)
-            message = f"database: {_first_line(exc)}"
-            if broken or _transient_driver_error(exc, operational=isinstance(exc, self._db.dbapi.OperationalError)):
-                raise DatabaseTransientError(message) from exc
-            raise StoreError(message) from exc
+            raise _driver_error(self._db, exc, broken=broken) from exc
 
     def close(self) -> None:
         self._drop(invalidate=False)
 
     def _open(self) -> Any:
-        try:
-            pooled = self._db.engine.raw_connection()
-        except sa.exc.DBAPIError as exc:
-            raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
-        except self._db.dbapi.Error as exc:  # raw_connection() lets the driver's own connect error through
-            raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
+        pooled = _checkout(self._db)
         conn: Any = pooled.driver_connection
         conn.autocommit = True
         try:
@@ -224,6 +241,24 @@ class DedicatedConnection:
                 driver.execute("RESET ALL")  # the pool's next user gets the session as the pool opened it
                 driver.autocommit = False  # as the pool handed it out
                 pooled.close()
+
+
+def _checkout(db: Database) -> Any:
+    """A pooled connection for the driver itself; failing to connect is a transient error."""
+    try:
+        return db.engine.raw_connection()
+    except sa.exc.DBAPIError as exc:
+        raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
+    except db.dbapi.Error as exc:  # raw_connection() lets the driver's own connect error through
+        raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
+
+
+def _driver_error(db: Database, exc: BaseException, *, broken: bool) -> StoreError:
+    """A driver error as ``translate_errors`` would raise it."""
+    message = f"database: {_first_line(exc)}"
+    if broken or _transient_driver_error(exc, operational=isinstance(exc, db.dbapi.OperationalError)):
+        return DatabaseTransientError(message)
+    return StoreError(message)
 
 
 def _first_line(exc: BaseException | None) -> str:

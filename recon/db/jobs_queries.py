@@ -56,7 +56,7 @@ job_lock_queue = Query(
 
 job_count_unfinished_in_queue = Query(
     "job_count_unfinished_in_queue",
-    "Run by enqueue on SQLite for backpressure (inside BEGIN IMMEDIATE): how many jobs of the queue are not finished.",
+    "Run by enqueue for backpressure (after the queue's lock, or inside BEGIN IMMEDIATE): unfinished jobs of a queue.",
     sql=f"SELECT count(*) FROM jobs WHERE queue = :queue AND NOT {FINISHED}",  # nosec B608
 )
 

@@ -172,16 +172,28 @@ class JobStore:
                                 f"refusing {n} more")
         return self._ids(conn, rows, inserted, held, retry=lambda again: self._enqueue_pg(conn, again, limits=[]))
 
-    def _enqueue_sqlite(self, conn: sa.Connection, rows: Sequence[EnqueueRow],
-                        limited: list[tuple[str, int]]) -> list[int]:
+    def check_depth(self, conn: sa.Connection, adding: dict[str, int], *, max_depth: dict[str, int]) -> None:
+        """Inside the caller's transaction, before it inserts jobs: raise QueueFull when ``adding[queue]`` more
+        jobs would pass a queue's max depth. On PostgreSQL the queue's advisory lock is taken first and held
+        until commit (``job_lock_queue``), so concurrent producers of the queue count one after another."""
         from recon.errors import QueueFull
 
-        for queue, limit in limited:  # BEGIN IMMEDIATE holds the database's write lock: no producer races
+        for queue in sorted(adding):  # sorted: two producers of the same queues never deadlock
+            limit = max_depth.get(queue, 0)
+            if not limit:
+                continue
+            if self.db.is_postgresql:
+                conn.execute(q.job_lock_queue.for_dialect("postgresql"), {"queue": queue})
             depth = conn.execute(self._q(q.job_count_unfinished_in_queue), {"queue": queue}).scalar_one()
-            adding = sum(1 for r in rows if r.queue == queue)
-            if depth + adding > limit:
+            if depth + adding[queue] > limit:
                 raise QueueFull(f"queue {queue!r} is full: {depth} unfinished jobs, max_depth {limit}, "
-                                f"refusing {adding} more")
+                                f"refusing {adding[queue]} more")
+
+    def _enqueue_sqlite(self, conn: sa.Connection, rows: Sequence[EnqueueRow],
+                        limited: list[tuple[str, int]]) -> list[int]:
+        # BEGIN IMMEDIATE holds the database's write lock: no producer races the count
+        self.check_depth(conn, {queue: sum(1 for r in rows if r.queue == queue) for queue, _ in limited},
+                         max_depth=dict(limited))
         now = self.db.now_param()
         ids: list[int] = []
         for start in range(0, len(rows), ENQUEUE_CHUNK):

@@ -1,0 +1,171 @@
+"""The enqueue path: one autocommit statement on PostgreSQL (``job_enqueue_one``, ``job_enqueue``) or the
+transaction with the queue's lock when the queue has a max depth; the same answers on SQLite."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from recon import Client, JobSpec, JobStore, QueueFull, Settings
+from recon.config import QueueConfig
+from recon.db import jobs_queries as q
+from recon.db.database import Database
+from recon.errors import StoreError
+
+
+def make_client(db: Database, **queues: QueueConfig) -> Client:
+    settings = Settings()
+    if queues:
+        settings = replace(settings, queues={**settings.queues, **queues})
+    return Client(JobStore(db), settings)
+
+
+def count_jobs(db: Database, queue: str | None = None) -> int:
+    with db.begin() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM jobs WHERE CAST(:q AS text) IS NULL OR queue = :q"),
+                                {"q": queue}).scalar_one())
+
+
+class Listener:
+    """A LISTEN connection on recon's channel (PostgreSQL), collecting payloads."""
+
+    def __init__(self, db: Database) -> None:
+        conninfo = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+        self.conn.execute("LISTEN recon_jobs")
+
+    def drain(self, wait: float = 0.5) -> list[str]:
+        return [n.payload for n in self.conn.notifies(timeout=wait)]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def test_enqueue_one__held_unique_key_returns_the_holder_and_inserts_nothing(db: Database) -> None:
+    client = make_client(db)
+    first = client.enqueue("k", {"a": 1}, unique_key="key-1")
+    assert client.enqueue("k", {"a": 2}, unique_key="key-1") == first
+    assert client.enqueue("k", {"a": 3}, unique_key="key-2") != first
+    assert count_jobs(db) == 2
+    assert client.get(first).payload == {"a": 1}
+
+
+def test_enqueue_many__held_new_and_repeated_keys_in_one_batch(db: Database) -> None:
+    client = make_client(db)
+    held = client.enqueue("k", unique_key="held")
+    ids = client.enqueue_many([JobSpec("k", unique_key="new"), JobSpec("k"), JobSpec("k", unique_key="held"),
+                               JobSpec("k", unique_key="new"), JobSpec("k")])
+    assert ids[2] == held and ids[0] == ids[3]
+    assert len({ids[0], ids[1], ids[4], held}) == 4 and ids[0] < ids[1] < ids[4]
+    assert count_jobs(db) == 4
+
+
+def test_enqueue__max_depth_single_and_batch_refuse_whole_and_accept_up_to_the_limit(db: Database) -> None:
+    client = make_client(db, small=QueueConfig(max_depth=3))
+    [a, b] = client.enqueue_many([JobSpec("k", queue="small"), JobSpec("k", queue="small")])
+    with pytest.raises(QueueFull, match=r"queue 'small' is full: 2 unfinished jobs, max_depth 3, refusing 2 more"):
+        client.enqueue_many([JobSpec("k", queue="small"), JobSpec("k", queue="other"), JobSpec("k", queue="small")])
+    assert count_jobs(db) == 2  # the other queue's job was refused with the batch
+    c = client.enqueue("k", queue="small")
+    assert a < b < c
+    with pytest.raises(QueueFull, match="refusing 1 more"):
+        client.enqueue("k", queue="small")
+    # a held unique key on a full queue: still refused (the depth is checked before the key, as before)
+    with pytest.raises(QueueFull):
+        client.enqueue("k", queue="small", unique_key="x")
+    assert count_jobs(db, "small") == 3
+
+
+def test_enqueue__max_depth_holds_under_concurrent_producers(db: Database) -> None:
+    client = make_client(db, small=QueueConfig(max_depth=10))
+    errors: list[BaseException] = []
+    accepted: list[int] = []
+
+    def produce() -> None:
+        for _ in range(8):
+            try:
+                accepted.append(client.enqueue("k", queue="small"))
+            except QueueFull:
+                pass
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=produce) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert len(accepted) == 10 and count_jobs(db, "small") == 10
+
+
+def test_enqueue__notifies_once_per_queue_at_commit_and_not_when_refused(db: Database) -> None:
+    if not db.is_postgresql:
+        pytest.skip("SQLite workers poll: there is no NOTIFY")
+    client = make_client(db, small=QueueConfig(max_depth=1))
+    listener = Listener(db)
+    try:
+        client.enqueue("k")
+        assert listener.drain() == ["default"]
+        client.enqueue_many([JobSpec("k", queue="b"), JobSpec("k", queue="a"), JobSpec("k", queue="b")])
+        assert sorted(listener.drain()) == ["a", "b"]
+        client.enqueue("k", unique_key="u")
+        listener.drain()
+        client.enqueue("k", unique_key="u")  # held: nothing inserted, workers are woken all the same
+        assert listener.drain() == ["default"]
+        client.enqueue("k", queue="small")
+        assert listener.drain() == ["small"]
+        with pytest.raises(QueueFull):
+            client.enqueue("k", queue="small")
+        assert listener.drain() == []
+        # a payment and its charge job: the NOTIFY goes out when the caller's transaction commits
+        store = JobStore(db)
+        with db.begin() as conn:
+            store.enqueue([client._row(0, JobSpec("k", queue="tx"))], max_depth={}, conn=conn)
+            assert listener.drain(0.2) == []
+        assert listener.drain() == ["tx"]
+    finally:
+        listener.close()
+
+
+def test_enqueue_one__a_holder_the_statement_could_not_see_is_looked_up(db: Database,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    if not db.is_postgresql:
+        pytest.skip("the one-statement path is PostgreSQL's")
+    client = make_client(db)
+    holder = client.enqueue("k", unique_key="late")
+    real = db.execute_driver
+    calls = {"n": 0}
+
+    def first_blind(sql: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+        calls["n"] += 1
+        rows = real(sql, params)
+        if calls["n"] == 1 and "ins AS" in sql:  # as if the holder committed after our snapshot was taken
+            return [(None, None, 1)]
+        return rows
+
+    monkeypatch.setattr(db, "execute_driver", first_blind)
+    assert client.enqueue("k", unique_key="late") == holder
+    assert count_jobs(db) == 1
+
+
+def test_execute_driver__errors_are_translated_and_the_connection_goes_back(db: Database) -> None:
+    if not db.is_postgresql:
+        with pytest.raises(ValueError):
+            db.execute_driver("SELECT 1", {})
+        return
+    with pytest.raises(StoreError, match=r"database: .*no_such_table"):
+        db.execute_driver("SELECT * FROM no_such_table", {})
+    assert db.execute_driver("SELECT 1", {}) == [(1,)]
+    with db.engine.connect() as conn:  # the pool's connections are in their ordinary mode
+        assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+
+
+def test_enqueue_queries__render_for_the_driver() -> None:
+    for query in (q.job_enqueue_one, q.job_enqueue):
+        sql = query.for_driver("postgresql")
+        assert "%(" in sql and "pg_notify" in sql
