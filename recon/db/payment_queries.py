@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
+from recon.db.jobs_queries import FINISHED, UNIQUE_ARBITER
 from recon.db.sql import Query
 
 PAYMENT_COLUMNS = (
@@ -47,6 +48,50 @@ payment_existing_references = Query(
     "Run by import before inserting: which merchant references are taken already.",
     sql="SELECT merchant_reference FROM payments WHERE merchant_reference IN :refs",
     expanding=("refs",),
+)
+
+payment_create_with_charge_jobs = Query(
+    "payment_create_with_charge_jobs",
+    "Run by payment creation on PostgreSQL: a batch of payments, their charge jobs (with :charge), the creation "
+    "events naming those jobs, and the NOTIFY, in one statement (in autocommit: one round trip).",
+    # The charge job's unique key is charge:<payment id>; an unfinished job holding it already (only one
+    # enqueued by hand could) is the payment's charge job, as enqueue would return it. Returns (payment id,
+    # merchant reference, charge job id or NULL, queues woken).
+    postgresql=f"""
+        WITH p AS (
+            INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
+                                  status, created_at, updated_at, payment_method, customer_reference)
+            SELECT r.merchant_account, r.merchant_reference, r.amount, r.currency, r.psp, r.idempotency_key,
+                   'created', coalesce(r.created_at, {{now}}), {{now}}, r.payment_method, r.customer_reference
+            FROM jsonb_to_recordset({{json:rows}}) AS r(merchant_account text, merchant_reference text,
+                 amount bigint, currency text, psp text, idempotency_key text, created_at timestamptz,
+                 payment_method text, customer_reference text)
+            RETURNING id, merchant_reference, merchant_account
+        ), j AS (
+            INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                              unique_key, tenant, created_at)
+            SELECT :queue, :kind, jsonb_build_object('payment_id', p.id), 'runnable', 0, {{now}}, 0,
+                   :max_attempts, 'charge:' || p.id, p.merchant_account, {{now}}
+            FROM p WHERE CAST(:charge AS boolean)
+            ORDER BY p.id
+            ON CONFLICT {UNIQUE_ARBITER} DO NOTHING
+            RETURNING id, unique_key
+        ), held AS (
+            SELECT id, unique_key FROM jobs
+            WHERE CAST(:charge AS boolean) AND unique_key IN (SELECT 'charge:' || id FROM p)
+              AND NOT {FINISHED}
+        ), c AS (
+            SELECT p.id, p.merchant_reference, coalesce(j.id, held.id) AS job_id
+            FROM p LEFT JOIN j ON j.unique_key = 'charge:' || p.id
+                   LEFT JOIN held ON held.unique_key = 'charge:' || p.id
+        ), e AS (
+            INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
+            SELECT c.id, NULL, 'created', 'manual', c.job_id, NULL, NULL, {{now}} FROM c
+        ), woke AS (
+            SELECT pg_notify('recon_jobs', :queue) WHERE CAST(:charge AS boolean)
+        )
+        SELECT c.id, c.merchant_reference, c.job_id, (SELECT count(*) FROM woke) FROM c
+    """,  # nosec B608  # constant SQL, values bound
 )
 
 payment_event_insert_many = Query(

@@ -93,6 +93,8 @@ class PaymentStore:
 
     def _create(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
                 max_depth: dict[str, int]) -> list[int]:
+        if self.db.is_postgresql:
+            return self._create_pg(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth)
         with self.db.begin() as conn:
             ids = self._insert(conn, payments)
             job_ids: list[int | None] = [None] * len(ids)
@@ -108,13 +110,36 @@ class PaymentStore:
                                      job_id=j, attempt=None, details=None) for i, j in zip(ids, job_ids, strict=True)])
         return ids
 
+    def _create_pg(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+                   max_depth: dict[str, int]) -> list[int]:
+        """PostgreSQL: payments, charge jobs, creation events and NOTIFY in one statement per 5,000 payments
+        (``payment_create_with_charge_jobs``). Up to 5,000 payments for a charge queue without a max depth:
+        that statement alone in autocommit, one round trip. Otherwise one transaction; with a max depth, the
+        queue's lock and count come first (``JobStore.check_depth``: the lock must be granted before the
+        snapshot that counts)."""
+        limit = max_depth.get(CHARGE_QUEUE, 0) if charge else 0
+        if len(payments) <= 5000 and not limit:
+            with self.db.autocommit() as conn:
+                return self._create_chunk(conn, payments, charge=charge, max_attempts=max_attempts)
+        with self.db.begin() as conn:
+            if limit:
+                JobStore(self.db).check_depth(conn, {CHARGE_QUEUE: len(payments)}, max_depth=max_depth)
+            ids: list[int] = []
+            for start in range(0, len(payments), 5000):
+                ids.extend(self._create_chunk(conn, payments[start:start + 5000], charge=charge,
+                                              max_attempts=max_attempts))
+            return ids
+
+    def _create_chunk(self, conn: sa.Connection, payments: Sequence[NewPayment], *, charge: bool,
+                      max_attempts: int) -> list[int]:
+        params = {"rows": json.dumps(self._payment_rows(payments)), "charge": charge, "queue": CHARGE_QUEUE,
+                  "kind": CHARGE_KIND, "max_attempts": max_attempts, "now": self.db.now_param()}
+        returned = {ref: int(i) for i, ref, _job, _woken in
+                    conn.execute(self._q(lq.payment_create_with_charge_jobs), params)}
+        return [returned[p.merchant_reference] for p in payments]
+
     def _insert(self, conn: sa.Connection, payments: Sequence[NewPayment]) -> list[int]:
-        rows = [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
-                 "amount": p.amount, "currency": p.currency, "psp": p.psp,
-                 "payment_method": p.payment_method, "customer_reference": p.customer_reference,
-                 "idempotency_key": f"recon-{secrets.token_hex(12)}",
-                 "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
-                 if p.created_at else None} for p in payments]
+        rows = self._payment_rows(payments)
         ids: list[int] = []
         for start in range(0, len(rows), 5000):
             chunk = rows[start:start + 5000]
@@ -122,6 +147,14 @@ class PaymentStore:
                 self._q(lq.payment_insert_many), {"rows": json.dumps(chunk), "now": self.db.now_param()}))
             ids.extend(int(returned[r["merchant_reference"]]) for r in chunk)
         return ids
+
+    def _payment_rows(self, payments: Sequence[NewPayment]) -> list[dict[str, Any]]:
+        return [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
+                 "amount": p.amount, "currency": p.currency, "psp": p.psp,
+                 "payment_method": p.payment_method, "customer_reference": p.customer_reference,
+                 "idempotency_key": f"recon-{secrets.token_hex(12)}",
+                 "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
+                 if p.created_at else None} for p in payments]
 
     def existing_references(self, refs: Sequence[str]) -> set[str]:
         found: set[str] = set()
