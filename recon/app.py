@@ -285,7 +285,8 @@ class App:
     # --- handlers and workers -----------------------------------------------------------------------------
 
     def handlers(self, extra: tuple[str, ...] = (), *,
-                 kinds: tuple[str, ...] = ("charge", "reconcile", "webhook", "sweep", "report")) -> Handlers:
+                 kinds: tuple[str, ...] = ("charge", "reconcile", "reconcile_window", "webhook", "sweep",
+                                           "report")) -> Handlers:
         """The payment handlers (charge, reconcile, webhook), the periodic ones (sweep, report) plus any
         ``--handlers MODULE:ATTR``."""
         from recon.clock import SystemClock
@@ -300,6 +301,11 @@ class App:
         if "reconcile" in kinds:
             handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
                                                             clock=SystemClock(), guard=self.guard))
+        if "reconcile_window" in kinds:
+            from recon.reconcile.window import WindowHandler
+
+            handlers.register("reconcile_window", WindowHandler(self.payments, self.adapter,
+                                                                config=self.reconcile_config, guard=self.guard))
         if "webhook" in kinds:
             handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
                 self.payments, self.client(), queue=self.reconcile_config.queue)))

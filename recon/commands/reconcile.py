@@ -23,7 +23,7 @@ from recon.params import (
 )
 
 if TYPE_CHECKING:
-    from recon.reconcile.sweep import ReportWriter
+    from recon.reconcile.sweep import ReportWriter, Selection
 
 
 @click.command()
@@ -36,10 +36,13 @@ if TYPE_CHECKING:
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write every checked payment with its outcome (CSV, or JSON for *.json).")
 @click.option("--concurrency", type=click.IntRange(1, 512), help="Reconcile jobs in flight (default: config).")
+@click.option("--mode", type=click.Choice(["auto", "bulk", "single"]), default="auto", show_default=True,
+              help="bulk: one window job per PSP listing window; single: one job per payment; auto: bulk where "
+                   "the PSP's adapter lists payments.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
-          enqueue_only: bool, report_path: str | None, concurrency: int | None, as_json: bool) -> None:
+          enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, as_json: bool) -> None:
     """Reconcile stale unfinished payments with their PSP and print what happened."""
     from recon.reconcile import sweep as sw
 
@@ -47,26 +50,32 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
     options = sw.SweepOptions(older_than=older_than, psp=psp, limit=limit)
+    psps = {psp} if psp else set(app.psp_names()) & app.payments.psps_unfinished()
     if dry_run:
         from recon.render import sweep_dry_run
 
+        modes = _modes(app, psps, mode, strict=False)
         candidates = list(sw.iter_candidates(app.payments, options))
         if as_json:
-            click.echo(json.dumps({"dry_run": True, "would_check": len(candidates),
+            click.echo(json.dumps({"dry_run": True, "would_check": len(candidates), "mode": modes,
                                    "payments": [p.to_dict() for p in candidates]}))
         else:
-            sweep_dry_run(candidates)
+            sweep_dry_run(candidates, modes=modes)
         return
     if not enqueue_only:  # before any work: every PSP the sweep will call can be called as configured
-        app.require_psps([psp] if psp else set(app.psp_names()) & app.payments.psps_unfinished())
+        app.require_psps(psps)
+    modes = _modes(app, psps, mode, strict=not enqueue_only)
     writer = _open_report(report_path) if report_path else None  # before any work: the report can be written
     rc = app.reconcile_config
     run_id = app.sweeps.start(operator=operator_name(), options={
-        "older_than_seconds": older_than.total_seconds(), "psp": psp, "limit": limit, "enqueue_only": enqueue_only})
+        "older_than_seconds": older_than.total_seconds(), "psp": psp, "limit": limit, "enqueue_only": enqueue_only,
+        "mode": mode})
+    calls_before = app.metrics.psp_totals()
     try:
-        selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue)
+        selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue,
+                               bulk_psps={name for name, m in modes.items() if m == "bulk"}, config=rc)
         if not enqueue_only and len(selection):
-            _run_reconcile_worker(app, len(selection), concurrency=concurrency, show_progress=not as_json)
+            _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json)
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
     except BaseException:
         if writer:
@@ -75,7 +84,11 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         raise
     if writer:
         writer.close(summary)
-    doc = {"enqueue_only": enqueue_only, **summary.to_dict()}
+    calls = _calls_since(calls_before, app.metrics.psp_totals())
+    doc = {"enqueue_only": enqueue_only, **summary.to_dict(), "mode": modes,
+           "window_jobs": len(selection.window_job_ids), "psp_calls": sum(n for n, _ in calls.values()),
+           "psp_calls_by_psp": {name: n for name, (n, _) in calls.items()},
+           "http_429": sum(t for _, t in calls.values())}
     app.sweeps.finish(run_id, outcome="finished", exit_code=summary.exit_code, summary=doc)
     if as_json:
         click.echo(json.dumps(doc))
@@ -106,15 +119,61 @@ def _open_report(path: str) -> ReportWriter:
         raise UsageError(f"--report {path!r}: cannot be written ({exc.strerror})") from None
 
 
-def _run_reconcile_worker(app: App, total: int, *, concurrency: int | None, show_progress: bool) -> None:
-    """A worker on the reconcile queue alone, in this process, until the sweep's jobs are done."""
-    worker = app.worker([app.reconcile_config.queue], handlers=app.handlers(kinds=("reconcile",)),
+def _modes(app: App, psps: set[str], mode: str, *, strict: bool) -> dict[str, str]:
+    """Each PSP's sweep mode: bulk where its adapter lists payments (``auto``, ``bulk``), single otherwise.
+    ``bulk`` for a PSP that cannot list is a usage error. A PSP whose settings are missing cannot be asked: it
+    is single, unless ``strict`` (a sweep that will call it), where its ConfigError says what is missing."""
+    from recon.errors import ConfigError
+
+    modes = {}
+    for name in sorted(psps):
+        if mode == "single":
+            modes[name] = "single"
+            continue
+        try:
+            lists = bool(getattr(app.adapter(name), "lists_payments", False))
+        except ConfigError:
+            if strict:
+                raise
+            lists = False
+        if mode == "bulk" and not lists:
+            raise UsageError(f"--mode bulk: PSP {name!r} does not list payments (or is not configured); "
+                             "use --mode auto or single")
+        modes[name] = "bulk" if lists else "single"
+    return modes
+
+
+def _calls_since(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """PSP -> (calls, 429s) this process made between the two readings of ``App.metrics.psp_totals()``."""
+    out = {}
+    for name, (calls, throttled) in after.items():
+        was_calls, was_throttled = before.get(name, (0, 0))
+        if calls - was_calls:
+            out[name] = (calls - was_calls, throttled - was_throttled)
+    return out
+
+
+def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | None, show_progress: bool) -> None:
+    """A worker on the reconcile queue alone, in this process, until the sweep's jobs are done. The progress
+    bar counts payments: those window jobs healed, then each finished per-payment job."""
+    handlers = app.handlers(kinds=("reconcile", "reconcile_window"))
+    worker = app.worker([app.reconcile_config.queue], handlers=handlers,
                         engine=app.engine_config(concurrency=concurrency))
     install_signal_handlers(worker.request_stop)
+    from recon.reconcile.window import WindowHandler
     from recon.render import progress_while
 
-    progress_while(lambda: worker.run(burst=True), lambda: sum(worker.stats.outcomes.values()), total=total,
-                   label="reconciling", enabled=show_progress)
+    window = handlers.get("reconcile_window")
+    windows = len(selection.window_job_ids)
+
+    def done() -> int:
+        finished = sum(worker.stats.outcomes.values())
+        if not isinstance(window, WindowHandler) or not windows:
+            return finished
+        return window.healed + max(0, finished - windows)
+
+    progress_while(lambda: worker.run(burst=True), done, total=len(selection), label="reconciling",
+                   enabled=show_progress)
 
 
 @click.command()

@@ -181,6 +181,32 @@ class PaymentStore:
                                  source=str(t.source), job_id=t.job_id, attempt=t.attempt, details=t.details)])
         return True
 
+    def apply_many(self, conn: sa.Connection, transitions: Sequence[Transition]) -> set[int]:
+        """``apply`` for many payments in the caller's transaction: each a compare-and-set on its own payment's
+        status with its own audit event (its own evidence), in two statements per 5,000. Returns the ids that
+        moved; the others had changed meanwhile and get no event. Raises IllegalTransition first, writing
+        nothing, when one move is one the state machine forbids."""
+        for t in transitions:
+            check_transition(t.from_status, t.to_status)
+        moved: set[int] = set()
+        for start in range(0, len(transitions), 5000):
+            chunk = transitions[start:start + 5000]
+            rows = [{"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
+                     "psp_reference": t.psp_reference, "failure_reason": redact_optional(t.failure_reason),
+                     "review_reason": redact_optional(t.review_reason)} for t in chunk]
+            done = {int(r[0]) for r in conn.execute(self._q(lq.payment_transition_many_if_status),
+                                                    {"rows": json.dumps(rows), "now": self.db.now_param()})}
+            self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status),
+                                     to_status=str(t.to_status), source=str(t.source), job_id=t.job_id,
+                                     attempt=t.attempt, details=t.details) for t in chunk if t.payment_id in done])
+            moved |= done
+        return moved
+
+    def enqueue_reconcile(self, conn: sa.Connection, rows: Sequence[EnqueueRow]) -> list[int]:
+        """Reconcile jobs in the caller's transaction (a window job's fall-backs, with its finish); a row whose
+        unique key an unfinished job holds gets that job. No queue limit: these replace work already queued."""
+        return JobStore(self.db).enqueue(rows, max_depth={}, conn=conn)
+
     def note(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus, source: EventSource,
              details: dict[str, Any], job_id: int | None, attempt: int | None) -> bool:
         """An audit event without a status change (``from`` = ``to`` = ``status``): new PSP evidence for a payment
@@ -315,6 +341,40 @@ class PaymentStore:
         if row is None:
             return None, False
         return self._payment(row), bool(row[-1])
+
+    def window_candidates(self, ids: Sequence[int]) -> list[tuple[Payment, bool]]:
+        """The unfinished payments among ``ids``, each with whether a charge job holds a live lease on it now."""
+        out: list[tuple[Payment, bool]] = []
+        with self.db.autocommit() as conn:
+            for start in range(0, len(ids), 1000):
+                rows = conn.execute(self._q(lq.payment_window_candidates),
+                                    {"ids": list(ids[start:start + 1000]), "now": self.db.now_param()}).all()
+                out.extend((self._payment(r), bool(r[-1])) for r in rows)
+        return out
+
+    def reconcile_jobs(self, payment_ids: Sequence[int], *, after_job_id: int) -> dict[int, int]:
+        """payment id -> its reconcile job (``reconcile:<id>``): the latest created after ``after_job_id``, else
+        an unfinished one. Payments with neither are left out."""
+        wanted = {f"reconcile:{i}": i for i in payment_ids}
+        found: dict[int, int] = {}
+        if not wanted:
+            return found
+        with self.db.begin() as conn:
+            after = after_job_id
+            while True:
+                rows = conn.execute(self._q(lq.job_reconcile_after), {"after_id": after, "n": 5000}).all()
+                for job_id, key in rows:
+                    if key in wanted:
+                        found[wanted[key]] = int(job_id)
+                if len(rows) < 5000:
+                    break
+                after = int(rows[-1][0])
+            missing = [k for k, i in wanted.items() if i not in found]
+            for start in range(0, len(missing), 1000):
+                for job_id, key in conn.execute(self._q(lq.job_reconcile_unfinished_by_keys),
+                                                {"keys": missing[start:start + 1000]}):
+                    found[wanted[key]] = int(job_id)
+        return found
 
     def search(self, text: str, *, psps: Sequence[str], limit: int = 50) -> list[Payment]:
         """Payments whose merchant reference or (at one of ``psps``) PSP reference is exactly ``text``."""

@@ -6,8 +6,11 @@ schedule = ["5m", "15m", "1h", "6h", "1d", "1d", "1d"]   # how long to wait whil
 grace_period = "30m"          # a payment the PSP never saw becomes failed only after this
 settlement_window = "2d"      # the report calls a missing settlement "expected" inside this window
 queue = "reconcile"
+window = "1h"                 # bulk sweeps: one window job per PSP and this much of send time
+window_slack = "2m"           # each window's listing reaches this far past its end (send -> PSP's created)
+window_max_payments = 2000    # a window job holds at most this many payments (its payload, its finish)
 
-[reconcile.psp.stripe]        # per-PSP overrides of schedule and grace_period
+[reconcile.psp.stripe]        # per-PSP overrides of schedule, grace_period and window
 schedule = ["1m", "5m", "30m"]
 ```
 
@@ -15,6 +18,8 @@ Built-in per-PSP defaults (``PSP_GRACE_DEFAULTS``) apply where the PSP's own tab
 period: Stripe's search, which finds a PaymentIntent by our reference after a lost answer, is eventually
 consistent ("data is typically searchable in under a minute; during outages, up to an hour",
 docs.stripe.com/search), so a Stripe payment is called "never reached the PSP" only after an hour.
+Adyen's window defaults to a day (``PSP_WINDOW_DEFAULTS``): its listing is the daily report file, so an
+hour's window would download the same file 24 times.
 """
 
 from __future__ import annotations
@@ -33,12 +38,19 @@ SETTLEMENT_WINDOW_DEFAULT = "2d"
 QUEUE_DEFAULT = "reconcile"
 #: grace periods that cover a PSP's own lag in finding a payment by our reference (see the module docstring)
 PSP_GRACE_DEFAULTS: Mapping[str, timedelta] = {"stripe": timedelta(hours=1)}
+WINDOW_DEFAULT = "1h"
+WINDOW_SLACK_DEFAULT = "2m"
+WINDOW_MAX_PAYMENTS_DEFAULT = 2000
+WINDOW_MAX_PAYMENTS_LIMIT = 10_000
+#: listing windows that fit how a PSP lists (see the module docstring)
+PSP_WINDOW_DEFAULTS: Mapping[str, timedelta] = {"adyen": timedelta(days=1)}
 
 
 @dataclass(frozen=True, slots=True)
 class PspSchedule:
     schedule: tuple[timedelta, ...]
     grace_period: timedelta
+    window: timedelta = timedelta(hours=1)  #: a bulk sweep's window of send time per window job
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +59,8 @@ class ReconcileConfig:
     settlement_window: timedelta
     queue: str = QUEUE_DEFAULT
     per_psp: Mapping[str, PspSchedule] = field(default_factory=dict)
+    window_slack: timedelta = timedelta(minutes=2)
+    window_max_payments: int = WINDOW_MAX_PAYMENTS_DEFAULT
 
     def for_psp(self, psp: str) -> PspSchedule:
         return self.per_psp.get(psp, self.default)
@@ -56,25 +70,34 @@ class ReconcileConfig:
         table = dict(table or {})
         where = f"{source}: reconcile"
         per_psp_tables = table.pop("psp", {})
-        unknown = set(table) - {"schedule", "grace_period", "settlement_window", "queue"}
+        unknown = set(table) - {"schedule", "grace_period", "settlement_window", "queue", "window", "window_slack",
+                                "window_max_payments"}
         if unknown:
             raise ConfigError(f"{where}.{sorted(unknown)[0]}: unknown key")
         default = _schedule(table, where, PspSchedule(_durations(SCHEDULE_DEFAULT, where),
-                                                      parse_duration(GRACE_PERIOD_DEFAULT)))
+                                                      parse_duration(GRACE_PERIOD_DEFAULT),
+                                                      parse_duration(WINDOW_DEFAULT)))
         if not isinstance(per_psp_tables, dict):
             raise ConfigError(f"{where}.psp: must be a table")
-        per_psp = {name: PspSchedule(default.schedule, max(default.grace_period, grace))
-                   for name, grace in PSP_GRACE_DEFAULTS.items()}
+        per_psp = {name: PspSchedule(default.schedule,
+                                     max(default.grace_period, PSP_GRACE_DEFAULTS.get(name, default.grace_period)),
+                                     PSP_WINDOW_DEFAULTS.get(name, default.window))
+                   for name in sorted({*PSP_GRACE_DEFAULTS, *PSP_WINDOW_DEFAULTS})}
         for name, sub in per_psp_tables.items():
-            if not isinstance(sub, dict) or set(sub) - {"schedule", "grace_period"}:
-                raise ConfigError(f"{where}.psp.{name}: only schedule and grace_period may be set")
+            if not isinstance(sub, dict) or set(sub) - {"schedule", "grace_period", "window"}:
+                raise ConfigError(f"{where}.psp.{name}: only schedule, grace_period and window may be set")
             base = per_psp.get(name, default)
             per_psp[name] = _schedule(sub, f"{where}.psp.{name}", base)
         window = _duration(table.get("settlement_window", SETTLEMENT_WINDOW_DEFAULT), f"{where}.settlement_window")
         queue = table.get("queue", QUEUE_DEFAULT)
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"{where}.queue: must be a non-empty string")
-        return cls(default=default, settlement_window=window, queue=queue, per_psp=per_psp)
+        slack = _duration(table.get("window_slack", WINDOW_SLACK_DEFAULT), f"{where}.window_slack")
+        most = table.get("window_max_payments", WINDOW_MAX_PAYMENTS_DEFAULT)
+        if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= WINDOW_MAX_PAYMENTS_LIMIT:
+            raise ConfigError(f"{where}.window_max_payments: must be an integer from 1 to {WINDOW_MAX_PAYMENTS_LIMIT}")
+        return cls(default=default, settlement_window=window, queue=queue, per_psp=per_psp, window_slack=slack,
+                   window_max_payments=most)
 
 
 def _schedule(table: Mapping[str, Any], where: str, base: PspSchedule) -> PspSchedule:
@@ -85,7 +108,10 @@ def _schedule(table: Mapping[str, Any], where: str, base: PspSchedule) -> PspSch
             raise ConfigError(f"{where}.schedule: must be a non-empty list of durations")
         schedule = _durations(raw, f"{where}.schedule")
     grace = _duration(table["grace_period"], f"{where}.grace_period") if "grace_period" in table else base.grace_period
-    return PspSchedule(schedule=schedule, grace_period=grace)
+    window = _duration(table["window"], f"{where}.window") if "window" in table else base.window
+    if window <= timedelta(0) or window > timedelta(days=7):
+        raise ConfigError(f"{where}.window: must be more than 0 and at most 7 days")
+    return PspSchedule(schedule=schedule, grace_period=grace, window=window)
 
 
 def _durations(values: Any, where: str) -> tuple[timedelta, ...]:

@@ -267,8 +267,9 @@ def test_sweep__killed_midway_and_rerun_finishes_the_work(db: Database, db_url: 
     sandbox.set_faults(Faults(latency_ms=150, decline_amount_suffix=None))
     env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url, "RECON_ENGINE_LEASE_TTL_SECONDS": "1",
            "RECON_ENGINE_HEARTBEAT_INTERVAL_SECONDS": "0.3"}
+    # one job per payment (--mode single), so that a kill can land between heals; bulk: test_bulk_sweep.py
     args = ["--database-url", db_url, "--log-level", "ERROR", "sweep", "--older-than", "0", "--concurrency", "2",
-            "--json"]
+            "--mode", "single", "--json"]
     first = subprocess.Popen([sys.executable, "-m", "recon", *args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)  # a process of its own, to SIGKILL
     ledger = PaymentStore(db)
