@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import io
 import json
 import logging
 import sys
@@ -118,6 +119,24 @@ class TextFormatter(logging.Formatter):
         context = " ".join(f"{k}={getattr(record, k)}" for k in JOB_FIELDS
                            if getattr(record, k, None) is not None)
         return redact(f"{line} [{context}]" if context else line)
+
+
+@contextlib.contextmanager
+def lines_through(stream: TextIO | io.TextIOBase) -> Iterator[None]:
+    """recon's log lines go to ``stream`` inside the ``with`` (every thread's), then back where they went.
+
+    ``recon.render.progress_while`` passes a stream that prints through its progress bar's console, so a line
+    logged while the bar is drawn lands above the bar instead of in the middle of its line.
+    """
+    handlers = [h for h in logging.getLogger().handlers
+                if getattr(h, "_recon", False) and isinstance(h, logging.StreamHandler)]
+    previous = [h.setStream(stream) for h in handlers]
+    try:
+        yield
+    finally:
+        for handler, old in zip(handlers, previous, strict=True):
+            if old is not None:
+                handler.setStream(old)
 
 
 def configure(*, level: str | int = "INFO", fmt: str = "text",

@@ -103,18 +103,28 @@ def stats_table(doc: dict[str, Any]) -> None:
 
 
 def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, total: int, label: str,
-                   enabled: bool = True) -> Any:
-    """Run ``run()`` with a progress bar on stderr when stderr is a terminal (none when piped)."""
+                   enabled: bool = True, console: Console | None = None) -> Any:
+    """Run ``run()`` with a progress bar on stderr when stderr is a terminal (none when piped).
+
+    While the bar is up, recon's log lines (any thread's: the in-process worker's) go through the bar's
+    console, which prints them above the bar and redraws it, instead of tearing its line (``recon.logs.
+    lines_through``).
+    """
+    import sys
     import threading
 
+    from rich.file_proxy import FileProxy
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    from recon.logs import lines_through
+
+    console = console or Console(stderr=True)
     if not enabled or not console.is_terminal:
         return run()
     stop = threading.Event()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
+                  console=console, transient=False) as progress, \
+            lines_through(FileProxy(progress.console, sys.stderr)):
         task = progress.add_task(label, total=total)
 
         def update() -> None:
@@ -131,10 +141,11 @@ def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, tota
             progress.update(task, completed=min(done_func(), total))
 
 
-def sweep_dry_run(payments: Sequence[Any]) -> None:
+def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = None) -> None:
     from recon.payments.money import format_amount
 
-    table = Table(title=f"dry run: would check {len(payments)} payments")
+    how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
+    table = Table(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
     for col in ("id", "reference", "psp", "amount", "status", "updated"):
         table.add_column(col)
     for p in payments[:50]:
@@ -153,6 +164,11 @@ def sweep_summary(doc: dict[str, Any]) -> None:
     console.print(f"checked {doc['checked']}: healed->succeeded {doc['healed_succeeded']}, "
                   f"healed->failed {doc['healed_failed']}, still pending {doc['still_pending']}, "
                   f"needs review {doc['needs_review']}, errors {doc['errors']}, dead {doc['dead']}")
+    if "psp_calls" in doc:
+        how = ", ".join(f"{psp} {mode}" for psp, mode in sorted(doc.get("mode", {}).items())) or "nothing to ask"
+        by_psp = ", ".join(f"{psp} {n}" for psp, n in sorted(doc.get("psp_calls_by_psp", {}).items()))
+        console.print(f"PSP calls {doc['psp_calls']}" + (f" ({by_psp})" if by_psp else "")
+                      + f", 429s {doc.get('http_429', 0)}; mode: {how}; window jobs {doc.get('window_jobs', 0)}")
     if doc["money_at_risk"]:
         table = Table(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):
