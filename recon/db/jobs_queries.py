@@ -271,6 +271,49 @@ job_finish_many_if_owner = Query(
     """,  # nosec B608  # constant SQL, values bound
 )
 
+job_attempt_insert_many_if_owner_sqlite = Query(
+    "job_attempt_insert_many_if_owner_sqlite",
+    "Run by a worker's finisher on SQLite, just before job_finish_many_if_owner_sqlite in the same transaction: "
+    "the history rows of the batch's attempts whose lease still matches (the ones that update will end).",
+    # the outcome is 'canceled' when the update will make the job canceled (_FINISH_STATE), as PostgreSQL's
+    # history CTE reads it from the updated row
+    sqlite=f"""
+        INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome, error_kind, error)
+        SELECT jobs.id, jobs.attempts, :worker, jobs.attempted_at, :now,
+               CASE WHEN {_FINISH_STATE.format(target="v.value ->> '$.state'")} = 'canceled' THEN 'canceled'
+                    ELSE v.value ->> '$.outcome' END,
+               v.value ->> '$.error_kind', v.value ->> '$.error'
+        FROM json_each(:rows) AS v JOIN jobs ON jobs.id = v.value ->> '$.id'
+        WHERE jobs.attempts = v.value ->> '$.attempt' AND jobs.lease_owner = :worker AND jobs.state = 'leased'
+    """,  # nosec B608  # constant SQL, values bound
+)
+
+job_finish_many_if_owner_sqlite = Query(
+    "job_finish_many_if_owner_sqlite",
+    "Run by a worker's finisher on SQLite (its dedicated connection, inside BEGIN IMMEDIATE): ends a batch of "
+    "attempts, fenced by owner + attempt; the store writes the history rows of those it returns.",
+    # job_finish_many_if_owner's update, without the data-modifying CTE SQLite lacks: its history rows were
+    # written by job_attempt_insert_many_if_owner_sqlite, under the same fence, in the same transaction
+    sqlite=f"""
+        UPDATE jobs SET
+            state = {_FINISH_STATE.format(target="v.state")},
+            run_after = CASE WHEN v.delay IS NULL THEN jobs.run_after
+                             ELSE :now + CAST(v.delay * 1000000 AS INTEGER) END,
+            finished_at = CASE WHEN v.state IN ('succeeded', 'dead', 'canceled') OR jobs.cancel_requested
+                               THEN :now END,
+            lease_owner = NULL, lease_until = NULL,
+            last_error_kind = coalesce(v.error_kind, jobs.last_error_kind),
+            last_error = coalesce(v.error, jobs.last_error),
+            max_attempts = jobs.max_attempts + v.bump, free_attempts = jobs.free_attempts + v.bump
+        FROM (SELECT value ->> '$.id' AS id, value ->> '$.attempt' AS attempt, value ->> '$.state' AS state,
+                     value ->> '$.delay' AS delay, value ->> '$.error_kind' AS error_kind,
+                     value ->> '$.error' AS error, value ->> '$.bump' AS bump
+              FROM json_each(:rows)) AS v
+        WHERE jobs.id = v.id AND jobs.attempts = v.attempt AND jobs.lease_owner = :worker AND jobs.state = 'leased'
+        RETURNING id
+    """,  # nosec B608  # constant SQL, values bound
+)
+
 job_finish_one_if_owner = Query(
     "job_finish_one_if_owner",
     "Run by a worker's finisher on SQLite (no data-modifying CTEs): ends one attempt, fenced.",

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from recon.db import jobs_queries as q
-from recon.db.database import Database, DedicatedConnection, json_from_db
+from recon.db.database import Database, DedicatedConnection, DedicatedSqlite, json_from_db
 from recon.db.dead_letter_store import DeadLetterStore
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
@@ -25,6 +25,9 @@ from recon.redact import redact
 from recon.rows import AttemptRecord, Job, JobState
 
 ENQUEUE_CHUNK = 5000
+
+#: a hot loop's connection of its own: PostgreSQL's or SQLite's (``JobStore.dedicated``)
+Dedicated = DedicatedConnection | DedicatedSqlite
 
 
 @dataclass(slots=True)
@@ -257,27 +260,34 @@ class JobStore:
 
     # --- lease ----------------------------------------------------------------------------------------
 
-    def dedicated(self, *, finishing: bool = False) -> DedicatedConnection | None:
-        """A connection of its own for one thread's claim or finish loop (PostgreSQL; None on SQLite, whose
-        statements take the ordinary path). Pass it as ``via``; close it when the loop ends.
+    def dedicated(self, *, finishing: bool = False) -> Dedicated:
+        """A connection of its own for one thread's claim or finish loop: a psycopg connection in autocommit
+        (PostgreSQL), a sqlite3 connection whose write transactions queue on ``Database.hot_lock`` (SQLite).
+        Pass it as ``via``; close it when the loop ends.
 
         ``finishing``: the finisher's, with nested loops off. Its only statement joins the batch's rows
         (``jsonb_to_recordset``) to the jobs found by primary key; the planner, which expects one leased
         row, picks a nested loop that reads the whole batch again for every job: quadratic, 88 µs of server
         CPU a job in batches of 1,024. A hash join is linear (11 µs a job in batches of 256)."""
         if not self.db.is_postgresql:
-            return None
+            return DedicatedSqlite(self.db)
         return DedicatedConnection(self.db, session={"enable_nestloop": "off"} if finishing else None)
 
     def claim(self, *, worker: str, queues: Sequence[str], n: int, ttl: float,
-              via: DedicatedConnection | None = None) -> list[Job]:
+              via: Dedicated | None = None) -> list[Job]:
         """Lease up to ``n`` due jobs of ``queues`` for ``worker``, in one statement."""
         params: dict[str, Any] = {"worker": worker, "n": n, "ttl": ttl, "now": self.db.now_param()}
         rows: Sequence[Any]
         if via is not None:
             for i, name in enumerate(queues):
                 params[f"queues_{i}"] = name
-            rows = via.execute(q.job_claim_available.for_driver(self.db.dialect, queues=len(queues)), params)
+            sql = q.job_claim_available.for_driver(self.db.dialect, queues=len(queues))
+            if isinstance(via, DedicatedSqlite):
+                rows = via.write(lambda conn: conn.execute(sql, params).fetchall())
+                jobs = [_claimed_sqlite(r, worker) for r in rows]
+                jobs.sort(key=_claim_order)
+                return jobs
+            rows = via.execute(sql, params)
         else:
             params["queues"] = list(queues)
             with self.db.autocommit() as conn:
@@ -318,7 +328,7 @@ class JobStore:
 
     def finish(self, *, worker: str, finishes: Sequence[Finish],
                write: Callable[[sa.Connection], Any] | None = None,
-               via: DedicatedConnection | None = None) -> set[int]:
+               via: Dedicated | None = None) -> set[int]:
         """End attempts, fenced; return the ids whose lease still matched (the others are stale finishes).
 
         With ``write`` (only for a single finish), it runs in the same transaction after the fenced update
@@ -328,10 +338,12 @@ class JobStore:
             return set()
         if write is not None and len(finishes) != 1:
             raise ValueError("a finish with a domain write must be alone in its transaction")
+        if write is None and isinstance(via, DedicatedSqlite):
+            return via.write(lambda conn: self._finish_sqlite(conn, worker, finishes))
         if write is None and self.db.is_postgresql:
             # one data-modifying CTE: atomic on its own
             params = self._finish_many_params(worker, finishes)
-            if via is not None:
+            if isinstance(via, DedicatedConnection):
                 return {r[0] for r in via.execute(q.job_finish_many_if_owner.for_driver(self.db.dialect), params)}
             with self.db.autocommit() as conn:
                 return {int(r[0]) for r in conn.execute(self._q(q.job_finish_many_if_owner), params)}
@@ -357,6 +369,15 @@ class JobStore:
                                   "now": now, "outcome": outcome, "error_kind": f.error_kind, "error": f.error})
             matched.add(f.id)
         return matched
+
+    def _finish_sqlite(self, conn: Any, worker: str, finishes: Sequence[Finish]) -> set[int]:
+        """The batch's history rows and fenced update, on a sqlite3 connection inside the caller's BEGIN
+        IMMEDIATE: two statements per batch (``_finish_in`` runs two per job). Both carry the same fence, and
+        the write lock held since BEGIN means no other writer comes between them."""
+        params = {"rows": "[" + ",".join([f.row_json() for f in finishes]) + "]", "worker": worker,
+                  "now": self.db.now_param()}
+        conn.execute(q.job_attempt_insert_many_if_owner_sqlite.for_driver("sqlite"), params)
+        return {r[0] for r in conn.execute(q.job_finish_many_if_owner_sqlite.for_driver("sqlite"), params)}
 
     def _finish_many_params(self, worker: str, finishes: Sequence[Finish]) -> dict[str, Any]:
         rows = "[" + ",".join([f.row_json() for f in finishes]) + "]"
@@ -472,6 +493,30 @@ class JobStore:
 
     def _job(self, r: Any) -> Job:
         return job_from_row(self.db, r)
+
+
+def _claimed_sqlite(r: Any, worker: str) -> Job:
+    """``JobStore._claimed`` for a row from a ``DedicatedSqlite`` claim: times are integer microseconds since
+    the epoch (``recon.db.schema``) and JSON documents the compact text enqueue stored."""
+    progress = r[11]
+    return Job(
+        r[0], r[1], r[2], _json_text(r[3]) or {}, JobState.LEASED, r[4], _EPOCH + timedelta(microseconds=r[5]),
+        r[6], r[7], _EPOCH + timedelta(microseconds=r[12]), worker, _EPOCH + timedelta(microseconds=r[8]), None,
+        None, r[9], r[13], None, r[10], None if progress is None else _json_text(progress), None, False, r[14],
+    )
+
+
+def _json_text(text: str) -> Any:
+    """A JSON document stored as text: ``_scan_json`` when it starts with its value, else ``json.loads``."""
+    if text[:1] in ("{", "["):
+        try:
+            return _scan_json(text, 0)[0]
+        except (ValueError, StopIteration):
+            pass
+    return json.loads(text)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _claim_order(job: Job) -> tuple[int, datetime, int]:

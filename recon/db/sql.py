@@ -60,10 +60,11 @@ class Query:
         return clause
 
     def for_driver(self, dialect: str, **expand: int) -> str:
-        """The statement for the driver itself (psycopg's ``%(name)s``), bypassing SQLAlchemy: the worker's
-        hot path (``store.HotConnection``). ``expand`` gives the length of each expanding parameter, whose
-        items are then passed as ``NAME_0``, ``NAME_1``, … (one placeholder each, as SQLAlchemy renders
-        them, so that the planner sees the same statement shape)."""
+        """The statement for the driver itself (psycopg's ``%(name)s``; sqlite3 takes ``:name`` as it is),
+        bypassing SQLAlchemy: the worker's hot path (``DedicatedConnection``, ``DedicatedSqlite``) and the
+        single enqueue. ``expand`` gives the length of each expanding parameter, whose items are then passed
+        as ``NAME_0``, ``NAME_1``, … (one placeholder each, as SQLAlchemy renders them, so that the planner
+        sees the same statement shape)."""
         key = f"{dialect}:{sorted(expand.items())}"
         cached = self._driver_cache.get(key)
         if cached is not None:
@@ -72,14 +73,15 @@ class Query:
         if not source:
             raise NotImplementedError(f"query {self.name} has no {dialect} form")
         rendered = _PLACEHOLDER.sub(lambda m: _RENDER[dialect][m[1]].format(m[2]), source)
-        if "%" in rendered:
+        if "%" in rendered and dialect == "postgresql":
             raise ValueError(f"query {self.name}: a literal % would need escaping for the driver")
         for name in self.expanding:
             n = expand.get(name)
             if not n:
                 raise ValueError(f"query {self.name}: the length of expanding parameter {name!r} is needed")
             rendered = rendered.replace(f":{name}", "(" + ", ".join(f":{name}_{i}" for i in range(n)) + ")")
-        rendered = _BIND.sub(r"%(\1)s", rendered)
+        if dialect == "postgresql":
+            rendered = _BIND.sub(r"%(\1)s", rendered)
         self._driver_cache[key] = rendered
         return rendered
 

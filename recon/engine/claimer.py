@@ -22,8 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from recon.config import EngineConfig
-from recon.db.database import DedicatedConnection
-from recon.db.jobs_store import JobStore
+from recon.db.jobs_store import Dedicated, JobStore
 from recon.engine.lease import Lease
 from recon.engine.observe import WORKER_LOGGER, WorkerStats
 from recon.engine.slots import Running, Slots
@@ -50,7 +49,7 @@ class Claimer:
         self._config = config
         self._queues = list(queues)
         self._caps = {q: c for q, c in (queue_caps or {}).items() if c > 0 and q in self._queues}
-        self._via: DedicatedConnection | None = None
+        self._via: Dedicated | None = None
 
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""

@@ -29,8 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from recon.db.database import DedicatedConnection
-from recon.db.jobs_store import Finish, JobStore
+from recon.db.jobs_store import Dedicated, Finish, JobStore
 from recon.engine.observe import WORKER_LOGGER, WorkerObserver, WorkerStats, job_log_fields
 from recon.engine.outcome import (
     Cancel,
@@ -68,7 +67,7 @@ class Finisher:
         self._batch_size = batch_size
         self._classify = classify_func
         self._observer = observer
-        self._via: DedicatedConnection | None = None
+        self._via: Dedicated | None = None
         self._done: queue_mod.SimpleQueue[Done | None] = queue_mod.SimpleQueue()
         self.submit: Callable[[Done], None] = self._done.put
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
-from recon.db.database import Database, connect
+from recon.db.database import Database, DedicatedConnection, connect
 from recon.db.jobs_store import Finish
 from recon.errors import DatabaseTransientError, StoreError
 
@@ -29,8 +29,7 @@ def test_claim__the_dedicated_path_builds_the_same_job_as_get(db: Database) -> N
                 unique_key="charge:7", tenant="shop-eu", max_attempts=4),
         JobSpec("sync", {}, queue="sync"),
     ])
-    via = store.dedicated()
-    assert (via is not None) == db.is_postgresql  # SQLite: the ordinary path
+    via = store.dedicated()  # PostgreSQL: a psycopg connection; SQLite: a sqlite3 one (DedicatedSqlite)
     try:
         claimed = store.claim(worker="w1", queues=["charges", "sync"], n=10, ttl=30, via=via)
     finally:
@@ -52,9 +51,10 @@ def test_claim__the_dedicated_path_builds_the_same_job_as_get(db: Database) -> N
 def test_dedicated__a_dropped_connection_is_a_transient_error_then_reconnects(db: Database) -> None:
     store = JobStore(db)
     via = store.dedicated()
-    if via is None:
+    if not isinstance(via, DedicatedConnection):
         assert not db.is_postgresql
-        return  # SQLite has no dedicated connection: nothing can drop
+        via.close()
+        return  # SQLite's is in this process: no server can drop it
     client = Client(store, Settings())
     first, second = client.enqueue_many([JobSpec("k"), JobSpec("k")])
     try:
@@ -78,7 +78,11 @@ def test_dedicated__a_dropped_connection_is_a_transient_error_then_reconnects(db
 
 def test_dedicated__a_statement_error_names_the_database_problem(db: Database) -> None:
     via = JobStore(db).dedicated()
-    if via is None:
+    if not isinstance(via, DedicatedConnection):
+        with pytest.raises(StoreError, match=r"database: .*no_such_table"):
+            via.write(lambda conn: conn.execute("SELECT * FROM no_such_table"))
+        assert via.write(lambda conn: conn.execute("SELECT 1").fetchall()) == [(1,)]
+        via.close()
         return
     try:
         with pytest.raises(StoreError, match=r"database: .*no_such_table"):
@@ -171,8 +175,9 @@ def test_dedicated__the_finishers_session_settings_do_not_leak_into_the_pool(db_
     db = connect(db_url, pool_size=1)
     try:
         via = JobStore(db).dedicated(finishing=True)
-        if via is None:
+        if not isinstance(via, DedicatedConnection):
             assert not db.is_postgresql
+            via.close()
             return
         pid = via.execute("SELECT pg_backend_pid()", {})[0][0]
         assert via.execute("SHOW enable_nestloop", {}) == [("off",)]  # the finish's hash join
@@ -198,10 +203,42 @@ def _server_timezone(db_url: str) -> str:
 def test_dedicated_connection__a_database_that_refuses_connections_is_a_transient_error() -> None:
     """raw_connection() raises the driver's own error (not SQLAlchemy's) when the server is down or restarting;
     the claim loop and the finisher must see a DatabaseTransientError and retry, never crash the worker."""
-    from recon.db.database import DedicatedConnection
 
     down = connect("postgresql+psycopg://postgres@127.0.0.1:1/nothing_listens_here")
     dedicated = DedicatedConnection(down)
     with pytest.raises(DatabaseTransientError, match="database:"):
         dedicated.execute("SELECT 1", {})
     down.dispose()
+
+
+def test_finish__the_dedicated_path_fences_records_history_and_cancels_as_the_ordinary_one(db: Database) -> None:
+    """Each database's dedicated finish (PostgreSQL's CTE; SQLite's history insert and update in one BEGIN
+    IMMEDIATE) ends exactly the attempts whose lease matches, with one history row each."""
+    store = JobStore(db)
+    ids = Client(store, Settings()).enqueue_many([JobSpec("k", {"i": i}) for i in range(5)])
+    jobs = {j.id: j for j in store.claim(worker="w1", queues=["default"], n=5, ttl=30)}
+    assert store.cancel(ids[2]) == "requested"
+    via = store.dedicated(finishing=True)
+    try:
+        matched = store.finish(worker="w1", via=via, finishes=[
+            Finish(ids[0], jobs[ids[0]].attempts, "succeeded", "succeeded"),
+            Finish(ids[1], jobs[ids[1]].attempts, "retryable", "retried", delay=0.0, error_kind="network",
+                   error="card 4242 4242 4242 4242 declined"),
+            Finish(ids[2], jobs[ids[2]].attempts, "retryable", "retried", delay=0.0, error_kind="network",
+                   error="x"),
+            Finish(ids[3], jobs[ids[3]].attempts + 1, "succeeded", "succeeded"),  # a stale attempt
+        ])
+        assert store.finish(worker="w2", via=via,  # another worker's finish: fenced out
+                            finishes=[Finish(ids[4], jobs[ids[4]].attempts, "succeeded", "succeeded")]) == set()
+    finally:
+        via.close()
+    assert matched == {ids[0], ids[1], ids[2]}
+    states = {i: store.get(i) for i in ids}
+    assert [states[i].state for i in ids] == [JobState.SUCCEEDED, JobState.RETRYABLE,  # type: ignore[union-attr]
+                                              JobState.CANCELED, JobState.LEASED, JobState.LEASED]
+    assert [a.outcome for a in store.attempts(ids[0])] == ["succeeded"]
+    [retried] = store.attempts(ids[1])
+    assert retried.outcome == "retried" and retried.error_kind == "network"
+    assert retried.error is not None and "4242 4242 4242 4242" not in retried.error  # redacted at the boundary
+    assert [a.outcome for a in store.attempts(ids[2])] == ["canceled"]
+    assert store.attempts(ids[3]) == [] and store.attempts(ids[4]) == []

@@ -44,9 +44,10 @@ def log_lines(path: Path) -> list[tuple[int, int, int]]:
 def test_processes__several_workers_run_every_job_exactly_once(db: Database, db_url: str, tmp_path: Path,
                                                              subprocess_env: dict[str, str]) -> None:
     log = tmp_path / "runs.log"
-    n = 3000
+    n = 1000
     store = JobStore(db)
-    Client(store, Settings()).enqueue_many([JobSpec("record", {"log": str(log)}) for _ in range(n)])
+    # jobs of ~50 ms (lease.wait's step): a worker alone no longer drains them all before the others start
+    Client(store, Settings()).enqueue_many([JobSpec("sleep", {"log": str(log), "seconds": 0.001}) for _ in range(n)])
     workers = [start_worker(db_url, subprocess_env, "--burst", "--concurrency", "4") for _ in range(3)]
     for w in workers:
         _, err = w.communicate(timeout=120)
