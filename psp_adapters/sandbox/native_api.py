@@ -145,7 +145,8 @@ class NativeFlavor:
             cursor = Cursor.decode(token) if token else None
         except (PspProtocolError, ValueError):
             return native_error(
-                "parameter_invalid", "created_since/created_until need ISO-8601 with an offset; limit an int; cursor ours"
+                "parameter_invalid",
+                "created_since/created_until need ISO-8601 with an offset; limit an int; cursor ours",
             )
         if not 0 < limit <= SETTLEMENT_LIMIT_MAX:
             return native_error("parameter_invalid", f"limit must be 1 to {SETTLEMENT_LIMIT_MAX}")
