@@ -314,6 +314,29 @@ job_finish_many_if_owner_sqlite = Query(
     """,  # nosec B608  # constant SQL, values bound
 )
 
+job_finish_succeeded_if_owner = Query(
+    "job_finish_succeeded_if_owner",
+    "Run by a worker's finisher on PostgreSQL for the plain successes of a batch (no error, delay or bump): "
+    "job_finish_many_if_owner's effect on them, fenced the same way, in fewer steps.",
+    # A success is never turned into canceled (_FINISH_STATE only turns retries, snoozes and releases) and
+    # leaves run_after, the last error and the attempt budget alone: this statement writes only what changes
+    # and takes the batch as two arrays, not a JSON document to take apart (a quarter of the finish's
+    # server CPU, measured with 64-job batches)
+    postgresql="""
+        WITH done AS (
+            UPDATE jobs SET state = 'succeeded', finished_at = {now}, lease_owner = NULL, lease_until = NULL
+            FROM unnest(CAST(:ids AS bigint[]), CAST(:attempts AS int[])) AS v(id, attempt)
+            WHERE jobs.id = ANY(CAST(:ids AS bigint[])) AND jobs.id = v.id AND jobs.attempts = v.attempt
+              AND jobs.lease_owner = :worker AND jobs.state = 'leased'
+            RETURNING jobs.id, jobs.attempts, jobs.attempted_at
+        ), history AS (
+            INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome)
+            SELECT id, attempts, :worker, attempted_at, {now}, 'succeeded' FROM done
+        )
+        SELECT id FROM done
+    """,
+)
+
 job_finish_one_if_owner = Query(
     "job_finish_one_if_owner",
     "Run by a worker's finisher on SQLite (no data-modifying CTEs): ends one attempt, fenced.",

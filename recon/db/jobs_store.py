@@ -50,6 +50,12 @@ class Finish:
         return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
                 "outcome": self.outcome, "error_kind": self.error_kind, "error": error, "bump": self.bump}
 
+    @property
+    def plain_success(self) -> bool:
+        """A success with nothing more to record: no error text or kind, no delay, the attempt spent."""
+        return (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
+                and self.error_kind is None and self.delay is None and not self.bump)
+
     def row_json(self) -> str:
         """``row()`` as JSON; a plain success (most finishes) is formatted directly, without the encoder."""
         if (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
@@ -340,11 +346,25 @@ class JobStore:
             raise ValueError("a finish with a domain write must be alone in its transaction")
         if write is None and isinstance(via, DedicatedSqlite):
             return via.write(lambda conn: self._finish_sqlite(conn, worker, finishes))
+        if write is None and isinstance(via, DedicatedConnection):
+            # one data-modifying CTE each: atomic on its own; plain successes (most finishes) take the
+            # leaner statement, the rest the general one
+            plain = [f for f in finishes if f.plain_success]
+            matched: set[int] = set()
+            if plain:
+                ids = "{" + ",".join([str(f.id) for f in plain]) + "}"
+                attempts = "{" + ",".join([str(f.attempt) for f in plain]) + "}"
+                matched.update(r[0] for r in via.execute(
+                    q.job_finish_succeeded_if_owner.for_driver("postgresql"),
+                    {"ids": ids, "attempts": attempts, "worker": worker, "now": self.db.now_param()}))
+            if len(plain) < len(finishes):
+                rest = [f for f in finishes if not f.plain_success]
+                matched.update(r[0] for r in via.execute(q.job_finish_many_if_owner.for_driver("postgresql"),
+                                                         self._finish_many_params(worker, rest)))
+            return matched
         if write is None and self.db.is_postgresql:
             # one data-modifying CTE: atomic on its own
             params = self._finish_many_params(worker, finishes)
-            if isinstance(via, DedicatedConnection):
-                return {r[0] for r in via.execute(q.job_finish_many_if_owner.for_driver(self.db.dialect), params)}
             with self.db.autocommit() as conn:
                 return {int(r[0]) for r in conn.execute(self._q(q.job_finish_many_if_owner), params)}
         with self.db.begin() as conn:
