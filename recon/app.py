@@ -313,11 +313,24 @@ class App:
             from recon.reconcile.periodic import ReportJob, SweepJob
 
             handlers.register("sweep", SweepJob(self.payments, self.client(), self.sweeps,
-                                                queue=self.reconcile_config.queue, psp_names=self.psp_names()))
+                                                queue=self.reconcile_config.queue, psp_names=self.psp_names(),
+                                                listing_func=self._listing_psps, config=self.reconcile_config))
             handlers.register("report", ReportJob(self._report_file, psp_names=self.psp_names()))
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
+
+    def _listing_psps(self) -> set[str]:
+        """The PSPs with unfinished payments whose adapters list payments (bulk reconciliation); a PSP that
+        cannot be called as configured is left to the per-payment jobs, whose failure says why."""
+        listing = set()
+        for name in self.payments.psps_unfinished():
+            try:
+                if getattr(self.adapter(name), "lists_payments", False):
+                    listing.add(name)
+            except ConfigError:
+                continue
+        return listing
 
     def _report_file(self, psp: str, since: datetime, until: datetime, path: str, fmt: str) -> int:
         """The settlement report of ``psp`` for ``[since, until)`` into ``path``; its discrepancies."""

@@ -1,8 +1,9 @@
 """The jobs ``[schedule.*]`` slots queue (recon.scheduler): a sweep, and a daily settlement report.
 
-- ``sweep``, payload ``{"older_than": "15m", "psp": null, "limit": null}``: queues reconcile jobs for the stale
-  unfinished payments (like ``recon sweep --enqueue-only``; the workers on the reconcile queue run them) and
-  records the run in ``sweep_runs`` (operator ``schedule``).
+- ``sweep``, payload ``{"older_than": "15m", "psp": null, "limit": null, "mode": "auto"}``: queues reconcile
+  jobs for the stale unfinished payments (like ``recon sweep --enqueue-only``; the workers on the reconcile
+  queue run them), window jobs for the PSPs that list payments unless ``mode`` is ``single``, and records the
+  run in ``sweep_runs`` (operator ``schedule``).
 - ``report``, payload ``{"psp": "stripe", "directory": "reports", "days_back": 1, "format": "csv"}``: the
   settlement report of one UTC day (``days_back`` days before the job runs) into
   ``DIRECTORY/PSP-YYYY-MM-DD.csv``, replaced only when complete (``recon report --output``).
@@ -26,9 +27,10 @@ from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome
 from recon.errors import ConfigError, UsageError
 from recon.reconcile import sweep as sw
+from recon.reconcile.config import ReconcileConfig
 from recon.rows import Job
 
-SWEEP_KEYS = {"older_than", "psp", "limit"}
+SWEEP_KEYS = {"older_than", "psp", "limit", "mode"}
 REPORT_KEYS = {"psp", "directory", "days_back", "format"}
 #: (psp, since, until, path, fmt) -> how many discrepancies
 ReportFunc = Callable[[str, datetime, datetime, str, str], int]
@@ -47,9 +49,12 @@ def check_payload(kind: str, payload: Mapping[str, Any], where: str, *, psp_name
 
 class SweepJob:
     def __init__(self, payments: PaymentStore, client: Client, sweeps: SweepRunStore, *, queue: str,
-                 psp_names: tuple[str, ...]) -> None:
+                 psp_names: tuple[str, ...], listing_func: Callable[[], set[str]] = set,
+                 config: ReconcileConfig | None = None) -> None:
         self.payments, self.client, self.sweeps = payments, client, sweeps
         self.queue, self.psp_names = queue, psp_names
+        #: the PSPs whose adapters list payments (their stale payments go into window jobs)
+        self.listing_func, self.config = listing_func, config
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         try:
@@ -57,7 +62,9 @@ class SweepJob:
         except UsageError as exc:
             return Dead(error_kind="validation", error=str(exc))
         run = self.sweeps.start(operator="schedule", options={**job.payload, "enqueue_only": True})
-        selection = sw.enqueue(self.payments, self.client, options, queue=self.queue)
+        bulk = set() if job.payload.get("mode") == "single" else self.listing_func()
+        selection = sw.enqueue(self.payments, self.client, options, queue=self.queue, bulk_psps=bulk,
+                               config=self.config)
         self.sweeps.finish(run, outcome="finished", exit_code=0,
                            summary={"enqueue_only": True, "enqueued": len(selection)})
         return Complete()
@@ -92,6 +99,8 @@ def _sweep_options(payload: Mapping[str, Any], psp_names: tuple[str, ...]) -> sw
     psp = payload.get("psp")
     if psp is not None and psp not in psp_names:
         raise UsageError(f"psp: unknown PSP {psp!r} (known: {', '.join(psp_names)})")
+    if payload.get("mode", "auto") not in ("auto", "single"):
+        raise UsageError("mode: must be \"auto\" (window jobs where the PSP lists payments) or \"single\"")
     limit = payload.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise UsageError("limit: must be a positive integer")

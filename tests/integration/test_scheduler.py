@@ -153,7 +153,7 @@ def test_schedule_list_and_a_worker_that_runs_the_scheduled_sweep(tmp_path: Path
     assert by_name["sweep"]["last_outcome"] == "succeeded" and by_name["nightly"]["last_outcome"] == "skipped"
     with db.begin() as conn:
         kinds = sorted(r[0] for r in conn.execute(sa.text("SELECT kind FROM jobs")))
-    assert kinds == ["reconcile", "sweep"]  # the scheduled sweep queued the stale payment's reconcile job
+    assert kinds == ["reconcile_window", "sweep"]  # the scheduled sweep queued a window job (the sandbox lists)
     stats = json.loads(recon("stats", "--json", db_url=db_url).stdout)
     assert stats["sweeps"][0]["operator"] == "schedule" and stats["sweeps"][0]["summary"]["enqueued"] == 1
     text = recon("--config", str(config), "schedule", "list", db_url=db_url).stdout
