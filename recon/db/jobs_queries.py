@@ -68,8 +68,9 @@ job_enqueue = Query(
     "job_enqueue",
     "Run by enqueue on PostgreSQL: a batch's insert, its depth check, its NOTIFY and the unfinished jobs that "
     "hold its unique keys, in one statement (in autocommit, when no queue has a max depth: one round trip).",
-    # Rows tagged: 'i' inserted (id, unique_key); 'h' an unfinished job holding a key of the batch, as the
-    # statement's snapshot sees it (a holder that committed after it started is found by the store's
+    # Rows tagged: 'i' the inserted ids and their unique keys, as two arrays in id order (one row, not one
+    # per job: the client reads a 20,000-job batch's answer at once); 'h' an unfinished job holding a key of
+    # the batch, as the statement's snapshot sees it (a holder that committed after it started is found by the store's
     # lookup); 'f' a queue over its max depth (adding, queue, depth, max_depth): then nothing is inserted and
     # nobody is woken; 'n' how many queues were notified. :limits is '[]' but for the first chunk of a
     # batch with limited queues, whose lock the caller took (job_lock_queue) in the same transaction.
@@ -98,10 +99,11 @@ job_enqueue = Query(
             SELECT id, unique_key FROM jobs
             WHERE unique_key IN (SELECT unique_key FROM r WHERE unique_key IS NOT NULL) AND NOT {FINISHED}
         )
-        SELECT 'i', id, unique_key, CAST(NULL AS bigint), CAST(NULL AS bigint) FROM ins
-        UNION ALL SELECT 'h', id, unique_key, NULL, NULL FROM held
-        UNION ALL SELECT 'f', adding, queue, depth, max_depth FROM refused WHERE depth + adding > max_depth
-        UNION ALL SELECT 'n', count(*), NULL, NULL, NULL FROM woke
+        SELECT 'i', CAST(NULL AS bigint), CAST(NULL AS text), CAST(NULL AS bigint), CAST(NULL AS bigint),
+               array_agg(id ORDER BY id), array_agg(unique_key ORDER BY id) FROM ins
+        UNION ALL SELECT 'h', id, unique_key, NULL, NULL, NULL, NULL FROM held
+        UNION ALL SELECT 'f', adding, queue, depth, max_depth, NULL, NULL FROM refused WHERE depth + adding > max_depth
+        UNION ALL SELECT 'n', count(*), NULL, NULL, NULL, NULL, NULL FROM woke
     """,  # nosec B608  # constant SQL, values bound
 )
 

@@ -171,9 +171,9 @@ class JobStore:
             result = conn.execute(self._q(q.job_enqueue), params)
         inserted: list[tuple[int, str | None]] = []
         held: dict[str, int] = {}
-        for tag, n, text, depth, limit in result:
+        for tag, n, text, depth, limit, ids, keys in result:
             if tag == "i":
-                inserted.append((int(n), text))
+                inserted = list(zip(ids or (), keys or (), strict=True))
             elif tag == "h":
                 held[text] = int(n)
             elif tag == "f":

@@ -18,6 +18,9 @@ from recon.engine.jobs import JobSpec
 from recon.errors import InvalidJobState, JobNotFound, UnknownJobKind, UsageError
 from recon.rows import AttemptRecord, Job
 
+#: json.dumps(payload, separators=(",", ":"), allow_nan=False) without building an encoder per job
+_encode_payload = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
 
 class Client:
     """Enqueue and manage jobs. ``known_kinds``, when given, rejects kinds no worker can run."""
@@ -49,7 +52,7 @@ class Client:
         if not isinstance(spec.payload, dict):
             raise UsageError(f"{where}: payload must be a JSON object (dict), got {type(spec.payload).__name__}")
         try:
-            payload_json = json.dumps(spec.payload, separators=(",", ":"), allow_nan=False)
+            payload_json = _encode_payload(spec.payload)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{where}: payload is not JSON-serialisable: {exc}") from None
         max_attempts = spec.max_attempts if spec.max_attempts is not None else self.settings.engine.default_max_attempts
