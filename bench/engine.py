@@ -4,8 +4,11 @@ Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
   enqueue_bulk      jobs/s for Client.enqueue_many in one call
   drain_1p/drain_2p jobs/s for 1 and 2 worker processes (fencing, heartbeats and attempt history on)
   wakeup_latency    enqueue-to-start p50/p99 (ms) for single enqueues to an idle worker
+  sqlite_floor_bN   SQLite only: a raw fenced loop in one thread (claim N in BEGIN IMMEDIATE, run the no-ops,
+                    finish them fenced by owner and attempt in a second transaction), jobs/s: what the
+                    embedded database allows this machine without recon's rows, indexes and threads
 
-Usage: python bench/engine.py [--jobs N] [--backend postgresql|sqlite|both] [--concurrency C]
+Usage: python bench/engine.py [--jobs N] [--backend postgresql|sqlite|both] [--concurrency C] [--no-latency]
 PostgreSQL: RECON_BENCH_DATABASE_URL (default: the test database). Bounded: every wait has a timeout.
 """
 
@@ -117,6 +120,57 @@ def _drain_worker(url: str, go: str, concurrency: int) -> None:
     worker.run(burst=True)
 
 
+SQLITE_FLOOR_SCHEMA = """
+    CREATE TABLE raw_jobs (id INTEGER PRIMARY KEY, payload TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'queued',
+                           attempts INTEGER NOT NULL DEFAULT 0, owner TEXT);
+    CREATE INDEX raw_jobs_queued ON raw_jobs (id) WHERE state = 'queued';
+"""
+SQLITE_FLOOR_CLAIM = """
+    UPDATE raw_jobs SET state = 'running', owner = :owner, attempts = attempts + 1
+    WHERE id IN (SELECT id FROM raw_jobs WHERE state = 'queued' ORDER BY id LIMIT :n)
+    RETURNING id, payload, attempts
+"""
+SQLITE_FLOOR_DONE = """
+    UPDATE raw_jobs SET state = 'done', owner = NULL
+    WHERE owner = :owner AND state = 'running'
+      AND (id, attempts) IN (SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(:pairs))
+"""
+
+
+def sqlite_floor(tmp: Path, n: int, batch: int) -> dict[str, float]:
+    """The raw fenced SQLite loop (see the module docstring), on a file of its own, WAL as recon sets it."""
+    import sqlite3
+
+    conn = sqlite3.connect(tmp / f"floor-{time.monotonic_ns()}.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.executescript(SQLITE_FLOOR_SCHEMA)
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO raw_jobs (payload) VALUES (?)", [(json.dumps({"i": i}),) for i in range(n)])
+    conn.execute("COMMIT")
+    done = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(SQLITE_FLOOR_CLAIM, {"owner": "w", "n": batch}).fetchall()
+        conn.execute("COMMIT")
+        if not rows:
+            break
+        for _, payload, _ in rows:
+            json.loads(payload)  # the no-op reads its payload
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(SQLITE_FLOOR_DONE, {"owner": "w", "pairs": json.dumps([[r[0], r[2]] for r in rows])})
+        conn.execute("COMMIT")
+        done += len(rows)
+    elapsed = time.perf_counter() - start
+    left = conn.execute("SELECT count(*) FROM raw_jobs WHERE state <> 'done'").fetchone()[0]
+    conn.close()
+    if done != n or left:
+        raise SystemExit(f"sqlite floor incomplete: {done}/{n} done, {left} left")
+    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3), "batch": batch}
+
+
 def wakeup_latency(url: str, samples: int) -> dict[str, float]:
     out = Path(tempfile.mktemp(prefix="recon-bench-lat-"))
     proc = subprocess.Popen([sys.executable, __file__, "_latency_worker", url, str(out)], stdout=subprocess.PIPE,
@@ -168,6 +222,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--concurrency", type=int, default=64, help="handler threads per worker process")
     parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--no-latency", action="store_true", help="skip the wake-up latency case")
     args = parser.parse_args()
     machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
     backends = ["postgresql", "sqlite"] if args.backend == "both" else [args.backend]
@@ -180,6 +235,12 @@ def main() -> None:
                 figures = drain(fresh_db(backend, Path(tmp)), args.jobs, processes, args.concurrency)
                 print(json.dumps({"case": f"drain_{processes}p", **base, "concurrency": args.concurrency,
                                   **figures}), flush=True)
+            if backend == "sqlite":
+                for batch in (10, 50):
+                    figures = sqlite_floor(Path(tmp), args.jobs, batch)
+                    print(json.dumps({"case": f"sqlite_floor_b{batch}", **base, **figures}), flush=True)
+            if args.no_latency:
+                continue
             lat = wakeup_latency(fresh_db(backend, Path(tmp)), args.latency_samples)
             poll = Settings().engine.poll_interval_seconds
             print(json.dumps({"case": "wakeup_latency", **base, "poll_interval_s": poll,
