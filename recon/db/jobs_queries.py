@@ -290,6 +290,31 @@ job_attempt_insert_many_if_owner_sqlite = Query(
     """,  # nosec B608  # constant SQL, values bound
 )
 
+job_finish_succeeded_if_owner_sqlite = Query(
+    "job_finish_succeeded_if_owner_sqlite",
+    "Run by a worker's finisher on SQLite for a batch's plain successes (its dedicated connection, inside "
+    "BEGIN IMMEDIATE): their history rows, then job_finish_succeeded_if_owner's update, the same fence.",
+    # two statements in one string would not run through sqlite3's execute: the store runs the two halves
+    sqlite="""
+        INSERT INTO job_attempts (job_id, attempt, worker, started_at, finished_at, outcome)
+        SELECT jobs.id, jobs.attempts, :worker, jobs.attempted_at, :now, 'succeeded'
+        FROM json_each(:pairs) AS v JOIN jobs ON jobs.id = v.value ->> '$[0]'
+        WHERE jobs.attempts = v.value ->> '$[1]' AND jobs.lease_owner = :worker AND jobs.state = 'leased'
+    """,
+)
+
+job_finish_succeeded_update_sqlite = Query(
+    "job_finish_succeeded_update_sqlite",
+    "Run by a worker's finisher on SQLite right after job_finish_succeeded_if_owner_sqlite: ends those attempts.",
+    # a success is never turned into canceled and leaves run_after, the last error and the budget alone
+    sqlite="""
+        UPDATE jobs SET state = 'succeeded', finished_at = :now, lease_owner = NULL, lease_until = NULL
+        WHERE lease_owner = :worker AND state = 'leased'
+          AND (id, attempts) IN (SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(:pairs))
+        RETURNING id
+    """,
+)
+
 job_finish_many_if_owner_sqlite = Query(
     "job_finish_many_if_owner_sqlite",
     "Run by a worker's finisher on SQLite (its dedicated connection, inside BEGIN IMMEDIATE): ends a batch of "

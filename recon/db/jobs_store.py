@@ -394,10 +394,22 @@ class JobStore:
         """The batch's history rows and fenced update, on a sqlite3 connection inside the caller's BEGIN
         IMMEDIATE: two statements per batch (``_finish_in`` runs two per job). Both carry the same fence, and
         the write lock held since BEGIN means no other writer comes between them."""
-        params = {"rows": "[" + ",".join([f.row_json() for f in finishes]) + "]", "worker": worker,
-                  "now": self.db.now_param()}
-        conn.execute(q.job_attempt_insert_many_if_owner_sqlite.for_driver("sqlite"), params)
-        return {r[0] for r in conn.execute(q.job_finish_many_if_owner_sqlite.for_driver("sqlite"), params)}
+        now = self.db.now_param()
+        plain = [f for f in finishes if f.plain_success]
+        matched: set[int] = set()
+        if plain:  # most finishes: the leaner pair of statements
+            pairs = {"pairs": "[" + ",".join([f"[{f.id},{f.attempt}]" for f in plain]) + "]", "worker": worker,
+                     "now": now}
+            conn.execute(q.job_finish_succeeded_if_owner_sqlite.for_driver("sqlite"), pairs)
+            matched.update(r[0] for r in conn.execute(q.job_finish_succeeded_update_sqlite.for_driver("sqlite"),
+                                                      pairs))
+        if len(plain) < len(finishes):
+            rest = [f for f in finishes if not f.plain_success]
+            params = {"rows": "[" + ",".join([f.row_json() for f in rest]) + "]", "worker": worker, "now": now}
+            conn.execute(q.job_attempt_insert_many_if_owner_sqlite.for_driver("sqlite"), params)
+            matched.update(r[0] for r in conn.execute(q.job_finish_many_if_owner_sqlite.for_driver("sqlite"),
+                                                      params))
+        return matched
 
     def _finish_many_params(self, worker: str, finishes: Sequence[Finish]) -> dict[str, Any]:
         rows = "[" + ",".join([f.row_json() for f in finishes]) + "]"
