@@ -60,3 +60,39 @@ webhook_unknown_between = Query(
             WHERE state = 'unknown_payment' AND psp = :psp AND received_at >= :since AND received_at < :until
             ORDER BY received_at, id""",  # nosec B608  # constant SQL, values bound
 )
+
+webhook_intake_batch = Query(
+    "webhook_intake_batch",
+    "Run by the webhook intake's writer (`recon serve` on PostgreSQL, a queue without max_depth): the events of "
+    "several requests and one job each, and the workers' wake-up, in one autocommit statement (one round trip "
+    "and one commit for the batch). A redelivery (same PSP and event id, stored or earlier in the batch) "
+    "inserts nothing and returns no row; every inserted event returns (psp, event_id, its id, its job's id). "
+    "The job is what JobStore.enqueue inserts for it (runnable now, unique key webhook:<id>); the job insert "
+    "has no ON CONFLICT: a key that could clash would fail the statement, never leave an event without its "
+    "job. The NOTIFY is an InitPlan, run once and only when a row is returned; delivered at the commit.",
+    postgresql="""
+        WITH r AS (
+            SELECT * FROM jsonb_to_recordset({json:rows}) AS r(ord int, psp text, event_id text, event_type text,
+                 occurred_at timestamptz, psp_reference text, merchant_reference text, merchant_account text,
+                 amount bigint, currency text, news text, psp_status text, reason text, report text, body jsonb)
+        ), ins AS (
+            INSERT INTO webhook_events (psp, event_id, event_type, occurred_at, received_at, psp_reference,
+                                        merchant_reference, merchant_account, amount, currency, news, psp_status,
+                                        reason, report, body, state)
+            SELECT psp, event_id, event_type, occurred_at, {now}, psp_reference, merchant_reference,
+                   merchant_account, amount, currency, news, psp_status, reason, report, body, 'received'
+            FROM r ORDER BY ord
+            ON CONFLICT (psp, event_id) DO NOTHING
+            RETURNING id, psp, event_id, merchant_account
+        ), job AS (
+            INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
+                              unique_key, tenant, created_at)
+            SELECT :queue, :kind, jsonb_build_object('webhook_id', id), 'runnable', 0, {now}, 0, :max_attempts,
+                   'webhook:' || id, merchant_account, {now}
+            FROM ins
+            RETURNING id, unique_key
+        )
+        SELECT ins.psp, ins.event_id, ins.id, job.id, (SELECT pg_notify('recon_jobs', :queue))
+        FROM ins JOIN job ON job.unique_key = 'webhook:' || ins.id
+    """,
+)

@@ -1,0 +1,165 @@
+"""The webhook intake's group commit on PostgreSQL (recon.webhooks.intake.GroupWriter and
+WebhookStore.intake_batch, one statement for several requests) and the paths that keep their own
+transaction (a queue with max_depth; SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import sqlalchemy as sa
+import stripe
+
+from psp_adapters.protocol import Succeeded, WebhookEvent
+from recon.app import App
+from recon.db.database import Database
+from recon.db.jobs_store import make_listener
+from recon.db.webhook_store import redacted
+from recon.redact import redact_value
+from recon.webhooks.intake import Intake
+from recon.webhooks.server import create_app
+
+SECRET = "whsec_" + secrets.token_hex(16)
+
+
+@pytest.fixture
+def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
+    monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", SECRET)
+    monkeypatch.delenv("RECON_ADYEN_HMAC_KEY", raising=False)
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    application = App(database_url=db_url)
+    yield application
+    application.close()
+    application.db.dispose()
+
+
+def event(n: int, *, event_id: str | None = None) -> WebhookEvent:
+    news = Succeeded(psp_reference=f"pi_{n}", merchant_reference=f"order-{n}", amount=1000, currency="EUR",
+                     raw_status="succeeded")
+    return WebhookEvent(psp="stripe", event_id=event_id or f"evt_{n}", event_type="payment_intent.succeeded",
+                        occurred_at=datetime(2026, 12, 1, 12, 0, tzinfo=UTC), news=news,
+                        body={"id": f"pi_{n}", "description": "paid with 4242424242424242"})
+
+
+def stripe_body(n: int) -> bytes:
+    obj = {"object": "payment_intent", "id": f"pi_{n}", "status": "succeeded", "amount": 1000,
+           "amount_received": 1000, "currency": "eur", "metadata": {"merchant_reference": f"order-{n}"}}
+    return json.dumps({"object": "event", "id": f"evt_{n}", "type": "payment_intent.succeeded",
+                       "created": int(time.time()), "data": {"object": obj}}).encode()
+
+
+def signed(body: bytes) -> dict[str, str]:
+    return {"Stripe-Signature": stripe.WebhookSignature.generate_signature_header(body.decode(), SECRET),
+            "Content-Type": "application/json"}
+
+
+def rows(db: Database, sql: str) -> list[Any]:
+    with db.begin() as conn:
+        return list(conn.execute(sa.text(sql)).all())
+
+
+async def post_all(asgi: Any, bodies: list[bytes]) -> list[int]:
+    transport = httpx.ASGITransport(app=asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        answers = await asyncio.gather(*(client.post("/webhooks/stripe", content=b, headers=signed(b))
+                                         for b in bodies))
+    return [a.status_code for a in answers]
+
+
+def test_batch__one_statement_stores_each_new_event_once_with_its_job_and_a_redelivery_is_nothing(
+        app: App, db: Database) -> None:
+    if not db.is_postgresql:
+        pytest.skip("the single-statement batch is PostgreSQL's")
+    store = app.webhooks
+
+    async def run() -> list[list[Any]]:
+        conn = await psycopg.AsyncConnection.connect(store.connect_async_info(), autocommit=True)
+        try:
+            first = await store.intake_batch([[event(1)]], queue="webhooks", max_attempts=7, conn=conn)
+            # the same event twice in one batch, an already stored one, and a new one beside it
+            again = await store.intake_batch([[event(2)], [event(2), event(1)], [event(3)]], queue="webhooks",
+                                             max_attempts=7, conn=conn)
+            return [first[0], *again]
+        finally:
+            await conn.close()
+
+    first, second, dup, third = asyncio.run(run())
+    assert [r.stored for r in first + second + dup + third] == [True, True, False, False, True]
+    events = rows(db, "SELECT id, event_id, state, body FROM webhook_events ORDER BY id")
+    assert [e[1] for e in events] == ["evt_1", "evt_2", "evt_3"]
+    assert all(e[2] == "received" for e in events)
+    assert "4242424242424242" not in json.dumps([e[3] for e in events])  # redacted before it is stored
+    jobs = rows(db, "SELECT id, queue, kind, payload, state, unique_key, max_attempts FROM jobs ORDER BY id")
+    assert [(j[1], j[2], j[4], j[6]) for j in jobs] == [("webhooks", "webhook", "runnable", 7)] * 3
+    assert [j[3] for j in jobs] == [{"webhook_id": e[0]} for e in events]
+    assert [j[5] for j in jobs] == [f"webhook:{e[0]}" for e in events]
+    assert [(r.webhook_id, r.job_id) for r in first + second + third] == [(e[0], j[0]) for e, j in zip(events, jobs,
+                                                                                                        strict=True)]
+
+
+def test_group_writer__concurrent_requests_share_commits_and_each_is_stored_and_applied(
+        app: App, db: Database) -> None:
+    asgi = create_app(app)
+    statuses = asyncio.run(post_all(asgi, [stripe_body(n) for n in range(40)] + [stripe_body(0)]))
+    assert statuses == [200] * 41
+    assert rows(db, "SELECT count(*) FROM webhook_events")[0][0] == 40
+    assert rows(db, "SELECT count(*) FROM jobs WHERE kind = 'webhook'")[0][0] == 40
+    intake = next(r.endpoint.__self__ for r in asgi.routes if getattr(r, "path", "") == "/webhooks/stripe")  # type: ignore[attr-defined]
+    if db.is_postgresql:
+        writer = intake.writer
+        assert writer is not None and writer.requests == 41 and 1 <= writer.batches <= 41
+    else:
+        assert intake.writer is None  # SQLite: a transaction per request
+
+
+def test_group_writer__the_statement_wakes_listening_workers(app: App, db: Database) -> None:
+    if not db.is_postgresql:
+        pytest.skip("NOTIFY is PostgreSQL's")
+    heard: list[str] = []
+    stop = threading.Event()
+    listener = threading.Thread(target=make_listener(db), args=(stop, heard.append), daemon=True)
+    listener.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "*" not in heard and time.monotonic() < deadline:  # listening
+            time.sleep(0.01)
+        assert asyncio.run(post_all(create_app(app), [stripe_body(1)])) == [200]
+        while "webhooks" not in heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "webhooks" in heard
+    finally:
+        stop.set()
+        listener.join(timeout=5)
+
+
+def test_max_depth__keeps_a_transaction_per_request_and_a_full_queue_answers_503(app: App, db: Database) -> None:
+    intake = Intake(app.webhooks, app.webhook_config, max_attempts=5, max_depth=2)
+    assert intake.writer is None  # the depth check's lock and count need the request's own transaction
+    statuses = []
+    for n in range(3):
+        statuses += asyncio.run(post_all(create_app(app, intake=intake), [stripe_body(n)]))
+    statuses += asyncio.run(post_all(create_app(app, intake=intake), [stripe_body(0)]))  # a stored one: 200
+    assert statuses == [200, 200, 503, 200]
+    assert rows(db, "SELECT count(*) FROM webhook_events")[0][0] == 2
+    assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 2
+    assert intake.counts.counts[("stripe", "unavailable")] == 1
+
+
+@pytest.mark.parametrize("value", [
+    {"password": "p", "cvc": 123, "nested": {"token": None, "api_key": True, "card_number": "4242424242424242",
+                                             "note": "sk_test_abc and 4242 4242 4242 4242", "empty": ""}},
+    ["whsec_abc", 1, 2.5, None, {"number": ""}, {"Number": "5"}, ("cvv: 123", "x" * 300 + " 4242424242424242")],
+    "Bearer abc.def", 42,
+])
+def test_redacted__equals_redact_value(value: Any) -> None:
+    assert redacted(value) == redact_value(value)
+    assert redacted(value) == redact_value(value)  # memoised the second time, the same answer
