@@ -395,6 +395,7 @@ def main() -> None:
     parser.add_argument("--redeliver", type=float, default=0.05, help="fraction of events sent twice")
     parser.add_argument("--worker-concurrency", type=int, default=32)
     parser.add_argument("--worker-prefetch", type=int, default=32)
+    parser.add_argument("--worker-processes", type=int, default=1, help="`recon worker` processes")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `recon serve` argument")
     parser.add_argument("--phases", default="client_ceiling,capacity,sustained")
     parser.add_argument("--profile-server", type=float, default=0.0,
@@ -407,13 +408,15 @@ def main() -> None:
     url = create_db()
     dbname = make_url(url).database or ""
     engine = sa.create_engine(url, pool_size=2)
-    server = worker = None
+    server = None
+    workers: list[subprocess.Popen[str]] = []
     doc: dict[str, Any] = {
         "bench": "webhooks", "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                          "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
         "settings": {"events_per_phase": args.events, "rate": args.rate, "connections": args.connections,
                      "duration_bound_s": args.duration, "redeliver": args.redeliver,
-                     "worker": {"queues": "webhooks", "concurrency": args.worker_concurrency,
+                     "worker": {"queues": "webhooks", "processes": args.worker_processes,
+                                "concurrency": args.worker_concurrency,
                                 "prefetch": args.worker_prefetch},
                      "serve_args": args.serve_arg, "event": "payment_intent.succeeded",
                      "event_shape": "fixtures3.json" if FIXTURES3.is_file() else "minimal"},
@@ -427,7 +430,8 @@ def main() -> None:
                 seed(engine, name, args.events)
                 doc["seed"][name] = {"payments": args.events, "status": "processing", "psp": "stripe"}
         server, port = start_server(url, args.serve_arg)
-        worker = start_worker(url, args.worker_concurrency, args.worker_prefetch)
+        workers = [start_worker(url, args.worker_concurrency, args.worker_prefetch)
+                   for _ in range(max(1, args.worker_processes))]
         doc["settings"]["server_pid"] = server.pid
         time.sleep(1.0)  # the worker connected and listening
         if "client_ceiling" in phases:
@@ -442,7 +446,7 @@ def main() -> None:
             if name not in phases:
                 continue
             requests, dup = build_requests(name, args.events, port, args.redeliver)
-            cpu0 = {"server": tree_cpu(server.pid), "worker": cpu_seconds(worker.pid),
+            cpu0 = {"server": tree_cpu(server.pid), "worker": sum(cpu_seconds(w.pid) for w in workers),
                     "postgresql_backends": backends_cpu(engine, dbname)}
             spy = None
             if name == "sustained" and args.profile_server:
@@ -452,7 +456,7 @@ def main() -> None:
             figures = summarize(load, dup)
             figures["cpu_s_during_load"] = {
                 "server": round(tree_cpu(server.pid) - cpu0["server"], 2),
-                "worker": round(cpu_seconds(worker.pid) - cpu0["worker"], 2),
+                "worker": round(sum(cpu_seconds(w.pid) for w in workers) - cpu0["worker"], 2),
                 "postgresql_backends": round(backends_cpu(engine, dbname) - cpu0["postgresql_backends"], 2),
                 "load_client": load["client_cpu_s"]}
             figures["applied_within_s_after_load"] = wait_applied(engine, name, figures["accepted_events"])
@@ -472,9 +476,10 @@ def main() -> None:
                                                    "met": (s["received_to_final"]["p50_ms"] or 1e9) < 100},
             }
     finally:
-        if worker is not None:
+        doc["worker_exit"] = []
+        for worker in workers:
             tail = stop(worker).strip().splitlines()
-            doc["worker_exit"] = {"code": worker.returncode, "stats": tail[-1] if tail else ""}
+            doc["worker_exit"].append({"code": worker.returncode, "stats": tail[-1] if tail else ""})
         if server is not None:
             err = stop(server).strip()
             doc["server_exit"] = {"code": server.returncode, "stderr_tail": err.splitlines()[-3:] if err else []}
