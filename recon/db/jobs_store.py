@@ -290,7 +290,8 @@ class JobStore:
             sql = q.job_claim_available.for_driver(self.db.dialect, queues=len(queues))
             if isinstance(via, DedicatedSqlite):
                 rows = via.write(lambda conn: conn.execute(sql, params).fetchall())
-                jobs = [_claimed_sqlite(r, worker) for r in rows]
+                times: dict[int, datetime] = {}  # a batch's jobs share lease_until, often run_after and created_at
+                jobs = [_claimed_sqlite(r, worker, times) for r in rows]
                 jobs.sort(key=_claim_order)
                 return jobs
             rows = via.execute(sql, params)
@@ -527,14 +528,22 @@ class JobStore:
         return job_from_row(self.db, r)
 
 
-def _claimed_sqlite(r: Any, worker: str) -> Job:
+def _claimed_sqlite(r: Any, worker: str, times: dict[int, datetime]) -> Job:
     """``JobStore._claimed`` for a row from a ``DedicatedSqlite`` claim: times are integer microseconds since
-    the epoch (``recon.db.schema``) and JSON documents the compact text enqueue stored."""
+    the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (a conversion costs
+    0.9 µs, three a job), and JSON documents are the compact text enqueue stored."""
     progress = r[11]
+    run_after, lease_until, created_at = times.get(r[5]), times.get(r[8]), times.get(r[12])
+    if run_after is None:
+        run_after = times[r[5]] = _EPOCH + timedelta(microseconds=r[5])
+    if lease_until is None:
+        lease_until = times[r[8]] = _EPOCH + timedelta(microseconds=r[8])
+    if created_at is None:
+        created_at = times[r[12]] = _EPOCH + timedelta(microseconds=r[12])
     return Job(
-        r[0], r[1], r[2], _json_text(r[3]) or {}, JobState.LEASED, r[4], _EPOCH + timedelta(microseconds=r[5]),
-        r[6], r[7], _EPOCH + timedelta(microseconds=r[12]), worker, _EPOCH + timedelta(microseconds=r[8]), None,
-        None, r[9], r[13], None, r[10], None if progress is None else _json_text(progress), None, False, r[14],
+        r[0], r[1], r[2], _json_text(r[3]) or {}, JobState.LEASED, r[4], run_after, r[6], r[7], created_at,
+        worker, lease_until, None, None, r[9], r[13], None, r[10], None if progress is None else _json_text(progress),
+        None, False, r[14],
     )
 
 
