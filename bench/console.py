@@ -37,7 +37,6 @@ import json
 import math
 import os
 import platform
-import socket
 import statistics
 import threading
 import time
@@ -298,24 +297,14 @@ def explain(engine: sa.Engine, statement: str, parameters: Any) -> dict[str, Any
 
 @contextmanager
 def served(web: Any) -> Iterator[str]:
-    """The console's ASGI app under uvicorn in a thread on 127.0.0.1 (as ``recon console`` serves it)."""
-    import uvicorn
+    """The console's ASGI app under uvicorn in a thread on 127.0.0.1 (``recon.asgi.background``)."""
+    from recon.asgi import background
 
-    sock = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(web, log_config=None, access_log=False, lifespan="off",
-                                           ws="none", server_header=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise SystemExit("bench/console.py: the console did not start")
-        time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+        with background(web) as base:
+            yield base.rstrip("/")
+    except RuntimeError as exc:
+        raise SystemExit(f"bench/console.py: the console did not start ({exc})") from None
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -35,7 +35,8 @@ def serve(asgi_app: Any, *, host: str, port: int, on_ready_func: Callable[[str],
 @contextlib.contextmanager
 def background(asgi_app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve ``asgi_app`` in a thread of this process for the ``with`` block (the demo's webhook endpoint);
-    yields the base URL. No signal handling: the block's end stops the server and joins its thread."""
+    yields the base URL. No signal handling: the block's end stops the server and joins its thread.
+    RuntimeError when it has not started within 15 s."""
     import threading
 
     sock = socket.create_server((host, port))
@@ -43,14 +44,16 @@ def background(asgi_app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iter
     logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, logging.getLogger().level))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="recon-asgi", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 15
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
+        if not server.started:
+            raise RuntimeError(f"the ASGI server on {host}:{sock.getsockname()[1]} did not start")
         yield f"http://{host}:{sock.getsockname()[1]}/"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(15)
         sock.close()
 
 

@@ -34,8 +34,10 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     doc = jobs_document(raw, window=window)
     attempts = (app.pool.attempt_stats(since=raw["now"] - window) if not overview
                 else {"by_kind": [], "durations": {}})
-    doc.update(stats_extension(app.pool.pool_snapshot(workers_within=None, depth_detail=not overview), attempts,
-                               app.payments.money_at_risk(), window=window, live_window=live_window.total_seconds()))
+    # the oldest due job per queue is the jobs document's already (raw["oldest_due"]): not read twice
+    pool = app.pool.pool_snapshot(workers_within=None, depth_detail=not overview, oldest_due=False)
+    doc.update(stats_extension(pool, attempts, app.payments.money_at_risk(), window=window,
+                               live_window=live_window.total_seconds()))
     # pause, cool-down and breaker per PSP, next to the PSP latency section
     doc["psp_controls"] = status_document(app.controls, app.guard_config, app.psp_names())["psps"]
     doc["review"] = app.review.summary()

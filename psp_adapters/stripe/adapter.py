@@ -172,14 +172,7 @@ class StripeAdapter:
         ``since`` and ``until`` must be aware (ValueError otherwise, raised at once, not on iteration).
         Stripe timestamps are whole seconds, so the window is widened to whole seconds.
         """
-        if since.tzinfo is None or until.tzinfo is None:
-            raise ValueError("since and until must be aware datetimes")
-        params = {
-            "created[gte]": str(math.floor(since.timestamp())),
-            "created[lt]": str(math.ceil(until.timestamp())),
-            "limit": str(self._page_size),
-            "expand[0]": balance.EXPAND_SOURCE,
-        }
+        params = {**self._created_window(since, until), "expand[0]": balance.EXPAND_SOURCE}
         return self._settlement_pages(params)
 
     def iter_payments(
@@ -191,13 +184,7 @@ class StripeAdapter:
 
         ``since`` and ``until`` must be aware (ValueError otherwise, raised at once, not on iteration).
         """
-        if since.tzinfo is None or until.tzinfo is None:
-            raise ValueError("since and until must be aware datetimes")
-        params = {
-            "created[gte]": str(math.floor(since.timestamp())),
-            "created[lt]": str(math.ceil(until.timestamp())),
-            "limit": str(self._page_size),
-        }
+        params = self._created_window(since, until)
         return self._intent_pages(params)
 
     def close(self) -> None:
@@ -219,6 +206,14 @@ class StripeAdapter:
             if not has_more or not items:
                 return
             params = {**params, "starting_after": _last_id(items)}
+
+    def _created_window(self, since: datetime, until: datetime) -> dict[str, str]:
+        """A list request's ``created`` range for ``[since, until)``, widened to Stripe's whole seconds, and the
+        page size. ValueError (raised at once, not on iteration) unless both are aware."""
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        return {"created[gte]": str(math.floor(since.timestamp())), "created[lt]": str(math.ceil(until.timestamp())),
+                "limit": str(self._page_size)}
 
     def _settlement_pages(self, params: dict[str, str]) -> Iterator[SettlementLine]:
         while True:

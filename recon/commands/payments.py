@@ -70,7 +70,7 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
         raise UsageError(f"payment {reference} not found")
     events = app.payments.events(payment.id)
     if as_json:
-        click.echo(json.dumps({"payment": _payment_doc(payment), "events": [e.to_dict() for e in events]}))
+        click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events]}))
         return
     from recon.render import payment_detail
 
@@ -91,14 +91,15 @@ def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
     found = list(islice(app.payments.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
     if as_json:
-        click.echo(json.dumps({"payments": [_payment_doc(p) for p in found]}))
+        click.echo(json.dumps({"payments": [payment_doc(p) for p in found]}))
         return
     from recon.render import payments_table
 
     payments_table(found)
 
 
-def _payment_doc(payment: Payment) -> dict[str, Any]:
+def payment_doc(payment: Payment) -> dict[str, Any]:
+    """A payment as ``--json`` prints it: its row, and its amount in major units with the currency."""
     from recon.payments.money import format_amount
 
     return {**payment.to_dict(), "amount_formatted": format_amount(payment.amount, payment.currency)}

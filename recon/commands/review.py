@@ -45,11 +45,10 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
     """A payment with its whole audit trail (the PSP's evidence at each step), its jobs and their attempts."""
     detail = app.review.detail(reference)
     if as_json:
-        from recon.payments.money import format_amount
+        from recon.commands.payments import payment_doc
 
-        p = detail.payment
         click.echo(json.dumps({
-            "payment": {**p.to_dict(), "amount_formatted": format_amount(p.amount, p.currency)},
+            "payment": payment_doc(detail.payment),
             "events": [e.to_dict() for e in detail.events],
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
         }))

@@ -36,19 +36,22 @@ class PoolStore:
                                   {"retention": older_than.total_seconds(), "now": self.db.now_param()})
         return int(result.rowcount or 0)
 
-    def pool_snapshot(self, *, workers_within: timedelta | None, depth_detail: bool = True) -> dict[str, Any]:
+    def pool_snapshot(self, *, workers_within: timedelta | None, depth_detail: bool = True,
+                      oldest_due: bool = True) -> dict[str, Any]:
         """One transaction's view of the pool: the database clock (``now``), unfinished jobs per queue, kind,
         tenant, priority and state (``depth``: tuples ending in the count; empty without ``depth_detail``),
-        the oldest due job per queue (``oldest_due``), and the workers seen within ``workers_within`` (all
-        rows when None)."""
+        the oldest due job per queue (``oldest_due``; empty without ``oldest_due``: ``recon stats`` has it from
+        JobStore.stats), and the workers seen within ``workers_within`` (all rows when None)."""
         with self.db.begin() as conn:
             now_param = self.db.now_param()
             now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
             assert now is not None  # nosec B101  # type narrowing, not a check
             depth = [(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]))
                      for r in conn.execute(self._q(pq.job_stats_depth_detail))] if depth_detail else []
-            oldest = {r[0]: self.db.from_db(r[1])
-                      for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
+            oldest = {}
+            if oldest_due:
+                oldest = {r[0]: self.db.from_db(r[1])
+                          for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
             since = (now - workers_within if workers_within is not None
                      else datetime.fromtimestamp(0, now.tzinfo))
             workers = [self._worker(r) for r in conn.execute(self._q(pq.worker_list_seen_since),

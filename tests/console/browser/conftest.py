@@ -12,11 +12,10 @@ in the same pytest worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,7 +37,6 @@ from tests.integration.payment_flow import admin, drain, handlers_for, sandbox_a
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Locator, Page, Playwright
-    from uvicorn import Server
 
 CHROMIUM = Path(os.environ.get("RECON_CHROMIUM", "/usr/bin/chromium"))
 #: the flags chromium runs with: headless, no sandbox (containers run as root), nothing fetched in the background
@@ -102,47 +100,31 @@ class Console:
 
 
 class ConsoleServer:
-    """``recon.console.server.create_app(App(database_url=...))`` under uvicorn in a background thread, on
-    127.0.0.1 and a port the kernel picked; stopped (and the App's engine disposed of) on exit."""
+    """``recon.console.server.create_app(App(database_url=...))`` served in a background thread on 127.0.0.1
+    and a port the kernel picked (``recon.asgi.background``, as the demo serves its webhook endpoint); stopped,
+    and the App's engine disposed of, on exit."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
         self.app: App | None = None
-        self.server: Server | None = None
-        self.thread: threading.Thread | None = None
-        self.sock: socket.socket | None = None
+        self.stack = contextlib.ExitStack()
 
     def __enter__(self) -> Console:
-        import uvicorn
-
+        from recon.asgi import background
         from recon.console.server import create_app
 
         self.app = App(database_url=self.database_url)
-        web = create_app(self.app)
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        port = self.sock.getsockname()[1]
-        config = uvicorn.Config(web, log_config=None, access_log=False, lifespan="off", ws="none",
-                                server_header=False, proxy_headers=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                       name=f"console-{port}", daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                self.__exit__()
-                raise AssertionError("the console did not start")
-            time.sleep(0.02)
-        return Console(url=f"http://127.0.0.1:{port}", app=self.app)
+        try:
+            base = self.stack.enter_context(background(create_app(self.app)))
+        except RuntimeError as exc:
+            self.__exit__()
+            raise AssertionError(f"the console did not start: {exc}") from None
+        return Console(url=base.rstrip("/"), app=self.app)
 
     def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.should_exit = True
-        if self.thread is not None:
-            self.thread.join(15)
-            assert not self.thread.is_alive(), "the console's server thread did not stop"
-        if self.sock is not None:
-            self.sock.close()
+        self.stack.close()
+        assert not any(t.name == "recon-asgi" and t.is_alive() for t in threading.enumerate()), \
+            "the console's server thread did not stop"
         if self.app is not None:
             self.app.close()
             self.app.db.dispose()
