@@ -374,6 +374,19 @@ class JobStore:
                 write(conn)
         return matched
 
+    def finish_together(self, *, worker: str, finishes: Sequence[Finish],
+                        write: Callable[[sa.Connection, set[int]], Any]) -> set[int]:
+        """End several attempts, fenced, with one domain write for them all, in one transaction; return the
+        ids whose lease still matched. ``write`` receives the connection and those ids (it runs only when
+        there are some) and writes only for them; its exception rolls everything back."""
+        if not finishes:
+            return set()
+        with self.db.begin() as conn:
+            matched = self._finish_in(conn, worker, finishes)
+            if matched:
+                write(conn, matched)
+        return matched
+
     def _finish_in(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish]) -> set[int]:
         now = self.db.now_param()
         if self.db.is_postgresql:

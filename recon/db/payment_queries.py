@@ -318,7 +318,41 @@ payment_job_ids = Query(
 payment_get_by_psp_reference = Query(
     "payment_get_by_psp_reference",
     "Run by the webhook job: the payment a PSP's event names by its own reference (index payments_psp_reference).",
-    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference = :ref",  # nosec B608
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference = :ref
+            ORDER BY id LIMIT 1""",  # nosec B608  # constant SQL, values bound
+)
+
+payment_get_by_psp_references = Query(
+    "payment_get_by_psp_references",
+    "Run by several webhook jobs' finish at once: the payments their events name by the PSP's own reference "
+    "(index payments_psp_reference).",
+    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference IN :refs",  # nosec B608
+    expanding=("refs",),
+)
+
+payment_get_by_references = Query(
+    "payment_get_by_references",
+    "Run by several webhook jobs' finish at once: the payments their events name by our merchant reference.",
+    sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE merchant_reference IN :refs",  # nosec B608
+    expanding=("refs",),
+)
+
+payment_touch_many_if_status = Query(
+    "payment_touch_many_if_status",
+    "Run before audit events without a status change for several payments at once (webhook jobs' finish): "
+    "each a compare-and-set on its payment's status, as payment_touch_if_status; returns the ids still there.",
+    postgresql="""
+        UPDATE payments AS p SET updated_at = {now}
+        FROM jsonb_to_recordset({json:rows}) AS r(id bigint, status text)
+        WHERE p.id = r.id AND p.status = r.status
+        RETURNING p.id
+    """,
+    sqlite="""
+        UPDATE payments SET updated_at = :now
+        FROM (SELECT value ->> '$.id' AS id, value ->> '$.status' AS status FROM json_each(:rows)) AS r
+        WHERE payments.id = r.id AND payments.status = r.status
+        RETURNING payments.id
+    """,
 )
 
 payment_transition_many_if_status = Query(

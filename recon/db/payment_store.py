@@ -64,6 +64,18 @@ class Transition:
     review_reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One audit event without a status change (``PaymentStore.note``), compare-and-set on ``status``."""
+
+    payment_id: int
+    status: PaymentStatus
+    source: EventSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+
+
 class PaymentStore:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -219,6 +231,19 @@ class PaymentStore:
                                  source=str(source), job_id=job_id, attempt=attempt, details=details)])
         return True
 
+    def note_many(self, conn: sa.Connection, notes: Sequence[Note]) -> set[int]:
+        """``note`` for many payments in the caller's transaction, in two statements: returns the ids noted; the
+        others changed status meanwhile and get no event."""
+        if not notes:
+            return set()
+        done = {int(r[0]) for r in conn.execute(self._q(lq.payment_touch_many_if_status), {
+            "rows": json.dumps([{"id": n.payment_id, "status": str(n.status)} for n in notes]),
+            "now": self.db.now_param()})}
+        self._events(conn, [dict(payment_id=n.payment_id, from_status=str(n.status), to_status=str(n.status),
+                                 source=str(n.source), job_id=n.job_id, attempt=n.attempt, details=n.details)
+                            for n in notes if n.payment_id in done])
+        return done
+
     def remember_psp_reference(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus,
                                psp_reference: str) -> bool:
         return conn.execute(self._q(lq.payment_set_psp_reference_if_status),
@@ -254,6 +279,34 @@ class PaymentStore:
             if row is not None and row[5] == psp:
                 return self._payment(row)
         return None
+
+    def for_psp_events(self, conn: sa.Connection, keys: Sequence[tuple[str, str | None, str | None]]
+                       ) -> list[Payment | None]:
+        """``for_psp_event`` for many events at once, each key ``(psp, psp_reference, merchant_reference)``, in
+        one statement per PSP and one for the merchant references left: the payments, in the keys' order."""
+        by_psp_ref: dict[tuple[str, str], Payment] = {}
+        wanted: dict[str, set[str]] = {}
+        for psp, ref, _ in keys:
+            if ref:
+                wanted.setdefault(psp, set()).add(ref)
+        for psp, refs in wanted.items():
+            for row in conn.execute(self._q(lq.payment_get_by_psp_references), {"psp": psp, "refs": sorted(refs)}):
+                p = self._payment(row)
+                key = (psp, p.psp_reference or "")
+                if key not in by_psp_ref or p.id < by_psp_ref[key].id:  # as for_psp_event: the first by id
+                    by_psp_ref[key] = p
+        left = {m for psp, ref, m in keys if m and (not ref or (psp, ref) not in by_psp_ref)}
+        by_ref = {p.merchant_reference: p for p in (self._payment(r) for r in conn.execute(
+            self._q(lq.payment_get_by_references), {"refs": sorted(left)}))} if left else {}
+        out: list[Payment | None] = []
+        for psp, ref, m in keys:
+            found = by_psp_ref.get((psp, ref)) if ref else None
+            if found is None and m:
+                found = by_ref.get(m)
+                if found is not None and found.psp != psp:
+                    found = None
+            out.append(found)
+        return out
 
     def by_reference(self, ref: str) -> Payment | None:
         with self.db.begin() as conn:

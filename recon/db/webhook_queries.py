@@ -45,6 +45,34 @@ webhook_mark_if_received = Query(
            WHERE id = :id AND state = 'received' RETURNING id""",
 )
 
+webhook_get_many_to_apply = Query(
+    "webhook_get_many_to_apply",
+    "Run in the fenced finish of several webhook jobs at once: their events, without the stored body (what the "
+    "job acts on is in the columns).",
+    sql=f"""SELECT {WEBHOOK_COLUMNS.replace(", body,", ", NULL AS body,")} FROM webhook_events
+            WHERE id IN :ids""",  # nosec B608  # constant SQL, values bound
+    expanding=("ids",),
+)
+
+webhook_mark_many_if_received = Query(
+    "webhook_mark_many_if_received",
+    "Run in the fenced finish of several webhook jobs at once: how applying each event ended, each a "
+    "compare-and-set on 'received' (an event is applied once); returns the ids marked.",
+    postgresql="""
+        UPDATE webhook_events AS w SET state = r.state, payment_id = r.payment_id, applied_at = {now}
+        FROM jsonb_to_recordset({json:rows}) AS r(id bigint, state text, payment_id bigint)
+        WHERE w.id = r.id AND w.state = 'received'
+        RETURNING w.id
+    """,
+    sqlite="""
+        UPDATE webhook_events SET state = r.state, payment_id = r.payment_id, applied_at = :now
+        FROM (SELECT value ->> '$.id' AS id, value ->> '$.state' AS state, value ->> '$.payment_id' AS payment_id
+              FROM json_each(:rows)) AS r
+        WHERE webhook_events.id = r.id AND webhook_events.state = 'received'
+        RETURNING webhook_events.id
+    """,
+)
+
 webhook_counts = Query(
     "webhook_counts",
     "Run by `recon stats` and the console: events per PSP and state received since :since.",
@@ -83,11 +111,13 @@ webhook_intake_batch = Query(
                    merchant_account, amount, currency, news, psp_status, reason, report, body, 'received'
             FROM r ORDER BY ord
             ON CONFLICT (psp, event_id) DO NOTHING
-            RETURNING id, psp, event_id, merchant_account
+            RETURNING id, psp, event_id, merchant_account, report
         ), job AS (
             INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
                               unique_key, tenant, created_at)
-            SELECT :queue, :kind, jsonb_build_object('webhook_id', id), 'runnable', 0, {now}, 0, :max_attempts,
+            SELECT :queue, :kind, CASE WHEN report IS NULL THEN jsonb_build_object('webhook_id', id)
+                                       ELSE jsonb_build_object('webhook_id', id, 'report', true) END,
+                   'runnable', 0, {now}, 0, :max_attempts,
                    'webhook:' || id, merchant_account, {now}
             FROM ins
             RETURNING id, unique_key

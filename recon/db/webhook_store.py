@@ -7,7 +7,6 @@ and its job commit together, so a stored event is always applied and a redeliver
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from psp_adapters.protocol import (
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
-from recon.redact import MASK, redact, redact_optional, redact_value
+from recon.redact import redact_optional, redact_value
 from recon.rows import WebhookRecord, WebhookState
 
 WEBHOOK_KIND = "webhook"
@@ -57,6 +56,12 @@ def webhook_key(webhook_id: int) -> str:
     return f"webhook:{webhook_id}"
 
 
+def job_payload(webhook_id: int, event: WebhookEvent) -> dict[str, Any]:
+    """The webhook job's payload: the event's id, and ``report`` for an event that names an available report
+    (its job has work to do before its finish; webhook_intake_batch builds the same)."""
+    return {"webhook_id": webhook_id, "report": True} if event.report else {"webhook_id": webhook_id}
+
+
 class WebhookStore:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -74,7 +79,7 @@ class WebhookStore:
                 else:
                     new.append((event, int(row[0])))
             if new:
-                rows = [EnqueueRow(queue=queue, kind=WEBHOOK_KIND, payload_json=json.dumps({"webhook_id": i}),
+                rows = [EnqueueRow(queue=queue, kind=WEBHOOK_KIND, payload_json=json.dumps(job_payload(i, e)),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=webhook_key(i), tenant=e.merchant_account) for e, i in new]
                 job_ids = JobStore(self.db).enqueue(rows, max_depth={queue: max_depth}, conn=conn)
@@ -146,6 +151,21 @@ class WebhookStore:
             "id": webhook_id, "state": str(state), "payment_id": payment_id, "now": self.db.now_param()}).first() \
             is not None
 
+    def get_many_to_apply(self, conn: sa.Connection, ids: Sequence[int]) -> dict[int, WebhookRecord]:
+        """Events by id for the jobs applying them, inside the caller's transaction; ``body`` is not read (None)."""
+        if not ids:
+            return {}
+        rows = conn.execute(self._q(wq.webhook_get_many_to_apply), {"ids": list(ids)}).all()
+        return {r.id: r for r in map(self._record, rows)}
+
+    def mark_many(self, conn: sa.Connection, marks: Sequence[tuple[int, WebhookState, int | None]]) -> set[int]:
+        """``mark`` for many events at once, each ``(id, state, payment_id)``; returns the ids marked."""
+        if not marks:
+            return set()
+        rows = json.dumps([{"id": i, "state": str(state), "payment_id": pid} for i, state, pid in marks])
+        return {int(r[0]) for r in conn.execute(self._q(wq.webhook_mark_many_if_received),
+                                                {"rows": rows, "now": self.db.now_param()})}
+
     def counts(self, *, since: datetime) -> list[dict[str, Any]]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(wq.webhook_counts), {"since": self.db.to_db(since)}).all()
@@ -162,7 +182,7 @@ class WebhookStore:
     def _params(self, e: WebhookEvent) -> dict[str, Any]:
         news = e.news
         kind = None if news is None else news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
-        body = json.dumps(redacted(e.body), separators=(",", ":"), default=str)
+        body = json.dumps(redact_value(e.body), separators=(",", ":"), default=str)
         if len(body) > BODY_MAX_CHARS:
             body = json.dumps({"truncated": True, "chars": len(body)})
         reason = getattr(news, "reason", None)
@@ -186,31 +206,6 @@ class WebhookStore:
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
-
-
-#: redact() is a pure function of its text, and a PSP's event bodies repeat most of their strings (statuses,
-#: object types, currencies, capture methods): memoised, the body of a Stripe payment_intent event costs a
-#: tenth of the regular expressions. Short strings only, so the cache stays small (at most ~4 MB).
-_redact_short = functools.lru_cache(maxsize=16_384)(redact)
-_SHORT = 256
-
-
-@functools.lru_cache(maxsize=1_024)
-def _masked_whole(key: str) -> bool:
-    """Does redact_value mask a value under ``key`` whole? Asked of redact_value itself, so the rule stays its."""
-    return bool(redact_value({key: "x"})[key] == MASK)
-
-
-def redacted(value: Any) -> Any:
-    """``redact_value(value)``, equal to it for every JSON-like value, with the strings' redaction memoised."""
-    if isinstance(value, str):
-        return _redact_short(value) if len(value) <= _SHORT else redact(value)
-    if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and v not in (None, "") and not isinstance(v, bool)
-                    and _masked_whole(k) else redacted(v)) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redacted(v) for v in value]
-    return value
 
 
 def news_of(record: WebhookRecord) -> PaymentOutcome | Reversed | None:

@@ -5,8 +5,11 @@ One thread takes ``Done`` results from its queue, up to ``finish_batch_size`` at
 - finishes those without a domain write together, in one fenced statement on its dedicated connection
   (PostgreSQL; ``JobStore.dedicated(finishing=True)``), marking their leases ``finishing`` first so that a
   heartbeat missing the row is not taken for a lost lease;
-- finishes each outcome that carries a ``write`` alone, in one transaction with that write; when the write
-  fails, the job is finished without it, as ``classify_func`` says of the error;
+- finishes the outcomes whose writes are ``BatchWrite``s of one function together, in one transaction: the
+  fenced finish of them all and the function once, for the items of the finishes that matched; when that
+  transaction fails for another reason than the database's, each of them is finished alone, as below;
+- finishes each other outcome that carries a ``write`` alone, in one transaction with that write; when the
+  write fails, the job is finished without it, as ``classify_func`` says of the error;
 - drops the result of a handler that found its lease lost, and counts a finish that fencing rejected: both
   are ``stale_finishes``, and neither changes anything in the database;
 - releases the batch's slots and leases (``Slots.release``) whatever the database said: a finish that
@@ -32,6 +35,7 @@ from typing import Any
 from recon.db.jobs_store import Dedicated, Finish, JobStore
 from recon.engine.observe import WORKER_LOGGER, WorkerObserver, WorkerStats, job_log_fields
 from recon.engine.outcome import (
+    BatchWrite,
     Cancel,
     ClassifyFunc,
     Complete,
@@ -105,6 +109,7 @@ class Finisher:
         for done in batch:
             done.lease.finishing = True
         grouped: list[tuple[Done, Finish]] = []
+        together: dict[Any, list[tuple[Done, Finish, BatchWrite]]] = {}
         for done in batch:
             outcome = done.outcome
             if type(outcome) is Complete and outcome.write is None:  # the common case first
@@ -113,10 +118,14 @@ class Finisher:
                 self._stats.stale_finishes += 1
                 log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts,
                             extra=done.log_fields)
-            elif getattr(outcome, "write", None) is not None:
+            elif type(write := getattr(outcome, "write", None)) is BatchWrite:
+                together.setdefault(write.apply, []).append((done, self.to_finish(done.job, outcome), write))
+            elif write is not None:
                 self._finish_with_write(done, outcome)
             else:
                 grouped.append((done, self.to_finish(done.job, outcome)))
+        for items in together.values():
+            self._finish_together(items)
         try:
             if grouped:
                 matched = self._store_finish([f for _, f in grouped], via=self._via)
@@ -126,6 +135,28 @@ class Finisher:
             log.error("could not finish %d jobs (%s); their leases will expire", len(grouped), exc)
         finally:
             self._slots.release([d.job for d in batch])
+
+    def _finish_together(self, items: list[tuple[Done, Finish, BatchWrite]]) -> None:
+        if len(items) == 1:
+            self._finish_with_write(items[0][0], items[0][0].outcome)  # type: ignore[arg-type]
+            return
+        apply = items[0][2].apply
+
+        def write(conn: Any, matched: set[int]) -> None:
+            apply(conn, [w.item for d, _, w in items if d.job.id in matched])
+
+        try:
+            matched = self._store_finish([f for _, f, _ in items], together=write)
+        except DatabaseTransientError as exc:
+            log.error("could not finish %d jobs (%s); their leases will expire", len(items), exc)
+            return
+        except Exception as exc:  # the batch's write failed: each alone, so only a bad item's job pays
+            log.info("%d finishes with one write failed together (%s); finishing each alone", len(items),
+                     error_text(exc))
+            for done, _, _ in items:
+                self._finish_with_write(done, done.outcome)  # type: ignore[arg-type]
+            return
+        self._record_many([(d, f) for d, f, _ in items], matched)
 
     def _finish_with_write(self, done: Done, outcome: Outcome) -> None:
         finish = self.to_finish(done.job, outcome)
@@ -141,9 +172,12 @@ class Finisher:
             return
         self._record(done.job, finish, matched, done)
 
-    def _store_finish(self, finishes: list[Finish], write: Any = None, via: Any = None) -> set[int]:
+    def _store_finish(self, finishes: list[Finish], write: Any = None, via: Any = None,
+                      together: Callable[[Any, set[int]], None] | None = None) -> set[int]:
         for attempt in range(FINISH_RETRIES):
             try:
+                if together is not None:
+                    return self._store.finish_together(worker=self._worker, finishes=finishes, write=together)
                 return self._store.finish(worker=self._worker, finishes=finishes, write=write, via=via)
             except StoreError as exc:
                 if attempt == FINISH_RETRIES - 1 or not isinstance(exc, DatabaseTransientError):

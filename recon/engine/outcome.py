@@ -6,8 +6,14 @@ its own whether an error is worth retrying (that is ``recon.classify``).
 Every outcome may carry ``write``: a function that receives the open SQLAlchemy ``Connection`` of the
 transaction that finishes the job. It runs only after the fenced finish matched this worker's lease, and
 commits or rolls back together with it, so a domain write (a payment's status) can never be made by a
-worker that lost its lease. Outcomes with a ``write`` are finished one job per transaction; outcomes
+worker that lost its lease. Outcomes with a plain ``write`` are finished one job per transaction; outcomes
 without one are grouped with other finishes, which is what makes the engine fast.
+
+A ``write`` may instead be a ``BatchWrite``: one item for a function that writes many items at once. The
+finisher then stores the finishes of a batch whose writes share that function in one transaction: the
+fenced finish of them all, then the function once, with the items of the finishes that matched (a job
+whose lease was lost writes nothing, exactly as alone). When that transaction fails, each job of it is
+finished alone, its write called with its own item, so one bad item cannot hold the others back.
 
 An exception a handler raised instead of returning goes through a ``ClassifyFunc`` (the application's,
 ``recon.classify``; by default ``classify_as_bug``, a retryable ``bug``).
@@ -27,10 +33,23 @@ WriteFunc = Callable[["Connection"], Any]
 
 
 @dataclass(frozen=True, slots=True)
+class BatchWrite:
+    """A domain write that may be stored together with others of the same ``apply``: ``apply(conn, items)``
+    writes all of ``items`` inside the caller's transaction, or raises to write none. Called with one item,
+    it is this job's write alone."""
+
+    apply: Callable[[Connection, list[Any]], Any]
+    item: Any
+
+    def __call__(self, conn: Connection) -> Any:
+        return self.apply(conn, [self.item])
+
+
+@dataclass(frozen=True, slots=True)
 class Complete:
     """The job is done: ``succeeded``."""
 
-    write: WriteFunc | None = None
+    write: WriteFunc | BatchWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +63,7 @@ class Retry:
     error_kind: str
     error: str
     retry_after: float | None = None
-    write: WriteFunc | None = None
+    write: WriteFunc | BatchWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +72,7 @@ class Snooze:
 
     delay: timedelta
     reason: str = "snoozed"
-    write: WriteFunc | None = None
+    write: WriteFunc | BatchWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +81,7 @@ class Dead:
 
     error_kind: str
     error: str
-    write: WriteFunc | None = None
+    write: WriteFunc | BatchWrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +89,7 @@ class Cancel:
     """The handler honoured a cancel request: ``canceled``."""
 
     reason: str = "canceled"
-    write: WriteFunc | None = None
+    write: WriteFunc | BatchWrite | None = None
 
 
 Outcome = Complete | Retry | Snooze | Dead | Cancel

@@ -1,30 +1,38 @@
 """The webhook job: applies one stored event to its payment through the payment store's transitions.
 
-Job kind ``webhook``, payload ``{"webhook_id": N}``, one job per stored event (recon.db.webhook_store). The
-handler never calls the PSP: the event is the PSP's word. Everything happens in the job's fenced finish:
-the payment is read in that transaction, the decision (recon.reconcile.decide, the table reconciliation
-uses) is a compare-and-set transition with the event as evidence (source ``webhook``), and the event is
-marked with how it ended, once. A compare-and-set that loses to a concurrent change reads again and decides
-again. Events arrive out of order and more than once: older news about a final payment changes nothing
+Job kind ``webhook``, payload ``{"webhook_id": N}`` (``"report": true`` for a REPORT_AVAILABLE event), one job
+per stored event (recon.db.webhook_store). The handler never calls the PSP: the event is the PSP's word.
+Everything happens in the job's fenced finish: the event and its payment are read in that transaction, the
+decision (recon.reconcile.decide, the table reconciliation uses) is a compare-and-set transition with the
+event as evidence (source ``webhook``), and the event is marked with how it ended, once.
+
+The write is a ``BatchWrite``: the finisher applies the events of every webhook job it finishes at once in
+one transaction (``apply_events``: the events, their payments, the transitions, the notes and the marks, a
+few statements for the whole batch). An event whose compare-and-set loses to a concurrent change, and a
+second event for a payment the batch already moves, go the one-at-a-time way (``_apply``) after the others,
+in the same transaction: it reads the payment again and decides again, ``DECIDE_ROUNDS`` times at most.
+Events arrive out of order and more than once: older news about a final payment changes nothing
 (``stale``); an event for a payment we do not know is kept as ``unknown_payment`` (``recon report`` lists it
-as missing_locally). ``REPORT_AVAILABLE`` (Adyen) queues reconcile jobs for the PSP's unfinished payments, so
+as missing_locally). ``REPORT_AVAILABLE`` queues reconcile jobs for the PSP's unfinished payments, so
 the new report is read now rather than at the next sweep.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from psp_adapters.protocol import PaymentOutcome, Reversed
-from recon.db.payment_store import PaymentStore, Transition
+from recon.db.payment_store import Note, PaymentStore, Transition
 from recon.db.webhook_store import WebhookStore, news_of
 from recon.engine.client import Client
 from recon.engine.lease import Lease
-from recon.engine.outcome import Complete, Dead, Outcome
+from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import ReconError
 from recon.payments.charge import outcome_details
 from recon.reconcile.decide import Heal, heal, late_news, reversal
@@ -34,9 +42,24 @@ WEBHOOK_QUEUE = "webhooks"
 #: compare-and-set attempts within one finish before the job retries as a whole
 DECIDE_ROUNDS = 3
 
+log = logging.getLogger("recon.webhooks")
+
+News = PaymentOutcome | Reversed
+
 
 class PaymentKeptMoving(ReconError):
     """The payment changed under every decision of one finish; the job retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one event does to its payment as read: the state the event ends in once the write holds, and the
+    write (a transition, or a note, with the PSP's reference to remember first; neither for stale news)."""
+
+    state: WebhookState
+    transition: Transition | None = None
+    note: Note | None = None
+    remember: str | None = None
 
 
 class WebhookHandler:
@@ -48,66 +71,126 @@ class WebhookHandler:
         self.sweep_func = sweep_func
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
-        record = self.webhooks.get(int(job.payload["webhook_id"]))
+        webhook_id = int(job.payload["webhook_id"])
+        if not job.payload.get("report"):
+            return Complete(write=BatchWrite(self.apply_events, (job, webhook_id)))
+        record = self.webhooks.get(webhook_id)
         if record is None:
-            return Dead(error_kind="validation", error=f"webhook event {job.payload['webhook_id']} does not exist")
-        if record.state is not WebhookState.RECEIVED:
-            return Complete()  # applied by an earlier attempt whose finish committed
-        news = news_of(record)
-        if news is None:
-            if record.report and self.sweep_func is not None:
-                self.sweep_func(record.psp)
-            return Complete(write=lambda conn: self.webhooks.mark(conn, record.id, WebhookState.IGNORED,
-                                                                  payment_id=None))
-        return Complete(write=lambda conn: self._apply(conn, record, news, job))
+            return Dead(error_kind="validation", error=f"webhook event {webhook_id} does not exist")
+        if record.state is WebhookState.RECEIVED and self.sweep_func is not None:
+            self.sweep_func(record.psp)
+        return Complete(write=BatchWrite(self.apply_events, (job, webhook_id)))
 
-    def _apply(self, conn: sa.Connection, record: WebhookRecord, news: PaymentOutcome | Reversed, job: Job) -> None:
-        details = {**outcome_details(news), "webhook": {"event_id": record.event_id, "event_type": record.event_type,
-                                                        "occurred_at": record.occurred_at.isoformat()
-                                                        if record.occurred_at else None}}
-        if isinstance(news, Reversed):
-            details.update(reversal=news.kind, reason=news.reason)
+    def apply_events(self, conn: sa.Connection, items: list[tuple[Job, int]]) -> None:
+        """Apply the events of ``items`` (each a job and its event's id) inside the finish's transaction."""
+        records = self.webhooks.get_many_to_apply(conn, [i for _, i in items])
+        marks: list[tuple[int, WebhookState, int | None]] = []
+        todo: list[tuple[WebhookRecord, News, Job]] = []
+        for job, webhook_id in items:
+            record = records.get(webhook_id)
+            if record is None:
+                log.warning("webhook job %s: its event %s does not exist; nothing to apply", job.id, webhook_id)
+            elif record.state is WebhookState.RECEIVED:  # else applied by an attempt whose finish committed
+                news = news_of(record)
+                if news is None:
+                    marks.append((record.id, WebhookState.IGNORED, None))
+                else:
+                    todo.append((record, news, job))
+        found = self.payments.for_psp_events(conn, [(r.psp, r.psp_reference, r.merchant_reference)
+                                                    for r, _, _ in todo]) if todo else []
+        later: list[tuple[WebhookRecord, News, Job]] = []
+        planned: list[tuple[WebhookRecord, News, Job, Payment, Plan]] = []
+        seen: set[int] = set()
+        for (record, news, job), payment in zip(todo, found, strict=True):
+            if payment is None:
+                marks.append((record.id, WebhookState.UNKNOWN_PAYMENT, None))
+            elif payment.id in seen:  # a second event for one payment: after the first has moved it
+                later.append((record, news, job))
+            else:
+                seen.add(payment.id)
+                plan = self._plan(payment, news, _details(record, news), job)
+                if plan.remember:
+                    later.append((record, news, job))  # rare (pending news naming the PSP's reference)
+                else:
+                    planned.append((record, news, job, payment, plan))
+        moved = self.payments.apply_many(conn, [p.transition for *_, p in planned if p.transition])
+        noted = self.payments.note_many(conn, [p.note for *_, p in planned if p.note])
+        for record, news, job, payment, plan in planned:
+            if plan.transition is not None:
+                held = payment.id in moved
+            elif plan.note is not None:
+                held = payment.id in noted
+            else:
+                held = True  # stale news: nothing to write
+            if held:
+                marks.append((record.id, plan.state, payment.id))
+            else:  # the payment changed since it was read: read it again and decide again
+                later.append((record, news, job))
+        self.webhooks.mark_many(conn, marks)
+        for record, news, job in later:
+            self._apply(conn, record, news, job)
+
+    def _apply(self, conn: sa.Connection, record: WebhookRecord, news: News, job: Job) -> None:
+        """One event, reading its payment and deciding until a compare-and-set holds."""
+        details = _details(record, news)
         for _ in range(DECIDE_ROUNDS):
             payment = self.payments.for_psp_event(conn, psp=record.psp, psp_reference=record.psp_reference,
                                                   merchant_reference=record.merchant_reference)
             if payment is None:
                 self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
                 return
-            done = self._decide(conn, payment, news, details, job)
-            if done is not None:
-                self.webhooks.mark(conn, record.id, done, payment_id=payment.id)
+            plan = self._plan(payment, news, details, job)
+            if self._write(conn, payment, plan):
+                self.webhooks.mark(conn, record.id, plan.state, payment_id=payment.id)
                 return
         raise PaymentKeptMoving(f"webhook event {record.event_id}: its payment changed under {DECIDE_ROUNDS} "
                                 "decisions; retrying")
 
-    def _decide(self, conn: sa.Connection, payment: Payment, news: PaymentOutcome | Reversed,
-                details: dict[str, Any], job: Job) -> WebhookState | None:
-        """Apply what ``news`` means for ``payment``: the state the event ends in, or None when the payment
-        changed meanwhile (decide again)."""
+    def _write(self, conn: sa.Connection, payment: Payment, plan: Plan) -> bool:
+        """One plan's write; False when the payment changed meanwhile (nothing written)."""
+        if plan.remember and not self.payments.remember_psp_reference(
+                conn, payment_id=payment.id, status=payment.status, psp_reference=plan.remember):
+            return False
+        if plan.transition is not None:
+            return self.payments.apply(conn, plan.transition)
+        if plan.note is not None:
+            n = plan.note
+            return self.payments.note(conn, payment_id=n.payment_id, status=n.status, source=n.source,
+                                      details=n.details or {}, job_id=n.job_id, attempt=n.attempt)
+        return True
+
+    @staticmethod
+    def _plan(payment: Payment, news: News, details: dict[str, Any], job: Job) -> Plan:
+        """What ``news`` means for ``payment`` as read."""
         decision: Heal | None
+        note = Plan(WebhookState.APPLIED, note=Note(payment.id, payment.status, EventSource.WEBHOOK, details=details,
+                                                    job_id=job.id, attempt=job.attempts))
         if payment.status is PaymentStatus.NEEDS_REVIEW:
-            return self._note(conn, payment, details, job)  # the person deciding sees the PSP's latest word
+            return note  # the person deciding sees the PSP's latest word
         if payment.status.final:
             decision = late_news(payment, news)
             if decision is None:
-                return WebhookState.STALE
+                return Plan(WebhookState.STALE)
         elif isinstance(news, Reversed):
             decision = reversal(payment, news)
         else:
             decision = heal(payment, news)
             if decision is None:  # pending or unknown: evidence, and the PSP's reference if we lacked it
                 if news.psp_reference and not payment.psp_reference:
-                    self.payments.remember_psp_reference(conn, payment_id=payment.id, status=payment.status,
-                                                         psp_reference=news.psp_reference)
-                return self._note(conn, payment, details, job)
-        transition = Transition(payment.id, payment.status, decision.target, EventSource.WEBHOOK, details=details,
-                                job_id=job.id, attempt=job.attempts, **decision.fields())
-        return WebhookState.APPLIED if self.payments.apply(conn, transition) else None
+                    return Plan(WebhookState.APPLIED, note=note.note, remember=news.psp_reference)
+                return note
+        return Plan(WebhookState.APPLIED, transition=Transition(
+            payment.id, payment.status, decision.target, EventSource.WEBHOOK, details=details, job_id=job.id,
+            attempt=job.attempts, **decision.fields()))
 
-    def _note(self, conn: sa.Connection, payment: Payment, details: dict[str, Any], job: Job) -> WebhookState | None:
-        ok = self.payments.note(conn, payment_id=payment.id, status=payment.status, source=EventSource.WEBHOOK,
-                                details=details, job_id=job.id, attempt=job.attempts)
-        return WebhookState.APPLIED if ok else None
+
+def _details(record: WebhookRecord, news: News) -> dict[str, Any]:
+    details = {**outcome_details(news), "webhook": {"event_id": record.event_id, "event_type": record.event_type,
+                                                    "occurred_at": record.occurred_at.isoformat()
+                                                    if record.occurred_at else None}}
+    if isinstance(news, Reversed):
+        details.update(reversal=news.kind, reason=news.reason)
+    return details
 
 
 def report_sweep(payments: PaymentStore, client: Client, *, queue: str) -> Callable[[str], int]:

@@ -17,7 +17,7 @@ from recon.db.database import Database
 from recon.engine.finisher import FINISH_RETRIES, Finisher
 from recon.engine.lease import Lease
 from recon.engine.observe import WorkerStats
-from recon.engine.outcome import Outcome
+from recon.engine.outcome import BatchWrite, Outcome
 from recon.engine.slots import Done, Running, Slots
 from recon.errors import DatabaseTransientError, StoreError
 from recon.rows import Job
@@ -145,6 +145,89 @@ def test_finisher__a_failed_write_finishes_the_job_as_classify_func_says_without
     assert job.state is JobState.DEAD and (job.last_error_kind, job.last_error) == ("domain", "payment moved on")
     assert "write with finish failed: RuntimeError: payment moved on" in caplog.text
     assert s.stats.outcomes == {"dead": 1} and s.slots.idle()
+
+
+class Inserter:
+    """A BatchWrite function that inserts its items into side_effects and counts its calls; a negative item
+    makes it fail (the bad item of a batch)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def __call__(self, conn: sa.Connection, items: list[int]) -> None:
+        self.calls.append(list(items))
+        for item in items:
+            if item < 0:
+                raise RuntimeError(f"item {item} is bad")
+            conn.execute(sa.text("INSERT INTO side_effects VALUES (:id)"), {"id": item})
+
+
+def test_finisher__batch_writes_of_one_function_commit_together_only_for_the_leases_that_matched(
+        db: Database, side_effects: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Setup(db, 5)
+    thief_job = s.jobs[3]  # expired and claimed by another worker meanwhile
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET lease_until = created_at WHERE id = :id"), {"id": thief_job.id})
+    s.store.rescue_expired(limit=10)
+    assert s.store.claim(worker="thief", queues=["default"], n=1, ttl=30)
+    together, other = Inserter(), Inserter()
+    transactions: list[int] = []
+    real = s.store.finish_together
+
+    def counted(**kw: Any) -> set[int]:
+        transactions.append(len(kw["finishes"]))
+        return real(**kw)
+
+    monkeypatch.setattr(s.store, "finish_together", counted)
+    ids = [j.id for j in s.jobs]
+    s.finisher.finish_batch([s.done(0, Complete(write=BatchWrite(together, ids[0]))),
+                             s.done(1, Snooze(timedelta(minutes=1), write=BatchWrite(together, ids[1]))),
+                             s.done(2, Complete(write=BatchWrite(other, ids[2]))),
+                             s.done(3, Complete(write=BatchWrite(together, ids[3]))),
+                             s.done(4, Complete())])
+    assert transactions == [3]  # the three of `together` in one transaction; `other`, alone, the single way
+    assert together.calls == [[ids[0], ids[1]]] and other.calls == [[ids[2]]]  # the thief's job wrote nothing
+    assert side_effects() == [ids[0], ids[1], ids[2]]
+    assert [s.state(i).state for i in (0, 1, 2, 4)] == [JobState.SUCCEEDED, JobState.PENDING, JobState.SUCCEEDED,
+                                                         JobState.SUCCEEDED]
+    assert s.state(3).lease_owner == "thief"
+    assert s.stats.outcomes == {"succeeded": 3, "snoozed": 1} and s.stats.stale_finishes == 1
+    assert s.slots.idle()
+
+
+def test_finisher__a_batch_write_that_fails_finishes_each_job_alone_so_only_the_bad_item_pays(
+        db: Database, side_effects: Any) -> None:
+    s = Setup(db, 3, classify=lambda exc: Dead(error_kind="domain", error=str(exc)))
+    write = Inserter()
+    ids = [j.id for j in s.jobs]
+    s.finisher.finish_batch([s.done(0, Complete(write=BatchWrite(write, ids[0]))),
+                             s.done(1, Complete(write=BatchWrite(write, -1))),
+                             s.done(2, Complete(write=BatchWrite(write, ids[2])))])
+    assert write.calls == [[ids[0], -1, ids[2]], [ids[0]], [-1], [ids[2]]]  # together, then one at a time
+    assert side_effects() == [ids[0], ids[2]]
+    assert [s.state(i).state for i in range(3)] == [JobState.SUCCEEDED, JobState.DEAD, JobState.SUCCEEDED]
+    assert s.state(1).last_error == "item -1 is bad"
+    assert s.stats.outcomes == {"succeeded": 2, "dead": 1} and s.slots.idle()
+
+
+def test_finisher__a_batch_write_on_a_database_that_stays_down_leaves_the_leases_to_expire(
+        db: Database, side_effects: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    s = Setup(db, 2)
+    tries: list[int] = []
+
+    def down(**kw: Any) -> set[int]:
+        tries.append(len(kw["finishes"]))
+        raise DatabaseTransientError("database: gone")
+
+    monkeypatch.setattr(s.store, "finish_together", down)
+    monkeypatch.setattr("recon.engine.finisher.time.sleep", lambda seconds: None)
+    write = Inserter()
+    with caplog.at_level(logging.ERROR, logger="recon.engine.worker"):
+        s.finisher.finish_batch([s.done(i, Complete(write=BatchWrite(write, s.jobs[i].id))) for i in range(2)])
+    assert tries == [2] * FINISH_RETRIES  # retried as a batch, never one by one against a database that is down
+    assert "could not finish 2 jobs" in caplog.text
+    assert [s.state(i).state for i in range(2)] == [JobState.LEASED, JobState.LEASED] and side_effects() == []
+    assert s.slots.idle()
 
 
 def test_finisher__stale_results_change_nothing_and_are_counted(db: Database,

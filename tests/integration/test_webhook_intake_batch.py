@@ -19,12 +19,12 @@ import pytest
 import sqlalchemy as sa
 import stripe
 
+import recon.redact as redact_mod
 from psp_adapters.protocol import Succeeded, WebhookEvent
 from recon.app import App
 from recon.db.database import Database
 from recon.db.jobs_store import make_listener
-from recon.db.webhook_store import redacted
-from recon.redact import redact_value
+from recon.redact import redact, redact_value
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
 
@@ -160,6 +160,16 @@ def test_max_depth__keeps_a_transaction_per_request_and_a_full_queue_answers_503
     ["whsec_abc", 1, 2.5, None, {"number": ""}, {"Number": "5"}, ("cvv: 123", "x" * 300 + " 4242424242424242")],
     "Bearer abc.def", 42,
 ])
-def test_redacted__equals_redact_value(value: Any) -> None:
-    assert redacted(value) == redact_value(value)
-    assert redacted(value) == redact_value(value)  # memoised the second time, the same answer
+def test_redact_value__remembering_clean_strings_changes_no_answer_and_keeps_no_secret(value: Any) -> None:
+    def uncached(v: Any) -> Any:  # the rule as recon.redact documents it, every string through redact()
+        if isinstance(v, str):
+            return redact(v)
+        if isinstance(v, dict):
+            return {k: "***" if redact_mod._SECRET_KEYS.match(k) and v2 not in (None, "") and not isinstance(v2, bool)
+                    else uncached(v2) for k, v2 in v.items()}
+        return [uncached(x) for x in v] if isinstance(v, list | tuple) else v
+
+    assert redact_value(value) == uncached(value)
+    assert redact_value(value) == uncached(value)  # the clean strings remembered the second time
+    remembered = " ".join(redact_mod._CLEAN)
+    assert "4242" not in remembered and "sk_test" not in remembered and "whsec_" not in remembered
