@@ -333,6 +333,16 @@ def _first_line(exc: BaseException | None) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
+#: Every PostgreSQL session of recon plans each statement for its parameters and the tables as they are now
+#: (``plan_cache_mode = force_custom_plan``). psycopg prepares a statement on its fifth run, and PostgreSQL
+#: then keeps a generic plan when it looks no dearer than the custom ones: a worker that started on an empty
+#: queue kept the sequential scans of a one-page ``jobs`` table for the rest of its life (its claims read the
+#: whole table once it held 40,000 rows; the webhook marks hash-joined a sequential scan of webhook_events),
+#: until an ANALYZE, which a server without autovacuum never runs. recon's statements are batched, so
+#: planning each run costs little; the prepared statements still save the parsing.
+PG_SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
+
+
 def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Database:
     """A Database for ``url``. Raises ConfigError for a URL recon cannot use."""
     parsed = parse_url(url)
@@ -353,7 +363,7 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
             # restart the first statement on a dead connection fails as a transient error, SQLAlchemy
             # invalidates the pool, and every loop (claim, heartbeat, finish, watcher) retries.
             pool_pre_ping=False,
-            connect_args={"connect_timeout": 10, "application_name": "recon"},
+            connect_args={"connect_timeout": 10, "application_name": "recon", "options": PG_SESSION_OPTIONS},
         )
     return Database(engine, clock=clock)
 

@@ -40,6 +40,7 @@ from psp_adapters.adyen import webhook as adyen
 from psp_adapters.errors import WebhookRejected
 from psp_adapters.protocol import WebhookEvent
 from psp_adapters.stripe import webhook as stripe
+from recon.db.database import PG_SESSION_OPTIONS
 from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
 from recon.errors import QueueFull, ReconError
@@ -270,7 +271,7 @@ class GroupWriter:
 
         try:
             conn = await psycopg.AsyncConnection.connect(self.store.connect_async_info(), autocommit=True,
-                                                         connect_timeout=5)
+                                                         connect_timeout=5, options=PG_SESSION_OPTIONS)
             await conn.execute("SET TimeZone = 'UTC'")
         except psycopg.Error as exc:
             raise DatabaseTransientError(f"database: {type(exc).__name__}") from exc

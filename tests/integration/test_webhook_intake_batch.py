@@ -23,7 +23,7 @@ import recon.redact as redact_mod
 from psp_adapters.protocol import Succeeded, WebhookEvent
 from recon.app import App
 from recon.db.database import Database
-from recon.db.jobs_store import make_listener
+from recon.db.jobs_store import JobStore, make_listener
 from recon.redact import redact, redact_value
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
@@ -173,3 +173,30 @@ def test_redact_value__remembering_clean_strings_changes_no_answer_and_keeps_no_
     assert redact_value(value) == uncached(value)  # the clean strings remembered the second time
     remembered = " ".join(redact_mod._CLEAN)
     assert "4242" not in remembered and "sk_test" not in remembered and "whsec_" not in remembered
+
+
+def test_every_postgresql_session_plans_each_statement_for_the_tables_as_they_are(app: App, db: Database) -> None:
+    """A generic plan kept from a worker's first claims on an empty queue would seq-scan ``jobs`` forever
+    (recon.db.database.PG_SESSION_OPTIONS): the pool's sessions, the worker's dedicated ones and the intake
+    writer's own connection all force custom plans."""
+    if not db.is_postgresql:
+        pytest.skip("plan caching is PostgreSQL's")
+    with db.begin() as conn:
+        assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
+    dedicated = JobStore(db).dedicated(finishing=True)
+    try:
+        assert dedicated.execute("SHOW plan_cache_mode", {}) == [("force_custom_plan",)]
+        assert dedicated.execute("SHOW enable_nestloop", {}) == [("off",)]  # its own setting kept beside it
+    finally:
+        dedicated.close()
+    intake = Intake(app.webhooks, app.webhook_config, max_attempts=5)
+    assert intake.writer is not None
+
+    async def writer_setting() -> str:
+        conn = await intake.writer._connect(psycopg)  # type: ignore[union-attr]
+        try:
+            return str((await (await conn.execute("SHOW plan_cache_mode")).fetchone())[0])  # type: ignore[index]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(writer_setting()) == "force_custom_plan"
