@@ -12,13 +12,18 @@ one lock per batch and handed to the runners through one queue put. On PostgreSQ
 dedicated driver connection of its own (``JobStore.dedicated``), closed when the loop ends.
 
 It sleeps on ``Slots.wake`` (set by freed slots, by the LISTEN thread's notifications and by a stop
-request) or for ``poll_interval_seconds``; a failed claim is logged and retried after a pause.
+request) or for ``poll_interval_seconds``; a failed claim is logged and retried after a pause. After a
+claim that found fewer jobs than it asked for (the queue is drained), the next one waits until
+``SETTLE_SECONDS`` have passed since it: under a steady trickle of enqueues (webhooks: a notification for
+every group commit, a freed slot for every finish) each wake-up would otherwise claim a job or two, a
+statement each, and the claims would cost more than the jobs. A claim that came back full does not wait.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from recon.config import EngineConfig
@@ -32,6 +37,8 @@ log = logging.getLogger(WORKER_LOGGER)
 
 #: how long the claim loop waits for more slots to free up when only a few are free (see Slots.low_water)
 GATHER_SECONDS = 0.002
+#: the least time between a claim that drained the queue and the next claim (module docstring)
+SETTLE_SECONDS = 0.005
 
 
 class Claimer:
@@ -56,6 +63,7 @@ class Claimer:
         poll = self._config.poll_interval_seconds
         slots, wake = self._slots, self._slots.wake
         self._via = self._store.dedicated()
+        drained_at = -SETTLE_SECONDS  # when the last claim found fewer jobs than it asked for
         try:
             while not stop.is_set():
                 wake.clear()
@@ -65,6 +73,10 @@ class Claimer:
                     continue
                 if free < slots.low_water and wake.wait(GATHER_SECONDS):
                     continue  # a few slots are free while most run: let more free up, then claim them together
+                settle = drained_at + SETTLE_SECONDS - time.monotonic()
+                if settle > 0 and not burst:
+                    stop.wait(settle)  # the queue was drained a moment ago: let a few more jobs arrive
+                    continue
                 # idle before the claim, not after: a finish committed between the two can make a job
                 # claimable again (a retry without delay) that this claim did not see
                 idle = burst and slots.idle()
@@ -77,6 +89,7 @@ class Claimer:
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
+                    drained_at = time.monotonic()
                     wake.wait(poll)
         finally:
             if self._via is not None:

@@ -40,7 +40,6 @@ from psp_adapters.adyen import webhook as adyen
 from psp_adapters.errors import WebhookRejected
 from psp_adapters.protocol import WebhookEvent
 from psp_adapters.stripe import webhook as stripe
-from recon.db.database import PG_SESSION_OPTIONS
 from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
 from recon.errors import QueueFull, ReconError
@@ -202,7 +201,10 @@ class GroupWriter:
     with the load (up to ``max_batch`` requests) and an idle server writes each request at once. A failed
     statement fails every request of its batch (503: the PSPs deliver again) and stores nothing of it; a
     broken connection is opened again for the next batch. No thread: a writer thread fought the event loop
-    for the GIL (the 5 ms switch interval), which held a batch's answer back by milliseconds."""
+    for the GIL (the 5 ms switch interval), which held a batch's answer back by milliseconds. Unlike recon's
+    other sessions (recon.db.database.PG_SESSION_OPTIONS) this connection keeps PostgreSQL's cached generic
+    plan: its one statement inserts rows and joins its own CTEs, with no scan whose plan depends on a table's
+    size, and planning it afresh cost PostgreSQL 0.24 ms of CPU per batch."""
 
     def __init__(self, store: WebhookStore, *, queue: str, max_attempts: int, max_batch: int = 256) -> None:
         self.store = store
@@ -271,7 +273,7 @@ class GroupWriter:
 
         try:
             conn = await psycopg.AsyncConnection.connect(self.store.connect_async_info(), autocommit=True,
-                                                         connect_timeout=5, options=PG_SESSION_OPTIONS)
+                                                         connect_timeout=5)
             await conn.execute("SET TimeZone = 'UTC'")
         except psycopg.Error as exc:
             raise DatabaseTransientError(f"database: {type(exc).__name__}") from exc
