@@ -47,8 +47,20 @@ _SECRET_KEYS = re.compile(r"(?i)^(?:password|passwd|pwd|api[_-]?key|secret|token
                           r"csc|card[_-]?number|pan|number|security[_-]?code|client[_-]?secret)$")
 
 
+#: what every pattern above needs somewhere in the text: a URL's ``://``, a scheme, key prefix or field name
+#: (case aside), or 13 digits with at most one space or dash between two. A text without any is returned as
+#: it is after this one search (3-5 µs for a PSP's reference or a timestamp, against 10-13 µs for the ten
+#: patterns); tests check that ``redact`` and ``_redact_all`` agree.
+_MAYBE = re.compile(r"(?i)://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token|authorization"
+                    r"|cv[cvn]|cid|csc|security|\d(?:[ -]?\d){12}")
+
+
 def redact(text: str) -> str:
     """``text`` with card numbers, card codes and credentials masked (see the module docstring)."""
+    return _redact_all(text) if _MAYBE.search(text) else text
+
+
+def _redact_all(text: str) -> str:
     for pattern, replacement in _CREDENTIALS:
         text = pattern.sub(replacement, text)
     return _CARD.sub(_mask_card, text)

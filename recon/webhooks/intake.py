@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -94,8 +94,11 @@ class Intake:
             self.writer.close()
 
     def routes(self) -> list[Route]:
-        return [Route(self.config.stripe_path, self.stripe, methods=["POST"]),
-                Route(self.config.adyen_path, self.adyen, methods=["POST"])]
+        return [Route(path, endpoint, methods=["POST"]) for path, endpoint in self.endpoints().items()]
+
+    def endpoints(self) -> dict[str, Callable[[Request], Awaitable[Response]]]:
+        """Each webhook path with its ``POST`` endpoint."""
+        return {self.config.stripe_path: self.stripe, self.config.adyen_path: self.adyen}
 
     async def stripe(self, request: Request) -> Response:
         if not self.config.stripe_secrets:

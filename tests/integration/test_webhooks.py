@@ -22,6 +22,7 @@ from recon.app import App
 from recon.db.database import Database
 from recon.db.payment_store import NewPayment, PaymentStore, Transition
 from recon.rows import EventSource, PaymentStatus
+from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
 from tests.adapters.adyen_schema import SPECS_DIR
 from tests.adapters.stripe_oracle import canonical
@@ -428,3 +429,21 @@ def test_report__lists_a_webhook_for_a_payment_we_do_not_know_as_missing_locally
     assert [(i["psp_reference"], i["merchant_reference"], i["psp_amount"]) for i in items] == [
         ("pi_lost", "nobody", 4200)]
     assert "payment_intent.succeeded webhook" in items[0]["detail"]
+
+
+def test_serve__webhook_posts_go_straight_to_their_endpoint_and_everything_else_to_the_routes(
+        app: App, client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    assert client.get("/webhooks/stripe").status_code == 405  # Starlette's route: POST only
+    assert client.get("/healthz").text == "ok\n"
+    assert client.post("/webhooks/elsewhere").status_code == 404
+    intake = Intake(app.webhooks, app.webhook_config, max_attempts=5)
+
+    async def broken(request: Any) -> Any:
+        raise RuntimeError("the endpoint broke")
+
+    intake.stripe = broken  # type: ignore[method-assign]
+    with TestClient(create_app(app, intake=intake), base_url="http://127.0.0.1") as c, \
+            caplog.at_level(logging.ERROR, logger="recon.webhooks"):
+        answer = c.post("/webhooks/stripe", content=b"{}")
+    assert answer.status_code == 500 and answer.text == "Internal Server Error"
+    assert "webhook endpoint /webhooks/stripe failed" in caplog.text

@@ -1,0 +1,64 @@
+"""recon.redact's shortcuts change no answer: ``redact`` skips the patterns for a text that has none of what
+they need (``_MAYBE``), and ``redact_value`` remembers the short strings it found clean. Checked against the
+patterns applied one by one (``_redact_all``) on generated texts near every pattern, and on what
+tests/integration/test_redaction.py plants."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+import recon.redact as r
+from tests.integration.test_redaction import CVC_TEXT, PLANTED, hostile_text
+
+FRAGMENTS = [*PLANTED.values(), CVC_TEXT, "://", "user:pw@host", "Bearer ", "BASIC x", "sk_", "Pk_live_", "rk_test_x",
+             "whsec_", "aqe", "AQEabcdefghijklmnopq", "password", "PassWd=", "pwd:", "api_key", "api-key", "apikey",
+             "secret", "client_secret", "token", "Authorization", "cvc", "CVV2 ", "cvn", "cid", "csc",
+             "security code", "security_code", "=", ":", '"', "'", " ", "-", "4242", "42424242", "4242 4242 4242",
+             "4111-1111-1111-111", "378282246310005", "1234567890123", "123456789012", "2026-12-01T09:30:00+00:00",
+             "pi_3MtwBwLkdIwHu7ix", "evt_1PqR2sT3uV4wX5yZ"]
+
+
+def generated(rng: random.Random) -> str:
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        roll = rng.random()
+        if roll < 0.5:
+            frag = rng.choice(FRAGMENTS)
+            cut = rng.randint(0, len(frag))
+            frag = frag[:cut] if rng.random() < 0.3 else frag  # near misses: a field name or a number cut short
+            parts.append(frag.upper() if rng.random() < 0.2 else frag)
+        elif roll < 0.8:
+            parts.append("".join(rng.choice(string.digits + " -") for _ in range(rng.randint(1, 22))))
+        else:
+            parts.append("".join(rng.choice(string.printable) for _ in range(rng.randint(1, 12))))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_redact__the_quick_check_changes_no_answer(seed: int) -> None:
+    rng = random.Random(seed)
+    skipped = 0
+    for _ in range(5_000):
+        text = generated(rng)
+        assert r.redact(text) == r._redact_all(text), text
+        skipped += r._MAYBE.search(text) is None
+    assert skipped > 200  # the shortcut was taken, and agreed
+
+
+def test_redact__every_planted_secret_goes_the_whole_way() -> None:
+    for text in [*PLANTED.values(), CVC_TEXT, hostile_text()]:
+        assert r._MAYBE.search(text) is not None
+        assert r.redact(text) == r._redact_all(text) != text
+
+
+def test_redact_value__remembers_only_clean_strings_and_answers_the_same() -> None:
+    value = {"status": "succeeded", "note": PLANTED["card (spaces)"], "ref": "pi_3MtwBwLkdIwHu7ix",
+             "items": ["eur", "sk_test_abcdef123", {"token": "t0k3n", "reason": "card_declined"}]}
+    first, second = r.redact_value(value), r.redact_value(value)
+    assert first == second == {"status": "succeeded", "note": "[card]", "ref": "pi_3MtwBwLkdIwHu7ix",
+                               "items": ["eur", "[redacted]", {"token": "***", "reason": "card_declined"}]}
+    assert {"succeeded", "pi_3MtwBwLkdIwHu7ix", "card_declined"} <= r._CLEAN
+    assert not {PLANTED["card (spaces)"], "sk_test_abcdef123"} & r._CLEAN
