@@ -396,7 +396,9 @@ def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=20_000, help="events per load phase (one payment each)")
-    parser.add_argument("--rate", type=float, default=2_100.0, help="open-loop rate of the sustained phase")
+    # requests/s; with 5 % redelivered, 2,300 requests offer 2,190 new events/s, so that the goal's 2,000 is
+    # not the offered rate itself (2,100 requests offered exactly 2,000 events/s)
+    parser.add_argument("--rate", type=float, default=2_300.0, help="open-loop request rate of the sustained phase")
     parser.add_argument("--connections", type=int, default=32, help="keep-alive connections of the load")
     parser.add_argument("--duration", type=float, default=45.0, help="time bound of each load phase (s)")
     parser.add_argument("--redeliver", type=float, default=0.05, help="fraction of events sent twice")

@@ -14,7 +14,7 @@ from typing import Any
 def serve(asgi_app: Any, *, host: str, port: int, on_ready_func: Callable[[str], None] | None = None) -> None:
     """Serve ``asgi_app`` on ``host:port`` until SIGINT or SIGTERM (the requests in flight finish first).
     ``on_ready_func`` gets the base URL once the socket is bound (port 0: the one chosen)."""
-    from recon.params import install_signal_handlers
+    from recon.params import freeze_heap, install_signal_handlers
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
@@ -26,6 +26,7 @@ def serve(asgi_app: Any, *, host: str, port: int, on_ready_func: Callable[[str],
         on_ready_func(url)
     server = _server(asgi_app)
     install_signal_handlers(lambda: setattr(server, "should_exit", True))
+    freeze_heap()
     try:
         server.run(sockets=[sock])
     finally:
@@ -72,3 +73,4 @@ def _server(asgi_app: Any) -> Any:
 
     return Server(uvicorn.Config(asgi_app, log_config=None, access_log=False, lifespan="off", server_header=False,
                                  proxy_headers=False))
+

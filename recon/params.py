@@ -1,8 +1,10 @@
 """What the ``recon`` commands share besides the App: click parameter types, the exit codes, output checks,
-the operator's name and signal handling. Imports no command and no composition root."""
+the operator's name, signal handling and the long-running commands' heap. Imports no command and no
+composition root."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -110,3 +112,13 @@ def install_signal_handlers(stop: Callable[[], None]) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def freeze_heap() -> None:
+    """Everything a long-running command (``recon worker``, ``serve``, ``console``) built before its loop
+    (modules, the application) lives as long as the process: moved out of the garbage collector's sight, a
+    full collection walks only what the loop allocates. ``recon serve`` with the console held 84,000 objects,
+    and a full collection of them took 45 ms: now and then a request of bench/webhooks.py's open loop waited
+    that long."""
+    gc.collect()
+    gc.freeze()

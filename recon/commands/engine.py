@@ -16,7 +16,7 @@ from recon.config import EngineConfig
 from recon.db.jobs_store import JobStore
 from recon.engine.watcher import Watcher
 from recon.errors import UsageError
-from recon.params import Duration, install_signal_handlers
+from recon.params import Duration, freeze_heap, install_signal_handlers
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -77,6 +77,7 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     stop_pruner = _start_pruner(app.jobs, engine)
     stop_scheduler = _start_scheduler(app, w.worker_id) if not burst else (lambda: None)
     metrics_server = _serve_metrics(app, metrics_port)
+    freeze_heap()
     try:
         stats = w.run(burst=burst)
     finally:
