@@ -66,8 +66,11 @@ class Database:
     ``recon.errors`` (``DatabaseTransientError`` for what is worth retrying, ``StoreError`` otherwise).
     """
 
-    def __init__(self, engine: sa.Engine, *, clock: Clock | None = None) -> None:
+    def __init__(self, engine: sa.Engine, *, clock: Clock | None = None,
+                 producer_engine: sa.Engine | None = None) -> None:
         self.engine = engine
+        #: the pool of ``execute_driver(generic_plans=True)`` (PostgreSQL): cached generic plans (PG_SESSION_OPTIONS)
+        self.producer_engine = producer_engine or engine
         self.dialect = engine.dialect.name
         self.clock: Clock = clock or SystemClock()
         self.url = engine.url
@@ -105,15 +108,18 @@ class Database:
         with translate_errors(), self._autocommit.connect() as conn:
             yield conn
 
-    def execute_driver(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    def execute_driver(self, sql: str, params: Mapping[str, Any], *,
+                       generic_plans: bool = False) -> list[tuple[Any, ...]]:
         """ONE atomic statement in autocommit on a pooled connection, straight through the driver
         (PostgreSQL): a producer's single enqueue. SQLAlchemy's connection, execution context and result
         wrapping cost a producer more CPU than the driver's own round trip; ``sql`` is
-        ``Query.for_driver``'s, which psycopg prepares on the server after a few runs. Errors are translated
-        as in ``translate_errors``; a broken connection is dropped from the pool."""
+        ``Query.for_driver``'s, which psycopg prepares on the server after a few runs. ``generic_plans``: on a
+        session of ``producer_engine``, which keeps PostgreSQL's cached generic plan (only for a statement
+        whose plan does not depend on the tables' sizes: PG_SESSION_OPTIONS). Errors are translated as in
+        ``translate_errors``; a broken connection is dropped from the pool."""
         if not self.is_postgresql:
             raise ValueError("a driver statement is for PostgreSQL")
-        pooled = _checkout(self)
+        pooled = _checkout(self, self.producer_engine if generic_plans else self.engine)
         conn: Any = pooled.driver_connection
         try:
             conn.autocommit = True
@@ -152,6 +158,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.producer_engine is not self.engine:
+            self.producer_engine.dispose()
 
 
 def json_from_db(value: Any) -> Any:
@@ -311,10 +319,11 @@ class DedicatedSqlite:
         return conn
 
 
-def _checkout(db: Database) -> Any:
-    """A pooled connection for the driver itself; failing to connect is a transient error."""
+def _checkout(db: Database, engine: sa.Engine | None = None) -> Any:
+    """A pooled connection (of ``db.engine`` unless ``engine``) for the driver itself; failing to connect is a
+    transient error."""
     try:
-        return db.engine.raw_connection()
+        return (engine or db.engine).raw_connection()
     except sa.exc.DBAPIError as exc:
         raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
     except db.dbapi.Error as exc:  # raw_connection() lets the driver's own connect error through
@@ -333,13 +342,15 @@ def _first_line(exc: BaseException | None) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
-#: Every PostgreSQL session of recon plans each statement for its parameters and the tables as they are now
+#: recon's PostgreSQL sessions plan each statement for its parameters and the tables as they are now
 #: (``plan_cache_mode = force_custom_plan``). psycopg prepares a statement on its fifth run, and PostgreSQL
 #: then keeps a generic plan when it looks no dearer than the custom ones: a worker that started on an empty
 #: queue kept the sequential scans of a one-page ``jobs`` table for the rest of its life (its claims read the
 #: whole table once it held 40,000 rows; the webhook marks hash-joined a sequential scan of webhook_events),
 #: until an ANALYZE, which a server without autovacuum never runs. recon's statements are batched, so
-#: planning each run costs little; the prepared statements still save the parsing.
+#: planning each run costs little; the prepared statements still save the parsing. The one exception is a
+#: producer's single enqueue (``Database.execute_driver(generic_plans=True)``, a pool of its own): one job a
+#: statement, where planning each run cost a quarter of the throughput, and a statement that reads no table.
 PG_SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 
 
@@ -365,6 +376,9 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
             pool_pre_ping=False,
             connect_args={"connect_timeout": 10, "application_name": "recon", "options": PG_SESSION_OPTIONS},
         )
+        producer = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
+                                    connect_args={"connect_timeout": 10, "application_name": "recon"})
+        return Database(engine, clock=clock, producer_engine=producer)
     return Database(engine, clock=clock)
 
 

@@ -143,19 +143,19 @@ class JobStore:
 
     def _enqueue_one(self, r: EnqueueRow) -> int:
         """One job in one autocommit statement through the driver (``job_enqueue_one``): its id, or the id of
-        the unfinished job holding its unique key."""
+        the unfinished job holding its unique key (read then, in a statement of its own)."""
         params = {"queue": r.queue, "kind": r.kind, "payload": r.payload_json, "priority": r.priority,
                   "run_at": r.run_at, "delay": r.delay, "max_attempts": r.max_attempts,
                   "unique_key": r.unique_key, "tenant": r.tenant, "now": self.db.now_param()}
         for _ in range(3):
-            [(inserted, holder, _woken)] = self.db.execute_driver(q.job_enqueue_one.for_driver("postgresql"), params)
-            if inserted is not None or holder is not None:
-                return int(inserted if inserted is not None else holder)
+            [(inserted, _woken)] = self.db.execute_driver(q.job_enqueue_one.for_driver("postgresql"), params,
+                                                          generic_plans=True)
+            if inserted is not None:
+                return int(inserted)
             assert r.unique_key is not None  # nosec B101  # only a held key inserts nothing
-            # the holder committed after the statement's snapshot: a new statement sees it (or sees it finished)
             found = self._holders(None, [r.unique_key]).get(r.unique_key)
             if found is not None:
-                return found
+                return found  # else the holder finished meanwhile: insert again
         raise StoreError(f"enqueue: the job holding unique key {r.unique_key!r} keeps changing; retry")
 
     def _enqueue_pg(self, conn: sa.Connection | None, rows: Sequence[EnqueueRow], *,
