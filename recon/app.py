@@ -278,9 +278,13 @@ class App:
         return ProcessMetrics()
 
     def close(self) -> None:
+        """Close the PSP adapters' HTTP clients and the database's pooled connections (a later use of
+        ``db`` opens new ones)."""
         for adapter in self._adapters.values():
             adapter.close()
         self._adapters.clear()
+        if self._db is not None:
+            self._db.dispose()
 
     # --- handlers and workers -----------------------------------------------------------------------------
 

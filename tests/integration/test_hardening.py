@@ -149,3 +149,15 @@ def test_config__a_typo_in_a_psp_table_fails_every_command(db_url: str, tmp_path
 def test_stats__json_output_still_parses(db_url: str, recon: Runner) -> None:
     r = recon("stats", "--json", db_url=db_url)
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), dict)
+
+
+def test_app__close_gives_back_the_database_connections_and_the_app_still_works(db_url: str) -> None:
+    from recon.app import App
+
+    app = App(database_url=db_url)
+    assert app.payments.get(1) is None  # a connection was opened and returned to the pool
+    assert app.db.engine.pool.checkedin() >= 1
+    app.close()
+    assert app.db.engine.pool.checkedin() == 0  # disposed: nothing held open by a closed App
+    assert app.payments.get(1) is None  # and a later use opens what it needs again
+    app.close()
