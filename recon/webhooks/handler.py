@@ -98,24 +98,25 @@ class WebhookHandler:
                     todo.append((record, news, job))
         found = self.payments.for_psp_events(conn, [(r.psp, r.psp_reference, r.merchant_reference)
                                                     for r, _, _ in todo]) if todo else []
-        later: list[tuple[WebhookRecord, News, Job]] = []
-        planned: list[tuple[WebhookRecord, News, Job, Payment, Plan]] = []
+        later: list[tuple[int, WebhookRecord, News, Job]] = []  # by their place in the batch
+        planned: list[tuple[int, WebhookRecord, News, Job, Payment, Plan]] = []
         seen: set[int] = set()
-        for (record, news, job), payment in zip(todo, found, strict=True):
+        for at, ((record, news, job), payment) in enumerate(zip(todo, found, strict=True)):
             if payment is None:
                 marks.append((record.id, WebhookState.UNKNOWN_PAYMENT, None))
             elif payment.id in seen:  # a second event for one payment: after the first has moved it
-                later.append((record, news, job))
+                later.append((at, record, news, job))
             else:
                 seen.add(payment.id)
                 plan = self._plan(payment, news, _details(record, news), job)
                 if plan.remember:
-                    later.append((record, news, job))  # rare (pending news naming the PSP's reference)
+                    later.append((at, record, news, job))  # rare (pending news naming the PSP's reference)
                 else:
-                    planned.append((record, news, job, payment, plan))
+                    planned.append((at, record, news, job, payment, plan))
+        planned.sort(key=lambda item: item[4].id)  # one payment each: rows locked in id order, as any batch does
         moved = self.payments.apply_many(conn, [p.transition for *_, p in planned if p.transition])
         noted = self.payments.note_many(conn, [p.note for *_, p in planned if p.note])
-        for record, news, job, payment, plan in planned:
+        for at, record, news, job, payment, plan in planned:
             if plan.transition is not None:
                 held = payment.id in moved
             elif plan.note is not None:
@@ -125,9 +126,9 @@ class WebhookHandler:
             if held:
                 marks.append((record.id, plan.state, payment.id))
             else:  # the payment changed since it was read: read it again and decide again
-                later.append((record, news, job))
+                later.append((at, record, news, job))
         self.webhooks.mark_many(conn, marks)
-        for record, news, job in later:
+        for _, record, news, job in sorted(later, key=lambda item: item[0]):  # a payment's events in their order
             self._apply(conn, record, news, job)
 
     def _apply(self, conn: sa.Connection, record: WebhookRecord, news: News, job: Job) -> None:

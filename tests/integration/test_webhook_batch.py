@@ -182,6 +182,32 @@ def test_batch__a_payment_that_changes_after_the_batch_read_it_is_decided_again(
     assert states == ["applied", "applied", "applied"]
 
 
+def test_batch__a_first_event_decided_again_still_goes_before_the_second_for_its_payment(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    u = Universe(db, "e")
+    [pid] = u.payments.create([NewPayment("shop", u.ref(0), 1000, "EUR", "stripe")], charge=False)
+    with db.begin() as conn:
+        assert u.payments.apply(conn, Transition(pid, P.CREATED, P.PROCESSING, EventSource.CHARGE,
+                                                 psp_reference=u.pi(0)))
+    how = {"by_pi": True, "by_ref": False, "amount": 1000, "currency": "EUR"}
+    items = u.store([("succeeded", 0, how), ("refund", 0, how)])
+    real = u.payments.for_psp_events
+
+    def read_then_it_goes_pending(conn: sa.Connection, keys: Any) -> Any:
+        found = real(conn, keys)
+        assert u.payments.apply(conn, Transition(pid, P.PROCESSING, P.PENDING, EventSource.RECONCILE))
+        return found
+
+    monkeypatch.setattr(u.payments, "for_psp_events", read_then_it_goes_pending)
+    with db.begin() as conn:
+        u.handler.apply_events(conn, items)
+    p = u.payments.get(pid)
+    assert p is not None and p.status is P.NEEDS_REVIEW
+    assert "while ours was succeeded" in (p.review_reason or "")  # the success first, then the refund of it
+    assert [(e.from_status, e.to_status, e.source) for e in u.payments.events(pid)][-2:] == [
+        ("pending", "succeeded", "webhook"), ("succeeded", "needs_review", "webhook")]
+
+
 def test_batch__an_event_applied_already_or_gone_is_skipped(db: Database, caplog: pytest.LogCaptureFixture) -> None:
     u = Universe(db, "d")
     [pid] = u.payments.create([NewPayment("shop", u.ref(0), 1000, "EUR", "stripe")], charge=False)
