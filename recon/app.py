@@ -312,7 +312,8 @@ class App:
                                                                 config=self.reconcile_config, guard=self.guard))
         if "webhook" in kinds:
             handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
-                self.payments, self.client(), queue=self.reconcile_config.queue)))
+                self.payments, self.client(), queue=self.reconcile_config.queue, listing_func=self._listing_psps,
+                config=self.reconcile_config)))
         if "sweep" in kinds or "report" in kinds:
             from recon.reconcile.periodic import ReportJob, SweepJob
 

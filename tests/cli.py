@@ -172,9 +172,10 @@ def _restored_process_state(*, env: Mapping[str, str] | None, cwd: str | Path | 
 
 @contextlib.contextmanager
 def _engines_disposed() -> Iterator[None]:
-    """Dispose of every SQLAlchemy engine made during the block: a command's database pool is the process's
-    until it exits (recon never disposes of it), and in-process it would keep its connections open until
-    the garbage collector found it (an unclosed psycopg connection warns, and warnings are errors here).
+    """Dispose of every SQLAlchemy engine made during the block: ``App.close`` disposes of a command's pool as
+    the command ends, but an engine made elsewhere, or an App a command did not close, would keep its
+    connections open in-process until the garbage collector found it (an unclosed psycopg connection warns,
+    and warnings are errors here).
     An engine stays usable after ``dispose()`` (it makes a new pool), so one another thread made is safe."""
     import sqlalchemy
 

@@ -13,8 +13,9 @@ second event for a payment the batch already moves, go the one-at-a-time way (``
 in the same transaction: it reads the payment again and decides again, ``DECIDE_ROUNDS`` times at most.
 Events arrive out of order and more than once: older news about a final payment changes nothing
 (``stale``); an event for a payment we do not know is kept as ``unknown_payment`` (``recon report`` lists it
-as missing_locally). ``REPORT_AVAILABLE`` queues reconcile jobs for the PSP's unfinished payments, so
-the new report is read now rather than at the next sweep.
+as missing_locally). ``REPORT_AVAILABLE`` queues reconcile work for the PSP's unfinished payments (window
+jobs where its adapter lists payments: ``report_sweep``), so the new report is read now rather than at the
+next sweep.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import ReconError
 from recon.payments.charge import outcome_details
+from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.decide import Heal, heal, late_news, reversal
 from recon.rows import EventSource, Job, Payment, PaymentStatus, WebhookRecord, WebhookState
 
@@ -67,7 +69,7 @@ class WebhookHandler:
                  sweep_func: Callable[[str], int] | None = None) -> None:
         self.payments = payments
         self.webhooks = webhooks
-        #: REPORT_AVAILABLE: queue reconcile jobs for a PSP's unfinished payments; returns how many
+        #: REPORT_AVAILABLE: queue reconcile work for a PSP's unfinished payments; returns for how many
         self.sweep_func = sweep_func
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
@@ -194,11 +196,18 @@ def _details(record: WebhookRecord, news: News) -> dict[str, Any]:
     return details
 
 
-def report_sweep(payments: PaymentStore, client: Client, *, queue: str) -> Callable[[str], int]:
-    """REPORT_AVAILABLE's action: reconcile jobs for every unfinished payment of the PSP, now."""
+def report_sweep(payments: PaymentStore, client: Client, *, queue: str,
+                 listing_func: Callable[[], set[str]] = set, config: ReconcileConfig | None = None
+                 ) -> Callable[[str], int]:
+    """REPORT_AVAILABLE's action: reconcile work for every unfinished payment of the PSP, now, as ``recon
+    sweep --mode auto`` queues it: window jobs (one report download per account-day for each window) when the
+    PSP's adapter lists payments (``listing_func``, App._listing_psps), else one reconcile job per payment
+    (each of which would download the day's report again). Returns how many payments it queued work for."""
     from recon.reconcile import sweep as sw
 
     def run(psp: str) -> int:
-        return len(sw.enqueue(payments, client, sw.SweepOptions(older_than=timedelta(0), psp=psp), queue=queue))
+        bulk = {psp} & listing_func()
+        return len(sw.enqueue(payments, client, sw.SweepOptions(older_than=timedelta(0), psp=psp), queue=queue,
+                              bulk_psps=bulk, config=config))
 
     return run

@@ -447,3 +447,20 @@ def test_serve__webhook_posts_go_straight_to_their_endpoint_and_everything_else_
         answer = c.post("/webhooks/stripe", content=b"{}")
     assert answer.status_code == 500 and answer.text == "Internal Server Error"
     assert "webhook endpoint /webhooks/stripe failed" in caplog.text
+
+
+def test_adyen__report_available_queues_window_jobs_where_the_adapter_lists_payments(app: App, db: Database) -> None:
+    from recon.reconcile.window import WINDOW_KIND
+    from recon.webhooks.handler import report_sweep
+
+    adyen = [payment(db, f"order-{n}", psp="adyen", status=PaymentStatus.PENDING, psp_reference=f"PSP{n}")
+             for n in range(3)]
+    payment(db, "order-s", psp="stripe", status=PaymentStatus.PENDING)
+    sweep = report_sweep(app.payments, app.client(), queue="reconcile", listing_func=lambda: {"adyen", "stripe"},
+                         config=app.reconcile_config)
+    assert sweep("adyen") == 3
+    with db.begin() as conn:
+        rows = conn.execute(sa.text("SELECT kind, payload FROM jobs WHERE queue = 'reconcile'")).all()
+    payloads = [(k, json.loads(p) if isinstance(p, str) else p) for k, p in rows]
+    assert [k for k, _ in payloads] == [WINDOW_KIND]  # one window: one report download per account-day
+    assert sorted(payloads[0][1]["ids"]) == adyen  # only the PSP whose report is new, none of Stripe's
