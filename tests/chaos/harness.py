@@ -124,43 +124,41 @@ def psp_env(psp: str, sandbox_url: str) -> dict[str, str]:
     return env
 
 
-class Sandbox:
-    """`recon psp-sandbox` in its own process, restartable on the same port and state file, speaking the wire
-    of ``psp`` (recon's adapter name: sandbox, stripe or adyen; ``sandbox_flags``)."""
+class ReadyProcess:
+    """A recon command in its own process that prints one line when it is ready, restartable on the same port:
+    ``kill`` is SIGKILL (counted in ``kills``), ``stop`` is SIGTERM (SIGKILL after 10 s)."""
 
-    def __init__(self, state: Path, *flags: str, psp: str = "sandbox") -> None:
-        self.state = state
-        self.flags = (*flags, *sandbox_flags(psp))
-        self.psp = psp
+    ready_text = ""
+
+    def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[str] | None = None
+        self.kills = 0
+        #: the process's environment (None: this one's)
+        self.env: dict[str, str] | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "recon", "psp-sandbox", "--port", str(self.port), "--state-file", str(self.state),
-             *self.flags], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
+        self.proc = subprocess.Popen([sys.executable, "-m", "recon", *self.argv()], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True,
+                                     env=self.env if self.env is not None else dict(os.environ))
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        assert "listening" in line, line
+        assert self.ready_text in line, line
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+            self.kills += 1
         self._close()
-
-    def _close(self) -> None:
-        if self.proc and self.proc.stdout:
-            self.proc.stdout.close()
 
     def restart(self) -> None:
         self.kill()
         self.start()
-
-    def set_faults(self, **faults: object) -> None:
-        httpx.post(f"{self.url}/_admin/faults", json=faults, headers=admin_headers(self.psp),
-                   timeout=5).raise_for_status()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -170,6 +168,30 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 self.kill()
         self._close()
+
+    def _close(self) -> None:
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+
+class Sandbox(ReadyProcess):
+    """`recon psp-sandbox` on the same port and state file across restarts, speaking the wire of ``psp``
+    (recon's adapter name: sandbox, stripe or adyen; ``sandbox_flags``)."""
+
+    ready_text = "listening"
+
+    def __init__(self, state: Path, *flags: str, psp: str = "sandbox") -> None:
+        super().__init__()
+        self.state = state
+        self.flags = (*flags, *sandbox_flags(psp))
+        self.psp = psp
+
+    def argv(self) -> list[str]:
+        return ["psp-sandbox", "--port", str(self.port), "--state-file", str(self.state), *self.flags]
+
+    def set_faults(self, **faults: object) -> None:
+        httpx.post(f"{self.url}/_admin/faults", json=faults, headers=admin_headers(self.psp),
+                   timeout=5).raise_for_status()
 
 
 def webhook_flags(psp: str, serve_url: str) -> tuple[str, ...]:
@@ -179,45 +201,17 @@ def webhook_flags(psp: str, serve_url: str) -> tuple[str, ...]:
             *WEBHOOK_FAULTS)
 
 
-class ServeProcess:
-    """`recon serve` (the webhook endpoints) in its own process, restartable on the same port."""
+class ServeProcess(ReadyProcess):
+    """`recon serve` (the webhook endpoints) on the same port across restarts."""
+
+    ready_text = "webhooks on "
 
     def __init__(self, db_url: str, env: dict[str, str]) -> None:
+        super().__init__()
         self.db_url, self.env = db_url, env
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[str] | None = None
-        self.kills = 0
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "recon", "--database-url", self.db_url, "--log-level", "ERROR", "serve", "--port",
-             str(self.port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self.env)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith("webhooks on "), line
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-            self.kills += 1
-        if self.proc and self.proc.stdout:
-            self.proc.stdout.close()
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if self.proc and self.proc.stdout:
-            self.proc.stdout.close()
+    def argv(self) -> list[str]:
+        return ["--database-url", self.db_url, "--log-level", "ERROR", "serve", "--port", str(self.port)]
 
 
 class WorkerProcess:
