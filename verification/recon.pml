@@ -30,6 +30,9 @@
  *   SEND_UNDER_LEASE  a worker's PSP request lands only while its lease is still held (no stale send)
  *   FIX_MARK_PROCESSING
  *                     _mark_processing honours its compare-and-set (not what the code does today)
+ *   FIX_HEAL_AFTER_LAST_SEND
+ *                     "never reached the PSP" waits a grace period after the last send's stamp, and no pause
+ *                     outlasts it: no heal while a stamped request has not landed (finding 2's fix)
  *   REPLAY            add `recon jobs replay` and a charge that dies first (config_dead); with ABOUND_CH=2
  *   ASSERTS_OFF       no assertions: the ltl formulas alone must find a counterexample
  *   NO_CANCEL, NO_RET, NO_HB, NO_WATCHER, FENCE_OWNER_ONLY, NW=, MAXCRASH=
@@ -122,6 +125,16 @@ byte ksent = 0;         /* payments.key_sent_at: 0 NULL, 1 recent, 2 older than 
 byte psp[2];            /* per key generation: the answer the PSP keeps under that key (A_*) */
 bool forgot[2];         /* the PSP's retention of that key has passed */
 byte inwin = 0;         /* workers between their payment read and their PSP call's answer */
+#ifdef FIX_HEAL_AFTER_LAST_SEND
+byte stamped = 0;       /* workers whose stamp (payment_touch_if_unfinished) has no landed request yet */
+#define AND_STAMP ; stm = true; stamped++
+#define AND_UNSTAMP ; if :: stm -> stm = false; stamped-- :: else fi
+#define HEAL_AFTER_LAST_SEND && stamped == 0
+#else
+#define AND_STAMP
+#define AND_UNSTAMP
+#define HEAL_AFTER_LAST_SEND
+#endif
 
 /* --- bounded environment ----------------------------------------------------------------------------- */
 byte crashes = 0, cfgdead = 0, replays = 0, cancels = 0, rets = 0;
@@ -252,7 +265,7 @@ inline psp_fetch() {
 #endif
 
 #define RESET_LOCALS j = 0; a = 0; st = 0; gen = 0; ks = 0; tgt = 0; out = 0; ans = 0; wr = W_NONE; \
-                     unf = false; cas = false
+                     unf = false; cas = false AND_UNSTAMP
 
 /* job_claim_available: attempts + 1, lease_owner, lease_until; then maybe a crash holding the lease */
 #define CLAIM(jj, said) \
@@ -267,6 +280,9 @@ inline psp_fetch() {
 proctype Worker(byte w) {
     byte j, a, st, gen, ks, tgt, out, ans, wr;
     bool unf, cas;
+#ifdef FIX_HEAL_AFTER_LAST_SEND
+    bool stm;           /* this worker stamped and its request has not landed */
+#endif
 end_idle:
     do
     :: atomic {                             /* claim the charge job, then ChargeHandler: ledger.get */
@@ -294,7 +310,7 @@ end_idle:
         :: !FINAL(st) && !unf && ans == A_SUCC -> out = O_COMPLETE; wr = W_CAS; tgt = PSUCCEEDED  /* heal */
         :: !FINAL(st) && !unf && ans == A_NOTFOUND -> out = O_SNOOZE    /* inside the grace period */
         :: !FINAL(st) && !unf && ans == A_NOTFOUND && !JOB_FINISHED(CH) -> out = O_SNOOZE  /* charge_unfinished */
-        :: !FINAL(st) && !unf && ans == A_NOTFOUND && JOB_FINISHED(CH) ->
+        :: !FINAL(st) && !unf && ans == A_NOTFOUND && JOB_FINISHED(CH) HEAL_AFTER_LAST_SEND ->
             out = O_COMPLETE; wr = W_NEVER; tgt = FAILED                /* "never reached the PSP" */
         fi;
         unf = false;
@@ -317,7 +333,7 @@ charge_txn:
             :: else
             fi;
             if
-            :: UNFINISHED(pay) -> ksent = 1                 /* touch_unfinished stamps key_sent_at */
+            :: UNFINISHED(pay) -> ksent = 1 AND_STAMP       /* touch_unfinished stamps key_sent_at */
             :: else                                         /* ... or returns None, ignored */
             fi;
             st = pay; gen = kgen; ks = ksent;               /* current = get(payment.id, conn) */
@@ -331,7 +347,7 @@ charge_txn:
 #endif
         :: else ->
             if
-            :: UNFINISHED(pay) -> ksent = 1
+            :: UNFINISHED(pay) -> ksent = 1 AND_STAMP
             :: else -> inwin--; out = O_COMPLETE; goto finish   /* healed since we read it: nothing to send */
             fi
         fi
@@ -339,7 +355,7 @@ charge_txn:
     atomic {                                /* a heartbeat may run first; lease.check(); create_payment(key) */
         HEARTBEAT_THEN_CHECK;
         SEND_CHECK;
-        psp_charge(gen); inwin--;
+        psp_charge(gen); inwin-- AND_UNSTAMP;
         printf("| t%d sends the charge with key generation %d: the PSP answers %d (money taken %d times)\n",
                w, gen, ans, charges);
         if

@@ -76,6 +76,13 @@ INSTANCES: tuple[Instance, ...] = (
     Instance("finding-mark-processing-sqlite", (*WIDE, "-DSEND_UNDER_LEASE", "-DSQLITE"),
              (Claim("never_reached_holds", True),),
              why="the same instance with every transaction serialised (SQLite): no counterexample"),
+    Instance("finding-paused-send", (*WIDE, "-DFIX_MARK_PROCESSING"), (Claim("never_reached_holds", False),),
+             why="finding 2 alone (the code's _mark_processing): a paused worker's stamped request lands after "
+                 "'never reached the PSP', when the grace period counts from the payment's creation"),
+    Instance("finding-paused-send-fixed", (*WIDE, "-DFIX_MARK_PROCESSING", "-DFIX_HEAL_AFTER_LAST_SEND"),
+             (Claim("never_reached_holds", True),),
+             why="the same instance with the grace counted from the last send's stamp (the reconcile handler's "
+                 "max(created_at, updated_at)) and no pause longer than it: property 5 holds"),
 )
 
 

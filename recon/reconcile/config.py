@@ -3,7 +3,7 @@
 ```toml
 [reconcile]
 schedule = ["5m", "15m", "1h", "6h", "1d", "1d", "1d"]   # how long to wait while the PSP says pending
-grace_period = "30m"          # a payment the PSP never saw becomes failed only after this
+grace_period = "30m"          # a payment the PSP never saw becomes failed only this long after its last send
 settlement_window = "2d"      # the report calls a missing settlement "expected" inside this window
 queue = "reconcile"
 window = "1h"                 # bulk sweeps: one window job per PSP and this much of send time

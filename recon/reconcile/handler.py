@@ -114,7 +114,10 @@ class ReconcileHandler:
             return self._heal(payment, job, PaymentStatus.NEEDS_REVIEW, details,
                               review_reason=f"missing_at_psp: PSP has no payment {payment.psp_reference}")
         grace = self.config.for_psp(payment.psp).grace_period
-        age = self.clock.now() - payment.created_at
+        # counted from the payment's last change, which is no earlier than the stamp of its last send
+        # (payment_touch_if_unfinished): a request stamped, then held up in a paused worker whose lease the
+        # watcher took back, lands within the grace of that stamp (docs/verification.md, finding 2)
+        age = self.clock.now() - max(payment.created_at, payment.updated_at)
         if age < grace:
             return Snooze(grace - age, reason="not found at the PSP yet; inside the grace period")
         if self.ledger.charge_unfinished(payment.id):

@@ -359,3 +359,36 @@ def test_reconcile__snoozes_while_a_charge_job_holds_a_live_lease(db: Database, 
     assert not (isinstance(outcome, Snooze) and outcome.reason == "charge job holds a live lease")
     assert rid == job.id
     adapter.close()
+
+
+def test_reconcile__never_reached_counts_the_grace_from_the_last_send_not_from_creation(
+        db: Database, sandbox: SandboxServer) -> None:
+    """A charge stamped just before its request (payment_touch_if_unfinished), then held up in a paused worker
+    whose lease the watcher took back, may still land: 'failed, never reached the PSP' waits the grace period
+    after the payment's last change, not after its creation (docs/verification.md, finding 2)."""
+    from recon import Complete
+
+    [pid] = create(db, 1, charge=False)  # the PSP never saw it; no charge job is left unfinished
+    ledger, store = PaymentStore(db), JobStore(db)
+    now = SystemClock().now()
+
+    def stamped(created_ago: timedelta, sent_ago: timedelta) -> None:
+        with db.begin() as conn:
+            conn.execute(sa.text("UPDATE payments SET created_at = :c, updated_at = :u, key_sent_at = :u "
+                                 "WHERE id = :id"),
+                         {"id": pid, "c": db.to_db(now - created_ago), "u": db.to_db(now - sent_ago)})
+
+    adapter = sandbox_adapter(sandbox.url)
+    handler = ReconcileHandler(ledger, lambda _name: adapter, config=reconcile_config(grace=1800),
+                               clock=SystemClock())
+    Client(store, Settings()).enqueue_many([JobSpec("reconcile", {"payment_id": pid}, queue="reconcile")])
+    [job] = store.claim(worker="reconciler", queues=["reconcile"], n=1, ttl=60)
+    lease = Lease(store, job.id, job.attempts, "reconciler")
+    stamped(created_ago=timedelta(hours=2), sent_ago=timedelta(minutes=10))  # created long ago, sent lately
+    outcome = handler(job, lease)
+    assert isinstance(outcome, Snooze) and "grace period" in outcome.reason
+    assert timedelta(minutes=19) < outcome.delay <= timedelta(minutes=20)  # 30 minutes after the send
+    stamped(created_ago=timedelta(hours=2), sent_ago=timedelta(minutes=31))
+    outcome = handler(job, lease)
+    assert isinstance(outcome, Complete) and outcome.write is not None  # now: failed, never reached the PSP
+    adapter.close()
