@@ -10,7 +10,7 @@ from recon.engine.client import Client
 from recon.engine.handlers import Handlers
 from recon.engine.jobs import JobSpec
 from recon.engine.lease import Lease
-from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
+from recon.engine.outcome import BatchWrite, Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.retry import RetryPolicy
 from recon.engine.watcher import Watcher, WatchResult
 from recon.engine.worker import Worker, WorkerStats
@@ -28,6 +28,7 @@ from recon.rows import AttemptRecord, Job, JobState
 
 __all__ = [
     "AttemptRecord",
+    "BatchWrite",
     "Cancel",
     "Client",
     "Clock",
