@@ -228,6 +228,7 @@ async def _load(requests: list[bytes], *, port: int, connections: int, rate: flo
     last = max((ends[i] for i in done), default=t0)
     return {"sent": len(done), "planned": n, "elapsed_s": round(last - first, 3),
             "latency_ms": [round((ends[i] - starts[i]) * 1000, 3) for i in done],
+            "offset_s": [round(starts[i] - t0, 3) for i in done],
             "status": [statuses[i] for i in done], "index": done, "client_cpu_s": round(cpu, 3)}
 
 
@@ -254,6 +255,19 @@ def pct(values: list[float], p: float) -> float:
     return round(s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))], 2)
 
 
+def slowest_seconds(load: dict[str, Any], top: int = 3) -> list[dict[str, Any]]:
+    """The seconds of the load (by when each request was due) whose slowest answer was slowest: where a stall
+    began and how long it lasted, which one p99 over the whole phase cannot tell."""
+    worst: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for offset, ms in zip(load["offset_s"], load["latency_ms"], strict=True):
+        sec = int(offset)
+        worst[sec] = max(worst.get(sec, 0.0), ms)
+        count[sec] = count.get(sec, 0) + 1
+    ranked = sorted(worst, key=lambda k: worst[k], reverse=True)[:top]
+    return [{"second": k, "max_ms": round(worst[k], 1), "requests": count[k]} for k in sorted(ranked)]
+
+
 def summarize(load: dict[str, Any], dup: list[bool] | None) -> dict[str, Any]:
     lat, status, index = load["latency_ms"], load["status"], load["index"]
     by_status: dict[str, int] = {}
@@ -271,7 +285,8 @@ def summarize(load: dict[str, Any], dup: list[bool] | None) -> dict[str, Any]:
                    accepted_per_s=round(accepted / load["elapsed_s"], 1) if load["elapsed_s"] else None,
                    latency_ms={"p50": pct(first, 50), "p95": pct(first, 95), "p99": pct(first, 99),
                                "max": round(max(first), 2) if first else None},
-                   redelivery_latency_ms={"p50": pct(again, 50), "p99": pct(again, 99)})
+                   redelivery_latency_ms={"p50": pct(again, 50), "p99": pct(again, 99)},
+                   slowest_seconds=slowest_seconds(load))
     else:
         out["latency_ms"] = {"p50": pct(lat, 50), "p95": pct(lat, 95), "p99": pct(lat, 99),
                              "max": round(max(lat), 2) if lat else None}
