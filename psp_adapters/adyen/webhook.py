@@ -31,9 +31,10 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+
+import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
@@ -72,7 +73,7 @@ def parse_verified(payload: bytes, keys: Sequence[bytes]) -> list[WebhookEvent]:
     an Adyen notification (``malformed``) or an item whose signature matches no key (``bad_signature``,
     ``no_signature``)."""
     try:
-        doc = _json.as_object(json.loads(payload), "notification")
+        doc = _json.as_object(orjson.loads(payload), "notification")
         wrappers = doc.get("notificationItems")
         if not isinstance(wrappers, list) or not wrappers:
             raise _json.error("notificationItems missing or empty")

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+
+import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
@@ -84,14 +85,14 @@ def verify(payload: bytes, header: str | None, secrets: Sequence[str], *, now: f
 def parse(payload: bytes) -> WebhookEvent:
     """The event in a verified body; WebhookRejected("malformed") when it is not a Stripe event."""
     try:
-        doc = _json.as_object(json.loads(payload), "event")
+        doc = _json.as_object(orjson.loads(payload), "event")
         event_id = _json.require(doc, "id", str)
         event_type = _json.require(doc, "type", str)
         created = _json.optional(doc, "created", int)
         data = _json.as_object(doc.get("data"), "event data")
         obj = _json.as_object(data.get("object"), "event data.object")
         news = _news(event_type, obj)
-    except (ValueError, PspProtocolError) as exc:  # json.JSONDecodeError is a ValueError
+    except (ValueError, PspProtocolError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise WebhookRejected("malformed", f"not a Stripe event: {str(exc)[:200]}") from None
     occurred = datetime.fromtimestamp(created, UTC) if created is not None else None
     return WebhookEvent(psp=PSP_NAME, event_id=event_id, event_type=event_type, occurred_at=occurred, news=news,

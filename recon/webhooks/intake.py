@@ -113,7 +113,7 @@ class Intake:
         except WebhookRejected as exc:
             return self._rejected("stripe", exc)
         failed = await self._store("stripe", [event])
-        return failed or JSONResponse({"received": True})
+        return failed or _STRIPE_RECEIVED
 
     async def adyen(self, request: Request) -> Response:
         if not self._adyen_keys:
@@ -131,7 +131,7 @@ class Intake:
         except WebhookRejected as exc:
             return self._rejected("adyen", exc)
         failed = await self._store("adyen", events)
-        return failed or PlainTextResponse(adyen.ACCEPTED)
+        return failed or _ADYEN_ACCEPTED
 
     # --- plumbing -------------------------------------------------------------------------------------
 
@@ -281,6 +281,11 @@ class GroupWriter:
         except psycopg.Error as exc:
             raise DatabaseTransientError(f"database: {type(exc).__name__}") from exc
         return conn
+
+
+#: the answers to a stored (or redelivered) event, built once: a Response is sent without being changed
+_STRIPE_RECEIVED = JSONResponse({"received": True})
+_ADYEN_ACCEPTED = PlainTextResponse(adyen.ACCEPTED)
 
 
 def _too_large() -> Response:
