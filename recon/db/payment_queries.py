@@ -315,16 +315,9 @@ payment_job_ids = Query(
     expanding=("keys",),
 )
 
-payment_get_by_psp_reference = Query(
-    "payment_get_by_psp_reference",
-    "Run by the webhook job: the payment a PSP's event names by its own reference (index payments_psp_reference).",
-    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference = :ref
-            ORDER BY id LIMIT 1""",  # nosec B608  # constant SQL, values bound
-)
-
 payment_get_by_psp_references = Query(
     "payment_get_by_psp_references",
-    "Run by several webhook jobs' finish at once: the payments their events name by the PSP's own reference "
+    "Run by webhook jobs' finish: the payments their events name by the PSP's own reference "
     "(index payments_psp_reference).",
     sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp = :psp AND psp_reference IN :refs",  # nosec B608
     expanding=("refs",),
@@ -332,7 +325,7 @@ payment_get_by_psp_references = Query(
 
 payment_get_by_references = Query(
     "payment_get_by_references",
-    "Run by several webhook jobs' finish at once: the payments their events name by our merchant reference.",
+    "Run by webhook jobs' finish: the payments their events name by our merchant reference.",
     sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE merchant_reference IN :refs",  # nosec B608
     expanding=("refs",),
 )

@@ -268,22 +268,14 @@ class PaymentStore:
 
     def for_psp_event(self, conn: sa.Connection, *, psp: str, psp_reference: str | None,
                       merchant_reference: str | None) -> Payment | None:
-        """The payment a PSP's event is about: by the PSP's reference, else by our merchant reference (of that
-        PSP). Inside the caller's transaction."""
-        if psp_reference:
-            row = conn.execute(self._q(lq.payment_get_by_psp_reference), {"psp": psp, "ref": psp_reference}).first()
-            if row is not None:
-                return self._payment(row)
-        if merchant_reference:
-            row = conn.execute(self._q(lq.payment_get_by_reference), {"ref": merchant_reference}).first()
-            if row is not None and row[5] == psp:
-                return self._payment(row)
-        return None
+        """The payment a PSP's event is about: by the PSP's reference (the lowest id if several), else by our
+        merchant reference (of that PSP). Inside the caller's transaction."""
+        return self.for_psp_events(conn, [(psp, psp_reference, merchant_reference)])[0]
 
     def for_psp_events(self, conn: sa.Connection, keys: Sequence[tuple[str, str | None, str | None]]
                        ) -> list[Payment | None]:
-        """``for_psp_event`` for many events at once, each key ``(psp, psp_reference, merchant_reference)``, in
-        one statement per PSP and one for the merchant references left: the payments, in the keys' order."""
+        """The payment each key ``(psp, psp_reference, merchant_reference)`` names, as ``for_psp_event`` says,
+        in one statement per PSP and one for the merchant references left: the payments, in the keys' order."""
         by_psp_ref: dict[tuple[str, str], Payment] = {}
         wanted: dict[str, set[str]] = {}
         for psp, ref, _ in keys:

@@ -157,9 +157,7 @@ class WebhookHandler:
         if plan.transition is not None:
             return self.payments.apply(conn, plan.transition)
         if plan.note is not None:
-            n = plan.note
-            return self.payments.note(conn, payment_id=n.payment_id, status=n.status, source=n.source,
-                                      details=n.details or {}, job_id=n.job_id, attempt=n.attempt)
+            return bool(self.payments.note_many(conn, [plan.note]))
         return True
 
     @staticmethod
