@@ -322,10 +322,26 @@ def backends_cpu(engine: sa.Engine, dbname: str) -> float:
     return sum(cpu_seconds(p) for p in pids)
 
 
-def start_server(url: str, serve_args: list[str]) -> tuple[subprocess.Popen[str], int]:
+def commit_wait_ms(config: str | None) -> float:
+    """The intake's group-commit wait the server runs with: the config file's [webhooks] commit_wait, else
+    recon's default."""
+    import tomllib
+
+    from recon.webhooks.config import WebhookConfig
+
+    table = tomllib.loads(Path(config).read_text()).get("webhooks") if config else None
+    return WebhookConfig.load(table, {}).commit_wait.total_seconds() * 1000
+
+
+def _recon(url: str, config: str | None) -> list[str]:
+    """The command line of recon on ``url``, with ``config`` (a recon config file) or none."""
+    return [sys.executable, "-m", "recon", "--database-url", url, *(["--config", config] if config else [])]
+
+
+def start_server(url: str, serve_args: list[str], config: str | None = None) -> tuple[subprocess.Popen[str], int]:
     env = {**os.environ, "RECON_STRIPE_WEBHOOK_SECRET": SECRET, "PYTHONPATH": str(ROOT)}
     env.pop("RECON_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "recon", "--database-url", url, "serve", "--port", "0",
+    proc = subprocess.Popen([*_recon(url, config), "serve", "--port", "0",
                              *serve_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=ROOT)
     line: list[str] = []
@@ -340,10 +356,10 @@ def start_server(url: str, serve_args: list[str]) -> tuple[subprocess.Popen[str]
     return proc, port
 
 
-def start_worker(url: str, concurrency: int, prefetch: int) -> subprocess.Popen[str]:
+def start_worker(url: str, concurrency: int, prefetch: int, config: str | None = None) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RECON_CONFIG", None)
-    return subprocess.Popen([sys.executable, "-m", "recon", "--database-url", url, "worker", "--queues", "webhooks",
+    return subprocess.Popen([*_recon(url, config), "worker", "--queues", "webhooks",
                              "--concurrency", str(concurrency), "--prefetch", str(prefetch)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
@@ -375,7 +391,10 @@ def wait_applied(engine: sa.Engine, prefix: str, expected: int) -> float:
 
 
 def final_latency(engine: sa.Engine, prefix: str) -> dict[str, Any]:
-    with engine.connect() as conn:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # the tables' statistics as they are now (with autovacuum off the join below would be planned for the
+        # empty tables of the start and take seconds)
+        conn.exec_driver_sql("ANALYZE webhook_events, payment_events, payments")
         row = conn.execute(sa.text("""
             SELECT count(*),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.95) WITHIN GROUP (ORDER BY d),
@@ -421,6 +440,8 @@ def main() -> None:
     parser.add_argument("--worker-prefetch", type=int, default=32)
     parser.add_argument("--worker-processes", type=int, default=1, help="`recon worker` processes")
     parser.add_argument("--serve-arg", action="append", default=[], help="extra `recon serve` argument")
+    parser.add_argument("--config", help="a recon config file for the server and the worker (e.g. [webhooks] "
+                        "commit_wait); none by default, so recon's defaults are measured")
     parser.add_argument("--phases", default="client_ceiling,capacity,sustained")
     parser.add_argument("--profile-server", type=float, default=0.0,
                         help="py-spy record the server for this many seconds of the sustained phase")
@@ -442,7 +463,8 @@ def main() -> None:
                      "worker": {"queues": "webhooks", "processes": args.worker_processes,
                                 "concurrency": args.worker_concurrency,
                                 "prefetch": args.worker_prefetch},
-                     "serve_args": args.serve_arg, "event": "payment_intent.succeeded",
+                     "serve_args": args.serve_arg, "config": args.config,
+                     "commit_wait_ms": commit_wait_ms(args.config), "event": "payment_intent.succeeded",
                      "event_shape": "fixtures3.json" if FIXTURES3.is_file() else "minimal"},
         "seed": {}, "phases": {}}
     try:
@@ -454,8 +476,8 @@ def main() -> None:
             if name in phases:
                 seed(engine, name, args.events)
                 doc["seed"][name] = {"payments": args.events, "status": "processing", "psp": "stripe"}
-        server, port = start_server(url, args.serve_arg)
-        workers = [start_worker(url, args.worker_concurrency, args.worker_prefetch)
+        server, port = start_server(url, args.serve_arg, args.config)
+        workers = [start_worker(url, args.worker_concurrency, args.worker_prefetch, args.config)
                    for _ in range(max(1, args.worker_processes))]
         doc["settings"]["server_pid"] = server.pid
         time.sleep(1.0)  # the worker connected and listening

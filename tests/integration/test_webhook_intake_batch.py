@@ -5,12 +5,13 @@ transaction (a queue with max_depth; SQLite)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import secrets
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -119,6 +120,33 @@ def test_group_writer__concurrent_requests_share_commits_and_each_is_stored_and_
         assert writer is not None and writer.requests == 41 and 1 <= writer.batches <= 41
     else:
         assert intake.writer is None  # SQLite: a transaction per request
+
+
+def test_group_writer__requests_gather_for_commit_wait_and_share_one_commit(app: App, db: Database) -> None:
+    if not db.is_postgresql:
+        pytest.skip("the group commit is PostgreSQL's")
+    config = dataclasses.replace(app.webhook_config, commit_wait=timedelta(milliseconds=300))
+    intake = Intake(app.webhooks, config, max_attempts=5)
+    began = time.monotonic()
+    statuses = asyncio.run(post_all(create_app(app, intake=intake), [stripe_body(n) for n in range(20)]))
+    assert statuses == [200] * 20
+    assert time.monotonic() - began >= 0.3  # the first request waited for company, as long as configured
+    assert intake.writer is not None and (intake.writer.batches, intake.writer.requests) == (1, 20)
+    assert rows(db, "SELECT count(*) FROM webhook_events")[0][0] == 20
+
+
+def test_group_writer__a_full_batch_is_written_without_waiting_out_commit_wait(app: App, db: Database) -> None:
+    if not db.is_postgresql:
+        pytest.skip("the group commit is PostgreSQL's")
+    config = dataclasses.replace(app.webhook_config, commit_wait=timedelta(seconds=1))
+    intake = Intake(app.webhooks, config, max_attempts=5)
+    assert intake.writer is not None
+    intake.writer.max_batch = 5
+    began = time.monotonic()
+    statuses = asyncio.run(post_all(create_app(app, intake=intake), [stripe_body(n) for n in range(10)]))
+    assert statuses == [200] * 10
+    assert (intake.writer.batches, intake.writer.requests) == (2, 10)  # two full batches
+    assert time.monotonic() - began < 1.0  # neither waited for the second that commit_wait allows
 
 
 def test_group_writer__the_statement_wakes_listening_workers(app: App, db: Database) -> None:
