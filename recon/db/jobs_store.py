@@ -7,8 +7,9 @@ fencing token, so a worker whose lease expired and was re-claimed can change not
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -368,7 +369,7 @@ class JobStore:
             params = self._finish_many_params(worker, finishes)
             with self.db.autocommit() as conn:
                 return {int(r[0]) for r in conn.execute(self._q(q.job_finish_many_if_owner), params)}
-        with self.db.begin() as conn:
+        with self._write_transaction() as conn:
             matched = self._finish_in(conn, worker, finishes)
             if write is not None and matched:
                 write(conn)
@@ -381,11 +382,24 @@ class JobStore:
         there are some) and writes only for them; its exception rolls everything back."""
         if not finishes:
             return set()
-        with self.db.begin() as conn:
+        with self._write_transaction() as conn:
             matched = self._finish_in(conn, worker, finishes)
             if matched:
                 write(conn, matched)
         return matched
+
+    @contextlib.contextmanager
+    def _write_transaction(self) -> Iterator[sa.Connection]:
+        """The transaction of a finish with a domain write. On SQLite it is taken under ``Database.hot_lock``,
+        as the claim loop's and the plain finishes' transactions are (``DedicatedSqlite``): the worker's
+        threads queue for SQLite's one write lock there, woken the moment it is free, rather than in SQLite's
+        busy handler, which sleeps 1 ms, then longer (and held ``hot_lock`` meanwhile when it was the claim)."""
+        if self.db.is_postgresql:
+            with self.db.begin() as conn:
+                yield conn
+            return
+        with self.db.hot_lock, self.db.begin() as conn:
+            yield conn
 
     def _finish_in(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish]) -> set[int]:
         now = self.db.now_param()

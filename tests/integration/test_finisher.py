@@ -195,6 +195,26 @@ def test_finisher__batch_writes_of_one_function_commit_together_only_for_the_lea
     assert s.slots.idle()
 
 
+def test_finisher__domain_writes_on_sqlite_queue_on_the_worker_s_write_lock(db: Database) -> None:
+    """SQLite has one write lock: the claim loop's and the plain finishes' transactions queue for it on
+    ``Database.hot_lock`` (DedicatedSqlite), and so do finishes with a domain write, batched or single, instead
+    of sleeping in SQLite's busy handler. PostgreSQL's writers do not share one lock: none is taken there."""
+    s = Setup(db, 3)
+    held: list[tuple[str, bool]] = []
+
+    def batch(conn: sa.Connection, items: list[Any]) -> None:
+        held.append(("together", db.hot_lock.locked()))
+
+    def single(conn: sa.Connection) -> None:
+        held.append(("single", db.hot_lock.locked()))
+
+    s.finisher.finish_batch([s.done(0, Complete(write=BatchWrite(batch, 0))),
+                             s.done(1, Complete(write=BatchWrite(batch, 1))), s.done(2, Complete(write=single))])
+    assert sorted(held) == [("single", not db.is_postgresql), ("together", not db.is_postgresql)]
+    assert not db.hot_lock.locked()
+    assert [s.state(i).state for i in range(3)] == [JobState.SUCCEEDED] * 3
+
+
 def test_finisher__a_batch_write_that_fails_finishes_each_job_alone_so_only_the_bad_item_pays(
         db: Database, side_effects: Any) -> None:
     s = Setup(db, 3, classify=lambda exc: Dead(error_kind="domain", error=str(exc)))
