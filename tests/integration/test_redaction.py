@@ -4,7 +4,6 @@ or any output. One function (``recon.redact``) at the storage and log boundaries
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from typing import Any
 
@@ -19,6 +18,7 @@ from recon.db.payment_store import NewPayment, PaymentStore
 from recon.engine.handlers import Handlers
 from recon.payments.charge import ChargeHandler
 from recon.redact import redact, redact_value
+from tests.cli import Runner
 from tests.integration.payment_flow import drain
 from tests.integration.test_charge_decisions import ScriptedPsp
 
@@ -76,7 +76,7 @@ def all_text(db: Database) -> str:
     Unknown(psp_reference="psp_1", raw_status=hostile_text()),
 ], ids=["rejected", "transient", "declined", "unknown"])
 def test_storage__no_planted_secret_reaches_the_database_or_the_show_commands(
-        db: Database, db_url: str, subprocess_env: dict[str, str], answer: Any) -> None:
+        db: Database, db_url: str, subprocess_env: dict[str, str], recon: Runner, answer: Any) -> None:
     [pid] = PaymentStore(db).create([NewPayment("shop", "order-x", 1000, "EUR", "sandbox")])
     answers = [answer] + ([Pending(psp_reference="psp_1")] if isinstance(answer, PspTransientError) else [])
     psp = ScriptedPsp(create=answers)
@@ -87,8 +87,7 @@ def test_storage__no_planted_secret_reaches_the_database_or_the_show_commands(
     [job] = JobStore(db).list_jobs(kind="charge", limit=5)
     for args in (("payments", "show", "order-x", "--json"), ("payments", "show", "order-x"),
                  ("jobs", "show", str(job.id), "--json"), ("jobs", "show", str(job.id))):
-        r = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, *args], capture_output=True,
-                           text=True, timeout=60, env=subprocess_env)
+        r = recon(*args, db_url=db_url, env=subprocess_env)
         assert r.returncode == 0, r.stderr
         assert_clean(r.stdout + r.stderr, " ".join(args))
     events = PaymentStore(db).events(pid)
