@@ -44,6 +44,9 @@ RECONCILE_KIND = "reconcile"
 
 class ChargeInFlight(ReconError):
     """A charge job for this payment started while reconciliation was about to mark it failed."""
+
+
+#: how long a reconcile job waits while the payment's charge job holds a live lease (the charge decides first)
 CHARGE_BUSY_SNOOZE = timedelta(seconds=30)
 
 
