@@ -6,19 +6,26 @@ Rules: create a payment (with its charge job); run the charge job with one PSP a
 error: succeeded, other amount, declined, pending, unknown, not found, action required, a saved 500, an
 unknown outcome, a rejection, a connect error); the same with a stale worker (the lease expires and the
 watcher rescues it between the handler's answer and its finish); enqueue and run a reconcile job with one
-PSP answer; resolve a payment in review by hand; advance the clock (past a lease, past the reconcile grace
-period); a stuck-watcher pass. Jobs run as the worker runs them: claim, the handler with a
-``Lease``, then the fenced finish carrying the handler's ``Outcome.write`` (a write that raises rolls back
-and the attempt finishes as its error classifies, as ``Worker._finish_with_write`` does).
+PSP answer; a PSP webhook (succeeded, other amount, failed, pending, action required, unknown, refund,
+dispute) for one of the payments, named by the PSP's reference or only by ours, or for a payment we do not
+know, or a redelivery of an earlier one, stored as ``recon serve`` stores it (``WebhookStore.intake``: the
+event and its job); run up to four webhook jobs and finish them together as the finisher does
+(``JobStore.finish_together`` with their ``BatchWrite``, each alone when that fails), or with their leases
+rescued meanwhile; resolve a payment in review at the review desk (``ReviewDesk.resolve``, with the PSP's
+answer of the moment, overriding it or not) or ask the desk for a recheck and run it; advance the clock
+(past a lease, past the reconcile grace period); a stuck-watcher pass. Jobs run as the worker runs them:
+claim, the handler with a ``Lease``, then the fenced finish carrying the handler's ``Outcome.write`` (a write
+that raises rolls back and the attempt finishes as its error classifies, as ``Worker._finish_with_write``
+does).
 
 Checked after every step, per payment: every status change is one event and the events chain (the first
 ``None -> created``, each ``from`` the previous ``to``, the last ``to`` the payment's status); every change
 is a transition of ``recon.rows.TRANSITIONS``; an event with ``from = to`` is evidence without a change; a
-final status (succeeded, failed) changes only to ``needs_review``, and ``needs_review`` only by hand.
-
-What is not here because it has not landed: PSP webhooks, and the review workflow (no command resolves a
-payment in review yet). The manual resolution below is the only one the code has: ``PaymentStore.apply``
-with ``EventSource.MANUAL``, the compare-and-set every writer uses.
+final status (succeeded, failed) changes only to ``needs_review``, and ``needs_review`` only by hand, at the
+review desk, with the operator in its event. Per webhook event: it is applied once, in the finish of its
+job that committed (its job succeeded exactly when it is no longer ``received``); the webhook evidence in a
+payment's audit trail is exactly its applied events, one event each; an event for a payment we do not know
+is kept as ``unknown_payment``; a redelivery stores nothing and queues nothing.
 """
 
 from __future__ import annotations
@@ -41,28 +48,36 @@ from psp_adapters.protocol import (
     PaymentOutcome,
     Pending,
     PspRef,
+    Reversed,
     Succeeded,
     Unknown,
+    WebhookEvent,
 )
+from recon import Settings
 from recon.classify import classify
 from recon.clock import FixedClock
 from recon.db.database import Database
 from recon.db.jobs_store import EnqueueRow, Finish, JobStore
 from recon.db.payment_store import CHARGE_QUEUE, NewPayment, PaymentStore, Transition
+from recon.db.webhook_store import WebhookStore
+from recon.engine.client import Client
 from recon.engine.lease import Lease
-from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
+from recon.engine.outcome import BatchWrite, Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.watcher import Watcher
-from recon.errors import LeaseLost
+from recon.errors import LeaseLost, UsageError
 from recon.payments.charge import ChargeHandler
+from recon.payments.guard import Unguarded
 from recon.reconcile.handler import ReconcileHandler, reconcile_key
-from recon.rows import TRANSITIONS, EventSource, Job, PaymentStatus
+from recon.review import ReviewDesk, ReviewRefused
+from recon.rows import TRANSITIONS, EventSource, Job, PaymentStatus, WebhookState
+from recon.webhooks.handler import WEBHOOK_QUEUE, WebhookHandler
 from tests.integration.payment_flow import reconcile_config
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TTL = 30.0
 AMOUNT = 2500
 RECONCILE_QUEUE = "reconcile"
-TABLES = ("payment_events", "payments", "job_replays", "job_attempts", "jobs")
+TABLES = ("payment_events", "payments", "webhook_events", "job_replays", "job_attempts", "jobs")
 P = PaymentStatus
 
 Answer = PaymentOutcome | PspError
@@ -84,6 +99,35 @@ ANSWERS: dict[str, Callable[[], Answer]] = {
 
 #: the answers that lead somewhere further (a lost answer, a lookup that finds nothing, a saved 500) weigh more
 ANSWER_NAMES = [*sorted(ANSWERS), "unknown_outcome", "unknown_outcome", "not_found", "not_found", "saved_500"]
+
+#: what one webhook says about a payment, made for the payment's amount (psp_reference, merchant_reference)
+NEWS: dict[str, Callable[[str | None, str], PaymentOutcome | Reversed]] = {
+    "succeeded": lambda ref, m: Succeeded(psp_reference=ref, merchant_reference=m, amount=AMOUNT, currency="EUR",
+                                          raw_status="succeeded"),
+    "other_amount": lambda ref, m: Succeeded(psp_reference=ref, merchant_reference=m, amount=AMOUNT + 1,
+                                             currency="EUR", raw_status="succeeded"),
+    "failed": lambda ref, m: Failed(psp_reference=ref, merchant_reference=m, reason="card_declined",
+                                    raw_status="requires_payment_method"),
+    "pending": lambda ref, m: Pending(psp_reference=ref, merchant_reference=m, raw_status="processing"),
+    "action_required": lambda ref, m: ActionRequired(psp_reference=ref, merchant_reference=m,
+                                                     raw_status="requires_action"),
+    "unknown": lambda ref, m: Unknown(psp_reference=ref, merchant_reference=m, raw_status="weird"),
+    "refund": lambda ref, m: Reversed(psp_reference=ref, merchant_reference=m, amount=AMOUNT, currency="EUR",
+                                      kind="refund", reason="requested_by_customer"),
+    "dispute": lambda ref, m: Reversed(psp_reference=ref, merchant_reference=m, amount=AMOUNT, currency="EUR",
+                                       kind="dispute", reason="fraudulent"),
+}
+#: a webhook's target: one of the payments, by its index, or a payment we do not know
+UNKNOWN = -1
+#: the PSP answers with which the review desk refuses a resolution without --override (docs/operations.md, the
+#: module docstring of recon.review): its final answer contradicts it (it says succeeded and the operator chose
+#: failed; it says failed, or has no such payment, and the operator chose succeeded), or it could not be asked
+_NOT_ASKED = {"saved_500", "unknown_outcome", "rejected", "connect_error"}
+REFUSED = {"failed": {"succeeded", "other_amount"} | _NOT_ASKED,
+           "succeeded": {"declined", "not_found"} | _NOT_ASKED}
+#: the desk's answers, those it refuses on first (hypothesis draws the first of a list more often)
+DESK_ANSWERS = ["succeeded", "declined", "not_found", "connect_error", "saved_500",
+                *sorted(set(ANSWERS) - {"succeeded", "declined", "not_found", "connect_error", "saved_500"})]
 
 
 class ScriptedPsp:
@@ -150,8 +194,14 @@ class PaymentMachine(RuleBasedStateMachine):
         self.charge = ChargeHandler(self.ledger, lambda _name: self.psp, clock=self.clock)
         self.reconcile = ReconcileHandler(self.ledger, lambda _name: self.psp, clock=self.clock,
                                           config=reconcile_config(schedule=(10.0, 10.0), grace=60.0))
+        self.webhooks = WebhookStore(self.db)
+        self.webhook = WebhookHandler(self.ledger, self.webhooks)
+        self.desk = ReviewDesk(self.ledger, self.jobs, Client(self.jobs, Settings()), lambda _name: self.psp,
+                               Unguarded(), reconcile_queue=RECONCILE_QUEUE, psp_names=["sandbox"], clock=self.clock)
         self.payments: list[int] = []
         self.seen_events: dict[int, int] = {}  #: payment -> events checked so far
+        self.pushed: list[WebhookEvent] = []  #: every webhook event stored, in order
+        self.unknown_events: set[str] = set()  #: the event ids of webhooks for a payment we do not know
 
     # --- rules ---------------------------------------------------------------------------------------------
 
@@ -189,14 +239,106 @@ class PaymentMachine(RuleBasedStateMachine):
         self.jobs.enqueue([row], max_depth={})
         self._run_one(RECONCILE_QUEUE, self.reconcile, answer)
 
+    @rule(data=st.data(), news=st.sampled_from(sorted(NEWS)), by_psp_reference=st.booleans())
+    def push_webhook(self, data: st.DataObject, news: str, by_psp_reference: bool) -> None:
+        """The PSP pushes an event, as ``recon serve`` stores it: the event and its job, or nothing again."""
+        target = data.draw(st.sampled_from([*range(len(self.payments)), UNKNOWN]), label="target")
+        if target == UNKNOWN:
+            ref, merchant_reference = "pi_nobody", "order-nobody"
+        else:
+            payment = self.ledger.get(self.payments[target])
+            assert payment is not None
+            ref, merchant_reference = (payment.psp_reference or "pi_1") if by_psp_reference else None, \
+                payment.merchant_reference
+        event = WebhookEvent(psp="sandbox", event_id=f"evt_{len(self.pushed)}", event_type=f"test.{news}",
+                             occurred_at=self.clock.now(), news=NEWS[news](ref, merchant_reference),
+                             body={"id": f"evt_{len(self.pushed)}", "news": news})
+        [stored] = self.webhooks.intake([event], queue=WEBHOOK_QUEUE, max_attempts=3)
+        assert stored.stored and stored.job_id is not None
+        self.pushed.append(event)
+        if target == UNKNOWN:
+            self.unknown_events.add(event.event_id)
+
+    @precondition(lambda self: bool(self.pushed))
+    @rule(data=st.data())
+    def redeliver_webhook(self, data: st.DataObject) -> None:
+        """The PSP delivers an event again (both PSPs say they do): nothing is stored or queued."""
+        event = data.draw(st.sampled_from(self.pushed), label="event")
+        jobs_before = self._count("SELECT count(*) FROM jobs")
+        [stored] = self.webhooks.intake([event], queue=WEBHOOK_QUEUE, max_attempts=3)
+        assert not stored.stored and stored.job_id is None
+        assert self._count("SELECT count(*) FROM jobs") == jobs_before
+
+    @rule(n=st.integers(min_value=1, max_value=4), stale=st.booleans())
+    def run_webhooks(self, n: int, stale: bool) -> None:
+        """Up to ``n`` webhook jobs, finished together as the finisher does (``Finisher._finish_together``):
+        one transaction with their ``BatchWrite``; when that raises, each alone with its write, and a write
+        that raises again finishes as its error classifies. ``stale``: the leases expire and are rescued
+        between the handlers and the finish, which then matches and writes nothing."""
+        claimed = self.jobs.claim(worker="w1", queues=[WEBHOOK_QUEUE], n=n, ttl=TTL)
+        if not claimed:
+            return
+        outcomes = [(job, self.webhook(job, Lease(self.jobs, job.id, job.attempts, "w1"))) for job in claimed]
+        if stale:
+            self.clock.advance(TTL + 1.0)
+            Watcher(self.jobs).run_once()
+        before = self._webhook_states()
+        writes = [o.write for _, o in outcomes]
+        assert all(isinstance(w, BatchWrite) and w.apply == self.webhook.apply_events for w in writes)
+        finishes = {job.id: to_finish(job, outcome) for job, outcome in outcomes}
+        items = {job.id: w.item for (job, _), w in zip(outcomes, writes, strict=True)}  # type: ignore[union-attr]
+        try:
+            matched = self.jobs.finish_together(
+                worker="w1", finishes=list(finishes.values()),
+                write=lambda conn, ids: self.webhook.apply_events(conn, [items[i] for i in finishes if i in ids]))
+        except Exception:
+            matched = set()
+            for job, outcome in outcomes:
+                try:
+                    matched |= self.jobs.finish(worker="w1", finishes=[finishes[job.id]], write=outcome.write)
+                except Exception as exc:
+                    matched |= self.jobs.finish(worker="w1", finishes=[to_finish(job, classify(exc))])
+        if stale:
+            assert matched == set(), "rescued leases' finishes match nothing"
+            assert self._webhook_states() == before, "and apply nothing"
+        else:
+            assert matched == set(finishes)
+
     @precondition(lambda self: any(self._status(p) is P.NEEDS_REVIEW for p in self.payments))
-    @rule(data=st.data(), resolution=st.sampled_from([P.SUCCEEDED, P.FAILED]))
-    def resolve_by_hand(self, data: st.DataObject, resolution: PaymentStatus) -> None:
+    @rule(data=st.data(), to=st.sampled_from(["succeeded", "failed"]), answer=st.sampled_from(DESK_ANSWERS),
+          override=st.booleans())
+    def resolve_at_the_desk(self, data: st.DataObject, to: str, answer: str, override: bool) -> None:
+        """A person resolves a payment in review (``recon review resolve``, the console): the desk asks the
+        PSP (``answer``) and refuses a decision it contradicts, or that it could not check, unless overridden."""
         pid = data.draw(st.sampled_from([p for p in self.payments if self._status(p) is P.NEEDS_REVIEW]))
-        with self.db.begin() as conn:
-            assert self.ledger.apply(conn, Transition(pid, P.NEEDS_REVIEW, resolution, EventSource.MANUAL,
-                                                      details={"by": "hypothesis"}))
-        assert self._status(pid) is resolution
+        payment = self.ledger.get(pid)
+        assert payment is not None
+        events_before = len(self.ledger.events(pid))
+        self.psp.answer = ANSWERS[answer]()
+        try:
+            resolution = self.desk.resolve(payment.merchant_reference, to=to, reason="checked with the PSP",
+                                           by="hypothesis", override=override)
+        except ReviewRefused:
+            assert not override, "an override is never refused"
+            assert self._status(pid) is P.NEEDS_REVIEW and len(self.ledger.events(pid)) == events_before
+            assert answer in REFUSED[to], f"resolving as {to} refused when the PSP answered {answer}"
+            return
+        assert override or answer not in REFUSED[to], f"resolved as {to} although the PSP answered {answer}"
+        assert resolution.payment.status is P(to)
+        last = self.ledger.events(pid)[-1]
+        assert (last.from_status, last.to_status, last.source) == ("needs_review", to, "manual")
+        assert last.details is not None and (last.details["operator"], last.details["override"]) == (
+            "hypothesis", override)
+
+    @precondition(lambda self: any(self._status(p) is P.NEEDS_REVIEW for p in self.payments))
+    @rule(data=st.data(), answer=st.sampled_from(ANSWER_NAMES))
+    def recheck_at_the_desk(self, data: st.DataObject, answer: str) -> None:
+        """``recon review recheck``: a reconcile job that keeps the PSP's answer as evidence, status unchanged."""
+        pid = data.draw(st.sampled_from([p for p in self.payments if self._status(p) is P.NEEDS_REVIEW]))
+        payment = self.ledger.get(pid)
+        assert payment is not None
+        self.desk.recheck(payment.merchant_reference)
+        self._run_one(RECONCILE_QUEUE, self.reconcile, answer)
 
     @rule(seconds=st.sampled_from([1.0, TTL + 1.0, 61.0]))
     def advance(self, seconds: float) -> None:
@@ -224,6 +366,9 @@ class PaymentMachine(RuleBasedStateMachine):
                     if frm.final:
                         assert to is P.NEEDS_REVIEW or (frm is P.NEEDS_REVIEW and event.source == "manual"), \
                             f"payment {pid}: a final status changed to {to} ({event.source})"
+                    if frm is P.NEEDS_REVIEW:
+                        assert (event.details or {}).get("operator") == "hypothesis", \
+                            f"payment {pid}: left review without the desk's operator: {event}"
                 previous = event.to_status
             assert previous == payment.status, f"payment {pid}: status {payment.status}, events end at {previous}"
             assert len(events) >= self.seen_events.get(pid, 0), "the audit trail only grows"
@@ -244,7 +389,41 @@ class PaymentMachine(RuleBasedStateMachine):
                 range(1, payment.key_generation + 1))
             assert all(e.from_status == e.to_status for e in moves), "a new key generation changes no status"
 
+    @invariant()
+    def webhooks_are_applied_once_in_their_committed_finish(self) -> None:
+        with self.db.begin() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT w.event_id, w.state, w.payment_id, j.state FROM webhook_events w "
+                "JOIN jobs j ON j.unique_key = 'webhook:' || CAST(w.id AS TEXT) ORDER BY w.id")).all()
+        assert [r[0] for r in rows] == [e.event_id for e in self.pushed], "one row and one job per event, once"
+        applied: dict[int, set[str]] = {}
+        for event_id, state, payment_id, job_state in rows:
+            assert (state == WebhookState.RECEIVED) == (job_state != "succeeded"), \
+                f"{event_id}: {state} with its job {job_state}"
+            if event_id in self.unknown_events:
+                assert state in (WebhookState.RECEIVED, WebhookState.UNKNOWN_PAYMENT) and payment_id is None
+            else:
+                assert state != WebhookState.UNKNOWN_PAYMENT, f"{event_id}: its payment exists"
+            if state == WebhookState.APPLIED:
+                applied.setdefault(payment_id, set()).add(event_id)
+        for pid in self.payments:
+            evidence = [e.details["webhook"]["event_id"] for e in self.ledger.events(pid)
+                        if e.source == "webhook" and e.details]
+            assert sorted(evidence) == sorted(applied.get(pid, set())), \
+                f"payment {pid}: webhook evidence {evidence}, applied events {applied.get(pid)}"
+
     # --- helpers -------------------------------------------------------------------------------------------
+
+    def _count(self, sql: str) -> int:
+        with self.db.begin() as conn:
+            return int(conn.execute(sa.text(sql)).scalar_one())
+
+    def _webhook_states(self) -> list[tuple[Any, ...]]:
+        """Every webhook event's state and every payment event: what applying webhooks may change."""
+        with self.db.begin() as conn:
+            events = [tuple(r) for r in conn.execute(sa.text(
+                "SELECT id, state, payment_id FROM webhook_events ORDER BY id")).all()]
+        return events + [(e.payment_id, e.to_status) for pid in self.payments for e in self.ledger.events(pid)]
 
     def _status(self, pid: int) -> PaymentStatus | None:
         payment = self.ledger.get(pid)
