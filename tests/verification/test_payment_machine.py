@@ -58,18 +58,18 @@ from recon.classify import classify
 from recon.clock import FixedClock
 from recon.db.database import Database
 from recon.db.jobs_store import EnqueueRow, Finish, JobStore
-from recon.db.payment_store import CHARGE_QUEUE, NewPayment, PaymentStore, Transition
+from recon.db.payment_store import CHARGE_QUEUE, NewPayment, PaymentStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.watcher import Watcher
-from recon.errors import LeaseLost, UsageError
+from recon.errors import LeaseLost
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Unguarded
 from recon.reconcile.handler import ReconcileHandler, reconcile_key
 from recon.review import ReviewDesk, ReviewRefused
-from recon.rows import TRANSITIONS, EventSource, Job, PaymentStatus, WebhookState
+from recon.rows import TRANSITIONS, Job, PaymentStatus, WebhookState
 from recon.webhooks.handler import WEBHOOK_QUEUE, WebhookHandler
 from tests.integration.payment_flow import reconcile_config
 
