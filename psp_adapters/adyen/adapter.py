@@ -43,13 +43,22 @@ How Adyen tells status, and what this adapter does about it:
   file that mentions it. One download per account-day, each its own page; the payments whose rows fall in
   the window's days come, with their latest record type (``report_outcome``), on the last page.
 
-Cost: ``fetch_payment`` downloads up to ``lookback_days + 1`` report files. A deployment that receives
-Adyen webhooks should answer ``fetch_payment`` from them instead; this adapter is the fallback.
+Cost: ``fetch_payment`` reads up to ``lookback_days + 1`` report files. The files of today and yesterday are
+downloaded every time (today's does not exist yet; yesterday's appears in the morning). An older day's file is
+final once generated (Adyen writes each day's file once, the next morning), so ``fetch_payment`` keeps the ones
+it downloaded for ``REPORT_CACHE_SECONDS`` (15 minutes), at most ``REPORT_CACHE_ROWS`` rows in all, least
+recently used out first; a file that is missing (404) or larger than that is not kept. The payments checked
+one by one in a sweep or on their reconcile schedule then cost two downloads each, not ``lookback_days + 1``.
+``iter_payments`` and ``iter_settlements`` read each file once anyway and always download. Webhooks
+(``recon serve``) answer most payments before any of this.
 """
 
 from __future__ import annotations
 
 import base64
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from datetime import date, datetime, timedelta
 from types import TracebackType
@@ -86,6 +95,11 @@ from psp_adapters.protocol import (
 DEFAULT_BASE_URL = "https://checkout-test.adyen.com"
 DEFAULT_REPORT_BASE_URL = "https://ca-test.adyen.com"
 LOOKBACK_DAYS_DEFAULT = 7
+#: fetch_payment's cache of final days' report files (module docstring, "Cost"): how long a file is kept, how
+#: many rows all kept files may hold, and how old a day must be (in the account's zone) for its file to be final
+REPORT_CACHE_SECONDS = 900.0
+REPORT_CACHE_ROWS = 50_000
+FINAL_AFTER_DAYS = 2
 REPORT_CREDENTIALS_MISSING = (
     "adyen: the report user's credentials are required: report_api_key or report_username/report_password "
     "(RECON_ADYEN_REPORT_API_KEY, or RECON_ADYEN_REPORT_USERNAME and RECON_ADYEN_REPORT_PASSWORD); the "
@@ -125,6 +139,7 @@ class AdyenAdapter:
         timeout: httpx.Timeout = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
         now_func: Callable[[], datetime] = system_now,
+        monotonic_func: Callable[[], float] = time.monotonic,
     ) -> None:
         if not api_key:
             raise ValueError("adyen: api_key is required")
@@ -142,6 +157,11 @@ class AdyenAdapter:
             base_url, headers={"X-API-Key": api_key.reveal()}, timeout=timeout, transport=transport
         )
         self._reports = make_client(report_base_url, headers=report_headers, timeout=timeout, transport=transport)
+        self._monotonic = monotonic_func
+        #: (account, day) -> (when downloaded, its rows), least recently used first; guarded by _cache_lock
+        self._cache: OrderedDict[tuple[str, date], tuple[float, list[report.ReportRow]]] = OrderedDict()
+        self._cache_rows = 0
+        self._cache_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"AdyenAdapter(base_url={self._base_url!r}, merchant_account={self._merchant_account!r})"
@@ -180,12 +200,14 @@ class AdyenAdapter:
         (``ref.merchant_account``, else the default) over the last ``lookback_days`` days.
 
         Returns Pending (``raw_status=None``) when no available report mentions it: see the module docstring.
+        Files of days before yesterday may come from the cache of final files (the module docstring, "Cost").
         Raises PspRejectedError when no merchant account is known.
         """
         account = wire.resolve_merchant_account(ref.merchant_account, self._merchant_account)
         today = self._now_func().astimezone(self._tz).date()
         for offset in range(self._lookback_days + 1):
-            rows = self._report(account, today - timedelta(days=offset))
+            day = today - timedelta(days=offset)
+            rows = self._report(account, day) if offset < FINAL_AFTER_DAYS else self._final_report(account, day)
             matching = [row for row in rows or () if report.row_matches(row, ref)]
             if matching:
                 return wire.report_outcome(matching)
@@ -270,6 +292,29 @@ class AdyenAdapter:
             if n < len(downloads):
                 yield ()
         yield tuple(wire.listed_payment(rows[key], merchant_account=key[0]) for key in rows if key in in_window)
+
+    def _final_report(self, account: str, day: date) -> list[report.ReportRow] | None:
+        """``_report`` of a day whose file is final, from the cache when it was downloaded less than
+        ``REPORT_CACHE_SECONDS`` ago (thread-safe; the rows are shared, never changed)."""
+        key = (account, day)
+        with self._cache_lock:
+            kept = self._cache.get(key)
+            if kept is not None and self._monotonic() - kept[0] < REPORT_CACHE_SECONDS:
+                self._cache.move_to_end(key)
+                return kept[1]
+        downloaded_at = self._monotonic()
+        rows = self._report(account, day)
+        if rows is not None and len(rows) <= REPORT_CACHE_ROWS:
+            with self._cache_lock:
+                old = self._cache.pop(key, None)
+                if old is not None:
+                    self._cache_rows -= max(1, len(old[1]))
+                self._cache[key] = (downloaded_at, rows)
+                self._cache_rows += max(1, len(rows))  # an empty file counts one: the entries stay bounded
+                while self._cache_rows > REPORT_CACHE_ROWS:
+                    _, (_, evicted) = self._cache.popitem(last=False)
+                    self._cache_rows -= max(1, len(evicted))
+        return rows
 
     def _report(self, account: str, day: date) -> list[report.ReportRow] | None:
         """One account's report rows of one day, or None when Adyen has not generated that file (yet)."""

@@ -23,6 +23,7 @@ import respx
 
 from psp_adapters import registry
 from psp_adapters.adyen import AdyenAdapter, check_charge, report, wire
+from psp_adapters.adyen import adapter as adyen_adapter
 from psp_adapters.adyen.wire import RecordType, ResultCode
 from psp_adapters.errors import (
     PspAuthError,
@@ -695,6 +696,84 @@ def test_fetch__absent_from_every_report_is_pending_never_not_found(
     outcome = adyen.fetch_payment(PspRef(psp_reference="NOSUCHPAYMENT000", merchant_reference="order-9"))
     assert outcome == Pending(psp_reference="NOSUCHPAYMENT000", merchant_reference="order-9")
     assert route.call_count == 4  # today and lookback_days=3 days back
+
+
+class Ticks:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def day_routes(router: respx.MockRouter, prefix: str = DOWNLOAD, **responses: httpx.Response
+               ) -> dict[str, respx.Route]:
+    """One route per day's file of the lookback (NOW is 2024-05-02, lookback_days=3), each answering as given
+    (an empty report by default)."""
+    return {day: router.get(f"{prefix}/payments_accounting_report_{day}.csv").mock(
+        return_value=responses.get(f"d{day}", csv_report())) for day in ("2024_05_02", "2024_05_01",
+                                                                          "2024_04_30", "2024_04_29")}
+
+
+def test_fetch__files_of_final_days_are_downloaded_once_and_today_and_yesterday_every_time(
+    router: respx.MockRouter
+) -> None:
+    """Adyen writes each day's file once, the next morning: from the day before yesterday on, a file is final.
+    Checking payments one by one then costs two downloads each, not lookback_days + 1."""
+    adapter = build(monotonic_func=Ticks())
+    routes = day_routes(router)
+    for n in range(3):
+        assert adapter.fetch_payment(PspRef(psp_reference=f"NOTYET{n}")) == Pending(psp_reference=f"NOTYET{n}")
+    assert {day: r.call_count for day, r in routes.items()} == {
+        "2024_05_02": 3, "2024_05_01": 3, "2024_04_30": 1, "2024_04_29": 1}
+
+
+def test_fetch__a_kept_file_answers_like_the_download_and_expires_after_its_time(router: respx.MockRouter) -> None:
+    ticks = Ticks()
+    adapter = build(monotonic_func=ticks)
+    routes = day_routes(router, d2024_04_30=report_file("2024_05_01"))  # the payment's rows, on a final day
+    first = adapter.fetch_payment(PspRef(psp_reference="QFQTPCQ8HXSKGK82"))
+    assert isinstance(first, Succeeded) and first.raw_status == "SentForSettle"  # its latest row in that file
+    ticks.now += adyen_adapter.REPORT_CACHE_SECONDS - 1
+    assert adapter.fetch_payment(PspRef(psp_reference="QFQTPCQ8HXSKGK82")) == first
+    assert routes["2024_04_30"].call_count == 1
+    ticks.now += 2  # downloaded REPORT_CACHE_SECONDS + 1 ago: read again
+    assert adapter.fetch_payment(PspRef(psp_reference="QFQTPCQ8HXSKGK82")) == first
+    assert routes["2024_04_30"].call_count == 2
+
+
+def test_fetch__missing_and_oversized_files_are_not_kept_and_each_account_has_its_own(
+    router: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adyen_adapter, "REPORT_CACHE_ROWS", 2)
+    adapter = build(monotonic_func=Ticks())
+    three_rows = csv_report(*({"Psp Reference": f"OTHER{n}", "Record Type": "Settled", "TimeZone": "CEST",
+                               "Booking Date": "2024-04-29 10:00:00"} for n in range(3)))
+    eu = day_routes(router, d2024_04_30=httpx.Response(404), d2024_04_29=three_rows)
+    us = day_routes(router, DOWNLOAD_US)
+    for _ in range(2):
+        adapter.fetch_payment(PspRef(psp_reference="NOTYET"))
+        adapter.fetch_payment(PspRef(psp_reference="NOTYET", merchant_account="AcmeShopUS"))
+    assert eu["2024_04_30"].call_count == 2  # not generated (404): asked again
+    assert eu["2024_04_29"].call_count == 2  # 3 rows, over the 2 the cache may hold
+    assert (us["2024_04_30"].call_count, us["2024_04_29"].call_count) == (1, 1)  # its own, kept
+
+
+def test_fetch__the_cache_keeps_at_most_its_rows_least_recently_used_out_first(
+    router: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adyen_adapter, "REPORT_CACHE_ROWS", 2)  # two empty files (one each)
+    adapter = build(monotonic_func=Ticks())
+    eu, us = day_routes(router), day_routes(router, DOWNLOAD_US)
+    adapter.fetch_payment(PspRef(psp_reference="NOTYET"))  # EU's 04-30 and 04-29 kept
+    adapter.fetch_payment(PspRef(psp_reference="NOTYET", merchant_account="AcmeShopUS"))  # US's push them out
+    adapter.fetch_payment(PspRef(psp_reference="NOTYET"))
+    assert (eu["2024_04_30"].call_count, eu["2024_04_29"].call_count) == (2, 2)
+    adapter.fetch_payment(PspRef(psp_reference="NOTYET"))  # EU's kept again now
+    assert (eu["2024_04_30"].call_count, eu["2024_04_29"].call_count) == (2, 2)
+    assert (us["2024_04_30"].call_count, us["2024_04_29"].call_count) == (1, 1)
 
 
 RECORD_TYPES = {
