@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -774,6 +775,34 @@ def test_fetch__the_cache_keeps_at_most_its_rows_least_recently_used_out_first(
     adapter.fetch_payment(PspRef(psp_reference="NOTYET"))  # EU's kept again now
     assert (eu["2024_04_30"].call_count, eu["2024_04_29"].call_count) == (2, 2)
     assert (us["2024_04_30"].call_count, us["2024_04_29"].call_count) == (1, 1)
+
+
+def test_fetch__threads_share_the_cache_safely(router: respx.MockRouter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's runner threads share one adapter: concurrent lookups, evictions included, answer as alone."""
+    monkeypatch.setattr(adyen_adapter, "REPORT_CACHE_ROWS", 3)  # evictions all the time
+    adapter = build(monotonic_func=Ticks())
+    day_routes(router, d2024_04_30=report_file("2024_05_01"))
+    day_routes(router, DOWNLOAD_US)
+    answers: list[str | None] = []
+    errors: list[BaseException] = []
+
+    def look(n: int) -> None:
+        try:
+            for i in range(20):
+                account = "AcmeShopUS" if (n + i) % 2 else None
+                answers.append(adapter.fetch_payment(PspRef(psp_reference="QFQTPCQ8HXSKGK82",
+                                                            merchant_account=account)).raw_status)
+        except BaseException as exc:  # any failure of a thread fails the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=look, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors and len(answers) == 160
+    assert sorted(set(answers), key=str) == [None, "SentForSettle"]  # US knows nothing of it, EU its latest row
+    assert answers.count("SentForSettle") == 80
 
 
 RECORD_TYPES = {
