@@ -181,6 +181,7 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
         for name, (requests, throttled) in app.metrics.psp_totals().items():
             say(f"PSP calls to {name}: {requests}, of which {throttled} were answered 429 (rate limited)")
         if hook:
+            _webhooks_settled(app, server.url, queue=app.webhook_config.queue, timeout=15)
             said = {r["state"]: r["events"] for r in app.webhooks.counts(since=app.jobs.db_now() - timedelta(hours=1))}
             by_hook = sum(1 for p in ledger.iter_payments() if p.status.final and any(
                 e.source == "webhook" and e.from_status != e.to_status for e in ledger.events(p.id)))
@@ -270,6 +271,20 @@ def _run_until_done(app: App, *, queue: str, timeout: float) -> Counter[str]:
     worker.request_stop()
     thread.join(30)
     return worker.stats.outcomes
+
+
+def _webhooks_settled(app: App, sandbox_url: str, *, queue: str, timeout: float) -> None:
+    """Wait until the sandbox has sent every webhook it has (none queued, held back or in flight) and the
+    background worker has applied what recon stored (no unfinished job on ``queue``), or ``timeout``: the
+    story then counts every webhook the payments caused, however busy the machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = httpx.get(f"{sandbox_url}/_admin/webhooks", timeout=5).json()
+        sent = log["waiting"] == 0 and not any(row["state"] == "sending" for row in log["webhooks"])
+        depth = app.jobs.stats(window=timedelta(0))["depth"]
+        if sent and not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
+            return
+        time.sleep(0.1)
 
 
 def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> WebhookConfig:
