@@ -265,8 +265,7 @@ def _run_until_done(app: App, *, queue: str, timeout: float) -> Counter[str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        depth = app.jobs.stats(window=timedelta(0))["depth"]
-        if not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
+        if _queue_done(app, queue):
             break
     worker.request_stop()
     thread.join(30)
@@ -281,10 +280,15 @@ def _webhooks_settled(app: App, sandbox_url: str, *, queue: str, timeout: float)
     while time.monotonic() < deadline:
         log = httpx.get(f"{sandbox_url}/_admin/webhooks", timeout=5).json()
         sent = log["waiting"] == 0 and not any(row["state"] == "sending" for row in log["webhooks"])
-        depth = app.jobs.stats(window=timedelta(0))["depth"]
-        if sent and not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth):
+        if sent and _queue_done(app, queue):
             return
         time.sleep(0.1)
+
+
+def _queue_done(app: App, queue: str) -> bool:
+    """No job of ``queue`` is unfinished (retries included)."""
+    depth = app.jobs.stats(window=timedelta(0))["depth"]
+    return not any(q == queue and s not in ("succeeded", "dead", "canceled") for q, s, _n in depth)
 
 
 def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> WebhookConfig:
