@@ -153,9 +153,19 @@ def cookie_header(name: str, value: str, *, secure: bool, max_age: int | None = 
 def wants_secure(request: Request) -> bool:
     """Should this request's cookies be ``Secure``: it came over TLS (or a proxy says so), or it names a host
     that is not loopback. A forwarded header can only add the flag, so it needs no trust."""
+    return _over_tls(request) or not is_loopback(_hostname(request.headers.get("host", "")))
+
+
+def plain_http_off_loopback(request: Request) -> bool:
+    """A request over plain HTTP (as far as the console can tell) to a host that is not loopback: a browser
+    keeps no ``Secure`` cookie from it, so its forms cannot work."""
+    return not _over_tls(request) and not is_loopback(_hostname(request.headers.get("host", "")))
+
+
+def _over_tls(request: Request) -> bool:
     forwarded = request.headers.get("forwarded", "").lower().replace(" ", "")
     return (request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
-            or "proto=https" in forwarded or not is_loopback(_hostname(request.headers.get("host", ""))))
+            or "proto=https" in forwarded)
 
 
 def security_headers(style_hash: str) -> list[tuple[bytes, bytes]]:

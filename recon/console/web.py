@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from recon.console.security import csrf_accepts
+from recon.console.security import csrf_accepts, plain_http_off_loopback
 from recon.errors import InvalidJobState, JobNotFound, UsageError
 from recon.redact import redact, redact_value
 
@@ -144,8 +144,10 @@ def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
             form = await request.form(max_files=0, max_fields=FORM_MAX_FIELDS, max_part_size=64 * 1024)
             fields = Fields(form)
             if not csrf_accepts(request, fields.raw("csrf")):
+                hint = "; this console's cookies are Secure: reach it over HTTPS" if plain_http_off_loopback(
+                    request) else ""
                 raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
-                                     "submit it again")
+                                     f"submit it again{hint}")
             return await run_in_threadpool(func, request, fields)
 
         return await _guarded(request, run)

@@ -12,13 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from recon.clock import FixedClock
 from recon.console.security import is_loopback
+from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from tests.cli import Runner, python_env
 from tests.console import BASE_URL, TestClient, console, csrf_token, make_dead
+from tests.integration.payment_flow import create
 
 TOKEN = "correct-horse-battery-staple-42"
 
@@ -145,7 +148,7 @@ def test_token__every_request_needs_it_bearer_or_login_cookie(db_url: str) -> No
         assert r.status_code == 303
         cookie = r.headers["set-cookie"]
         assert "recon_session=" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        assert TOKEN not in cookie  # the cookie holds a signature of the token, not the token
+        assert TOKEN not in cookie  # the cookie holds a random session id, not the token
         page = client.get("/")
         assert page.status_code == 200 and TOKEN not in page.text
         r = client.post("/logout", data={"csrf": csrf_token(client)}, follow_redirects=False)
@@ -212,3 +215,34 @@ def test_command__serves_until_sigterm_and_exits_0(db_url: str) -> None:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def everything(db: Database) -> dict[str, list[str]]:
+    """Every row of every table recon's schema has, as text."""
+    with db.begin() as conn:
+        return {name: sorted(map(str, conn.execute(sa.select(table)).all()))
+                for name, table in schema.metadata.tables.items()}
+
+
+def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie_has_its_flags(
+        db: Database, db_url: str) -> None:
+    dead = make_dead(JobStore(db), queue="charges")
+    create(db, 1, charge=False, prefix="order")
+    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe"}
+    before = everything(db)
+    cookies: list[str] = []
+    for token in (None, TOKEN):
+        headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+        with console(db_url, token=token, headers=headers) as client:
+            pages = {route.path for route in client.app.routes if "GET" in route.methods}
+            for route in client.app.routes:
+                path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: params[m[1]], route.path)
+                r = client.get(path, follow_redirects=False)
+                cookies += r.headers.get_list("set-cookie")
+                if route.path not in pages:  # a write's path read by GET: refused, or another page's 404
+                    assert r.status_code in (404, 405), path
+                else:
+                    assert r.status_code in (200, 303), path
+    assert everything(db) == before
+    assert cookies and all({"HttpOnly", "SameSite=Strict", "Path=/"} <= {p.strip() for p in c.split(";")}
+                           for c in cookies), cookies

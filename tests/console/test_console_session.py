@@ -6,6 +6,7 @@ session costs at most one write a minute. On both databases, through the console
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ from typing import Any
 import pytest
 
 from recon.clock import FixedClock
+from recon.console.config import ConsoleConfig
+from recon.console.session import SessionState, state_of
 from recon.db.database import Database
 from recon.errors import ConfigError
+from recon.rows import ConsoleSession
 from tests.cli import Runner
 from tests.console import BASE_URL, TestClient, console, csrf_token
 
@@ -164,6 +168,12 @@ def test_cookie__httponly_samesite_strict_path_root_secure_over_tls_or_off_loopb
             r = client.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False,
                             headers={**headers, "Cookie": f"recon_csrf={csrf}"})
             assert r.status_code == 303 and always | {"secure"} <= attributes(r), headers
+        # plain HTTP to a non-loopback name: the browser keeps no Secure cookie, and the refusal says so
+        browser = TestClient(client.app, base_url="http://recon.example.com")
+        csrf = csrf_token(browser, "/login")
+        browser.cookies.clear()  # a browser keeps no Secure cookie from plain HTTP
+        r = browser.post("/login", data={"token": TOKEN, "csrf": csrf})
+        assert r.status_code == 403 and "reach it over HTTPS" in r.text
         tls = TestClient(client.app, base_url="https://127.0.0.1:8470")
         csrf = csrf_token(tls, "/login")
         r = tls.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False)
@@ -212,3 +222,43 @@ def test_config__bad_console_settings_fail_every_command_naming_the_key(tmp_path
         App(db_url, str(config)).settings  # noqa: B018
     r = recon("--config", str(config), "stats", db_url=db_url)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "console." in r.stderr
+
+
+def row(*, login: timedelta, seen: timedelta, revoked: bool = False, principal: str = "token:a",
+        absolute: timedelta = timedelta(hours=12)) -> ConsoleSession:
+    """A session read at T0 that logged in ``login`` ago and was last seen ``seen`` ago."""
+    return ConsoleSession(id=1, principal=principal, operator_id=None, created_at=T0 - login, last_seen_at=T0 - seen,
+                          expires_at=T0 - login + absolute, revoked_at=T0 if revoked else None, checked_at=T0)
+
+
+M, H = timedelta(minutes=1), timedelta(hours=1)
+
+
+@pytest.mark.parametrize(("session", "config", "state"), [
+    # the table of recon/console/session.py's docstring, line by line, with the edges of each deadline
+    (None, ConsoleConfig(), SessionState.UNKNOWN),
+    (row(login=M, seen=M, revoked=True), ConsoleConfig(), SessionState.REVOKED),
+    (row(login=20 * H, seen=20 * H, revoked=True, principal="token:b"), ConsoleConfig(), SessionState.REVOKED),
+    (row(login=M, seen=M, principal="token:b"), ConsoleConfig(), SessionState.FOREIGN),
+    (row(login=13 * H, seen=M, principal="token:b"), ConsoleConfig(), SessionState.FOREIGN),
+    (row(login=12 * H, seen=M), ConsoleConfig(), SessionState.EXPIRED),
+    (row(login=12 * H - timedelta(seconds=1), seen=M), ConsoleConfig(), SessionState.LIVE),
+    (row(login=13 * H, seen=13 * H), ConsoleConfig(), SessionState.EXPIRED),
+    (row(login=2 * H, seen=M), ConsoleConfig(absolute_timeout=2 * H), SessionState.EXPIRED),  # lowered since login
+    (row(login=2 * H, seen=M, absolute=H), ConsoleConfig(), SessionState.EXPIRED),  # the deadline stored at login
+    (row(login=H, seen=15 * M), ConsoleConfig(), SessionState.IDLE),
+    (row(login=H, seen=15 * M - timedelta(seconds=1)), ConsoleConfig(), SessionState.LIVE),
+    (row(login=H, seen=5 * M), ConsoleConfig(idle_timeout=5 * M), SessionState.IDLE),
+    (row(login=0 * M, seen=0 * M), ConsoleConfig(), SessionState.LIVE),
+])
+def test_state_of__the_table(session: ConsoleSession | None, config: ConsoleConfig, state: SessionState) -> None:
+    assert state_of(session, principals=("token:a",), config=config) is state
+
+
+def test_config__the_shipped_file_states_the_defaults() -> None:
+    shipped = tomllib.loads((Path(__file__).parents[2] / "config" / "recon.toml").read_text())["console"]
+    assert shipped == {"idle_timeout": "15m", "absolute_timeout": "12h"}
+    assert ConsoleConfig.load(shipped) == ConsoleConfig() == \
+        ConsoleConfig(idle_timeout=timedelta(minutes=15), absolute_timeout=timedelta(hours=12))
+    assert ConsoleConfig().touch_interval == timedelta(minutes=1)
+    assert ConsoleConfig(idle_timeout=timedelta(minutes=2)).touch_interval == timedelta(seconds=12)

@@ -28,7 +28,8 @@ def log_in(request: Request, fields: Fields) -> Response:
     if auth is None or sessions is None:
         return RedirectResponse("/", status_code=303)
     if not auth.check(fields.raw("token")):
-        log.warning("console: a login with a wrong access token was refused")
+        log.warning("console: a login with a wrong access token from %s was refused",
+                    request.client.host if request.client else "an unknown address")
         return pages(request).render(request, "login.html", status=401, error="wrong access token")
     sid = sessions.open(replacing=request.state.session)
     response = RedirectResponse("/", status_code=303)
