@@ -219,7 +219,7 @@ class ConsoleSession:
     whether it still serves). ``checked_at`` is the time of that read, by the clock the store's SQL uses."""
 
     id: int
-    principal: str  #: who logged in: "token:<fingerprint>" (the access token's holder)
+    principal: str  #: who logged in: "access-token/<fingerprint>" (the access token's holder)
     operator_id: int | None  #: a named operator (issue 27); None until they exist
     created_at: datetime
     last_seen_at: datetime

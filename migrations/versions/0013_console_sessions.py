@@ -1,10 +1,10 @@
 """console_sessions: the console's logins, kept by the server so that logout and timeouts end them
 
 A login opens one row; the browser's ``recon_session`` cookie carries the session id (256 random bits), and
-the row keeps only its SHA-256 (``sid_hash``), so reading the table does not give a working cookie. A request
+the row keeps only its SHA-256 (``sid_hash``, the 32 bytes), so reading the table gives no working cookie. A request
 is served only while the row is neither revoked (logout, a new login from the same browser) nor past its idle
 or absolute deadline (recon.console.session). ``principal`` says who logged in: today the holder of the
-console's access token (``token:`` and a fingerprint of the token, so a session opened with a token the
+console's access token (``access-token/`` and a fingerprint of the token, so a session opened with a token the
 console no longer has is refused); ``operator_id`` is for named operators (issue 27), NULL until they exist.
 Ended rows are deleted at the next login.
 
@@ -31,7 +31,7 @@ def upgrade() -> None:
     op.create_table(
         "console_sessions",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        sa.Column("sid_hash", sa.Text(), nullable=False),
+        sa.Column("sid_hash", sa.LargeBinary(), nullable=False),
         sa.Column("principal", sa.Text(), nullable=False),
         sa.Column("operator_id", Id, nullable=True),
         sa.Column("created_at", Timestamp, nullable=False),

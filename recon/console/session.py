@@ -31,7 +31,7 @@ session (OWASP's HMAC-based token pattern), unguessable without the HttpOnly coo
 process and after a restart, gone with the session. A token of another session, of the login page or of a
 session that ended fails (recon.console.security).
 
-**Who.** ``principal`` is ``token:`` and a scrypt fingerprint of the access token (memory-hard, so the stored
+**Who.** ``principal`` is ``access-token/`` and a scrypt fingerprint of the access token (memory-hard, so the stored
 fingerprint does not make a weak token cheap to guess): a session opened with a token the console was since
 restarted without is refused. Named operators (issue 27) will put their id in ``operator_id``, revoke an
 operator's sessions when they are disabled, and accept several principals.
@@ -39,6 +39,7 @@ operator's sessions when they are disabled, and accept several principals.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -109,9 +110,9 @@ def words(duration: timedelta) -> str:
     return " ".join(parts) or f"{int(duration.total_seconds())} seconds"
 
 
-def sid_hash(sid: str) -> str:
-    """What the database keeps of a session id."""
-    return hashlib.sha256(sid.encode()).hexdigest()
+def sid_hash(sid: str) -> bytes:
+    """What the database keeps of a session id: its SHA-256."""
+    return hashlib.sha256(sid.encode()).digest()
 
 
 def csrf_token(sid: str) -> str:
@@ -120,9 +121,11 @@ def csrf_token(sid: str) -> str:
 
 
 def token_principal(token: str) -> str:
-    """``token:`` and the access token's fingerprint (see the module docstring)."""
+    """``access-token/`` and the access token's fingerprint (see the module docstring), in lower-case base32:
+    no run of 13 digits, no ``=``, ``:``, ``_`` or space, so no redaction pattern (a card number, a key, a
+    ``token: value``) ever matches it and the stored principal is the one compared."""
     digest = hashlib.scrypt(token.encode(), salt=b"recon console principal", **_SCRYPT)
-    return f"token:{digest.hex()}"
+    return "access-token/" + base64.b32encode(digest).decode().rstrip("=").lower()
 
 
 @dataclass(frozen=True, slots=True)

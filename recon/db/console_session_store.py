@@ -1,7 +1,9 @@
 """ConsoleSessionStore: the console's server-side sessions. The only code that executes
 ``console_session_queries``; what a session's times mean is decided in ``recon.console.session``.
 
-The store never sees a session id, only its SHA-256 (``sid_hash``): the id lives in the browser's cookie.
+The store never sees a session id, only its SHA-256 (``sid_hash``, bytes): the id lives in the browser's
+cookie. ``principal``, the one text column, passes the redaction boundary like every stored text (its
+format, recon.console.session's, is one redaction leaves as it is).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sqlalchemy as sa
 
 from recon.db import console_session_queries as q
 from recon.db.database import Database
+from recon.redact import redact
 from recon.rows import ConsoleSession
 
 
@@ -20,7 +23,7 @@ class ConsoleSessionStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def open(self, *, sid_hash: str, principal: str, absolute: timedelta, idle: timedelta,
+    def open(self, *, sid_hash: bytes, principal: str, absolute: timedelta, idle: timedelta,
              operator_id: int | None = None) -> int:
         """Delete the sessions that have ended (revoked, past their deadline, idle for ``idle``), then open one
         that ends ``absolute`` from now, in one transaction. Returns its row id."""
@@ -28,10 +31,10 @@ class ConsoleSessionStore:
             now = self.db.now_param()
             conn.execute(self._q(q.console_session_prune), {"now": now, "idle": idle.total_seconds()})
             return int(conn.execute(self._q(q.console_session_open), {
-                "sid_hash": sid_hash, "principal": principal, "operator_id": operator_id, "now": now,
+                "sid_hash": sid_hash, "principal": redact(principal), "operator_id": operator_id, "now": now,
                 "absolute": absolute.total_seconds()}).scalar_one())
 
-    def find(self, sid_hash: str) -> ConsoleSession | None:
+    def find(self, sid_hash: bytes) -> ConsoleSession | None:
         """The session whose id hashes to ``sid_hash``, whatever its state; None if there is none."""
         with self.db.autocommit() as conn:
             row = conn.execute(self._q(q.console_session_find), {"sid_hash": sid_hash,

@@ -305,8 +305,8 @@ console_sessions = sa.Table(
     "console_sessions",
     metadata,
     sa.Column("id", Id, primary_key=True, autoincrement=True),
-    sa.Column("sid_hash", sa.Text(), nullable=False),  #: SHA-256 (hex) of the cookie's session id, never the id
-    sa.Column("principal", sa.Text(), nullable=False),  #: who: "token:<fingerprint>", the access token's holder
+    sa.Column("sid_hash", sa.LargeBinary(), nullable=False),  #: SHA-256 of the cookie's session id, never the id
+    sa.Column("principal", sa.Text(), nullable=False),  #: who: "access-token/<fingerprint>", the token's holder
     sa.Column("operator_id", Id, nullable=True),  #: a named operator (issue 27); NULL until they exist
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("last_seen_at", Timestamp, nullable=False),  #: written at most once a minute (recon.console.session)

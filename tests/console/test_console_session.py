@@ -6,6 +6,8 @@ session costs at most one write a minute. On both databases, through the console
 from __future__ import annotations
 
 import hashlib
+import re
+import secrets
 import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +20,7 @@ from recon.console.config import ConsoleConfig
 from recon.console.session import SessionState, state_of
 from recon.db.database import Database
 from recon.errors import ConfigError
+from recon.redact import redact
 from recon.rows import ConsoleSession
 from tests.cli import Runner
 from tests.console import BASE_URL, TestClient, console, csrf_token
@@ -93,8 +96,10 @@ def test_session__the_database_holds_a_hash_of_its_id_never_the_id_nor_the_token
     [row] = rows(db)
     stored = " ".join(str(v) for v in row.values())
     assert sid not in stored and TOKEN not in stored
-    assert row["sid_hash"] == hashlib.sha256(sid.encode()).hexdigest()
-    assert row["principal"].startswith("token:") and row["revoked_at"] is None and row["operator_id"] is None
+    assert bytes(row["sid_hash"]) == hashlib.sha256(sid.encode()).digest()
+    assert re.fullmatch(r"access-token/[a-z2-7]{26}", row["principal"])
+    assert redact(row["principal"]) == row["principal"]  # stored through the redaction boundary, unchanged
+    assert row["revoked_at"] is None and row["operator_id"] is None
     assert len(sid) >= 43  # 256 random bits, URL-safe base64
 
 
@@ -149,7 +154,7 @@ def test_prune__a_login_deletes_the_sessions_that_have_ended(db: Database, db_ur
             busy.get(PAGE)
         assert len(rows(db)) == 3
         sid = log_in(last)
-    assert [r["sid_hash"] for r in rows(db)] == [hashlib.sha256(sid.encode()).hexdigest()]
+    assert [bytes(r["sid_hash"]) for r in rows(db)] == [hashlib.sha256(sid.encode()).digest()]
 
 
 def attributes(response: Any) -> set[str]:
@@ -224,7 +229,7 @@ def test_config__bad_console_settings_fail_every_command_naming_the_key(tmp_path
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "console." in r.stderr
 
 
-def row(*, login: timedelta, seen: timedelta, revoked: bool = False, principal: str = "token:a",
+def row(*, login: timedelta, seen: timedelta, revoked: bool = False, principal: str = "access-token/a",
         absolute: timedelta = timedelta(hours=12)) -> ConsoleSession:
     """A session read at T0 that logged in ``login`` ago and was last seen ``seen`` ago."""
     return ConsoleSession(id=1, principal=principal, operator_id=None, created_at=T0 - login, last_seen_at=T0 - seen,
@@ -238,9 +243,9 @@ M, H = timedelta(minutes=1), timedelta(hours=1)
     # the table of recon/console/session.py's docstring, line by line, with the edges of each deadline
     (None, ConsoleConfig(), SessionState.UNKNOWN),
     (row(login=M, seen=M, revoked=True), ConsoleConfig(), SessionState.REVOKED),
-    (row(login=20 * H, seen=20 * H, revoked=True, principal="token:b"), ConsoleConfig(), SessionState.REVOKED),
-    (row(login=M, seen=M, principal="token:b"), ConsoleConfig(), SessionState.FOREIGN),
-    (row(login=13 * H, seen=M, principal="token:b"), ConsoleConfig(), SessionState.FOREIGN),
+    (row(login=20 * H, seen=20 * H, revoked=True, principal="access-token/b"), ConsoleConfig(), SessionState.REVOKED),
+    (row(login=M, seen=M, principal="access-token/b"), ConsoleConfig(), SessionState.FOREIGN),
+    (row(login=13 * H, seen=M, principal="access-token/b"), ConsoleConfig(), SessionState.FOREIGN),
     (row(login=12 * H, seen=M), ConsoleConfig(), SessionState.EXPIRED),
     (row(login=12 * H - timedelta(seconds=1), seen=M), ConsoleConfig(), SessionState.LIVE),
     (row(login=13 * H, seen=13 * H), ConsoleConfig(), SessionState.EXPIRED),
@@ -252,7 +257,7 @@ M, H = timedelta(minutes=1), timedelta(hours=1)
     (row(login=0 * M, seen=0 * M), ConsoleConfig(), SessionState.LIVE),
 ])
 def test_state_of__the_table(session: ConsoleSession | None, config: ConsoleConfig, state: SessionState) -> None:
-    assert state_of(session, principals=("token:a",), config=config) is state
+    assert state_of(session, principals=("access-token/a",), config=config) is state
 
 
 def test_config__the_shipped_file_states_the_defaults() -> None:
@@ -262,3 +267,13 @@ def test_config__the_shipped_file_states_the_defaults() -> None:
         ConsoleConfig(idle_timeout=timedelta(minutes=15), absolute_timeout=timedelta(hours=12))
     assert ConsoleConfig().touch_interval == timedelta(minutes=1)
     assert ConsoleConfig(idle_timeout=timedelta(minutes=2)).touch_interval == timedelta(seconds=12)
+
+
+def test_principal__a_form_no_redaction_pattern_matches_whatever_the_token() -> None:
+    from recon.console.session import token_principal
+
+    for token in ["4242424242424242-4242424242424242", "token: sk_live_abcdefghijklmnop", *(
+            secrets.token_urlsafe(24) for _ in range(8))]:
+        principal = token_principal(token)
+        assert re.fullmatch(r"access-token/[a-z2-7]{26}", principal) and redact(principal) == principal
+        assert token_principal(token) == principal != token_principal(token + "x")
