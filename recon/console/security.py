@@ -67,7 +67,7 @@ CSRF_FIELD = "csrf"
 OPEN_PATHS = frozenset({"/login"})
 #: the shortest RECON_CONSOLE_TOKEN accepted (a guessable token is no protection)
 TOKEN_MIN_LENGTH = 16
-#: how far in the future a pre-session token's issue time may be (clocks of one host: none, but be lenient)
+#: how far ahead of now a pre-session token's issue time may be (one process's clock: only if it was stepped back)
 _CSRF_SKEW = timedelta(minutes=1)
 
 #: (request, status, message) -> the page to send instead of the route's

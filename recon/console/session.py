@@ -26,14 +26,14 @@ with the login form saying why, and the response clears the cookie.
 timeout if that is shorter): a busy session costs one write a minute, not one per request, and the idle timeout
 may end a session up to that much early, never late.
 
-**Its CSRF token** (``csrf_token``) is HMAC-SHA256 keyed by the session id over a fixed label: bound to the
-session (OWASP's HMAC-based token pattern), unguessable without the HttpOnly cookie, the same in every console
-process and after a restart, gone with the session. A token of another session, of the login page or of a
-session that ended fails (recon.console.security).
+**Its CSRF token** (``csrf_token``) is HMAC-SHA256 keyed by the session id over a fixed label: the OWASP CSRF
+Prevention Cheat Sheet's synchronizer token, one per session, derived instead of stored. It is unguessable
+without the HttpOnly cookie, the same in every console process and after a restart, and gone with the session:
+a token of another session, of the login page or of a session that ended fails (recon.console.security).
 
-**Who.** ``principal`` is ``access-token/`` and a scrypt fingerprint of the access token (memory-hard, so the stored
-fingerprint does not make a weak token cheap to guess): a session opened with a token the console was since
-restarted without is refused. Named operators (issue 27) will put their id in ``operator_id``, revoke an
+**Who.** ``principal`` is ``access-token/`` and a scrypt fingerprint of the access token (memory-hard, so the
+stored fingerprint does not make a weak token cheap to guess): a session opened with a token the console was
+since restarted without is refused. Named operators (issue 27) will put their id in ``operator_id``, revoke an
 operator's sessions when they are disabled, and accept several principals.
 """
 
