@@ -88,6 +88,9 @@ class App:
             from recon.webhooks.config import WebhookConfig
 
             WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
+            from recon.console.config import ConsoleConfig
+
+            ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
             self._settings = settings
             self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings

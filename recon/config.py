@@ -6,8 +6,9 @@ message names the file, the key and what is wrong, in one line, suggesting the n
 
 What is enforced:
 - sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``webhooks``,
-  ``schedule.NAME``, ``psp.NAME`` (the last four are checked by their readers: ``recon.reconcile.config``,
-  ``recon.webhooks.config``, ``recon.scheduler`` and the composition root); anything else is an error;
+  ``schedule.NAME``, ``psp.NAME``, ``console`` (the last five are checked by their readers:
+  ``recon.reconcile.config``, ``recon.webhooks.config``, ``recon.scheduler``, the composition root and
+  ``recon.console.config``); anything else is an error;
 - keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
 - numbers: of the declared type, finite, positive where they must be, and at most ``MAXIMA`` (seconds or count);
 - the environment: ``RECON_DATABASE_URL``, ``RECON_CONFIG`` and ``RECON_ENGINE_<KEY>`` for every ``[engine]`` key
@@ -212,7 +213,7 @@ class Settings:
 
 _KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
 #: sections other parts of recon read and check (``Settings.extra``)
-_EXTRA_SECTIONS = {"reconcile", "psp", "webhooks", "schedule"}
+_EXTRA_SECTIONS = {"reconcile", "psp", "webhooks", "schedule", "console"}
 
 
 def mask_url(url: str) -> str:

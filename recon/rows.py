@@ -213,6 +213,21 @@ class WebhookRecord:
         return _as_dict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class ConsoleSession:
+    """One row of ``console_sessions``: a console login, as the store read it (recon.console.session decides
+    whether it still serves). ``checked_at`` is the time of that read, by the clock the store's SQL uses."""
+
+    id: int
+    principal: str  #: who logged in: "access-token/<fingerprint>" (the access token's holder)
+    operator_id: int | None  #: a named operator (issue 27); None until they exist
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime  #: the absolute deadline set at login
+    revoked_at: datetime | None
+    checked_at: datetime
+
+
 def _as_dict(row: Any) -> dict[str, Any]:
     """A row as JSON-ready values: datetimes in ISO 8601, enum members as their strings."""
     out: dict[str, Any] = {}

@@ -1,22 +1,31 @@
-"""What keeps the console safe to leave running: the access token, CSRF, the Host check and the response
-headers, as one ASGI middleware (``Gatekeeper``) in front of every route.
+"""What keeps the console safe to leave running: the access token and its sessions, CSRF, the Host check and
+the response headers, as one ASGI middleware (``Gatekeeper``) in front of every route.
 
-**Access token.** With ``RECON_CONSOLE_TOKEN`` set (required for any non-loopback bind, see
+**Access token and sessions.** With ``RECON_CONSOLE_TOKEN`` set (required for any non-loopback bind, see
 ``recon.commands.console``), every request but the login form needs either ``Authorization: Bearer <token>``
-or the session cookie ``recon_session`` that ``POST /login`` sets (HttpOnly, SameSite=Strict). The cookie
-holds ``HMAC(secret, "session:" + token)``, never the token itself; both are compared with
-``hmac.compare_digest``. Anything else gets 401 and the login form.
+(automation; compared with ``hmac.compare_digest``) or a live session: ``POST /login`` with the token opens one
+on the server and sets its id in the ``recon_session`` cookie; logout, the idle and the absolute timeouts end it
+there (``recon.console.session``). Anything else gets 401 and the login form, saying why a session ended.
 
-**CSRF: a signed double-submit token.** Every response carries the cookie ``recon_csrf`` (HttpOnly,
-SameSite=Strict) holding ``NONCE.SIG``: 16 random bytes in hex and ``HMAC-SHA256(secret, "csrf:" + NONCE)``
-in hex. Every form the console renders carries the same value in its hidden field ``csrf``. A POST is
-accepted only when the field and the cookie are equal (``compare_digest``) and the signature verifies with
-this process's secret (32 random bytes drawn at start, unless ``create_app`` is given one). A page on another
-site cannot read the cookie (nor, by the same-origin policy, a page holding the field), so it cannot send a
-matching pair; a cookie planted by someone else (a sibling host, a man in the middle on plain HTTP) fails the
-signature, since the secret never leaves the process. A restart draws a new secret: forms rendered before
-it are refused (403, "reload the page"). On top of that, a POST whose ``Origin`` names another host, or
-whose ``Sec-Fetch-Site`` says ``cross-site``, is refused before any form is read.
+**Cookies** are ``HttpOnly``, ``SameSite=Strict``, ``Path=/``, and ``Secure`` whenever the request came over
+TLS (its scheme, or a proxy's ``X-Forwarded-Proto``/``Forwarded``: trusted only to add the flag) or names a
+host that is not loopback: a browser then sends them only over HTTPS.
+
+**CSRF.** A POST's ``csrf`` field must equal the token its request is bound to (``csrf_accepts``), else 403 and
+nothing is done:
+
+- with a live session, the session's own token (HMAC keyed by the session id, ``recon.console.session``): a
+  token of another session, of the login page, or of a session that has ended is refused;
+- without one (the login form; a console without a token, which has no sessions; a Bearer client), a signed
+  double-submit pair bound to a pre-session value: the cookie ``recon_csrf`` holds ``ISSUED.NONCE.SIG``
+  (issue time in Unix seconds, 16 random bytes in hex, ``HMAC-SHA256(secret, "csrf:" + ISSUED + "." + NONCE)``)
+  and the field must equal it. The secret is this process's (32 random bytes drawn at start unless
+  ``create_app`` is given one); a pair older than the absolute session timeout, or from before a restart, is
+  refused ("reload the page") and a new one issued. A page on another site can read neither the cookie nor the
+  field, and a cookie it plants (a sibling host, plain HTTP) fails the signature.
+
+On top of that, a POST whose ``Origin`` names another host, or whose ``Sec-Fetch-Site`` says ``cross-site``, is
+refused before any form is read.
 
 **Host check.** Without a token, the console answers only requests whose ``Host`` is a loopback name
 (``localhost``, ``127.x.x.x``, ``[::1]``): a DNS-rebinding page (evil.example resolving to 127.0.0.1) would
@@ -32,22 +41,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from recon.console.session import SESSION_COOKIE, Resumed, ended_message
+
+if TYPE_CHECKING:
+    from recon.console.session import Sessions
+
+log = logging.getLogger("recon.console")
+
 CSRF_COOKIE = "recon_csrf"
 CSRF_FIELD = "csrf"
-SESSION_COOKIE = "recon_session"
 #: paths served without the access token: the login form and its POST
 OPEN_PATHS = frozenset({"/login"})
 #: the shortest RECON_CONSOLE_TOKEN accepted (a guessable token is no protection)
 TOKEN_MIN_LENGTH = 16
+#: how far ahead of now a pre-session token's issue time may be (one process's clock: only if it was stepped back)
+_CSRF_SKEW = timedelta(minutes=1)
 
 #: (request, status, message) -> the page to send instead of the route's
 DenyFunc = Callable[[Request, int, str], Response]
@@ -65,47 +86,54 @@ def is_loopback(host: str) -> bool:
 
 
 class Csrf:
-    """The signed double-submit token (see the module docstring)."""
+    """The pre-session token: a signed double-submit pair, valid for ``max_age`` (see the module docstring)."""
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, *, max_age: timedelta, now_func: Callable[[], datetime]) -> None:
         self._secret = secret
+        self._max_age = max_age
+        self._now = now_func
 
     def issue(self) -> str:
+        issued = str(int(self._now().timestamp()))
         nonce = secrets.token_hex(16)
-        return f"{nonce}.{self._sign(nonce)}"
+        return f"{issued}.{nonce}.{self._sign(issued, nonce)}"
 
     def valid(self, token: str | None) -> bool:
-        """``token`` was issued by this process."""
-        nonce, dot, sig = (token or "").partition(".")
-        return bool(dot) and len(nonce) == 32 and hmac.compare_digest(sig.encode(), self._sign(nonce).encode())
-
-    def matches(self, cookie: str | None, field: str | None) -> bool:
-        """The form's field equals the cookie, and the cookie is ours."""
-        if not cookie or not field:
+        """``token`` was issued by this process, less than ``max_age`` ago."""
+        parts = (token or "").split(".")
+        if len(parts) != 3 or not parts[0].isdigit() or len(parts[0]) > 12 or len(parts[1]) != 32:
             return False
-        return hmac.compare_digest(cookie.encode(), field.encode()) and self.valid(cookie)
+        issued, nonce, sig = parts
+        if not hmac.compare_digest(sig.encode(), self._sign(issued, nonce).encode()):
+            return False
+        age = self._now() - datetime.fromtimestamp(int(issued), tz=UTC)
+        return -_CSRF_SKEW <= age < self._max_age
 
-    def _sign(self, nonce: str) -> str:
-        return hmac.new(self._secret, b"csrf:" + nonce.encode(), hashlib.sha256).hexdigest()
+    def _sign(self, issued: str, nonce: str) -> str:
+        return hmac.new(self._secret, f"csrf:{issued}.{nonce}".encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_accepts(request: Request, field: str | None) -> bool:
+    """The form's ``field`` is the token this request is bound to, and the browser holds what binds it (a live
+    session, or a valid pre-session cookie): set by the Gatekeeper, checked where the form is read."""
+    expected: str = getattr(request.state, "csrf", "")
+    held: bool = getattr(request.state, "csrf_held", False)
+    return held and bool(field) and bool(expected) and hmac.compare_digest((field or "").encode(), expected.encode())
 
 
 class TokenAuth:
-    """The access token: a Bearer header or the session cookie ``POST /login`` sets."""
+    """The access token, as the login form's field or a Bearer header."""
 
-    def __init__(self, token: str, secret: bytes) -> None:
+    def __init__(self, token: str) -> None:
         self._token = token.encode()
-        self.session = hmac.new(secret, b"session:" + self._token, hashlib.sha256).hexdigest()
 
     def check(self, supplied: str) -> bool:
         """``supplied`` (the login form's field) is the token."""
         return hmac.compare_digest(supplied.encode(), self._token)
 
-    def allows(self, request: Request) -> bool:
+    def bearer(self, request: Request) -> bool:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and self.check(value.strip()):
-            return True
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        return bool(cookie) and hmac.compare_digest(cookie.encode(), self.session.encode())
+        return scheme.lower() == "bearer" and self.check(value.strip())
 
 
 def cookie_header(name: str, value: str, *, secure: bool, max_age: int | None = None) -> str:
@@ -122,6 +150,24 @@ def cookie_header(name: str, value: str, *, secure: bool, max_age: int | None = 
     return morsel.OutputString()
 
 
+def wants_secure(request: Request) -> bool:
+    """Should this request's cookies be ``Secure``: it came over TLS (or a proxy says so), or it names a host
+    that is not loopback. A forwarded header can only add the flag, so it needs no trust."""
+    return _over_tls(request) or not is_loopback(_hostname(request.headers.get("host", "")))
+
+
+def plain_http_off_loopback(request: Request) -> bool:
+    """A request over plain HTTP (as far as the console can tell) to a host that is not loopback: a browser
+    keeps no ``Secure`` cookie from it, so its forms cannot work."""
+    return not _over_tls(request) and not is_loopback(_hostname(request.headers.get("host", "")))
+
+
+def _over_tls(request: Request) -> bool:
+    forwarded = request.headers.get("forwarded", "").lower().replace(" ", "")
+    return (request.url.scheme == "https" or request.headers.get("x-forwarded-proto", "").lower() == "https"
+            or "proto=https" in forwarded)
+
+
 def security_headers(style_hash: str) -> list[tuple[bytes, bytes]]:
     """The headers of every response; ``style_hash`` is the base64 SHA-256 of the one inline stylesheet."""
     csp = (f"default-src 'self'; script-src 'none'; style-src 'sha256-{style_hash}'; img-src 'self' data:; "
@@ -132,17 +178,19 @@ def security_headers(style_hash: str) -> list[tuple[bytes, bytes]]:
 
 
 class Gatekeeper:
-    """The middleware: Host check, token, cross-site POSTs, the CSRF cookie, the headers.
+    """The middleware: Host check, token or session, cross-site POSTs, the CSRF binding, the headers.
 
-    The CSRF *field* is checked where the form is read (``recon.console.web``): this layer makes sure every
-    page has a token to render (``request.state.csrf``) and that the browser holds it as a cookie.
+    The CSRF *field* is checked where the form is read (``recon.console.web``, with ``csrf_accepts``): this
+    layer finds the request's session (``request.state.session``: the live row, or None), the token a form
+    must carry (``request.state.csrf``), and makes sure the browser holds what binds it.
     """
 
-    def __init__(self, app: ASGIApp, *, csrf: Csrf, auth: TokenAuth | None, style_hash: str,
-                 deny_func: DenyFunc) -> None:
+    def __init__(self, app: ASGIApp, *, csrf: Csrf, auth: TokenAuth | None, sessions: Sessions | None,
+                 style_hash: str, deny_func: DenyFunc) -> None:
         self.app = app
         self.csrf = csrf
         self.auth = auth
+        self.sessions = sessions
         self.headers = security_headers(style_hash)
         self.deny = deny_func
 
@@ -151,33 +199,62 @@ class Gatekeeper:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        token = request.cookies.get(CSRF_COOKIE)
-        fresh = not self.csrf.valid(token)
-        if fresh:
-            token = self.csrf.issue()
-        request.state.csrf = token
         extra = list(self.headers)
-        if fresh and token:
-            extra.append((b"set-cookie", cookie_header(CSRF_COOKIE, token, secure=request.url.scheme == "https")
-                          .encode("latin-1")))
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
-        refusal = self._refusal(request)
+        refusal: tuple[int, str] | None
+        try:
+            resumed = await self._resume(request)
+        except Exception as exc:  # the sessions' database: one line on the page, the type in the log
+            log.error("console: %s %s: sessions unreadable: %s: %s", request.method, request.url.path,
+                      type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
+            resumed, refusal = None, (500, "the console failed on this request; the server log says why")
+        else:
+            refusal = self._refusal(request, resumed)
+        secure = wants_secure(request)
+        if resumed is not None and not resumed.live:  # the browser's cookie opens nothing: it goes
+            extra.append((b"set-cookie", cookie_header(SESSION_COOKIE, "", secure=secure, max_age=0).encode()))
+        self._bind_csrf(request, resumed, extra, secure=secure)
         if refusal is not None:
             await self.deny(request, *refusal)(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
 
-    def _refusal(self, request: Request) -> tuple[int, str] | None:
+    async def _resume(self, request: Request) -> Resumed | None:
+        """The request's session, if it sent a session cookie to a console that has sessions."""
+        sid = request.cookies.get(SESSION_COOKIE)
+        if self.sessions is None or not sid:
+            request.state.session = None
+            return None
+        resumed: Resumed = await run_in_threadpool(self.sessions.resume, sid)
+        request.state.session = resumed.session
+        if not resumed.live:
+            request.state.session_ended = ended_message(resumed.state, self.sessions.config)
+        return resumed
+
+    def _bind_csrf(self, request: Request, resumed: Resumed | None, extra: list[tuple[bytes, bytes]], *,
+                   secure: bool) -> None:
+        if resumed is not None and resumed.live and resumed.csrf:
+            request.state.csrf, request.state.csrf_held = resumed.csrf, True
+            return
+        token = request.cookies.get(CSRF_COOKIE)
+        held = self.csrf.valid(token)
+        if not held or not token:
+            token = self.csrf.issue()
+            extra.append((b"set-cookie", cookie_header(CSRF_COOKIE, token, secure=secure).encode("latin-1")))
+        request.state.csrf, request.state.csrf_held = token, held
+
+    def _refusal(self, request: Request, resumed: Resumed | None) -> tuple[int, str] | None:
         host = request.headers.get("host", "")
         if self.auth is None and not is_loopback(_hostname(host)):
             return 400, "this console answers only to a loopback host name (127.0.0.1, localhost, [::1])"
-        if self.auth is not None and request.url.path not in OPEN_PATHS and not self.auth.allows(request):
-            return 401, "log in with the console's access token"
+        if self.auth is not None and request.url.path not in OPEN_PATHS and not (
+                (resumed is not None and resumed.live) or self.auth.bearer(request)):
+            return 401, getattr(request.state, "session_ended", None) or "log in with the console's access token"
         if request.method == "POST" and _cross_site(request, host):
             return 403, "refused: a form posted from another site"
         return None

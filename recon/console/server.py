@@ -18,9 +18,12 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from recon.console.config import ConsoleConfig
 from recon.console.pages import dead, jobs, login, overview, psps, review
 from recon.console.security import Csrf, Gatekeeper, TokenAuth
+from recon.console.session import Sessions, token_principal
 from recon.console.web import Pages
+from recon.db.console_session_store import ConsoleSessionStore
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -32,11 +35,16 @@ MAX_BODY_BYTES = 64 * 1024
 
 
 def create_app(app: App, *, token: str | None = None, secret: bytes | None = None) -> Starlette:
-    """The console on ``app``. With ``token``, every request needs it (see ``recon.console.security``);
-    ``secret`` keys the CSRF and session signatures (default: 32 random bytes, new each process)."""
+    """The console on ``app``. With ``token``, every request needs it or a session opened with it (see
+    ``recon.console.security`` and ``recon.console.session``; ``[console]`` sets the sessions' timeouts);
+    ``secret`` keys the pre-session CSRF pairs (default: 32 random bytes, new each process)."""
     key = secret or secrets.token_bytes(32)
+    config = ConsoleConfig.load(app.settings.extra.get("console"), source=app.settings.source)
     rendered = Pages()
-    auth = TokenAuth(token, key) if token else None
+    auth = TokenAuth(token) if token else None
+    sessions = Sessions(ConsoleSessionStore(app.db), principal=token_principal(token), config=config) \
+        if token else None
+    csrf = Csrf(key, max_age=config.absolute_timeout, now_func=lambda: app.db.clock.now())
 
     def deny(request: Request, status: int, message: str) -> Response:
         return rendered.error(request, status, message)
@@ -48,13 +56,13 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
 
     web = Starlette(routes=[*overview.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES, *psps.ROUTES,
                             *login.ROUTES],
-                    middleware=[Middleware(Gatekeeper, csrf=Csrf(key), auth=auth, style_hash=rendered.style_hash,
-                                           deny_func=deny)],
+                    middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
+                                           style_hash=rendered.style_hash, deny_func=deny)],
                     exception_handlers={HTTPException: not_served}, max_body_size=MAX_BODY_BYTES)
     web.state.console_recon = app
     web.state.console_pages = rendered
-    web.state.console_csrf = Csrf(key)
     web.state.console_auth = auth
+    web.state.console_sessions = sessions
     _warm(app)
     return web
 

@@ -25,12 +25,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from recon.console.security import csrf_accepts, plain_http_off_loopback
 from recon.errors import InvalidJobState, JobNotFound, UsageError
 from recon.redact import redact, redact_value
 
 if TYPE_CHECKING:
     from recon.app import App
-    from recon.console.security import Csrf
 
 log = logging.getLogger("recon.console")
 
@@ -107,7 +107,7 @@ class Pages:
         csrf = getattr(request.state, "csrf", "")
         base = {"request": request, "css": self.css, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
-                "logged_in": _state(request, "auth") is not None, "notice": None, "error": None}
+                "logged_in": getattr(request.state, "session", None) is not None, "notice": None, "error": None}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)
 
@@ -136,16 +136,18 @@ def page(func: Callable[[Request], Response]) -> Endpoint:
 
 
 def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
-    """A POST endpoint: the form is read (no files, few fields), its CSRF field checked against the cookie
-    (403 and nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool."""
+    """A POST endpoint: the form is read (no files, few fields), its CSRF field checked against the token the
+    request is bound to (its session's, else the pre-session cookie's: ``recon.console.security``; 403 and
+    nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool."""
     async def endpoint(request: Request) -> Response:
         async def run() -> Response:
             form = await request.form(max_files=0, max_fields=FORM_MAX_FIELDS, max_part_size=64 * 1024)
             fields = Fields(form)
-            csrf: Csrf = _state(request, "csrf")
-            if not csrf.matches(request.cookies.get("recon_csrf"), fields.raw("csrf")):
+            if not csrf_accepts(request, fields.raw("csrf")):
+                hint = "; this console's cookies are Secure: reach it over HTTPS" if plain_http_off_loopback(
+                    request) else ""
                 raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
-                                     "submit it again")
+                                     f"submit it again{hint}")
             return await run_in_threadpool(func, request, fields)
 
         return await _guarded(request, run)

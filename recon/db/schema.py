@@ -298,3 +298,21 @@ schedule_slots = sa.Table(
     sa.Column("job_id", Id, nullable=True),
     sa.Column("scheduler", sa.Text(), nullable=False),
 )
+
+# --- console_sessions (migration 0013): the console's logins, ended by logout or the server's timeouts -------
+
+console_sessions = sa.Table(
+    "console_sessions",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("sid_hash", sa.LargeBinary(), nullable=False),  #: SHA-256 of the cookie's session id, never the id
+    sa.Column("principal", sa.Text(), nullable=False),  #: who: "access-token/<fingerprint>", the token's holder
+    sa.Column("operator_id", Id, nullable=True),  #: a named operator (issue 27); NULL until they exist
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),  #: written at most once a minute (recon.console.session)
+    sa.Column("expires_at", Timestamp, nullable=False),  #: the absolute deadline: created_at + absolute_timeout
+    sa.Column("revoked_at", Timestamp, nullable=True),  #: logout, or a newer login from the same browser
+    sa.CheckConstraint("expires_at > created_at AND last_seen_at >= created_at", name="console_sessions_times_valid"),
+    sa.UniqueConstraint("sid_hash", name="console_sessions_sid_hash_key"),
+    sqlite_autoincrement=True,
+)

@@ -15,6 +15,7 @@ from typing import Any
 
 from recon import Client, JobStore, Settings
 from recon.app import App
+from recon.clock import Clock
 from recon.console.server import create_app
 from recon.db.jobs_store import Finish
 
@@ -27,9 +28,13 @@ BASE_URL = "http://127.0.0.1:8470"
 
 
 @contextmanager
-def console(db_url: str, *, token: str | None = None, **kwargs: Any) -> Iterator[TestClient]:
-    """A client of the console on ``db_url`` (its own App, closed afterwards)."""
-    app = App(db_url)
+def console(db_url: str, *, token: str | None = None, clock: Clock | None = None, config_path: str | None = None,
+            **kwargs: Any) -> Iterator[TestClient]:
+    """A client of the console on ``db_url`` (its own App, closed afterwards). ``clock`` becomes the database's
+    clock (the time every session check reads); ``config_path`` is the App's config file."""
+    app = App(db_url, config_path)
+    if clock is not None:
+        app.db.clock = clock
     try:
         with TestClient(create_app(app, token=token), base_url=BASE_URL, **kwargs) as client:
             yield client

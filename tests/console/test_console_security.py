@@ -8,15 +8,20 @@ import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
+from recon.clock import FixedClock
 from recon.console.security import is_loopback
+from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from tests.cli import Runner, python_env
-from tests.console import console, csrf_token, make_dead
+from tests.console import BASE_URL, TestClient, console, csrf_token, make_dead
+from tests.integration.payment_flow import create
 
 TOKEN = "correct-horse-battery-staple-42"
 
@@ -54,6 +59,68 @@ def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: D
     assert shown["job"]["state"] == "dead" and shown["replays"] == []
 
 
+def log_in(client: TestClient) -> None:
+    csrf = csrf_token(client, "/login")
+    assert client.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False).status_code == 303
+
+
+def log_out(client: TestClient) -> None:
+    assert client.post("/logout", data={"csrf": csrf_token(client)}, follow_redirects=False).status_code == 303
+
+
+def test_csrf__bound_to_the_session_a_token_of_another_session_the_login_page_or_before_logout_is_refused(
+        db_url: str, recon: Runner) -> None:
+    with console(db_url, token=TOKEN) as alice:
+        bob = TestClient(alice.app, base_url=BASE_URL)
+        login_page = csrf_token(bob, "/login")  # the pair (cookie = field) the login page gives anyone
+        log_in(alice)
+        log_in(bob)
+        before_logout = csrf_token(bob)
+        log_out(bob)
+        log_in(bob)
+        tries = {"another session's": csrf_token(alice), "the login page's": login_page,
+                 "from before logout": before_logout, "missing": "", "forged": "0" * 32 + "." + "0" * 64,
+                 "forged, session-shaped": "0" * 64}
+        for what, token in tries.items():
+            bob.cookies.delete("recon_csrf")
+            if token:
+                bob.cookies.set("recon_csrf", token)  # planted beside the field: the double-submit attacker's pair
+            r = bob.post("/psps/stripe/pause", data={"operator": "mallory", "reason": what, "csrf": token})
+            assert r.status_code == 403 and "CSRF" in r.text, what
+        assert not any(paused(recon, db_url).values())
+        r = bob.post("/psps/stripe/pause", data={"operator": "bob", "reason": "incident 9", "csrf": csrf_token(bob)})
+        assert r.status_code == 200 and "paused by bob" in r.text
+    status = json.loads(recon("psp", "status", "--json", db_url=db_url).stdout)["psps"]
+    assert [(p["psp"], p["paused_by"], p["pause_reason"]) for p in status if p["paused"]] == \
+        [("stripe", "bob", "incident 9")]
+
+
+def test_csrf__a_form_older_than_a_session_may_live_is_refused_without_sessions_too(db_url: str,
+                                                                                   recon: Runner) -> None:
+    clock = FixedClock(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    with console(db_url, clock=clock) as client:  # loopback, no token: no sessions, a pre-session pair
+        old = csrf_token(client)
+        clock.advance(timedelta(hours=12))
+        r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": old})
+        assert r.status_code == 403 and "reload the page" in r.text
+        assert not any(paused(recon, db_url).values())
+        fresh = csrf_token(client)
+        assert fresh != old
+        assert client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": fresh}
+                           ).status_code == 200
+
+
+def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Runner) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with console(db_url, token=TOKEN, headers=bearer) as client:
+        csrf = csrf_token(client)
+        r = client.post("/psps/stripe/pause", data={"operator": "cron", "reason": "x", "csrf": csrf})
+        assert r.status_code == 200
+        client.cookies.delete("recon_csrf")
+        assert client.post("/psps/stripe/resume", data={"operator": "cron", "csrf": csrf}).status_code == 403
+    assert paused(recon, db_url)["stripe"]
+
+
 def test_operator__required_and_bounded_else_422_and_nothing_done(db_url: str, recon: Runner) -> None:
     with console(db_url) as client:
         csrf = csrf_token(client)
@@ -81,7 +148,7 @@ def test_token__every_request_needs_it_bearer_or_login_cookie(db_url: str) -> No
         assert r.status_code == 303
         cookie = r.headers["set-cookie"]
         assert "recon_session=" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-        assert TOKEN not in cookie  # the cookie holds a signature of the token, not the token
+        assert TOKEN not in cookie  # the cookie holds a random session id, not the token
         page = client.get("/")
         assert page.status_code == 200 and TOKEN not in page.text
         r = client.post("/logout", data={"csrf": csrf_token(client)}, follow_redirects=False)
@@ -148,3 +215,34 @@ def test_command__serves_until_sigterm_and_exits_0(db_url: str) -> None:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def everything(db: Database) -> dict[str, list[str]]:
+    """Every row of every table recon's schema has, as text."""
+    with db.begin() as conn:
+        return {name: sorted(map(str, conn.execute(sa.select(table)).all()))
+                for name, table in schema.metadata.tables.items()}
+
+
+def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie_has_its_flags(
+        db: Database, db_url: str) -> None:
+    dead = make_dead(JobStore(db), queue="charges")
+    create(db, 1, charge=False, prefix="order")
+    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe"}
+    before = everything(db)
+    cookies: list[str] = []
+    for token in (None, TOKEN):
+        headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
+        with console(db_url, token=token, headers=headers) as client:
+            pages = {route.path for route in client.app.routes if "GET" in route.methods}
+            for route in client.app.routes:
+                path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: params[m[1]], route.path)
+                r = client.get(path, follow_redirects=False)
+                cookies += r.headers.get_list("set-cookie")
+                if route.path not in pages:  # a write's path read by GET: refused, or another page's 404
+                    assert r.status_code in (404, 405), path
+                else:
+                    assert r.status_code in (200, 303), path
+    assert everything(db) == before
+    assert cookies and all({"HttpOnly", "SameSite=Strict", "Path=/"} <= {p.strip() for p in c.split(";")}
+                           for c in cookies), cookies

@@ -43,6 +43,8 @@ CHROMIUM = Path(os.environ.get("RECON_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1200, "height": 800}
+#: the access token of the ``token_console`` fixture
+TOKEN = "browser-test-token-0123456789"
 #: how long a page action or navigation may take (a loaded CI machine included)
 ACTION_TIMEOUT_MS = 15_000
 
@@ -100,12 +102,13 @@ class Console:
 
 
 class ConsoleServer:
-    """``recon.console.server.create_app(App(database_url=...))`` served in a background thread on 127.0.0.1
-    and a port the kernel picked (``recon.asgi.background``, as the demo serves its webhook endpoint); stopped,
-    and the App's engine disposed of, on exit."""
+    """``recon.console.server.create_app(App(database_url=...), token=token)`` served in a background thread on
+    127.0.0.1 and a port the kernel picked (``recon.asgi.background``, as the demo serves its webhook endpoint);
+    stopped, and the App's engine disposed of, on exit."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, *, token: str | None = None) -> None:
         self.database_url = database_url
+        self.token = token
         self.app: App | None = None
         self.stack = contextlib.ExitStack()
 
@@ -115,7 +118,7 @@ class ConsoleServer:
 
         self.app = App(database_url=self.database_url)
         try:
-            base = self.stack.enter_context(background(create_app(self.app)))
+            base = self.stack.enter_context(background(create_app(self.app, token=self.token)))
         except RuntimeError as exc:
             self.__exit__()
             raise AssertionError(f"the console did not start: {exc}") from None
@@ -135,6 +138,14 @@ def console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
     """The console on ``db_url`` (each test seeds the database first or meanwhile: every page reads it live)."""
     monkeypatch.delenv("RECON_CONFIG", raising=False)
     with ConsoleServer(db_url) as running:
+        yield running
+
+
+@pytest.fixture
+def token_console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
+    """The console on ``db_url`` started with the access token ``TOKEN``: every page needs a login."""
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    with ConsoleServer(db_url, token=TOKEN) as running:
         yield running
 
 
