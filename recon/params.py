@@ -10,12 +10,13 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
 import click
 
+from recon.clock import parse_instant
 from recon.durations import parse_duration
 from recon.errors import UsageError
 
@@ -62,11 +63,10 @@ class Since(click.ParamType[timedelta | datetime, Any]):
         except UsageError:
             pass
         try:
-            parsed = datetime.fromisoformat(raw)
+            return parse_instant(raw)
         except ValueError:
             self.fail(f"{value!r} is neither a duration (2h, 7d) nor an ISO date or datetime (2026-11-01, "
-                      "2026-11-01T12:00:00Z)", param, ctx)
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+                      "2026-11-01T12:00:00Z) within the years 1..9999", param, ctx)
 
 
 def check_output_path(path: str, *, option: str) -> None:

@@ -24,11 +24,12 @@ import csv
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 from psp_adapters.protocol import ChargeRequest, FieldProblem
+from recon.clock import parse_instant
 from recon.db.payment_store import NewPayment
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
@@ -336,8 +337,7 @@ def _created_at(text: str) -> datetime | None:
     if not raw:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        return parse_instant(raw)
     except ValueError:
-        raise _FieldError(f"created_at {text!r} is not an ISO-8601 timestamp "
+        raise _FieldError(f"created_at {text!r} is not an ISO-8601 timestamp "  # nor one in the years 1..9999
                           "(e.g. 2024-05-01T12:30:00Z; no offset means UTC)", "created_at") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -88,6 +88,13 @@ def test_validate__a_bad_row_names_line_and_field(row: str, message: str) -> Non
     assert err.lines() == [f"in.csv:3: {message}"]
 
 
+@pytest.mark.parametrize("created", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:00:00-05:00"])
+def test_validate__a_created_at_outside_the_years_1_to_9999_in_utc_is_a_bad_row_not_a_crash(created: str) -> None:
+    err = rejected(f"merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,stripe,{created}\n")
+    assert str(err) == (f"in.csv:2: created_at {created!r} is not an ISO-8601 timestamp "
+                        "(e.g. 2024-05-01T12:30:00Z; no offset means UTC) (field created_at)")
+
+
 def test_validate__bad_created_at() -> None:
     err = rejected("merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,stripe,yesterday\n")
     assert str(err) == ("in.csv:2: created_at 'yesterday' is not an ISO-8601 timestamp "
