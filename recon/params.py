@@ -19,6 +19,8 @@ import click
 from recon.clock import parse_instant
 from recon.durations import parse_duration
 from recon.errors import UsageError
+from recon.redact import redact
+from recon.terminal import shown
 
 #: the exit-code contract (docs/design.md): done and consistent; done, with items that need review; bad usage,
 #: input or configuration; the run failed
@@ -82,6 +84,12 @@ def check_output_path(path: str, *, option: str) -> None:
         raise UsageError(f"{option} {path!r}: the directory {directory} is not writable")
     if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{option} {path!r}: the file is not writable")
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """One human line on stdout (stderr with ``err``), as ``recon.render`` prints: literally (control
+    characters escaped, ``recon.terminal.shown``), card numbers and keys masked (``recon.redact``)."""
+    click.echo(shown(redact(text)), err=err)
 
 
 def operator_name() -> str:
