@@ -17,6 +17,7 @@ from recon.db.jobs_store import JobStore
 from recon.engine.watcher import Watcher
 from recon.errors import UsageError
 from recon.params import Duration, freeze_heap, install_signal_handlers, say
+from recon.redact import has_card_number
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -64,6 +65,8 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
+    if any(has_card_number(q) for q in queue_list):  # it would be stored (workers.queues) and printed
+        raise UsageError("--queues: a queue name holds a card number; recon stores none")
     if {"charges", app.reconcile_config.queue} & set(queue_list):
         # before any work: a worker never claims a payment job for a PSP it cannot call
         app.require_psps(set(app.psp_names()) & app.payments.psps_unfinished())
