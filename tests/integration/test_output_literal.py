@@ -169,3 +169,15 @@ def test_import__a_problem_quoting_a_hostile_cell_is_one_literal_line(tmp_path: 
     assert r.returncode == 2
     literal(r.stderr, ["merchant_reference '[/bold]' is also on line 2", r"'1.0\x1b[31m'"], "payments import")
     assert PaymentStore(db).by_reference("[/bold]") is None
+
+
+def test_schedule_list__a_schedules_name_from_the_config_is_printed_literally(tmp_path: Any, db_url: str,
+                                                                             recon: Runner) -> None:
+    config = tmp_path / "recon.toml"
+    config.write_text('[schedule."[/bold] [red]x[/red]"]\nkind = "sweep"\nevery = "1h"\n', encoding="utf-8")
+    human = recon("--config", str(config), "schedule", "list", db_url=db_url, log_level="WARNING")
+    assert human.returncode == 0, human.stderr
+    literal(human.stdout, ["[/bold] [red]x[/red]"], "schedule list")
+    machine = recon("--config", str(config), "schedule", "list", "--json", db_url=db_url, log_level="WARNING")
+    assert machine.returncode == 0, machine.stderr
+    assert [s["name"] for s in json.loads(machine.stdout)["schedules"]] == ["[/bold] [red]x[/red]"]
