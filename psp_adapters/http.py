@@ -93,7 +93,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit() alone: also "²" (superscript), which float() refuses
         return float(text)
     try:
         when = parsedate_to_datetime(text)

@@ -16,7 +16,7 @@ import click
 from recon.app import App
 from recon.commands import console, engine, jobs, payments, psp, reconcile, review, schedule, serve
 from recon.errors import ConfigError, ReconError, UsageError
-from recon.params import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from recon.params import EXIT_FAILED, EXIT_OK, EXIT_USAGE, say
 
 log = logging.getLogger("recon")
 
@@ -56,20 +56,20 @@ def main(argv: list[str] | None = None) -> NoReturn:
         # standalone_mode=False: click returns ctx.exit(n)'s code instead of exiting, and lets our errors through
         rc = cli.main(args=argv, prog_name="recon", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        say("aborted", err=True)
         sys.exit(EXIT_FAILED)
     except click.UsageError as exc:  # one line, naming the command: "recon report: Invalid value for '--since' …"
         where = exc.ctx.command_path if exc.ctx is not None else "recon"
-        click.echo(f"{where}: {exc.format_message()}", err=True)
+        say(f"{where}: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
-        click.echo(f"recon: {exc.format_message()}", err=True)
+        say(f"recon: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
     except (ConfigError, UsageError) as exc:
-        click.echo(f"recon: {exc}", err=True)
+        say(f"recon: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except ReconError as exc:
-        click.echo(f"recon: {exc}", err=True)
+        say(f"recon: {exc}", err=True)
         sys.exit(_exit_code_for(exc))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -80,14 +80,12 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 def _unexpected(exc: Exception, argv: list[str] | None) -> NoReturn:
     """One line on stderr (the traceback only at --log-level debug), then exit 3."""
-    from recon.redact import redact
-
     words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
     command = next((w for w in words if w in cli.commands), "recon")
     log.debug("unexpected error", exc_info=exc)
     first = (str(exc).strip().splitlines() or [""])[0][:300]
-    click.echo(redact(f"recon: {command} failed unexpectedly: {type(exc).__name__}: {first} "
-                      "(rerun with --log-level debug for the traceback)"), err=True)
+    say(f"recon: {command} failed unexpectedly: {type(exc).__name__}: {first} "
+        "(rerun with --log-level debug for the traceback)", err=True)
     sys.exit(EXIT_FAILED)
 
 

@@ -58,3 +58,16 @@ class ProcessClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 date-time from outside (a CSV cell, ``--since``), as aware UTC: UTC when it has no offset.
+    Raises ValueError when it does not parse or, once in UTC, falls outside the years 1..9999 (datetime's
+    range: ``0001-01-01T00:00:00+01:00`` would otherwise raise OverflowError wherever it was converted)."""
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{text!r} is outside the years 1..9999 in UTC") from None

@@ -11,6 +11,8 @@ What is enforced:
   ``recon.console.config``); anything else is an error;
 - keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
 - numbers: of the declared type, finite, positive where they must be, and at most ``MAXIMA`` (seconds or count);
+- no name or text holds a card number (``recon.redact``): a queue, schedule or account would be stored and
+  printed under it; a card number is refused wherever it comes from, never stored;
 - the environment: ``RECON_DATABASE_URL``, ``RECON_CONFIG`` and ``RECON_ENGINE_<KEY>`` for every ``[engine]`` key
   (type-checked like the file); an unknown ``RECON_ENGINE_*`` variable is an error. PSP settings have their own
   variables, ``RECON_<PSP>_<KEY>`` (``psp_adapters.registry``); queues, retry and reconcile are set in the file.
@@ -30,6 +32,7 @@ from typing import Any
 
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
+from recon.redact import has_card_number
 
 DATABASE_URL_DEFAULT = "sqlite:///recon.db"
 LEASE_TTL_SECONDS_DEFAULT = 30.0
@@ -257,6 +260,7 @@ def _apply_file(settings: Settings, path: Path) -> Settings:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     src = str(path)
+    _refuse_card_numbers(doc, f"{src}: ")
     for section in doc:
         if section not in _KNOWN_SECTIONS | _EXTRA_SECTIONS:
             raise unknown("section", section, _KNOWN_SECTIONS | _EXTRA_SECTIONS, f"{src}: [")
@@ -279,6 +283,22 @@ def _apply_file(settings: Settings, path: Path) -> Settings:
             raise unknown("retry kind", kind, RETRY_KINDS, f"{src}: retry.")
         retry[kind] = _dataclass_from(BackoffConfig, table, retry.get(kind, retry["default"]), f"{src}: retry.{kind}")
     return replace(settings, database_url=url, engine=engine, queues=queues, retry=retry, extra=extra, source=src)
+
+
+def _refuse_card_numbers(value: object, where: str) -> None:
+    """ConfigError naming the key when a table's key or a string in ``value`` holds a card number (the value is
+    not repeated)."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            path = f"{where}{key}" if where.endswith(": ") else f"{where}.{key}"
+            if has_card_number(key):
+                raise ConfigError(f"{where.rstrip('. ')}: a name holds a card number; recon stores none")
+            _refuse_card_numbers(sub, path)
+    elif isinstance(value, list):
+        for item in value:
+            _refuse_card_numbers(item, where)
+    elif isinstance(value, str) and has_card_number(value):
+        raise ConfigError(f"{where}: holds a card number; recon stores none")
 
 
 def _table(doc: Mapping[str, Any], key: str, src: str) -> Mapping[str, Any]:

@@ -13,6 +13,10 @@
 Redaction (``recon.redact``, the same function the stores apply) runs on every string that goes into a
 line, in both formats: card numbers and codes, API keys, tokens and passwords. It is a last line of
 defence: adapters keep keys in ``Secret`` and never log them in the first place.
+
+Lines are printed literally (``recon.terminal``): a message or field that holds an escape sequence, a carriage
+return or a newline (a PSP's text, a reference) shows it as ``\x1b``, ``\r``, ``\n`` and cannot recolour the
+terminal or forge a line; a text line's traceback keeps its own line breaks, each line escaped.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import io
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -28,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from recon.redact import redact, redact_value
+from recon.terminal import json_line, shown
 
 FORMATS = ("text", "json")
 #: the fields of a line about a job, in the order a text line shows them
@@ -105,20 +109,30 @@ class JsonFormatter(logging.Formatter):
             doc["exc"] = redact(self.formatException(record.exc_info))
         elif record.exc_text:
             doc["exc"] = redact(record.exc_text)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return json_line(doc, default=str, ensure_ascii=False)
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message [job_id=… kind=… …]``, redacted like the JSON lines."""
+    """``time LEVEL logger: message [job_id=… kind=… …]``, then a traceback's lines, redacted like the JSON lines
+    and escaped (``recon.terminal.shown``): the first line is one line whatever the message holds; a traceback
+    keeps its line breaks (its exception's message's too), each line escaped."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        context = " ".join(f"{k}={getattr(record, k)}" for k in JOB_FIELDS
-                           if getattr(record, k, None) is not None)
-        return redact(f"{line} [{context}]" if context else line)
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = shown(self.formatMessage(record))
+        context = " ".join(f"{k}={getattr(record, k)}" for k in JOB_FIELDS if getattr(record, k, None) is not None)
+        if context:
+            line += f" [{shown(context)}]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)  # logging's own cache, as other handlers expect
+        for block in (record.exc_text, record.stack_info and self.formatStack(record.stack_info)):
+            if block:
+                line += "\n" + "\n".join(shown(part) for part in block.split("\n"))
+        return redact(line)
 
 
 @contextlib.contextmanager

@@ -10,14 +10,17 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
 import click
 
+from recon.clock import parse_instant
 from recon.durations import parse_duration
 from recon.errors import UsageError
+from recon.redact import redact
+from recon.terminal import shown
 
 #: the exit-code contract (docs/design.md): done and consistent; done, with items that need review; bad usage,
 #: input or configuration; the run failed
@@ -62,11 +65,10 @@ class Since(click.ParamType[timedelta | datetime, Any]):
         except UsageError:
             pass
         try:
-            parsed = datetime.fromisoformat(raw)
+            return parse_instant(raw)
         except ValueError:
             self.fail(f"{value!r} is neither a duration (2h, 7d) nor an ISO date or datetime (2026-11-01, "
-                      "2026-11-01T12:00:00Z)", param, ctx)
-        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+                      "2026-11-01T12:00:00Z) within the years 1..9999", param, ctx)
 
 
 def check_output_path(path: str, *, option: str) -> None:
@@ -82,6 +84,12 @@ def check_output_path(path: str, *, option: str) -> None:
         raise UsageError(f"{option} {path!r}: the directory {directory} is not writable")
     if os.path.exists(target) and not os.access(target, os.W_OK):
         raise UsageError(f"{option} {path!r}: the file is not writable")
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """One human line on stdout (stderr with ``err``), as ``recon.render`` prints: literally (control
+    characters escaped, ``recon.terminal.shown``), card numbers and keys masked (``recon.redact``)."""
+    click.echo(shown(redact(text)), err=err)
 
 
 def operator_name() -> str:

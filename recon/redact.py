@@ -10,16 +10,24 @@
   ``api_key: …``, and quoted JSON fields such as ``"api_key": "…"`` or ``"authorization": "…"``.
 
 ``redact_value(obj)`` applies it to every string inside a JSON-like value (dict keys are kept; a value under a
-key that names a secret or card field is masked whole). recon applies these at its storage boundary (job
-errors and attempt history, payment reasons and audit details, PSP control reasons) and at its log
-boundary (every log line), so a card number in a PSP's error text reaches neither the database nor any
-output. It is a last line of defence: adapters keep keys in ``Secret`` and never quote them.
+key that names a secret or card field is masked whole); ``redact_json(text)`` to a JSON document's text;
+``redact_row(params, keep=…)`` to the parameters of one row a store writes. recon applies these at its storage
+boundary and at its log and output boundaries, so a card number in a PSP's error text, a webhook's reference or
+an operator's note reaches neither the database nor any output. It is a last line of defence: adapters keep
+keys in ``Secret`` and never quote them.
+
+The storage boundary is each store's row builder (``redact_row``): every text or JSON value bound for a column
+is redacted unless the store names it in ``keep``, a column that must hold exactly what it was given (a PSP's
+own identifier, a key recon made); tests/integration/test_stored_text.py walks the schema and plants a card
+number into the source of every text column.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+from collections.abc import Collection, Mapping
 from typing import Any
 
 MASK = "***"
@@ -41,23 +49,32 @@ _CREDENTIALS = (
     (re.compile(r"""(?i)(["']?\b(?:cvc|cvv2?|cvn|cid|csc|security[ _-]?code)["']?\s*[=:]?\s*["']?)\d{3,4}\b"""),
      r"\1***"),
 )
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+#: a run of 13 to 19 digits, one space or dash allowed between two, taken whole: no digit, nor a digit and a
+#: separator, on either side (a longer grouped number is not a card); a dash after a word (``order-4242…``) is
+#: no separator, and was once read as one, which let ``order-<card number>`` through
+_CARD = re.compile(r"(?<!\d)(?<!\d[ -])(?:\d[ -]?){12,18}\d(?!\d)(?![ -]\d)")
 #: JSON keys whose whole value is masked, whatever it looks like
 _SECRET_KEYS = re.compile(r"(?i)^(?:password|passwd|pwd|api[_-]?key|secret|token|authorization|cvc|cvv2?|cvn|"
                           r"csc|card[_-]?number|pan|number|security[_-]?code|client[_-]?secret)$")
 
 
 #: what every pattern above needs somewhere in the text: a URL's ``://``, a scheme, key prefix or field name
-#: (case aside), or 13 digits with at most one space or dash between two. A text without any is returned as
-#: it is after this one search (3-5 µs for a PSP's reference or a timestamp, against 10-13 µs for the ten
-#: patterns); tests check that ``redact`` and ``_redact_all`` agree.
-_MAYBE = re.compile(r"(?i)://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token|authorization"
+#: (case aside: it searches the text in lower case), or 13 digits with at most one space or dash between two. A
+#: text without any is returned as it is after this one search (1-3 µs for a PSP's reference or a timestamp,
+#: against 10-13 µs for the ten patterns; a case-insensitive search took twice as long); tests check that
+#: ``redact`` and ``_redact_all`` agree.
+_MAYBE = re.compile(r"://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token|authorization"
                     r"|cv[cvn]|cid|csc|security|\d(?:[ -]?\d){12}")
 
 
 def redact(text: str) -> str:
     """``text`` with card numbers, card codes and credentials masked (see the module docstring)."""
-    return _redact_all(text) if _MAYBE.search(text) else text
+    return _redact_all(text) if _maybe(text) else text
+
+
+def _maybe(text: str) -> bool:
+    """Whether ``text`` holds anything a pattern needs (``_MAYBE``)."""
+    return _MAYBE.search(text.lower()) is not None
 
 
 def _redact_all(text: str) -> str:
@@ -82,6 +99,22 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+def redact_json(text: str) -> str:
+    """A JSON document's text with ``redact_value`` applied to what it holds; returned as it is when nothing in
+    it could need masking (one search). A number is never masked: only strings and secret-named fields are."""
+    if not _maybe(text):
+        return text
+    return json.dumps(redact_value(json.loads(text)), separators=(",", ":"))
+
+
+def redact_row(row: Mapping[str, Any], *, keep: Collection[str] = ()) -> dict[str, Any]:
+    """The parameters of one row a store writes, at the storage boundary: every string, dict and list through
+    ``redact_value`` (short clean strings are remembered, so a status or a PSP name costs a set lookup), except
+    the names in ``keep``; numbers, booleans, times and None as they are."""
+    return {k: v if k in keep or v is None or not isinstance(v, str | dict | list) else redact_value(v)
+            for k, v in row.items()}
+
+
 #: Short strings that ``redact`` leaves unchanged, remembered: a PSP's documents and our audit details repeat
 #: most of their strings (statuses, object types, currencies, event names), so a Stripe event's body or a
 #: webhook's evidence costs a tenth of the regular expressions. Only clean strings are kept, so no secret or
@@ -101,6 +134,11 @@ def _redact_remembering(text: str) -> str:
 @functools.lru_cache(maxsize=1_024)
 def _secret_key(key: str) -> bool:
     return _SECRET_KEYS.match(key) is not None
+
+
+def has_card_number(text: str) -> bool:
+    """Whether ``text`` holds what ``redact`` masks as a card number (13 to 19 digits passing the Luhn check)."""
+    return any(_mask_card(m) == CARD_MASK for m in _CARD.finditer(text))
 
 
 def is_luhn_valid(digits: str) -> bool:

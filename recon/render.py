@@ -1,4 +1,14 @@
-"""Human output for the CLI: rich tables on stdout. Machine output (``--json``) never comes through here."""
+"""Human output for the CLI: rich tables on stdout (a single line: ``recon.params.say``). Machine output
+(``--json``) never comes through here.
+
+Everything printed here is printed literally: a reference, reason or name that holds ``[/bold]`` or
+``[link=…]`` is shown as those characters, never read as rich markup (which made ``payments show`` fail with a
+MarkupError, and let ``[red]x[/red]`` restyle what people read), and characters a terminal would act on are
+shown as escapes (``recon.terminal.shown``); card numbers and keys are masked (``recon.redact``), a last line of
+defence behind the stores', as on the console's pages. All of it holds for every string a ``PlainConsole``
+renders (cells, titles, headers, lines), so no call site has to remember it; tests/unit/test_terminal.py checks
+that the commands print nothing but through here, ``say`` or as JSON.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +16,42 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod, RenderableType
+from rich.style import Style
 from rich.table import Table
+from rich.text import Text
 
 from recon.db.dead_letter_store import ReplayRecord
+from recon.redact import redact
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
+from recon.terminal import shown
 
 
-def _console() -> Console:
-    console = Console(soft_wrap=False)
+class PlainConsole(Console):
+    """A rich console that renders every string as plain text: no markup, no emoji codes, no highlighting (a
+    caller cannot turn them on), control characters escaped (``recon.terminal.shown``), secrets masked."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+    def render_str(self, text: str, *, style: str | Style = "", justify: JustifyMethod | None = None,
+                   overflow: OverflowMethod | None = None, emoji: bool | None = None, markup: bool | None = None,
+                   highlight: bool | None = None, highlighter: HighlighterType | None = None) -> Text:
+        return super().render_str(shown(redact(text)), style=style, justify=justify, overflow=overflow, emoji=False,
+                                  markup=False, highlight=False, highlighter=None)
+
+
+class _Table(Table):
+    """A table whose columns fold what does not fit onto more lines: a reference or a reason is never cut to an
+    ellipsis."""
+
+    def add_column(self, header: RenderableType = "", footer: RenderableType = "", *,
+                   overflow: OverflowMethod = "fold", justify: JustifyMethod = "left", **kwargs: Any) -> None:
+        super().add_column(header, footer, overflow=overflow, justify=justify, **kwargs)
+
+
+def _console() -> PlainConsole:
+    console = PlainConsole(soft_wrap=False)
     if not console.is_terminal:
         console.width = max(console.width, 140)  # piped output: do not squeeze columns into 80
     return console
@@ -25,7 +62,7 @@ def _ts(value: datetime | None) -> str:
 
 
 def jobs_table(jobs: Sequence[Job]) -> None:
-    table = Table(title=f"{len(jobs)} jobs")
+    table = _Table(title=f"{len(jobs)} jobs")
     for col in ("id", "queue", "kind", "state", "attempts", "run_after", "last error"):
         table.add_column(col)
     for j in jobs:
@@ -37,12 +74,12 @@ def jobs_table(jobs: Sequence[Job]) -> None:
 
 def job_detail(job: Job, attempts: Sequence[AttemptRecord], replays: Sequence[ReplayRecord] = ()) -> None:
     console = _console()
-    table = Table(show_header=False, title=f"job {job.id}")
+    table = _Table("", "", show_header=False, title=f"job {job.id}")
     for key, value in job.to_dict().items():
         if value is not None:
             table.add_row(key, str(value))
     console.print(table)
-    history = Table(title="attempts")
+    history = _Table(title="attempts")
     for col in ("attempt", "worker", "started", "finished", "outcome", "error"):
         history.add_column(col)
     pending = sorted(replays, key=lambda r: r.attempt)  # a replay follows the attempt it is keyed by
@@ -87,7 +124,7 @@ def stats_document(raw: dict[str, Any], *, window: timedelta) -> dict[str, Any]:
 def stats_table(doc: dict[str, Any]) -> None:
     console = _console()
     states = ["pending", "runnable", "retryable", "leased", "succeeded", "dead", "canceled"]
-    table = Table(title=f"queues at {doc['at']}")
+    table = _Table(title=f"queues at {doc['at']}")
     table.add_column("queue")
     for s in states:
         table.add_column(s, justify="right")
@@ -118,14 +155,14 @@ def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, tota
 
     from recon.logs import lines_through
 
-    console = console or Console(stderr=True)
+    console = console or PlainConsole(stderr=True)
     if not enabled or not console.is_terminal:
         return run()
     stop = threading.Event()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress, \
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress, \
             lines_through(FileProxy(progress.console, sys.stderr)):
-        task = progress.add_task(label, total=total)
+        task = progress.add_task(shown(label), total=total)
 
         def update() -> None:
             while not stop.wait(0.2):
@@ -145,7 +182,7 @@ def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = Non
     from recon.payments.money import format_amount
 
     how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
-    table = Table(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
+    table = _Table(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
     for col in ("id", "reference", "psp", "amount", "status", "updated"):
         table.add_column(col)
     for p in payments[:50]:
@@ -170,7 +207,7 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         console.print(f"PSP calls {doc['psp_calls']}" + (f" ({by_psp})" if by_psp else "")
                       + f", 429s {doc.get('http_429', 0)}; mode: {how}; window jobs {doc.get('window_jobs', 0)}")
     if doc["money_at_risk"]:
-        table = Table(title="money at risk (unfinished payments)")
+        table = _Table(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):
             table.add_column(col)
         for row in doc["money_at_risk"]:
@@ -184,7 +221,7 @@ def sweep_summary(doc: dict[str, Any]) -> None:
 def payments_table(payments: Sequence[Payment]) -> None:
     from recon.payments.money import format_amount
 
-    table = Table(title=f"{len(payments)} payments")
+    table = _Table(title=f"{len(payments)} payments")
     for col in ("id", "reference", "account", "psp", "amount", "status", "created", "updated"):
         table.add_column(col, justify="right" if col in ("id", "amount") else "left")
     for p in payments:
@@ -199,14 +236,14 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
     from recon.payments.money import format_amount
 
     console = _console()
-    table = Table(show_header=False, title=f"payment {payment.merchant_reference}")
+    table = _Table("", "", show_header=False, title=f"payment {payment.merchant_reference}")
     for key, value in payment.to_dict().items():
         if key == "amount":
             value = f"{format_amount(payment.amount, payment.currency)} ({payment.amount} minor units)"
         if value is not None:
             table.add_row(key, str(value))
     console.print(table)
-    history = Table(title="events")
+    history = _Table(title="events")
     for col in ("at", "from", "to", "source", "job", "attempt", "details"):
         history.add_column(col)
     for e in events:
@@ -250,7 +287,7 @@ def review_table(items: Sequence[Any]) -> None:
     """``recon review list``: recon.review.ReviewItem rows."""
     from recon.payments.money import format_amount
 
-    table = Table(title=f"{len(items)} payments in review")
+    table = _Table(title=f"{len(items)} payments in review")
     for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
         table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
     for item in items:
@@ -326,7 +363,7 @@ def pool_tables(doc: dict[str, Any]) -> None:
     from recon.payments.money import format_amount
 
     console = _console()
-    kinds = Table(title=f"job kinds, last {int(doc['window_seconds'])}s")
+    kinds = _Table(title=f"job kinds, last {int(doc['window_seconds'])}s")
     for col in ("kind", "attempts", "retry rate", "dead rate", "attempts/success", "p50 s", "p95 s", "max s"):
         kinds.add_column(col, justify="left" if col == "kind" else "right")
     for kind, e in sorted(doc["kinds"].items()):
@@ -336,7 +373,7 @@ def pool_tables(doc: dict[str, Any]) -> None:
                       _num(d.get("p95")), _num(d.get("max")))
     console.print(kinds)
     if doc["depth_detail"]:
-        depth = Table(title="unfinished jobs by queue, kind, tenant, priority")
+        depth = _Table(title="unfinished jobs by queue, kind, tenant, priority")
         for col in ("queue", "kind", "tenant", "priority", "state", "jobs"):
             depth.add_column(col, justify="right" if col in ("priority", "jobs") else "left")
         for row in doc["depth_detail"][:50]:
@@ -348,7 +385,7 @@ def pool_tables(doc: dict[str, Any]) -> None:
                   f"({w['busy_slots']}/{w['slots']} slots); stale finishes {doc['stale_finishes']}, "
                   f"leases lost {doc['leases_lost']}")
     if w["list"]:
-        workers = Table(title="workers")
+        workers = _Table(title="workers")
         for col in ("id", "status", "queues", "busy/slots", "last seen", "claimed", "stale finishes"):
             workers.add_column(col)
         for r in w["list"]:
@@ -375,7 +412,7 @@ def review_lines(doc: dict[str, Any]) -> None:
     console.print(f"needs_review: {r['needs_review']} payments{oldest}")
     rows = doc["resolutions"]["by_day"]
     if rows:
-        table = Table(title=f"manual resolutions since {doc['resolutions']['since'][:10]}")
+        table = _Table(title=f"manual resolutions since {doc['resolutions']['since'][:10]}")
         for col in ("day", "operator", "resolved as", "payments", "overrides"):
             table.add_column(col, justify="right" if col in ("payments", "overrides") else "left")
         for row in rows:
@@ -388,7 +425,7 @@ def review_lines(doc: dict[str, Any]) -> None:
         console.print(f"webhook events, last {int(doc['window_seconds'])}s: "
                       + "; ".join(f"{psp}: {', '.join(parts)}" for psp, parts in sorted(per_psp.items())))
     if doc["sweeps"]:
-        table = Table(title="last sweeps")
+        table = _Table(title="last sweeps")
         for col in ("started", "by", "outcome", "exit", "checked", "healed", "needs_review"):
             table.add_column(col)
         for sweep in doc["sweeps"]:
@@ -409,7 +446,7 @@ def _num(value: float | None) -> str:
 
 
 def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None) -> None:
-    table = Table(title=f"PSP controls at {at}" if at else "PSP controls")
+    table = _Table(title=f"PSP controls at {at}" if at else "PSP controls")
     for col in ("psp", "traffic", "cool-down", "breaker", "failures", "next probe", "rate limit", "why"):
         table.add_column(col)
     for p in psps:
@@ -426,7 +463,7 @@ def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None)
 
 def schedule_table(rows: Sequence[dict[str, Any]]) -> None:
     """``recon schedule list``."""
-    table = Table(title=f"{len(rows)} schedules")
+    table = _Table(title=f"{len(rows)} schedules")
     for col in ("name", "kind", "when", "catch up", "last slot", "lag", "last outcome", "next slot"):
         table.add_column(col)
     for r in rows:

@@ -7,7 +7,9 @@ payment-accounting-report, "Standard columns"); merchants may add columns or reo
 by header name, and only ``REQUIRED_COLUMNS`` must be present. What a ``Record Type`` means is
 ``wire.RecordType``'s business.
 
-Amounts are decimals in major units ("12.50"), converted exactly to ISO-4217 minor units. ``Booking Date`` is
+Amounts are decimals in major units ("12.50", "-0.35"), converted exactly to ISO-4217 minor units; a cell that
+is not a plain decimal (``1e3``, ``NaN``, ``1_000``, other scripts' digits) or whose minor units fall outside a
+signed 64-bit integer is malformed. ``Booking Date`` is
 ``YYYY-MM-DD HH:MM:SS`` and ``TimeZone`` is "the time zone of the Booking Date column … the ISO code for your
 time zone setting" (4 characters at most: an abbreviation such as ``CET``, ``CEST`` or ``BST``; the
 Settlement details report's page lists "BST, CET, CEST, etc."). ``booking_time`` turns the pair into aware
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
@@ -32,6 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import PspRef
+from psp_adapters.units import AMOUNT_MAX
 
 #: the name in this adapter's errors, defined here and re-exported by ``wire``: wire reads the rows parsed
 #: here, so this module sits below it and imports nothing of it (no import cycle)
@@ -166,18 +170,34 @@ def booking_time(naive: datetime, zone: str, *, default: tzinfo) -> datetime:
 def major_to_minor(text: str, currency: str) -> int:
     """A report amount in major units ("10.00") -> ISO minor units, exactly (Decimal, never float).
 
-    Raises PspProtocolError when it is not a number or has more decimals than the currency.
+    Raises PspProtocolError when it is not a plain decimal, has more decimals than the currency, or is outside
+    a signed 64-bit integer in minor units.
     """
     exponent = 0 if currency in _ISO_ZERO else 3 if currency in _ISO_THREE else 2
+    raw = text.strip()
+    if len(raw) > _AMOUNT_CHARS or not _PLAIN_DECIMAL.fullmatch(raw):
+        raise PspProtocolError(f"{PSP_NAME}: amount {raw[:40]!r} is not a plain decimal number", psp=PSP_NAME)
     try:
-        scaled = Decimal(text.strip()) * 10**exponent
+        scaled = Decimal(raw) * 10**exponent
     except InvalidOperation as exc:
-        raise PspProtocolError(f"{PSP_NAME}: amount {text!r} is not a number", psp=PSP_NAME) from exc
-    if not scaled.is_finite() or scaled != scaled.to_integral_value():
+        raise PspProtocolError(f"{PSP_NAME}: amount {raw!r} is not a number", psp=PSP_NAME) from exc
+    if scaled != scaled.to_integral_value():
         raise PspProtocolError(
-            f"{PSP_NAME}: amount {text!r} is not whole {currency} minor units", psp=PSP_NAME
+            f"{PSP_NAME}: amount {raw!r} is not whole {currency} minor units", psp=PSP_NAME
         )
-    return int(scaled)
+    return _bounded(int(scaled), raw)
+
+
+#: a report amount: digits, an optional sign and decimals (Decimal() alone takes 1e3, NaN, 1_000, other digits)
+_PLAIN_DECIMAL = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
+#: longer than any 64-bit amount with its decimals
+_AMOUNT_CHARS = 40
+
+
+def _bounded(minor: int, text: str) -> int:
+    if abs(minor) > AMOUNT_MAX:
+        raise PspProtocolError(f"{PSP_NAME}: amount {text!r} is outside 64 bits in minor units", psp=PSP_NAME)
+    return minor
 
 
 def _report_row(row: Mapping[str, str | None], *, tz: tzinfo) -> ReportRow:
@@ -196,6 +216,11 @@ def _report_row(row: Mapping[str, str | None], *, tz: tzinfo) -> ReportRow:
         raise PspProtocolError(
             f"{PSP_NAME}: bad Booking Date {cell('Booking Date')!r}", psp=PSP_NAME
         ) from exc
+    try:
+        booked = booking_time(naive, optional("TimeZone"), default=tz)
+    except OverflowError:  # 0001-01-01 00:30 CET, 9999-12-31 23:30 in a zone behind UTC
+        raise PspProtocolError(f"{PSP_NAME}: Booking Date {cell('Booking Date')!r} is outside the years 1..9999 "
+                               "in UTC", psp=PSP_NAME) from None
     currency = cell("Main Currency").upper()
     if not cell("Psp Reference") or len(currency) != 3:
         raise PspProtocolError(f"{PSP_NAME}: report row without Psp Reference or currency", psp=PSP_NAME)
@@ -204,7 +229,7 @@ def _report_row(row: Mapping[str, str | None], *, tz: tzinfo) -> ReportRow:
         psp_reference=cell("Psp Reference"),
         merchant_reference=cell("Merchant Reference") or None,
         record_type=cell("Record Type"),
-        booked_at=booking_time(naive, optional("TimeZone"), default=tz),
+        booked_at=booked,
         currency=currency,
         amount=major_to_minor(cell("Main Amount"), currency),
         raw={key: value or "" for key, value in row.items() if isinstance(key, str)},
@@ -226,4 +251,4 @@ def _fee(row: Mapping[str, str | None], currency: str | None) -> int | None:
     given = [text for text in cells if text]
     if not given or currency is None:
         return None
-    return abs(sum(major_to_minor(text, currency) for text in given))
+    return _bounded(abs(sum(major_to_minor(text, currency) for text in given)), "+".join(given))

@@ -32,7 +32,6 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 
 import orjson
 
@@ -110,7 +109,7 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
     occurred = _json.optional(item, "eventDate", str)
     return WebhookEvent(
         psp=PSP_NAME, event_id=f"{code}:{psp_reference}:{original or ''}:{'true' if success else 'false'}",
-        event_type=code, occurred_at=datetime.fromisoformat(occurred) if occurred else None,
+        event_type=code, occurred_at=_json.instant(occurred, "eventDate") if occurred else None,
         news=_news(code, success, item, payment=original or psp_reference),
         merchant_account=_json.optional(item, "merchantAccountCode", str),
         report=psp_reference if code == "REPORT_AVAILABLE" else None, body=dict(item))

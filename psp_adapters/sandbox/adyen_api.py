@@ -53,6 +53,7 @@ from psp_adapters.sandbox.faults import AUTHENTICATION_REQUIRED
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.records import Adjustment, PaymentRecord, random_id
 from psp_adapters.sandbox.wire import PENDING_FAILURE_REASON, PaymentStatus, request_digest
+from psp_adapters.units import AMOUNT_MAX
 
 _PSP_ALPHABET = string.ascii_uppercase + string.digits
 _REPORT_PATH = re.compile(
@@ -328,7 +329,7 @@ def _validate(payload: Mapping[str, object]) -> tuple[str, str] | None:
     if not isinstance(amount, Mapping) or "value" not in amount:
         return "100", "No amount specified"
     value, currency = amount.get("value"), amount.get("currency")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= AMOUNT_MAX:  # v71: int64
         return "137", "Invalid amount specified"
     if not isinstance(currency, str) or len(currency) != 3 or not currency.isalpha() or not currency.isupper():
         return "137", "Invalid currency specified"

@@ -46,6 +46,7 @@ from psp_adapters.sandbox.records import DISPUTE_FEE, Claimed, InFlight, Mismatc
 from psp_adapters.sandbox.webhook_events import Change
 from psp_adapters.sandbox.webhooks import WebhookSender
 from psp_adapters.sandbox.wire import PaymentStatus
+from psp_adapters.units import AMOUNT_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -299,7 +300,7 @@ class _SandboxApp:
             return self._adjust(existing, action, payload, now)
         if action == "amount":
             amount, currency = payload.get("amount"), payload.get("currency")
-            if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+            if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= AMOUNT_MAX:
                 return native_error("amount_invalid")
             if currency is not None and not isinstance(currency, str):
                 return native_error("currency_invalid")
@@ -318,7 +319,8 @@ class _SandboxApp:
 
     def _adjust(self, payment: PaymentRecord, kind: str, payload: Mapping[str, object], now: datetime) -> Response:
         amount = payload.get("amount")
-        if kind == "refund" and amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
+        if kind == "refund" and amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)
+                                                        or not 0 < amount <= AMOUNT_MAX):
             return native_error("amount_invalid")
         reason = payload.get("reason")
         if reason is not None and not isinstance(reason, str):

@@ -226,7 +226,7 @@ class StripeFlavor:
         amount, currency = p["amount"], p["currency"]
         if amount is None:
             return _invalid("Missing required param: amount.", code="parameter_missing", param="amount")
-        if not amount.isdigit():
+        if not (amount.isascii() and amount.isdigit()):
             return _invalid(f"Invalid integer: {amount}", code="parameter_invalid_integer", param="amount")
         if not 0 < int(amount) <= MAX_AMOUNT:
             code = "amount_too_small" if int(amount) <= 0 else "amount_too_large"
@@ -292,7 +292,7 @@ class StripeFlavor:
         key, value = (re.sub(r"\\(.)", r"\1", group) for group in match.groups())
         limit = _limit(req)
         page = req.param("page")
-        if limit is None or (page is not None and not page.isdigit()):
+        if limit is None or (page is not None and not (page.isascii() and page.isdigit())):
             return _invalid("Invalid limit (1 to 100) or page.", param="limit" if limit is None else "page")
         start = int(page or 0)
         found = self._ledger.search_metadata(key, value, flavor=self.name)
@@ -408,7 +408,7 @@ def _expand(req: Request) -> set[str]:
 
 def _limit(req: Request) -> int | None:
     raw = req.param("limit") or "10"
-    return int(raw) if raw.isdigit() and 0 < int(raw) <= LIST_LIMIT_MAX else None
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) <= LIST_LIMIT_MAX else None
 
 
 def _created_window(req: Request) -> tuple[datetime, datetime] | None:
@@ -418,7 +418,7 @@ def _created_window(req: Request) -> tuple[datetime, datetime] | None:
         if name.partition("[")[0] != "created":
             continue
         raw = values[0]
-        if not raw.lstrip("-").isdigit():
+        if not (raw.isascii() and raw.lstrip("-").isdigit()):
             return None
         n = int(raw)
         if name in ("created", "created[gte]"):

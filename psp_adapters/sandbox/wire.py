@@ -176,13 +176,7 @@ def to_settlement_line(payload: object) -> SettlementLine:
 
 def parse_timestamp(value: str) -> datetime:
     """An ISO-8601 timestamp with an offset, as aware UTC; raises PspProtocolError on anything else."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _json.error(f"bad timestamp {value!r}") from exc
-    if parsed.tzinfo is None:
-        raise _json.error(f"timestamp without offset {value!r}")
-    return parsed.astimezone(UTC)
+    return _json.instant(value, "timestamp")
 
 
 def format_timestamp(value: datetime) -> str:

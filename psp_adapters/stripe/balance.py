@@ -40,7 +40,6 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import assert_never
 
 from psp_adapters._wire import JsonFields
@@ -140,10 +139,10 @@ def _line(txn: Mapping[str, object], source: Mapping[str, object], *, psp_refere
         amount=from_stripe_amount(_json.amount(source, "amount"), currency),
         currency=currency,
         status=status,
-        settled_at=datetime.fromtimestamp(_json.require(txn, "created", int), UTC),
+        settled_at=_json.unix_time(txn, "created"),
         raw=dict(txn),
-        fee=from_stripe_amount(_json.amount(txn, "fee"), settlement),
-        net=from_stripe_amount(_json.amount(txn, "net"), settlement),
+        fee=from_stripe_amount(_json.amount(txn, "fee", signed=True), settlement),
+        net=from_stripe_amount(_json.amount(txn, "net", signed=True), settlement),
         settlement_currency=settlement if settlement != currency else None,
     )
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 
 import orjson
 
@@ -88,13 +87,12 @@ def parse(payload: bytes) -> WebhookEvent:
         doc = _json.as_object(orjson.loads(payload), "event")
         event_id = _json.require(doc, "id", str)
         event_type = _json.require(doc, "type", str)
-        created = _json.optional(doc, "created", int)
+        occurred = _json.optional_unix_time(doc, "created")
         data = _json.as_object(doc.get("data"), "event data")
         obj = _json.as_object(data.get("object"), "event data.object")
         news = _news(event_type, obj)
     except (ValueError, PspProtocolError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise WebhookRejected("malformed", f"not a Stripe event: {str(exc)[:200]}") from None
-    occurred = datetime.fromtimestamp(created, UTC) if created is not None else None
     return WebhookEvent(psp=PSP_NAME, event_id=event_id, event_type=event_type, occurred_at=occurred, news=news,
                         body=dict(obj))
 

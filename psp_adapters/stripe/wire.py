@@ -23,7 +23,6 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import assert_never
 
 from psp_adapters._wire import JsonFields
@@ -274,10 +273,9 @@ def to_outcome(payload: object) -> PaymentOutcome:
 def to_listed(payload: object) -> ListedPayment:
     """A PaymentIntent of a list page (``GET /v1/payment_intents``): its outcome (``to_outcome``) and its
     ``created`` (unix seconds, https://docs.stripe.com/api/payment_intents/object#payment_intent_object-created).
-    Raises PspProtocolError when ``created`` is missing or not an integer."""
+    Raises PspProtocolError when ``created`` is missing, not an integer or outside 1970..9999."""
     doc = _json.as_object(payload, "payment_intent")
-    created = _json.require(doc, "created", int)
-    return ListedPayment(to_outcome(doc), created_at=datetime.fromtimestamp(created, UTC))
+    return ListedPayment(to_outcome(doc), created_at=_json.unix_time(doc, "created"))
 
 
 def card_error_outcome(error: StripeError) -> Failed | ActionRequired:

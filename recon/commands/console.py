@@ -7,6 +7,7 @@ import os
 import click
 
 from recon.app import App
+from recon.params import say
 
 #: the access token's environment variable: never a file, never printed, never logged
 TOKEN_VARIABLE = "RECON_CONSOLE_TOKEN"  # nosec B105  # the variable's name, not a secret
@@ -34,4 +35,4 @@ def console(ctx: click.Context, host: str, port: int) -> None:
                                "leading or trailing spaces", ctx=ctx)
     app: App = ctx.obj
     app.db  # noqa: B018  # the schema is checked before the socket is bound: a wrong database fails at once
-    run(app, host=host, port=port, token=token, on_ready_func=lambda url: click.echo(f"console on {url}"))
+    run(app, host=host, port=port, token=token, on_ready_func=lambda url: say(f"console on {url}"))

@@ -16,7 +16,8 @@ from recon.config import EngineConfig
 from recon.db.jobs_store import JobStore
 from recon.engine.watcher import Watcher
 from recon.errors import UsageError
-from recon.params import Duration, freeze_heap, install_signal_handlers
+from recon.params import Duration, freeze_heap, install_signal_handlers, say
+from recon.redact import has_card_number
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -34,7 +35,7 @@ def db() -> None:
 def db_upgrade(app: App) -> None:
     """Apply migrations (idempotent)."""
     database = app.upgrade()
-    click.echo(f"database at {database.url.render_as_string(hide_password=True)} is up to date")
+    say(f"database at {database.url.render_as_string(hide_password=True)} is up to date")
 
 
 @click.command()
@@ -64,6 +65,8 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
+    if any(has_card_number(q) for q in queue_list):  # it would be stored (workers.queues) and printed
+        raise UsageError("--queues: a queue name holds a card number; recon stores none")
     if {"charges", app.reconcile_config.queue} & set(queue_list):
         # before any work: a worker never claims a payment job for a PSP it cannot call
         app.require_psps(set(app.psp_names()) & app.payments.psps_unfinished())
@@ -108,9 +111,11 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
     if once:
         r = watcher.run_once()
         doc = {"retryable": r.retryable, "dead": r.dead, "canceled": r.canceled}
-        click.echo(json.dumps(doc) if as_json else
-                   f"rescued {r.total} expired leases: {len(r.retryable)} retryable, {len(r.dead)} dead, "
-                   f"{len(r.canceled)} canceled")
+        if as_json:
+            click.echo(json.dumps(doc))
+        else:
+            say(f"rescued {r.total} expired leases: {len(r.retryable)} retryable, {len(r.dead)} dead, "
+                f"{len(r.canceled)} canceled")
         return
     stop = threading.Event()
     install_signal_handlers(stop.set)

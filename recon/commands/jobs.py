@@ -11,7 +11,7 @@ import click
 
 from recon.app import App
 from recon.engine.replay import job_filter, replay
-from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name
+from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name, say
 from recon.rows import Job, JobState
 
 
@@ -74,7 +74,7 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
 def jobs_retry(app: App, job_id: int) -> None:
     """Make a dead, canceled or waiting job runnable now."""
     app.client().retry(job_id)
-    click.echo(f"job {job_id} is runnable")
+    say(f"job {job_id} is runnable")
 
 
 @jobs.command("cancel")
@@ -83,7 +83,7 @@ def jobs_retry(app: App, job_id: int) -> None:
 def jobs_cancel(app: App, job_id: int) -> None:
     """Cancel a job: at once if it is not running, else through its next heartbeat."""
     result = app.client().cancel(job_id)
-    click.echo(f"job {job_id} canceled" if result == "canceled"
+    say(f"job {job_id} canceled" if result == "canceled"
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
 
 

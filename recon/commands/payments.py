@@ -10,7 +10,7 @@ import click
 
 from recon.app import App
 from recon.errors import UsageError
-from recon.params import EXIT_USAGE, LIMIT
+from recon.params import EXIT_USAGE, LIMIT, say
 from recon.rows import Payment, PaymentStatus
 
 
@@ -45,7 +45,7 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
                             existing_func=app.payments.existing_references)
     except ImportRejected as exc:
         for line in exc.lines():  # the first problem first, then the others and a count
-            click.echo(f"recon: {line}", err=True)
+            say(f"recon: {line}", err=True)
         sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
     from recon.db.payment_store import CHARGE_QUEUE
 
@@ -56,7 +56,7 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
     else:
-        click.echo(f"imported {len(ids)} payments ({queued} charge jobs queued)")
+        say(f"imported {len(ids)} payments ({queued} charge jobs queued)")
 
 
 @payments.command("show")

@@ -11,7 +11,7 @@ import click
 
 from recon.app import App
 from recon.errors import UsageError
-from recon.params import install_signal_handlers, operator_name
+from recon.params import install_signal_handlers, operator_name, say
 
 
 @click.group()
@@ -37,7 +37,7 @@ def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
     _known_psp(app, name)
     who = by or operator_name()
     guard.pause(app.controls, name, by=who, reason=reason)
-    click.echo(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
+    say(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
 
 
 @psp.command("resume")
@@ -49,7 +49,7 @@ def psp_resume(app: App, name: str) -> None:
 
     _known_psp(app, name)
     was_paused, woken = guard.resume(app.controls, name)
-    click.echo(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
+    say(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
                else f"psp {name} was not paused")
 
 
@@ -137,7 +137,7 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
                   report_password=Secret(report_password) if report_password else None,
                   report_api_key=Secret(report_api_key) if report_api_key else None,
                   report_timezone=report_timezone, webhooks=webhooks,
-                  on_ready_func=lambda url: click.echo(
+                  on_ready_func=lambda url: say(
                       f"PSP sandbox{'' if flavor == 'native' else f' ({flavor})'} listening on {url} "
                       f"(state in {state_file})" + (f"; webhooks to {webhook_url}" if webhooks else "")))
 
@@ -161,4 +161,4 @@ def demo(ctx: click.Context, count: int, directory: str | None, psp: str) -> Non
 
     if logging.getLogger().level >= logging.INFO:  # the story is the output; the workers' start/stop lines are noise
         logging.getLogger("recon.engine").setLevel(logging.WARNING)
-    ctx.exit(run_demo(payments=count, directory=directory, say=click.echo, psp=psp))
+    ctx.exit(run_demo(payments=count, directory=directory, say=say, psp=psp))

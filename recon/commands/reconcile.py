@@ -20,6 +20,7 @@ from recon.params import (
     check_output_path,
     install_signal_handlers,
     operator_name,
+    say,
 )
 
 if TYPE_CHECKING:
@@ -209,12 +210,12 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
                                  unknown_events=app.webhooks.unknown_between(psp=psp, since=start, until=end))
     except PspError as exc:
         first = (str(exc).strip().splitlines() or [""])[0]
-        click.echo(f"recon: report: the {psp} settlement listing failed: {type(exc).__name__}: {first}",
+        say(f"recon: report: the {psp} settlement listing failed: {type(exc).__name__}: {first}",
                    err=True)
         # sys.exit, not ctx.exit: main() runs click with standalone_mode=False, where ctx.exit's code is
         # returned by cli.main() and dropped (main then exits 0)
         sys.exit(EXIT_FAILED)
     if output:
         for line in st.summary_lines(result, psp=psp, since=start, until=end):
-            click.echo(line, err=True)
+            say(line, err=True)
     sys.exit(EXIT_OK if result.consistent else EXIT_REVIEW)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import click
 
 from recon.app import App
-from recon.params import LIMIT, Duration
+from recon.params import LIMIT, Duration, say
 from recon.review import ReviewKind
 
 
@@ -80,7 +80,7 @@ def review_resolve(app: App, reference: str, to: str, reason: str, by: str, over
         return
     d = result.details
     said = d.get("psp_status") or d.get("psp_outcome") if d["psp_asked"] else f"not asked ({d['psp_not_asked']})"
-    click.echo(f"payment {reference} resolved as {to} by {by}; the PSP said {said}"
+    say(f"payment {reference} resolved as {to} by {by}; the PSP said {said}"
                + ("; recorded as an OVERRIDE of the PSP's answer" if override else ""))
 
 
@@ -95,4 +95,4 @@ def review_recheck(app: App, reference: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))
         return
-    click.echo(f"reconcile job {job_id} queued on {app.reconcile_config.queue} for payment {reference}")
+    say(f"reconcile job {job_id} queued on {app.reconcile_config.queue} for payment {reference}")

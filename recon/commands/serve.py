@@ -9,6 +9,7 @@ import click
 from recon.app import App
 from recon.commands.console import TOKEN_VARIABLE
 from recon.errors import ConfigError
+from recon.params import say
 
 
 @click.command()
@@ -47,7 +48,7 @@ def serve(ctx: click.Context, host: str, port: int, with_console: bool) -> None:
              if on]
 
     def ready(url: str) -> None:
-        click.echo(f"webhooks on {', '.join(url.rstrip('/') + p for p in paths)}"
+        say(f"webhooks on {', '.join(url.rstrip('/') + p for p in paths)}"
                    + (f"; console on {url}" if with_console else ""))
 
     serve_asgi(create_app(app, console=with_console, console_token=token), host=host, port=port,

@@ -5,6 +5,10 @@ change is one conditional statement (see the queries module), so any number of w
 hosts may call these at once. Times come from the database clock on PostgreSQL (or the store's fixed clock
 in tests), from the process clock on SQLite; each answer carries the ``now`` it was computed at, so callers
 turn absolute times into delays without comparing clocks.
+
+Every statement's parameters pass through ``_p``, the storage boundary (``recon.redact``): an operator's name
+and reason, a PSP error's text, are redacted there, whichever statement writes them (a text compared by a
+statement, the snooze reason, is redacted as the text it is compared with was).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sqlalchemy as sa
 from recon.db import control_queries as cq
 from recon.db.database import Database
 from recon.db.sql import Query
-from recon.redact import redact, redact_optional
+from recon.redact import redact_row
 
 T = TypeVar("T")
 
@@ -106,7 +110,7 @@ class ControlStore:
         """Count one failure; open the breaker when ``threshold`` consecutive failures are reached from
         closed, or at once with ``force`` (auth) from closed or half-open."""
         row = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_record_failure), self._p(
-            psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=redact(reason))).first())
+            psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=reason)).first())
         opened_at, now = self.db.from_db(row[3]), self.db.from_db(row[4])
         return FailureRecord(breaker_state=row[0], failures=int(row[1]), probe_at=self.db.from_db(row[2]),
                              opened=row[0] == "open" and opened_at == now)
@@ -115,7 +119,7 @@ class ControlStore:
         """A failed probe re-opens the breaker (returns the next probe time), if the slot ``token`` is
         still its own; None otherwise."""
         value = self._run(lambda conn: conn.execute(self._q(cq.psp_control_reopen_if_probe), self._p(
-            psp=psp, token=self.db.to_db(token), open_for=open_for, reason=redact(reason))).scalar())
+            psp=psp, token=self.db.to_db(token), open_for=open_for, reason=reason)).scalar())
         return self.db.from_db(value)
 
     def close_if_probe(self, psp: str, *, token: datetime) -> bool:
@@ -139,7 +143,7 @@ class ControlStore:
 
     def pause(self, psp: str, *, by: str, reason: str | None) -> None:
         self._run(lambda conn: conn.execute(self._q(cq.psp_control_pause),
-                                            self._p(psp=psp, by=by, reason=redact_optional(reason))))
+                                            self._p(psp=psp, by=by, reason=reason)))
 
     def resume(self, psp: str, *, snooze_reason: str) -> tuple[bool, int]:
         """Un-pause and, in the same transaction, make the jobs snoozed by the pause (``snooze_reason``)
@@ -185,8 +189,8 @@ class ControlStore:
             return func(conn)
 
     def _p(self, **params: Any) -> dict[str, Any]:
-        params["now"] = self.db.now_param()
-        return params
+        """A statement's parameters at the storage boundary (module docstring), with ``now``."""
+        return {**redact_row(params), "now": self.db.now_param()}
 
     def _q(self, query: Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)

@@ -15,6 +15,7 @@ from recon.db import dead_letter_queries as dq
 from recon.db.database import Database
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
+from recon.redact import redact_row
 from recon.rows import Job
 
 
@@ -78,11 +79,10 @@ class DeadLetterStore:
             done = conn.execute(self._q(dq.job_replay_dead),
                                 {"ids": [j.id for j in picked], "budget": budget, "now": now}).all()
             before = {j.id: j for j in picked}
-            history = [{"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
-                        "max_attempts_before": before[int(r[0])].max_attempts,
-                        "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
-                        "now": now}
-                       for r in done]
+            history = [redact_row({"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
+                                   "max_attempts_before": before[int(r[0])].max_attempts,
+                                   "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
+                                   "now": now}) for r in done]  # the storage boundary (recon.redact)
             if history:
                 conn.execute(self._q(dq.job_replay_insert), history)
         return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped,

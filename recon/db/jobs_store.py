@@ -3,6 +3,12 @@ types (``Job``, ``AttemptRecord``), never driver rows.
 
 Every write after a claim is fenced by ``id + lease_owner + attempts``: the attempt number is a monotonic
 fencing token, so a worker whose lease expired and was re-claimed can change nothing.
+
+The storage boundary (``recon.redact``): a job as it is enqueued (``EnqueueRow.redacted``: queue, kind, payload,
+unique key, tenant) and an attempt as it ends (``Finish``: error kind and text, when it is made) are redacted in
+one place each, whichever statement then writes them; a checkpoint's progress too. The worker id (lease owner,
+attempt history) is redacted once, where the worker gets it (``recon.engine.worker.Worker``): it is compared by
+every fenced write, so it is never changed statement by statement.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from recon.db.dead_letter_store import DeadLetterStore
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
 from recon.errors import StoreError
-from recon.redact import redact
+from recon.redact import redact, redact_json, redact_value
 from recon.rows import AttemptRecord, Job, JobState
 
 ENQUEUE_CHUNK = 5000
@@ -45,11 +51,17 @@ class Finish:
     error: str | None = None
     bump: int = 0  #: 1 when the attempt is not spent (snooze, release)
 
+    def __post_init__(self) -> None:
+        # the storage boundary of error texts (jobs.last_error(_kind), job_attempts.error(_kind)), for every path
+        # that writes them: never a card number or key
+        if self.error:
+            self.error = redact(self.error)
+        if self.error_kind:
+            self.error_kind = redact_value(self.error_kind)
+
     def row(self) -> dict[str, Any]:
-        # the storage boundary of error texts (jobs.last_error, job_attempts.error): never a card number or key
-        error = redact(self.error) if self.error else self.error
         return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
-                "outcome": self.outcome, "error_kind": self.error_kind, "error": error, "bump": self.bump}
+                "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
 
     @property
     def plain_success(self) -> bool:
@@ -80,6 +92,18 @@ class EnqueueRow:
     max_attempts: int
     unique_key: str | None
     tenant: str | None
+
+    def redacted(self) -> EnqueueRow:
+        """This row at the storage boundary: its texts and its payload's strings redacted (clean short strings are
+        remembered: a queue, kind or tenant costs a set lookup; a payload one search)."""
+        queue, kind, payload = redact_value(self.queue), redact_value(self.kind), redact_json(self.payload_json)
+        key = redact_value(self.unique_key) if self.unique_key else self.unique_key
+        tenant = redact_value(self.tenant) if self.tenant else self.tenant
+        if (queue, kind, key, tenant, payload) == (self.queue, self.kind, self.unique_key, self.tenant,
+                                                   self.payload_json):
+            return self
+        return EnqueueRow(queue=queue, kind=kind, payload_json=payload, priority=self.priority, run_at=self.run_at,
+                          delay=self.delay, max_attempts=self.max_attempts, unique_key=key, tenant=tenant)
 
 
 class JobStore:
@@ -117,6 +141,7 @@ class JobStore:
         """
         if not rows:
             return []
+        rows = [r.redacted() for r in rows]  # the storage boundary, once, before any statement sees them
         if (conn is None and self.db.is_postgresql and len(rows) <= ENQUEUE_CHUNK
                 and not any(max_depth.get(r.queue, 0) for r in rows)):
             if len(rows) == 1:
@@ -326,7 +351,7 @@ class JobStore:
         with self.db.begin() as conn:
             result = conn.execute(self._q(q.job_save_progress_if_owner),
                                   {"id": job_id, "attempt": attempt, "worker": worker,
-                                   "progress": json.dumps(progress, separators=(",", ":"))})
+                                   "progress": json.dumps(redact_value(progress), separators=(",", ":"))})
         return result.rowcount == 1
 
     def holds_lease(self, conn: sa.Connection, *, worker: str, job_id: int, attempt: int) -> bool:

@@ -3,6 +3,12 @@
 Every status change is a compare-and-set (``WHERE status = :from``) plus a payment event, in one
 transaction. Writes made by a job handler run inside the job's finish transaction (``Outcome.write``),
 so a worker that lost its lease changes nothing.
+
+The storage boundary (``recon.redact``), one place per kind of row: new payments as ``create`` receives them
+(``NewPayment.redacted``; the import refuses a reference that would change, so none does in practice), a
+transition's texts (``_transition_row``), an audit event (``_events``). A PSP reference is stored exactly as the
+PSP gave it: it is the PSP's own identifier, compared by every lookup, and Adyen's are often 16 digits
+(``8515208516304269`` in its webhook examples), one in ten of which pass the Luhn check.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
 from recon.errors import StoreError, UsageError
-from recon.redact import redact_optional, redact_value
+from recon.redact import redact_row, redact_value
 from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
 CHARGE_KIND = "charge"
@@ -46,6 +52,15 @@ class NewPayment:
     created_at: datetime | None = None
     payment_method: str | None = None
     customer_reference: str | None = None
+
+    def redacted(self) -> NewPayment:
+        """This payment at the storage boundary: every text redacted (the same payment when none changes)."""
+        clean = NewPayment(merchant_account=redact_value(self.merchant_account),
+                           merchant_reference=redact_value(self.merchant_reference), amount=self.amount,
+                           currency=redact_value(self.currency), psp=redact_value(self.psp),
+                           created_at=self.created_at, payment_method=redact_value(self.payment_method),
+                           customer_reference=redact_value(self.customer_reference))
+        return self if clean == self else clean
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +107,7 @@ class PaymentStore:
         DuplicateReference naming it, and nothing is written."""
         if not payments:
             return []
+        payments = [p.redacted() for p in payments]  # the storage boundary, before any statement sees them
         try:
             return self._create(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth or {})
         except StoreError as exc:
@@ -183,10 +199,8 @@ class PaymentStore:
         ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
         machine forbids."""
         check_transition(t.from_status, t.to_status)
-        row = conn.execute(self._q(lq.payment_transition_if_status), {
-            "id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-            "psp_reference": t.psp_reference, "failure_reason": redact_optional(t.failure_reason),
-            "review_reason": redact_optional(t.review_reason), "now": self.db.now_param()}).first()
+        row = conn.execute(self._q(lq.payment_transition_if_status),
+                           {**_transition_row(t), "now": self.db.now_param()}).first()
         if row is None:
             return False
         self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status), to_status=str(t.to_status),
@@ -203,9 +217,7 @@ class PaymentStore:
         moved: set[int] = set()
         for start in range(0, len(transitions), 5000):
             chunk = transitions[start:start + 5000]
-            rows = [{"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-                     "psp_reference": t.psp_reference, "failure_reason": redact_optional(t.failure_reason),
-                     "review_reason": redact_optional(t.review_reason)} for t in chunk]
+            rows = [_transition_row(t) for t in chunk]
             done = {int(r[0]) for r in conn.execute(self._q(lq.payment_transition_many_if_status),
                                                     {"rows": json.dumps(rows), "now": self.db.now_param()})}
             self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status),
@@ -251,8 +263,9 @@ class PaymentStore:
                              "now": self.db.now_param()}).first() is not None
 
     def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
-        # the storage boundary of PSP evidence: details quote PSP texts, which may carry card data or keys
-        events = [{**e, "details": redact_value(e["details"])} if e.get("details") else e for e in events]
+        # the storage boundary of PSP evidence and operators' notes: details quote PSP texts, which may carry
+        # card data or keys
+        events = [redact_row(e) for e in events]
         for start in range(0, len(events), 5000):
             conn.execute(self._q(lq.payment_event_insert_many),
                          {"rows": json.dumps(events[start:start + 5000]), "now": self.db.now_param()})
@@ -493,3 +506,9 @@ class PaymentStore:
                        key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None,
                        review_since=t(r[17]) if r[17] is not None else None)
 
+
+def _transition_row(t: Transition) -> dict[str, Any]:
+    """A transition's parameters at the storage boundary: its reasons redacted; the PSP's reference exactly."""
+    return redact_row({"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
+                       "psp_reference": t.psp_reference, "failure_reason": t.failure_reason,
+                       "review_reason": t.review_reason}, keep=("psp_reference",))

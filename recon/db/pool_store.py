@@ -14,6 +14,7 @@ from recon.db import jobs_queries as q
 from recon.db import pool_queries as pq
 from recon.db.database import Database, json_from_db
 from recon.db.sql import Query
+from recon.redact import redact_row
 
 
 class PoolStore:
@@ -22,12 +23,13 @@ class PoolStore:
 
     def upsert_worker(self, presence: WorkerPresence) -> None:
         """Write a worker process's row (``last_seen_at = now``; ``stopped_at = now`` when it stops)."""
+        row = redact_row({"id": presence.id, "host": presence.host, "queues": list(presence.queues),
+                          "counters": presence.counters})  # the storage boundary (recon.redact)
         with self.db.begin() as conn:
             conn.execute(self._q(pq.worker_upsert), {
-                "id": presence.id, "host": presence.host, "pid": presence.pid,
-                "queues": json.dumps(list(presence.queues)), "slots": presence.slots,
-                "busy_slots": presence.busy_slots, "stopped": 1 if presence.stopped else 0,
-                "counters": json.dumps(presence.counters, separators=(",", ":")), "now": self.db.now_param()})
+                "id": row["id"], "host": row["host"], "pid": presence.pid, "queues": json.dumps(row["queues"]),
+                "slots": presence.slots, "busy_slots": presence.busy_slots, "stopped": 1 if presence.stopped else 0,
+                "counters": json.dumps(row["counters"], separators=(",", ":")), "now": self.db.now_param()})
 
     def prune_workers(self, *, older_than: timedelta) -> int:
         """Forget workers not seen for ``older_than``; return how many rows went."""

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from recon.db import schedule_queries as sq
 from recon.db.database import Database
 from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.redact import redact_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +46,8 @@ class ScheduleStore:
         """Claim ``schedule``'s slot at ``slot_at`` and queue ``job`` with it, in one transaction. Returns the
         job id (None when recorded as skipped), or False when another scheduler had claimed it already."""
         with self.db.begin() as conn:
-            params = {"schedule": schedule, "slot_at": self.db.to_db(slot_at), "scheduler": scheduler,
-                      "now": self.db.now_param()}
+            params = {**redact_row({"schedule": schedule, "scheduler": scheduler}),  # the storage boundary
+                      "slot_at": self.db.to_db(slot_at), "now": self.db.now_param()}
             if conn.execute(self._q(sq.slot_claim), params).first() is None:
                 return False
             if job is None:

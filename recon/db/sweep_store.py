@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from recon.db import sweep_queries as sq
 from recon.db.database import Database, json_from_db
+from recon.redact import redact_row, redact_value
 
 
 class SweepRunStore:
@@ -17,11 +18,14 @@ class SweepRunStore:
         self.db = db
 
     def start(self, *, operator: str, options: dict[str, Any]) -> int:
+        row = redact_row({"operator": operator, "options": options})  # the storage boundary (recon.redact)
         with self.db.begin() as conn:
             return int(conn.execute(self._q(sq.sweep_run_start), {
-                "operator": operator, "options": json.dumps(options), "now": self.db.now_param()}).scalar_one())
+                "operator": row["operator"], "options": json.dumps(row["options"]),
+                "now": self.db.now_param()}).scalar_one())
 
     def finish(self, run_id: int, *, outcome: str, exit_code: int | None, summary: dict[str, Any] | None) -> None:
+        summary = redact_value(summary)  # the storage boundary (recon.redact)
         with self.db.begin() as conn:
             conn.execute(self._q(sq.sweep_run_finish), {
                 "id": run_id, "outcome": outcome, "exit_code": exit_code,

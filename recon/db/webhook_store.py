@@ -3,6 +3,11 @@
 
 ``intake`` is the whole of a webhook request's database work: every new event (unique on PSP and event id)
 and its job commit together, so a stored event is always applied and a redelivery inserts neither.
+
+The storage boundary (``recon.redact``) is ``_params``, the one row builder of both intake paths: every text and
+the body are redacted, but the PSP's own identifiers, kept exactly (``_VERBATIM``: the event id, which a
+redelivery must match, and the PSP reference, see ``recon.db.payment_store``). A merchant reference or account
+from an event for a payment we do not know is outside text like any other.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from psp_adapters.protocol import (
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
-from recon.redact import redact_optional, redact_value
+from recon.redact import redact_row, redact_value
 from recon.rows import WebhookRecord, WebhookState
 
 WEBHOOK_KIND = "webhook"
@@ -39,6 +44,8 @@ BODY_MAX_CHARS = 32_768
 
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
+#: the columns ``_params`` stores exactly as given (module docstring); ``body`` is redacted as a document first
+_VERBATIM = frozenset({"event_id", "psp_reference", "body"})
 _OUTCOMES: dict[str, type] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
                               "action_required": ActionRequired, "unknown": Unknown}
 
@@ -187,15 +194,15 @@ class WebhookStore:
         if len(body) > BODY_MAX_CHARS:
             body = json.dumps({"truncated": True, "chars": len(body)})
         reason = getattr(news, "reason", None)
-        return {"psp": e.psp, "event_id": e.event_id, "event_type": e.event_type,
-                "occurred_at": self.db.to_db(e.occurred_at) if e.occurred_at else None,
-                "psp_reference": news.psp_reference if news else None,
-                "merchant_reference": news.merchant_reference if news else None,
-                "merchant_account": e.merchant_account, "amount": news.amount if news else None,
-                "currency": news.currency if news else None, "news": kind,
-                "psp_status": redact_optional(news.raw_status) if news else None,
-                "reason": redact_optional(reason), "report": e.report, "body": body,
-                "state": str(WebhookState.RECEIVED), "now": self.db.now_param()}
+        return redact_row({"psp": e.psp, "event_id": e.event_id, "event_type": e.event_type,
+                           "occurred_at": self.db.to_db(e.occurred_at) if e.occurred_at else None,
+                           "psp_reference": news.psp_reference if news else None,
+                           "merchant_reference": news.merchant_reference if news else None,
+                           "merchant_account": e.merchant_account, "amount": news.amount if news else None,
+                           "currency": news.currency if news else None, "news": kind,
+                           "psp_status": news.raw_status if news else None, "reason": reason, "report": e.report,
+                           "body": body, "state": str(WebhookState.RECEIVED), "now": self.db.now_param()},
+                          keep=_VERBATIM)
 
     def _record(self, r: Any) -> WebhookRecord:
         t = self.db.from_db

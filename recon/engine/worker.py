@@ -47,6 +47,7 @@ from recon.engine.runners import Runners
 from recon.engine.slots import Slots
 from recon.engine.watcher import Watcher
 from recon.errors import StoreError
+from recon.redact import redact
 
 __all__ = ["ClassifyFunc", "WakeupFunc", "Worker", "WorkerStats", "classify_as_bug", "make_worker_id"]
 
@@ -90,7 +91,9 @@ class Worker:
         self.queue_caps = {q: c for q, c in (queue_caps or {}).items() if c > 0 and q in self.queues}
         self.classify_func = classify_func
         self.wakeup_func = wakeup_func
-        self.worker_id = worker_id or make_worker_id()
+        # redacted here, once (a host name is outside text): the id is compared by every fenced write, so no store
+        # may change it statement by statement
+        self.worker_id = redact(worker_id or make_worker_id())
         self.run_watcher = run_watcher
         self.observer = observer
         self.presence_interval = presence_interval or min(PRESENCE_INTERVAL_SECONDS_DEFAULT,

@@ -10,6 +10,11 @@ customer_reference (optional). Amounts are converted exactly by the currency's I
 (``recon.payments.money``), never rounded. A merchant reference must be unique within the file and must not
 exist already: ``existing_func`` is asked about the file's references in batches, as they are read.
 
+No identifier may hold what recon masks (``recon.redact``: a card number, a key, a credential): a reference,
+account or token is stored, printed and sent to the PSP as it is, so one that holds a card number is refused
+rather than stored masked (a masked reference would no longer be the one the PSP knows). The problem never
+repeats the value.
+
 A row's merchant account is its ``merchant_account`` cell, else ``merchant_account`` (``--merchant-account``),
 else the PSP's configured default (``account_defaults``), else ``DEFAULT_ACCOUNT``, a label for PSPs that have
 no merchant accounts (it is never sent: an adapter that needs an account refuses it at import). Then each
@@ -24,14 +29,16 @@ import csv
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 from psp_adapters.protocol import ChargeRequest, FieldProblem
+from recon.clock import parse_instant
 from recon.db.payment_store import NewPayment
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
+from recon.redact import CARD_MASK, KEY_MASK, MASK, redact
 
 REQUIRED_COLUMNS = ("merchant_reference", "amount", "currency", "psp")
 OPTIONAL_COLUMNS = ("created_at", "merchant_account", "payment_method", "customer_reference")
@@ -50,6 +57,15 @@ AMOUNT_MAX = 2**63 - 1
 # Decimal() also takes "1_000", "1e3", ".5", "12." and non-ASCII digits; a money file gets plain digits only.
 _PLAIN_DECIMAL = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: the problem of an identifier recon would mask (module docstring); the value is not repeated
+_MASKED = ("holds what recon masks as a card number or a secret, or one of its masks (it would be stored, printed "
+           "and sent to the PSP)")
+
+
+def _masked(value: str) -> bool:
+    """Whether ``value`` holds what recon masks, or a mask itself: ``order-[card]`` would match the masked
+    reference of a webhook for ``order-<card number>``, another shop's payment."""
+    return redact(value) != value or any(mask in value for mask in (CARD_MASK, KEY_MASK, MASK))
 
 ExistingFunc = Callable[[Sequence[str]], Collection[str]]
 #: (psp name, the charge the row would make) -> what that PSP would refuse about it
@@ -273,6 +289,8 @@ def _reference(text: str) -> str:
                           f"{MERCHANT_REFERENCE_MAX} are allowed", "merchant_reference")
     if _CONTROL.search(ref):
         raise _FieldError(f"merchant_reference {ref!r} contains a control character", "merchant_reference")
+    if _masked(ref):
+        raise _FieldError(f"merchant_reference {_MASKED}", "merchant_reference")
     return ref
 
 
@@ -285,6 +303,8 @@ def check_token(value: str | None, what: str) -> None:
         raise UsageError(f"{what}: {len(value)} characters long; at most {TOKEN_MAX} are allowed")
     if _CONTROL.search(value):
         raise UsageError(f"{what}: {value[:40]!r} contains a control character")
+    if _masked(value):
+        raise UsageError(f"{what}: {_MASKED}")
 
 
 def _token(cells: dict[str, str], column: str) -> str | None:
@@ -296,6 +316,8 @@ def _token(cells: dict[str, str], column: str) -> str | None:
         raise _FieldError(f"{column} is {len(value)} characters long; at most {TOKEN_MAX} are allowed", column)
     if _CONTROL.search(value):
         raise _FieldError(f"{column} {value[:40]!r} contains a control character", column)
+    if _masked(value):
+        raise _FieldError(f"{column} {_MASKED}", column)
     return value
 
 
@@ -336,8 +358,7 @@ def _created_at(text: str) -> datetime | None:
     if not raw:
         return None
     try:
-        value = datetime.fromisoformat(raw)
+        return parse_instant(raw)
     except ValueError:
-        raise _FieldError(f"created_at {text!r} is not an ISO-8601 timestamp "
+        raise _FieldError(f"created_at {text!r} is not an ISO-8601 timestamp "  # nor one in the years 1..9999
                           "(e.g. 2024-05-01T12:30:00Z; no offset means UTC)", "created_at") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

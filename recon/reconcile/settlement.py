@@ -49,6 +49,7 @@ from enum import StrEnum
 from typing import Any, Protocol, TextIO
 
 from psp_adapters.protocol import PspAdapter
+from recon.clock import parse_instant
 from recon.db.report_store import LineMatch, ReportStore, UnlistedPayment
 from recon.errors import UsageError
 from recon.payments.money import format_amount
@@ -330,11 +331,10 @@ def parse_bound(text: str, *, option: str) -> datetime:
     try:
         if len(raw) == 10:
             return datetime.combine(date.fromisoformat(raw), time(), tzinfo=UTC)
-        parsed = datetime.fromisoformat(raw)
+        return parse_instant(raw)
     except ValueError:
         raise UsageError(f"{option} {text!r} is not an ISO date (2026-11-01) "
-                         "or datetime (2026-11-01T12:00:00Z)") from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+                         "or datetime (2026-11-01T12:00:00Z) within the years 1..9999") from None
 
 
 def summary_lines(result: ReportResult, *, psp: str, since: datetime, until: datetime) -> Iterator[str]:

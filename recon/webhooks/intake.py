@@ -140,7 +140,7 @@ class Intake:
         """The raw body, or None (counted) when it is over the limit: refused before it is all read."""
         limit = self.config.max_body_bytes
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
+        if length is not None and (not (length.isascii() and length.isdigit()) or int(length) > limit):
             self.counts.add(psp, "too_large")
             log.warning("webhook %s refused: body of %s bytes over the limit of %s", psp, length, limit)
             return None

@@ -116,6 +116,8 @@ def test_pages__unknown_things_are_404_and_bad_filters_422_never_a_traceback(db_
             assert "Traceback" not in r.text
         assert client.get("/payments/no-such-ref").status_code == 404
         for path, says in (("/dead?since=yesterday", "neither a duration"), ("/dead?after=x", "not a job id"),
+                           ("/dead?after=%C2%B2", "not a job id"),  # "²": str.isdigit() says yes, int() no
+                           ("/dead?since=0001-01-01T00:30:00%2B01:00", "neither a duration"),  # year 0 in UTC
                            ("/review?older_than=soon", "not a duration"), ("/review?currency=EURO", "EURO"),
                            ("/review?psp=nopsp", "unknown PSP"), ("/review?kind=bogus", "unknown kind")):
             r = client.get(path)

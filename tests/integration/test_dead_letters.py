@@ -195,6 +195,8 @@ def test_dead_letters__replay_clears_a_cancel_request_that_came_too_late(db: Dat
     (["jobs", "replay", "--since", "last week"],
      "Invalid value for '--since': 'last week' is neither a duration"),
     (["jobs", "list", "--state", "dead", "--since", "2026-13-40"], "Invalid value for '--since'"),
+    (["jobs", "list", "--since", "0001-01-01T00:30:00+01:00"], "Invalid value for '--since'"),  # year 0 in UTC
+    (["jobs", "replay", "--since", "9999-12-31T23:00:00-05:00"], "Invalid value for '--since'"),  # year 10000
     (["jobs", "replay", "--limit", "0"], "Invalid value for '--limit'"),
     (["jobs", "replay", "--attempts", "0"], "Invalid value for '--attempts'"),
 ])

@@ -77,8 +77,10 @@ def test_report__an_unwritable_output_fails_before_any_work(db_url: str, tmp_pat
 
 
 def test_csv__cells_a_spreadsheet_would_run_as_formulas_are_quoted() -> None:
-    hostile = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+    hostile = ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+1", "-2+3", "@SUM(A1)"]
     assert [safe_cell(v) for v in hostile] == ["'" + v for v in hostile]
+    # a tab or carriage return first: quoted too, and written as the escape a terminal does not act on
+    assert [safe_cell(v) for v in ("\tx", "\rx", "a\x1b[31mb")] == ["'\\tx", "'\\rx", "a\\x1b[31mb"]
     assert [safe_cell(v) for v in ("order-1", -1000, 0, None, "")] == ["order-1", -1000, 0, "", ""]
     out = io.StringIO()
     writer = CsvWriter(out)

@@ -346,6 +346,7 @@ def test_report_cli__psp_failure_exits_3_with_one_line_and_no_file(db_url: str, 
 @pytest.mark.parametrize(("args", "message"), [
     (("--since", "2026-13-01", "--until", "2026-12-01"), "--since '2026-13-01' is not an ISO date"),
     (("--since", "2026-11-01", "--until", "yesterday"), "--until 'yesterday' is not an ISO date"),
+    (("--since", "0001-01-01T00:30:00+01:00", "--until", "2026-11-01"), "is not an ISO date"),  # year 0 in UTC
     (("--since", "2026-11-02", "--until", "2026-11-01T23:00:00+00:00"), "must be before --until"),
     (("--since", "2026-11-01T01:00:00+01:00", "--until", "2026-11-01"), "must be before --until"),
 ])

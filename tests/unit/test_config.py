@@ -114,3 +114,26 @@ def test_config__every_documented_engine_key_has_its_variable() -> None:
     s = load_settings(None, environ={"RECON_ENGINE_PREFETCH": "4", "RECON_ENGINE_PRUNE_OLDER_THAN": "7d",
                                      "RECON_ENGINE_DRAIN_TIMEOUT_SECONDS": "5"})
     assert (s.engine.prefetch, s.engine.prune_older_than, s.engine.drain_timeout_seconds) == (4, "7d", 5.0)
+
+
+@pytest.mark.parametrize(("body", "where"), [
+    ('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue"),
+    ('[queues."q 4242 4242 4242 4242"]\nmax_depth = 10\n', "queues"),
+    ('[schedule.s]\nkind = "sweep"\npayload = {note = ["x", "4242-4242-4242-4242"]}\n', "schedule.s.payload.note"),
+    ('[psp.adyen]\nmerchant_account = "Shop4242424242424242"\n', "psp.adyen.merchant_account"),
+])
+def test_config__a_name_or_text_holding_a_card_number_is_refused_unrepeated(tmp_path: Path, body: str,
+                                                                            where: str) -> None:
+    path = tmp_path / "recon.toml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={})
+    assert str(info.value).startswith(f"{path}: {where}: ") and "card number" in str(info.value)
+    assert "4242" not in str(info.value)
+
+
+def test_config__numbers_and_a_database_url_are_not_card_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "recon.toml"
+    path.write_text('[database]\nurl = "sqlite:///x-1234567890123.db"\n[queues.q]\nmax_depth = 424242424242\n',
+                    encoding="utf-8")
+    assert load_settings(path, environ={}).queue("q").max_depth == 424242424242

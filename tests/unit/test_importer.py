@@ -88,6 +88,44 @@ def test_validate__a_bad_row_names_line_and_field(row: str, message: str) -> Non
     assert err.lines() == [f"in.csv:3: {message}"]
 
 
+#: what an identifier cell may not hold: a card number in each of its forms, a key, recon's own masks
+MASKED_CELLS = ["4242424242424242", "order-4242424242424242", "order 4242 4242 4242 4242", "x-4242-4242-4242-4242",
+                "sk_live_51HxYzAbCdEfGhIjKlMnOpQr", "order-[card]", "ref [redacted]", "ref***"]
+MASKED_PROBLEM = ("holds what recon masks as a card number or a secret, or one of its masks (it would be stored, "
+                  "printed and sent to the PSP)")
+
+
+@pytest.mark.parametrize("cell", MASKED_CELLS)
+@pytest.mark.parametrize("column", ["merchant_reference", "merchant_account", "payment_method",
+                                    "customer_reference"])
+def test_validate__an_identifier_holding_a_card_number_a_key_or_a_mask_is_refused_unrepeated(
+        column: str, cell: str) -> None:
+    columns = ["merchant_reference", "amount", "currency", "psp", "merchant_account", "payment_method",
+               "customer_reference"]
+    cells = {"merchant_reference": "r-1", "amount": "1.00", "currency": "EUR", "psp": "sandbox", column: cell}
+    err = rejected(",".join(columns) + "\n" + ",".join(cells.get(c, "") for c in columns) + "\n")
+    assert str(err) == f"in.csv:2: {column} {MASKED_PROBLEM} (field {column})"
+
+
+@pytest.mark.parametrize("cell", MASKED_CELLS)
+def test_validate__a_merchant_account_given_outside_the_file_is_refused_alike(cell: str) -> None:
+    from recon.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        check(HEADER + "r-1,1.00,EUR,sandbox\n", merchant_account=cell)
+    assert str(info.value) == f"--merchant-account: {MASKED_PROBLEM}"
+    with pytest.raises(UsageError) as info:
+        check(HEADER + "r-1,1.00,EUR,sandbox\n", account_defaults={"sandbox": cell})
+    assert str(info.value) == f"[psp.sandbox] merchant_account: {MASKED_PROBLEM}"
+
+
+@pytest.mark.parametrize("created", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:00:00-05:00"])
+def test_validate__a_created_at_outside_the_years_1_to_9999_in_utc_is_a_bad_row_not_a_crash(created: str) -> None:
+    err = rejected(f"merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,stripe,{created}\n")
+    assert str(err) == (f"in.csv:2: created_at {created!r} is not an ISO-8601 timestamp "
+                        "(e.g. 2024-05-01T12:30:00Z; no offset means UTC) (field created_at)")
+
+
 def test_validate__bad_created_at() -> None:
     err = rejected("merchant_reference,amount,currency,psp,created_at\nr-1,1.00,EUR,stripe,yesterday\n")
     assert str(err) == ("in.csv:2: created_at 'yesterday' is not an ISO-8601 timestamp "

@@ -117,7 +117,7 @@ def _after(fields: Fields) -> int:
     raw = fields.raw("after").strip()
     if not raw:
         return 0
-    if not raw.isdigit() or int(raw) > INT64_MAX:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > INT64_MAX:  # "²".isdigit(), which int() refuses
         raise UsageError(f"after: {raw!r} is not a job id")
     return int(raw)
 

@@ -174,6 +174,16 @@ def test_payments__a_missing_required_field_is_422_with_adyens_error_code(adyen:
     assert adyen.pay("k1").json()["resultCode"] == "Authorised"  # nothing was saved under the key
 
 
+@pytest.mark.parametrize("value", [2**63, 2**63 + 8, 10**30])
+def test_payments__a_value_past_the_schemas_int64_is_422_137_and_charges_nothing(adyen: Adyen, value: int) -> None:
+    body = adyen.body(amount={"currency": "EUR", "value": value})
+    response = adyen.http.post("/v71/payments", json=body, headers={"Idempotency-Key": "k1"})
+
+    assert response.status_code == 422  # was a 500: the ledger's SQLite column is 64 bits
+    assert (response.json()["errorCode"], response.json()["errorType"]) == ("137", "validation")
+    assert adyen.charges()["charges"] == 0
+
+
 def test_payments__unreadable_json_is_400(adyen: Adyen) -> None:
     response = adyen.http.post("/v71/payments", content=b"{nope", headers={"Content-Type": "application/json"})
 

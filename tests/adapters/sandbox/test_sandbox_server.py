@@ -398,6 +398,8 @@ def test_admin_payment__settle_fail_cancel_and_amount(client: httpx.Client) -> N
     assert client.get(f"/v1/payments/{refs[0]}").json()["amount"] == 999
     assert client.post("/_admin/payments/psp_missing/settle").status_code == 404
     assert client.post(f"/_admin/payments/{refs[0]}/amount", json={"amount": 1.5}).status_code == 400
+    assert client.post(f"/_admin/payments/{refs[0]}/amount", json={"amount": 2**63}).status_code == 400
+    assert client.post(f"/_admin/payments/{refs[0]}/refund", json={"amount": 2**63 + 8}).status_code == 400
 
 
 def test_admin_charges__filters_by_key(client: httpx.Client) -> None:

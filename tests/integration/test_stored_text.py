@@ -1,0 +1,484 @@
+"""No card number is stored in any text column of any table (issue 22, item 5), on both databases.
+
+The schema is walked (``recon.db.schema.metadata``: every Text and JSON column of every table) and each column
+must appear in ``COLUMNS`` with how a card number planted into its source, through the real entry point (a CSV
+import, a signed webhook, a PSP's answer over HTTP, a job's payload, error and checkpoint, an operator's
+command, the configuration, the host's name), ends:
+
+- ``Masked(plant)``: the plant reaches the column, and the stored value holds the text around it but not the card
+  number, plain or grouped by spaces or dashes;
+- ``Refused(plant)``: the entry point refuses it (exit 2, HTTP 400) and nothing holds it;
+- ``Verbatim(plant, why)``: the PSP's own identifier, stored exactly (the plant shows it is, with a number that
+  passes the Luhn check, as one in ten of Adyen's numeric references does);
+- ``Exempt(why)``: a column no outside text reaches.
+
+A new text column without an entry fails ``test_columns__every_text_column_of_the_schema_is_planted``, so no
+column can be added and forgotten. The card number is found here without recon's code: its digits, once spaces
+and dashes are taken out of the stored text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+import respx
+import sqlalchemy as sa
+import stripe
+from Adyen import util as adyen_util
+
+from recon import Client, Dead, Handlers, Job, Lease
+from recon.app import App
+from recon.db import schema
+from recon.db.database import Database
+from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.schedule_store import ScheduleStore
+from recon.db.schema import Json
+from recon.engine.worker import make_worker_id
+from recon.rows import EventSource, PaymentStatus
+from recon.scheduler import Schedule, Scheduler
+from tests.adapters.stripe_oracle import canonical
+from tests.cli import Runner
+from tests.console import TestClient
+
+#: Stripe's test Visa (docs.stripe.com/testing): Luhn-valid
+CARD = "4242424242424242"
+#: the forms a card number takes in a text
+FORMS = (CARD, "4242 4242 4242 4242", "4242-4242-4242-4242")
+#: what every plant carries around the card number, so that the column is seen to hold the plant
+PROBE = "probe"
+#: a Luhn-valid variant of Adyen's own example reference (Webhooks-v1.json: 8515208516304269)
+ADYEN_NUMERIC_REFERENCE = "8515208516304268"
+STRIPE_SECRET = "whsec_" + "5" * 32
+ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
+STRIPE_URL = "https://stripe.test"
+USER = f"{PROBE}-{CARD}"
+
+
+def planted(form: int = 0) -> str:
+    """A text holding the card number in one of its forms."""
+    return f"{PROBE} {FORMS[form % len(FORMS)]} {PROBE}"
+
+
+@dataclass
+class Env:
+    db: Database
+    db_url: str
+    recon: Runner
+    tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Any:
+        return self.recon(*args, db_url=self.db_url, log_level="WARNING", env=env)
+
+    def config(self, text: str) -> str:
+        path = self.tmp_path / f"recon-{len(list(self.tmp_path.glob('recon-*.toml')))}.toml"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    def app(self, config: str | None = None) -> App:
+        return App(database_url=self.db_url, config_path=config)
+
+
+def refused(result: Any, *fields: str) -> None:
+    """The command exited 2 naming what it refused, and printed no card number."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    for name in fields:
+        assert name in result.stderr, result.stderr
+    assert not holds_card(result.stdout + result.stderr)
+
+
+# --- plants ------------------------------------------------------------------------------------------------
+
+
+def plant_csv(env: Env) -> None:
+    """Every identifier of a CSV row, each on a row of its own, and --merchant-account."""
+    rows = [f"{PROBE}-{CARD},1.00,EUR,sandbox,,,",
+            f"ok-1,1.00,EUR,sandbox,{PROBE}-{CARD},,",
+            f"ok-2,1.00,EUR,sandbox,,pm {FORMS[1]},",
+            f"ok-3,1.00,EUR,sandbox,,,cus-{FORMS[2]}",
+            f"ok-4,1.00,{CARD},sandbox,,,",
+            f"ok-5,1.00,EUR,{CARD},,,"]
+    path = env.tmp_path / "payments.csv"
+    path.write_text("merchant_reference,amount,currency,psp,merchant_account,payment_method,customer_reference\n"
+                    + "\n".join(rows) + "\n", encoding="utf-8")
+    refused(env.run("payments", "import", str(path)), "(field merchant_reference)", "(field merchant_account)",
+            "(field payment_method)", "(field customer_reference)", "(field currency)", "(field psp)")
+    ok = env.tmp_path / "ok.csv"
+    ok.write_text("merchant_reference,amount,currency,psp\nok-6,1.00,EUR,sandbox\n", encoding="utf-8")
+    refused(env.run("payments", "import", str(ok), "--merchant-account", f"acct {CARD}"), "--merchant-account")
+
+
+def _webhook_app(env: Env) -> App:
+    env.monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", STRIPE_SECRET)
+    env.monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
+    return env.app()
+
+
+def _work(app: App, *kinds: str) -> None:
+    app.worker([app.webhook_config.queue, "reconcile"], handlers=app.handlers(kinds=kinds)).run(burst=True)
+
+
+def plant_stripe_webhook(env: Env) -> None:
+    """Signed Stripe events for a payment we do not know: the reference, the currency, an unknown status, the
+    decline, all holding a card number (the issue's case: the body was masked, the columns were not)."""
+    app = _webhook_app(env)
+    failed = canonical("payment_intent", id="pi_probe_1", status="requires_payment_method", amount=1000,
+                       currency=f"eur {PROBE} {FORMS[1]}", metadata={"merchant_reference": f"{PROBE}-{CARD}"},
+                       last_payment_error={"type": "card_error", "code": "card_declined",
+                                           "decline_code": planted(2), "message": planted()})
+    odd = canonical("payment_intent", id="pi_probe_2", status=planted(1), amount=1000, currency="eur",
+                    metadata={"merchant_reference": f"{PROBE} {FORMS[1]}"})
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        for n, (kind, obj) in enumerate((("payment_intent.payment_failed", failed),
+                                         ("payment_intent.processing", odd))):
+            body = json.dumps(canonical("event", id=f"evt_probe_{n}", type=kind, created=int(time.time()),
+                                        data={"object": obj})).encode()
+            header = stripe.WebhookSignature.generate_signature_header(body.decode(), STRIPE_SECRET)
+            r = client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header})
+            assert r.status_code == 200, r.text
+    _work(app, "webhook")
+    app.close()
+
+
+def _server(app: App) -> Any:
+    from recon.webhooks.server import create_app
+
+    return create_app(app)
+
+
+def _adyen_item(code: str, psp_reference: str, *, success: bool, **more: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {"amount": {"currency": "EUR", "value": 1000}, "eventCode": code,
+                            "eventDate": "2026-12-01T12:00:00+01:00", "merchantAccountCode": "ShopECOM",
+                            "pspReference": psp_reference, "success": "true" if success else "false", **more}
+    item["additionalData"] = {"hmacSignature": adyen_util.generate_notification_sig(item, ADYEN_KEY).decode()}
+    return item
+
+
+def _post_adyen(client: TestClient, *items: dict[str, Any]) -> None:
+    body = {"live": "false", "notificationItems": [{"NotificationRequestItem": i} for i in items]}
+    assert adyen_util.is_valid_hmac_notification(body, ADYEN_KEY)  # Adyen's library: correctly signed
+    r = client.post("/webhooks/adyen", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.text == "[accepted]", r.text
+
+
+def plant_adyen_webhook(env: Env) -> None:
+    """Signed Adyen notifications from an account, for a reference, with a reason and a report file name that
+    hold a card number; the webhook job's tenant is the account."""
+    app = _webhook_app(env)
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        _post_adyen(client, _adyen_item("AUTHORISATION", "QFQTPCQ8HXSKGK82", success=False,
+                                        merchantAccountCode=f"{PROBE}-{CARD}", merchantReference=planted(2),
+                                        reason=planted(1)),
+                    _adyen_item("REPORT_AVAILABLE", f"{PROBE}-{CARD}.csv", success=True,
+                                merchantAccountCode=f"{PROBE} {FORMS[1]}", reason=f"https://x.example/{CARD}"))
+    app.close()  # the jobs stay queued: their tenant is what is checked
+
+
+def plant_psp_references(env: Env) -> None:
+    """Adyen's numeric reference, Luhn-valid, on an event for our payment: kept exactly in the event (its id,
+    its reference) and in the payment it heals, and a redelivery of it is still a redelivery."""
+    app = _webhook_app(env)
+    store = PaymentStore(env.db)
+    [pid] = store.create([NewPayment("ShopECOM", "order-v1", 1000, "EUR", "adyen")], charge=False)
+    with env.db.begin() as conn:
+        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PROCESSING, EventSource.CHARGE))
+    item = _adyen_item("AUTHORISATION", ADYEN_NUMERIC_REFERENCE, success=True, merchantReference="order-v1")
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        _post_adyen(client, item)
+        _post_adyen(client, item)  # Adyen delivers again
+    _work(app, "webhook")
+    app.close()
+    payment = store.get(pid)
+    assert payment is not None and payment.status is PaymentStatus.SUCCEEDED
+    assert payment.psp_reference == ADYEN_NUMERIC_REFERENCE
+    assert column(env.db, "webhook_events", "psp_reference") == [ADYEN_NUMERIC_REFERENCE]
+    assert column(env.db, "webhook_events", "event_id") == [f"AUTHORISATION:{ADYEN_NUMERIC_REFERENCE}::true"]
+
+
+def _stripe_app(env: Env, config: str = "") -> App:
+    env.monkeypatch.setenv("RECON_STRIPE_API_KEY", "sk_test_" + "7" * 24)
+    env.monkeypatch.setenv("RECON_STRIPE_BASE_URL", STRIPE_URL)
+    return env.app(env.config(config) if config else None)
+
+
+def _stripe_payments(env: Env, *refs: str) -> list[int]:
+    return PaymentStore(env.db).create([NewPayment("default", ref, 2000, "USD", "stripe", payment_method="pm_card_visa",
+                                                   customer_reference="cus_NffrFeUfNV2Hib") for ref in refs])
+
+
+def plant_stripe_answers(env: Env) -> None:
+    """Stripe's answers to charges, over HTTP: a decline whose code, a rejection whose message, and a success
+    in a currency whose code hold a card number."""
+    app = _stripe_app(env)
+    _stripe_payments(env, "order-1", "order-2", "order-3")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        ref = parse_qs(request.content.decode())["metadata[merchant_reference]"][0]
+        if ref == "order-1":
+            intent = canonical("payment_intent", id="pi_o1", status="requires_payment_method", amount=2000,
+                               currency="usd", metadata={"merchant_reference": ref})
+            return httpx.Response(402, json={"error": {"type": "card_error", "code": "card_declined",
+                                                       "decline_code": planted(1), "message": planted(),
+                                                       "payment_intent": intent}})
+        if ref == "order-2":
+            return httpx.Response(400, json={"error": {"type": "invalid_request_error", "code": planted(2),
+                                                       "message": planted()}})
+        return httpx.Response(200, json=canonical("payment_intent", id="pi_o3", status="succeeded", amount=2000,
+                                                  amount_received=2000, currency=f"eur {PROBE} {FORMS[2]}",
+                                                  metadata={"merchant_reference": ref}))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(f"{STRIPE_URL}/v1/payment_intents").mock(side_effect=answer)
+        app.worker(["charges"], handlers=app.handlers(kinds=("charge",))).run(burst=True)
+    app.close()
+
+
+def plant_stripe_breaker(env: Env) -> None:
+    """A Stripe 500 whose message holds a card number opens the breaker with that reason."""
+    app = _stripe_app(env, "[psp.stripe]\nbreaker_failures = 1\n")
+    _stripe_payments(env, "order-b")
+    with respx.mock(assert_all_called=False) as router:
+        router.post(f"{STRIPE_URL}/v1/payment_intents").mock(return_value=httpx.Response(
+            500, json={"error": {"type": "api_error", "message": planted(1)}}))
+        worker = app.worker(["charges"], handlers=app.handlers(kinds=("charge",)))
+        worker.run(burst=True)
+    app.close()
+
+
+def plant_jobs(env: Env) -> None:
+    """A producer's job (payload, unique key, tenant), run by a worker on a host whose name holds a card number:
+    its handler checkpoints and dies of an error kind and text that do too; then it is replayed by a user whose
+    name does (``recon jobs replay``: the operator is USER@host)."""
+    app = env.app()
+    client = Client(app.jobs, app.settings)
+    client.enqueue("probe", {"note": planted(), "nested": [{"card": FORMS[1]}]}, unique_key=f"{PROBE}-{CARD}",
+                   tenant=planted(2))
+
+    def handler(job: Job, lease: Lease) -> Dead:
+        lease.save_progress({"seen": planted(1)})
+        return Dead(error_kind=f"{PROBE}-{CARD}", error=planted(2))
+
+    def with_write(job: Job, lease: Lease) -> Dead:  # a finish with a domain write: its own statements
+        return Dead(error_kind=f"{PROBE}-{FORMS[1]}", error=planted(1), write=lambda conn: None)
+
+    handlers = Handlers()
+    handlers.register("probe", handler)
+    handlers.register("probe_write", with_write)
+    client.enqueue("probe_write", {})
+    client.enqueue("probe", {}, queue="held")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket, "gethostname", lambda: f"{PROBE}-{CARD}")
+        worker = app.worker(["default"], handlers=handlers)
+        worker.run(burst=True)
+        # a lease still held (a finished job's owner is cleared): what the worker's claim loop writes
+        assert len(app.jobs.claim(worker=worker.worker_id, queues=["held"], n=1, ttl=300)) == 1
+    app.close()
+    r = env.run("jobs", "replay", env={**os.environ, "USER": USER, "LOGNAME": USER})
+    assert r.returncode == 0, r.stderr
+
+
+def plant_operators(env: Env) -> None:
+    """An operator's words: a pause's reason and name, a resolution's reason and name, a sweep run by a user
+    whose name holds a card number."""
+    store = PaymentStore(env.db)
+    [pid] = store.create([NewPayment("default", "order-r", 1000, "EUR", "sandbox")], charge=False)
+    with env.db.begin() as conn:
+        for t in (Transition(pid, PaymentStatus.CREATED, PaymentStatus.PROCESSING, EventSource.CHARGE),
+                  Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW, EventSource.RECONCILE,
+                             review_reason="no_final_answer: the PSP said nothing")):
+            assert store.apply(conn, t)
+    assert env.run("psp", "pause", "sandbox", "--reason", planted(1), "--by", f"{PROBE}-{CARD}").returncode == 0
+    r = env.run("review", "resolve", "order-r", "--as", "failed", "--reason", planted(2), "--by", planted(),
+                "--override")
+    assert r.returncode == 0, r.stderr
+    r = env.run("sweep", "--enqueue-only", "--older-than", "1d", env={**os.environ, "USER": USER, "LOGNAME": USER})
+    assert r.returncode == 0, r.stderr
+
+
+def plant_scheduler(env: Env) -> None:
+    """A scheduler on a host whose name holds a card number claims a slot (its id is the worker's)."""
+    env.monkeypatch.setattr(socket, "gethostname", lambda: f"{PROBE}-{FORMS[1]}")
+    schedule = Schedule(name="nightly", kind="sweep", queue="reconcile", every=timedelta(hours=1))
+    fired = Scheduler(ScheduleStore(env.db), [schedule], scheduler_id=make_worker_id()).run_once()
+    assert len(fired) == 1
+
+
+def config_refused(text: str, where: str) -> Callable[[Env], None]:
+    """The configuration holding a card number at ``where`` is refused before anything is done."""
+    def plant(env: Env) -> None:
+        refused(env.run("--config", env.config(text), "stats"), where)
+    plant.__name__ = f"config_{where.replace('.', '_')}"
+    return plant
+
+
+def plant_queues_flag(env: Env) -> None:
+    refused(env.run("worker", "--burst", "--queues", f"default,q-{CARD}"), "--queues")
+
+
+def plant_psp_name(env: Env) -> None:
+    refused(env.run("psp", "pause", CARD, "--reason", "x"), "unknown PSP")
+    refused(env.run("sweep", "--psp", f"psp-{CARD}", "--enqueue-only"), "--psp")
+
+
+# --- the columns -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Masked:
+    plant: Callable[[Env], None]
+
+
+@dataclass(frozen=True)
+class Refused:
+    plant: Callable[[Env], None]
+
+
+@dataclass(frozen=True)
+class Verbatim:
+    plant: Callable[[Env], None]
+    why: str
+
+
+@dataclass(frozen=True)
+class Exempt:
+    why: str
+
+
+Entry = Masked | Refused | Verbatim | Exempt
+
+CHECKED = "a CHECK constraint admits only recon's own names"
+PSP_ID = ("the PSP's own identifier, compared by every lookup and redelivery, stored exactly: Adyen's are often "
+          "16 digits and one in ten passes the Luhn check; masking would merge two payments or two events")
+
+COLUMNS: dict[str, Entry] = {
+    "jobs.queue": Refused(config_refused('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue")),
+    "jobs.kind": Refused(config_refused('[schedule.s]\nkind = "k 4242 4242 4242 4242"\nevery = "1h"\n',
+                                        "schedule.s.kind")),
+    "jobs.payload": Masked(plant_jobs),
+    "jobs.state": Exempt(CHECKED),
+    "jobs.lease_owner": Masked(plant_jobs),
+    "jobs.unique_key": Masked(plant_jobs),
+    "jobs.last_error_kind": Masked(plant_jobs),
+    "jobs.last_error": Masked(plant_stripe_answers),
+    "jobs.tenant": Masked(plant_adyen_webhook),
+    "jobs.progress": Masked(plant_jobs),
+    "job_attempts.worker": Masked(plant_jobs),
+    "job_attempts.outcome": Exempt(CHECKED),
+    "job_attempts.error_kind": Masked(plant_jobs),
+    "job_attempts.error": Masked(plant_stripe_answers),
+    "job_replays.error_kind": Masked(plant_jobs),
+    "job_replays.replayed_by": Masked(plant_jobs),
+    "payments.merchant_account": Refused(plant_csv),
+    "payments.merchant_reference": Refused(plant_csv),
+    "payments.currency": Refused(plant_csv),
+    "payments.psp": Refused(plant_csv),
+    "payments.psp_reference": Verbatim(plant_psp_references, PSP_ID),
+    "payments.idempotency_key": Exempt("made by recon (recon- and 24 hex digits, -gN): never outside text, and a "
+                                       "key the PSP holds; masking would merge keys"),
+    "payments.status": Exempt(CHECKED),
+    "payments.failure_reason": Masked(plant_stripe_answers),
+    "payments.review_reason": Masked(plant_stripe_answers),
+    "payments.payment_method": Refused(plant_csv),
+    "payments.customer_reference": Refused(plant_csv),
+    "payment_events.from_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
+    "payment_events.to_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
+    "payment_events.source": Exempt(CHECKED),
+    "payment_events.details": Masked(plant_operators),
+    "sweep_runs.operator": Masked(plant_operators),
+    "sweep_runs.options": Refused(plant_psp_name),
+    "sweep_runs.outcome": Exempt(CHECKED),
+    "sweep_runs.summary": Exempt("counts and exit codes the sweep computed, keyed by recon's names and the PSPs' "
+                                 "registry names"),
+    "workers.id": Masked(plant_jobs),
+    "workers.host": Masked(plant_jobs),
+    "workers.queues": Refused(plant_queues_flag),
+    "workers.counters": Exempt("numbers keyed by recon's names: kinds, outcomes, PSPs of the registry"),
+    "psp_controls.psp": Refused(plant_psp_name),
+    "psp_controls.paused_by": Masked(plant_operators),
+    "psp_controls.pause_reason": Masked(plant_operators),
+    "psp_controls.breaker_state": Exempt(CHECKED),
+    "psp_controls.breaker_reason": Masked(plant_stripe_breaker),
+    "webhook_events.psp": Exempt("the endpoint's PSP (the route), never the body's"),
+    "webhook_events.event_id": Verbatim(plant_psp_references, PSP_ID),
+    "webhook_events.event_type": Exempt("only the event types recon acts on are stored (the adapters' fixed sets); "
+                                        "any other is acknowledged and dropped"),
+    "webhook_events.psp_reference": Verbatim(plant_psp_references, PSP_ID),
+    "webhook_events.merchant_reference": Masked(plant_stripe_webhook),
+    "webhook_events.merchant_account": Masked(plant_adyen_webhook),
+    "webhook_events.currency": Masked(plant_stripe_webhook),
+    "webhook_events.news": Exempt("recon's word for what the event says (succeeded, failed, pending, refund, …)"),
+    "webhook_events.psp_status": Masked(plant_stripe_webhook),
+    "webhook_events.reason": Masked(plant_stripe_webhook),
+    "webhook_events.report": Masked(plant_adyen_webhook),
+    "webhook_events.body": Masked(plant_stripe_webhook),
+    "webhook_events.state": Exempt(CHECKED),
+    "schedule_slots.schedule": Refused(config_refused('[schedule."s-4242424242424242"]\nkind = "sweep"\n'
+                                                      'every = "1h"\n', "schedule")),
+    "schedule_slots.scheduler": Masked(plant_scheduler),
+}
+
+
+def text_columns() -> list[str]:
+    """Every column of the schema that holds text: Text, and JSON (text on SQLite)."""
+    return sorted(f"{t.name}.{c.name}" for t in schema.metadata.sorted_tables for c in t.columns
+                  if isinstance(c.type, sa.Text) or c.type is Json or isinstance(c.type, sa.JSON))
+
+
+def test_columns__every_text_column_of_the_schema_is_planted() -> None:
+    columns = text_columns()
+    assert len(columns) > 50  # the walk found the schema
+    missing = sorted(set(columns) - set(COLUMNS))
+    stale = sorted(set(COLUMNS) - set(columns))
+    assert not missing, f"text columns without a plant or an exemption in COLUMNS: {missing}"
+    assert not stale, f"COLUMNS names columns the schema does not have: {stale}"
+    for name, entry in COLUMNS.items():
+        if isinstance(entry, Exempt | Verbatim):
+            assert len(entry.why) > 20, f"{name}: say why it is exempt"
+
+
+def holds_card(text: str) -> bool:
+    return CARD in re.sub(r"[ \-]", "", text)
+
+
+def column(db: Database, table: str, name: str) -> list[Any]:
+    with db.begin() as conn:
+        return [r[0] for r in conn.execute(sa.text(f"SELECT {name} FROM {table}"))]  # nosec B608  # schema names
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value) if value is not None else ""
+
+
+PLANTS = sorted({e.plant for e in COLUMNS.values() if not isinstance(e, Exempt)}, key=lambda f: f.__name__)
+
+
+@pytest.fixture
+def env(db: Database, db_url: str, recon: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    yield Env(db, db_url, recon, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("plant", PLANTS, ids=[p.__name__ for p in PLANTS])
+def test_plant__no_column_it_reaches_holds_the_card_number(env: Env, plant: Callable[[Env], None]) -> None:
+    plant(env)
+    for name, entry in COLUMNS.items():
+        table, col = name.split(".")
+        values = [as_text(v) for v in column(env.db, table, col)]
+        holding = [v[:120] for v in values if holds_card(v)]
+        if isinstance(entry, Verbatim):
+            continue  # the plant asserts what is kept exactly
+        assert not holding, f"{name} holds a card number after {plant.__name__}: {holding}"
+        if isinstance(entry, Masked) and entry.plant is plant:
+            assert any(PROBE in v.lower() for v in values), f"{name}: {plant.__name__} never reached it: {values[:3]}"
