@@ -427,6 +427,8 @@ COLUMNS: dict[str, Entry] = {
     "schedule_slots.schedule": Refused(config_refused('[schedule."s-4242424242424242"]\nkind = "sweep"\n'
                                                       'every = "1h"\n', "schedule")),
     "schedule_slots.scheduler": Masked(plant_scheduler),
+    "console_sessions.principal": Exempt("recon.console.session.token_principal: 'access-token/' and a base32 "
+                                         "scrypt digest of the token, never the token or outside text"),
 }
 
 
