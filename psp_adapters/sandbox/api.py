@@ -6,9 +6,11 @@ wire. Each request to the PSP API goes: auth (401 in the flavour's shape) -> req
 request saves nothing), claim of the key, latency, [the flavour's late 500, saved under the key], the charge and
 its answer written together, an optional hang; for anything else: latency, ``settle_due``, the flavour's route.
 
-Admin API (never faulted, answered in the native error shape whatever the flavour). Reads are open; a POST needs
-the PSP API's own credentials when the server has an api key (the flavour's scheme: ``Authorization: Bearer`` or
-``X-API-Key``), and a POST body must be JSON (``Content-Type: application/json``; 415 otherwise)::
+Admin API (never faulted, answered in the native error shape whatever the flavour). Reads are open; a POST (a
+change) must say ``Content-Type: application/json`` (415 otherwise, even without a body), must not come from
+another origin (``Origin`` or ``Sec-Fetch-Site`` naming another site: 403 ``cross_origin_forbidden``: a browser
+page must not drive it) and needs the PSP API's own credentials when the server has an api key (the flavour's
+scheme: ``Authorization: Bearer`` or ``X-API-Key``; 401)::
 
     GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
     GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}, this
@@ -97,6 +99,9 @@ class _SandboxApp:
         self._initial_faults = faults
         self._stopping = stopping
         self._now = now_func
+        #: the origins (``scheme://host:port``) of the sandbox itself, the only ones an admin change may come from;
+        #: set by the server once its port is bound
+        self.origins: frozenset[str] = frozenset()
         self._scheduled: dict[str, str] = {}  # pending payment -> its settle_at, while webhooks are on
         self._scheduled_lock = threading.Lock()
 
@@ -240,11 +245,9 @@ class _SandboxApp:
 
     def _admin(self, req: Request) -> Response:
         if req.method == "POST":
-            if not self.flavor.authorized(req):
-                return native_error("invalid_api_key", "admin changes need the sandbox's api key")
-            content_type = (req.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-            if req.body and content_type != "application/json":
-                return native_error("unsupported_media_type")
+            refused = self._admin_change_refused(req)
+            if refused is not None:
+                return refused
         try:
             payload = json.loads(req.body) if req.body else {}
         except ValueError:
@@ -276,6 +279,29 @@ class _SandboxApp:
         if req.method == "POST" and (match := _ADMIN_PAYMENT_PATH.match(req.path)):
             return self._admin_payment(match["ref"], match["action"], payload)
         return native_error("not_found")
+
+    def _admin_change_refused(self, req: Request) -> Response | None:
+        """Why an admin change is refused, if it is: a foreign origin (403), not JSON (415), a wrong key (401).
+
+        A browser sends a cross-site POST without asking first only as a "simple" request (no body, or text/plain,
+        a form encoding), always with an ``Origin`` (the Fetch standard); so a change must say
+        ``Content-Type: application/json``, which a browser sends cross-site only after a CORS preflight the
+        sandbox never grants, and any ``Origin`` or ``Sec-Fetch-Site`` must be the sandbox's own (OWASP, CSRF
+        cheat sheet: "Verifying origin with standard headers"). Scripts and SDKs send no Origin. This holds with
+        or without an api key: a keyless sandbox on 127.0.0.1 is reachable from every page the user opens.
+        """
+        origin = req.headers.get("Origin")
+        fetch_site = (req.headers.get("Sec-Fetch-Site") or "").strip().lower()
+        if (origin is not None and origin.strip().rstrip("/") not in self.origins) or fetch_site not in (
+            "", "same-origin", "none"
+        ):
+            return native_error("cross_origin_forbidden")
+        content_type = (req.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            return native_error("unsupported_media_type")
+        if not self.flavor.authorized(req):
+            return native_error("invalid_api_key", "admin changes need the sandbox's api key")
+        return None
 
     def _charges(self, key: str | None) -> dict[str, object]:
         counts = self.ledger.charge_counts(self.flavor.name)

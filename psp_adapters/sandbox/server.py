@@ -253,6 +253,7 @@ class SandboxServer:
         except BaseException:
             self._ledger.close()
             raise
+        app.origins = own_origins(self._address[0], self._httpd.server_port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="psp-sandbox", daemon=True
         )
@@ -328,6 +329,18 @@ class SandboxServer:
         if self._httpd is None:
             raise RuntimeError("the sandbox server is not started")
         return self._httpd.app
+
+
+def own_origins(host: str, port: int) -> frozenset[str]:
+    """The origins a browser would name for pages served by this sandbox: its host, and on loopback the other
+    loopback names (an admin page opened as ``localhost`` is still the sandbox's own)."""
+    hosts = {host}
+    if host in _LOOPBACK:
+        hosts |= _LOOPBACK
+    return frozenset(f"http://{name}:{port}" for name in hosts)
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 
 def check_webhooks(flavor: str, config: WebhookConfig) -> None:

@@ -54,7 +54,7 @@ _INVALID = "invalid_request_error"
 #: every error the server sends: code -> (HTTP status, error type, default message)
 ERRORS: Mapping[str, tuple[int, str, str]] = {
     "invalid_json": (400, _INVALID, "the body is not valid JSON"),
-    "unsupported_media_type": (415, _INVALID, "admin request bodies must be JSON (Content-Type: application/json)"),
+    "unsupported_media_type": (415, _INVALID, "admin changes must be JSON (Content-Type: application/json)"),
     "parameter_invalid": (400, _INVALID, "a parameter is invalid"),
     "parameter_missing": (400, _INVALID, "a required parameter is missing"),
     "parameter_unknown": (400, _INVALID, "unknown parameter"),
@@ -63,6 +63,7 @@ ERRORS: Mapping[str, tuple[int, str, str]] = {
     "faults_invalid": (400, _INVALID, "bad fault configuration"),
     IDEMPOTENCY_KEY_MISSING: (400, _INVALID, "an Idempotency-Key header of 1 to 255 characters is required"),
     "invalid_api_key": (401, "authentication_error", "invalid or missing API key"),
+    "cross_origin_forbidden": (403, _INVALID, "admin changes are refused from another origin (a browser page)"),
     CARD_DECLINED: (402, "card_error", "the card was declined"),
     "resource_missing": (404, _INVALID, "no such payment"),
     "not_found": (404, _INVALID, "no such endpoint"),

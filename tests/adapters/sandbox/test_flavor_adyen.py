@@ -401,7 +401,7 @@ def test_report__refunds_and_chargebacks_are_journal_rows_of_their_day(adyen: Ad
     disputed = adyen.pay("k2", reference="order-2").json()["pspReference"]
     clock.advance(days=1)
     refund = adyen.http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 250}).json()
-    chargeback = adyen.http.post(f"/_admin/payments/{disputed}/dispute").json()
+    chargeback = adyen.http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
 
     rows = adyen.rows("AcmeEU", "2026_03_03")
 

@@ -439,9 +439,9 @@ def test_balance_transactions__refunds_and_disputes_are_negative_and_name_their_
     clock.advance(seconds=10)
     refund = http.post(f"/_admin/payments/{refunded.id}/refund", json={"amount": 400}).json()
     clock.advance(seconds=10)
-    dispute = http.post(f"/_admin/payments/{disputed.id}/dispute").json()
+    dispute = http.post(f"/_admin/payments/{disputed.id}/dispute", json={}).json()
     assert http.post(f"/_admin/payments/{refunded.id}/refund", json={"amount": 601}).status_code == 400
-    assert http.post(f"/_admin/payments/{disputed.id}/dispute").status_code == 400
+    assert http.post(f"/_admin/payments/{disputed.id}/dispute", json={}).status_code == 400
 
     data = sdk.v1.balance_transactions.list(params={"expand": ["data.source"]}).data
 
@@ -459,7 +459,7 @@ def test_balance_transactions__refunds_and_disputes_are_negative_and_name_their_
     assert charges_by_intent[disputed.id].disputed is True
     assert_shaped_like(refund, canonical["refund"], "id", "amount", "charge", "payment_intent", "status")
     assert_shaped_like(dispute, canonical["dispute"], "id", "amount", "charge", "payment_intent", "status")
-    assert http.post(f"/_admin/payments/{refunded.id}/refund").json()["amount"] == 600  # the rest
+    assert http.post(f"/_admin/payments/{refunded.id}/refund", json={}).json()["amount"] == 600  # the rest
     [full] = [t for t in sdk.v1.balance_transactions.list().data if t.type == "refund" and t.amount == -600]
     assert full.source.startswith("re_")
 
@@ -499,13 +499,13 @@ def test_admin__answers_in_stripe_shapes_and_moves_the_intent(sdk: stripe.Stripe
     intent = create(sdk, "k1")
 
     failed = http.post(f"/_admin/payments/{intent.id}/fail", json={"reason": "fraud"}).json()
-    canceled = http.post(f"/_admin/payments/{intent.id}/cancel").json()
-    settled = http.post(f"/_admin/payments/{intent.id}/settle").json()
+    canceled = http.post(f"/_admin/payments/{intent.id}/cancel", json={}).json()
+    settled = http.post(f"/_admin/payments/{intent.id}/settle", json={}).json()
 
     assert (failed["object"], failed["status"]) == ("payment_intent", "requires_payment_method")
     assert canceled["status"] == "canceled" and canceled["canceled_at"] is not None
     assert settled["status"] == "succeeded"
-    assert http.post("/_admin/payments/pi_missing/settle").status_code == 404
+    assert http.post("/_admin/payments/pi_missing/settle", json={}).status_code == 404
 
 
 def test_restart__intents_and_saved_answers_survive(tmp_path: Path, clock: Clock) -> None:

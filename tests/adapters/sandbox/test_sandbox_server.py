@@ -324,7 +324,7 @@ def test_faults__seeded_dice_repeat_after_reset(tmp_path: Path) -> None:
     faults = Faults(rate_500=0.5, seed=7)
     with SandboxServer(tmp_path / "s.db", faults=faults) as server, httpx.Client(base_url=server.url) as c:
         first = [c.get("/v1/payments/psp_x").status_code for _ in range(12)]
-        assert c.post("/_admin/reset").json()["faults"]["seed"] == 7
+        assert c.post("/_admin/reset", json={}).json()["faults"]["seed"] == 7
         second = [c.get("/v1/payments/psp_x").status_code for _ in range(12)]
     assert first == second
     assert set(first) == {404, 500}
@@ -384,9 +384,9 @@ def test_admin_payment__settle_fail_cancel_and_amount(client: httpx.Client) -> N
     set_faults(client, pending_fraction=1.0, settle_after_seconds=60.0)
     refs = [create(client, f"k{i}", merchant_reference=f"m{i}").json()["psp_reference"] for i in range(3)]
 
-    settled = client.post(f"/_admin/payments/{refs[0]}/settle").json()
+    settled = client.post(f"/_admin/payments/{refs[0]}/settle", json={}).json()
     failed = client.post(f"/_admin/payments/{refs[1]}/fail", json={"reason": "fraud"}).json()
-    canceled = client.post(f"/_admin/payments/{refs[2]}/cancel").json()
+    canceled = client.post(f"/_admin/payments/{refs[2]}/cancel", json={}).json()
     changed = client.post(
         f"/_admin/payments/{refs[0]}/amount", json={"amount": 999, "currency": "USD"}
     ).json()
@@ -396,7 +396,7 @@ def test_admin_payment__settle_fail_cancel_and_amount(client: httpx.Client) -> N
     assert (canceled["status"], canceled["failure_reason"]) == ("canceled", "admin_cancel")
     assert (changed["amount"], changed["currency"], changed["status"]) == (999, "USD", "succeeded")
     assert client.get(f"/v1/payments/{refs[0]}").json()["amount"] == 999
-    assert client.post("/_admin/payments/psp_missing/settle").status_code == 404
+    assert client.post("/_admin/payments/psp_missing/settle", json={}).status_code == 404
     assert client.post(f"/_admin/payments/{refs[0]}/amount", json={"amount": 1.5}).status_code == 400
 
 
@@ -412,7 +412,7 @@ def test_admin_reset__forgets_payments_keys_and_runtime_faults(client: httpx.Cli
     ref = create(client, "k1").json()["psp_reference"]
     set_faults(client, rate_500=1.0)
 
-    assert client.post("/_admin/reset").status_code == 200
+    assert client.post("/_admin/reset", json={}).status_code == 200
 
     assert client.get(f"/v1/payments/{ref}").status_code == 404
     assert charges(client)["charges"] == 0

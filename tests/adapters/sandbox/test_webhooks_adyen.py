@@ -155,8 +155,8 @@ def test_modifications__refund_chargeback_cancellation_have_their_own_reference_
     pending = pay(http, "order-3", method="pm_pending")
     receiver.wait_for(3)
     refund = http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 400}).json()
-    dispute = http.post(f"/_admin/payments/{disputed}/dispute").json()
-    assert http.post(f"/_admin/payments/{pending}/cancel").status_code == 200
+    dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
+    assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
     found = [item(d) for d in receiver.wait_for(6)[3:]]
 

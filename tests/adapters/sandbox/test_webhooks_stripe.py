@@ -186,9 +186,9 @@ def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
     pending = create(sdk, "k3", payment_method="pm_pending", metadata={"merchant_reference": "order-3"})
     receiver.wait_for(3)
     assert http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 400}).status_code == 200
-    assert http.post(f"/_admin/payments/{refunded}/refund").status_code == 200  # the rest
-    dispute = http.post(f"/_admin/payments/{disputed}/dispute").json()
-    assert http.post(f"/_admin/payments/{pending}/cancel").status_code == 200
+    assert http.post(f"/_admin/payments/{refunded}/refund", json={}).status_code == 200  # the rest
+    dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
+    assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
     deliveries = receiver.wait_for(7)[3:]
 
