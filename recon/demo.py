@@ -87,9 +87,9 @@ class Wire:
 
 WIRES: dict[str, Wire] = {
     "sandbox": Wire(
-        "sandbox", "the sandbox", "", lambda path, _c, _w: SandboxServer(path, faults=DEMO_FAULTS),
-        lambda url, _c: SandboxAdapter(url, timeout=TIMEOUT), lambda _i: ("demo-shop", None, None),
-        webhooks=False),
+        "sandbox", "the sandbox", "", lambda path, c, _w: SandboxServer(path, faults=DEMO_FAULTS, api_key=c.api_key),
+        lambda url, c: SandboxAdapter(url, api_key=Secret(c.api_key), timeout=TIMEOUT),
+        lambda _i: ("demo-shop", None, None), key_prefix="sandbox_demo_", webhooks=False),
     "stripe": Wire(
         "stripe", "Stripe", " speaking Stripe's API",
         lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="stripe", api_key=c.api_key, webhooks=w),

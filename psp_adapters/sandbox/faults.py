@@ -70,7 +70,9 @@ class Faults:
     settle_after_seconds: float = 5.0
     pending_fail_fraction: float = 0.0  #: of pending payments: settle to failed instead of succeeded
     rate_decline: float = 0.0  #: of payments: decline at random (HTTP 402)
-    decline_amount_suffix: str | None = "402"  #: amounts whose digits end like this decline; None disables
+    #: amounts whose digits end like this decline (e.g. "402"); None (the default): no amount declines by itself,
+    #: so that an integration's own amounts never surprise it; the PSPs' documented test cards decline anyway
+    decline_amount_suffix: str | None = None
     #: of payments that are not declined: the customer must authenticate (3-D Secure), which an off-session
     #: charge cannot do; each flavour answers it as its PSP does (see the flavour modules)
     rate_requires_action: float = 0.0
@@ -178,7 +180,7 @@ FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--settle-after", float, "seconds until a pending payment settles"),
     FaultFlag("--pending-fail-fraction", float, "fraction of pending payments that settle to failed"),
     FaultFlag("--rate-decline", float, "probability of a random card decline (HTTP 402)"),
-    FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline (default 402; off)"),
+    FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline, e.g. 402 (default: off)"),
     FaultFlag("--rate-requires-action", float, "probability that a payment needs customer authentication (3DS)"),
     FaultFlag("--rate-limit", float, "global rate limit in requests/s; beyond it, 429"),
     FaultFlag("--webhook-drop-fraction", float, "fraction of webhook messages never delivered"),

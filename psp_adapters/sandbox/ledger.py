@@ -112,9 +112,11 @@ _AFTER_COLUMNS = (
 class Ledger(AdjustmentBooks):
     """SQLite persistence of the sandbox PSP. Thread-safe; every method is one short transaction."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        """Open (or create) the books in the SQLite file ``path``; None: in memory, gone when closed."""
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(os.fspath(path), isolation_level=None, check_same_thread=False)
+        where = ":memory:" if path is None else os.fspath(path)
+        self._conn = sqlite3.connect(where, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: durable across a process crash, fsync only at checkpoints

@@ -15,7 +15,6 @@ import logging
 import os
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -49,6 +48,13 @@ from psp_adapters.sandbox.webhook_events import AdyenBasicAuth, AdyenNotificatio
 from psp_adapters.sandbox.webhooks import WebhookConfig, WebhookSender
 
 logger = logging.getLogger(__name__)
+
+#: the key each flavour's PSP API requires when ``recon psp-sandbox`` is given none (documented test values, not
+#: secrets: ``docs/psps.md``); native and Stripe take it as ``Authorization: Bearer``, Adyen as ``X-API-Key``
+DEFAULT_API_KEYS = {"native": "recon_sandbox_test_key", "stripe": "sk_test_recon_sandbox", "adyen": "AQE_recon_sandbox"}
+#: the Adyen flavour's report user when ``recon psp-sandbox`` is given no report credential (basic auth)
+DEFAULT_REPORT_USERNAME = "report@Company.SandboxCompany"
+DEFAULT_REPORT_PASSWORD = "recon_sandbox_report"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -171,7 +177,8 @@ class SandboxServer:
     ``now_func`` is the server's clock (key expiry, timestamps, report days). ``webhooks``: where the Stripe or
     Adyen flavour sends its webhooks (``WebhookConfig``; Adyen: ``secret`` is the hex HMAC key); None: none.
 
-    ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
+    ``db_path=None`` keeps the state in memory: every server starts fresh and forgets it all on ``stop()``. With a
+    file, state survives a restart on the same file.
     ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
     thread and closes the database, so tests leak neither sockets nor threads. It starts once; for a restart,
     make a new one on the same file.
@@ -204,8 +211,7 @@ class SandboxServer:
         self._report = ReportCredentials.of(report_username, report_password, report_api_key)
         self._report_timezone = AdyenFlavor.check_timezone(report_timezone)
         self._company_account = company_account
-        self._temp_dir = tempfile.TemporaryDirectory(prefix="psp-sandbox-") if db_path is None else None
-        self.db_path = Path(self._temp_dir.name, "sandbox.db") if self._temp_dir else Path(db_path)  # type: ignore[arg-type]
+        self.db_path = Path(db_path) if db_path is not None else None  #: the state file; None: in memory
         self._address = (host, port)
         self._faults = faults or Faults()
         self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
@@ -218,7 +224,8 @@ class SandboxServer:
         self._sender: WebhookSender | None = None
 
     def __repr__(self) -> str:
-        return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r}, flavor={self.flavor!r})"
+        where = str(self.db_path) if self.db_path else None
+        return f"SandboxServer(db_path={where!r}, address={self._address!r}, flavor={self.flavor!r})"
 
     @property
     def url(self) -> str:
@@ -314,8 +321,6 @@ class SandboxServer:
             self._sender.stop()  # before the ledger closes: its tick reads and settles payments
         if self._ledger is not None:
             self._ledger.close()
-        if self._temp_dir is not None:
-            self._temp_dir.cleanup()
 
     def __enter__(self) -> SandboxServer:
         return self.start()

@@ -215,7 +215,7 @@ def test_validation__missing_payment_method_or_bad_params_are_400_and_save_nothi
 @pytest.mark.parametrize(
     ("params", "code", "decline_code"),
     [
-        ({"amount": 1402}, "card_declined", "generic_decline"),
+        ({"payment_method": "pm_card_declined"}, "card_declined", "generic_decline"),
         ({"payment_method": "pm_card_insufficient_funds"}, "card_declined", "insufficient_funds"),
         ({"payment_method": "pm_card_expired"}, "expired_card", "expired_card"),
     ],
@@ -392,7 +392,7 @@ def test_balance_transactions__one_per_succeeded_charge_with_the_fee_and_the_cha
 ) -> None:
     intent = create(sdk, "k1", amount=1000)
     with pytest.raises(stripe.CardError):
-        create(sdk, "k2", amount=1402)  # declined: no balance transaction
+        create(sdk, "k2", payment_method="pm_card_declined")  # declined: no balance transaction
 
     listing = sdk.v1.balance_transactions.list(params={"expand": ["data.source"]})
 

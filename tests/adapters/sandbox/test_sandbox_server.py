@@ -158,15 +158,16 @@ def test_create__bad_json_is_400(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "decline_code"),
+    ("body", "faults", "decline_code"),
     [
-        ({"payment_method": "pm_card_insufficient_funds"}, "insufficient_funds"),
-        ({"amount": 1402}, "card_declined"),
+        ({"payment_method": "pm_card_insufficient_funds"}, {}, "insufficient_funds"),
+        ({"amount": 1402}, {"decline_amount_suffix": "402"}, "card_declined"),
     ],
 )
 def test_decline__magic_method_or_amount_is_402_with_a_failed_payment(
-    client: httpx.Client, body: dict[str, object], decline_code: str
+    client: httpx.Client, body: dict[str, object], faults: dict[str, object], decline_code: str
 ) -> None:
+    set_faults(client, **faults)
     response = create(client, "k1", **body)
 
     assert response.status_code == 402
@@ -179,6 +180,11 @@ def test_decline__magic_method_or_amount_is_402_with_a_failed_payment(
     assert error["payment"]["status"] == "failed"
     assert create(client, "k1", **body).content == response.content  # a decline is replayed like any answer
     assert charges(client)["charges"] == 1
+
+
+def test_decline__no_amount_declines_by_default(client: httpx.Client) -> None:
+    assert client.get("/_admin/faults").json()["decline_amount_suffix"] is None
+    assert create(client, "k1", amount=1402).status_code == 201  # only with the fault flag (--decline-suffix 402)
 
 
 def test_lookup__by_merchant_reference_lists_every_charge(client: httpx.Client) -> None:
@@ -368,13 +374,15 @@ def test_restart__payments_and_idempotency_records_survive(tmp_path: Path) -> No
         assert charges(c)["charges"] == 1
 
 
-def test_server__temporary_database_is_removed_on_stop() -> None:
-    server = SandboxServer().start()
-    db = server.db_path
-    assert db.exists()
-    server.stop()
-    server.stop()  # idempotent
-    assert not db.exists()
+def test_server__without_a_file_the_state_is_in_memory_and_every_server_starts_fresh(tmp_path: Path) -> None:
+    with SandboxServer() as first, httpx.Client(base_url=first.url, timeout=5.0) as c:
+        assert first.db_path is None
+        assert create(c, "k1").status_code == 201 and charges(c)["charges"] == 1
+    with SandboxServer() as second, httpx.Client(base_url=second.url, timeout=5.0) as c:
+        assert charges(c)["charges"] == 0  # nothing of the first server's run
+        assert create(c, "k1").status_code == 201  # the key is new here too
+    second.stop()  # idempotent
+    assert not list(tmp_path.iterdir())
 
 
 # -- admin -----------------------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_refused_and_redirect__authorisation_false_with_the_reason_and_nothing_f
     http: httpx.Client, receiver: Receiver
 ) -> None:
     pay(http, "order-3ds", method="pm_requires_action")  # RedirectShopper: the shopper never comes back
-    refused = pay(http, "order-1", value=1402)
+    refused = pay(http, "order-1", method="pm_card_declined")
 
     first = item(receiver.wait_for(1)[0])
     assert (first["pspReference"], first["eventCode"], first["success"]) == (refused, "AUTHORISATION", "false")

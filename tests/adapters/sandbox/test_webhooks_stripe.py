@@ -135,7 +135,7 @@ def test_success__one_signed_payment_intent_succeeded_event_shaped_like_stripes(
 def test_decline__payment_failed_with_the_decline_as_last_payment_error(
     sdk: stripe.StripeClient, receiver: Receiver
 ) -> None:
-    create(sdk, amount=1402)
+    create(sdk, payment_method="pm_card_declined")
 
     [delivery] = receiver.wait_for(1)
     intent = verified(delivery).data.object
