@@ -99,7 +99,7 @@ WIRES: dict[str, Wire] = {
         lookup="reads each PaymentIntent by id, and searches metadata['merchant_reference'] for those without "
                "one ({n})"),
     "adyen": Wire(
-        "adyen", "Adyen", " speaking Adyen's Checkout v71 API and reports",
+        "adyen", "Adyen", " speaking Adyen's Checkout v72 API and reports",
         lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="adyen", api_key=c.api_key, webhooks=w,
                                       report_username=c.report_user, report_password=c.report_password,
                                       report_timezone=ADYEN_ZONE, company_account="DemoCompany"),

@@ -1,4 +1,5 @@
-"""The Adyen flavour: Checkout API v71 ``/payments`` and the Payment accounting report, as Adyen documents them.
+"""The Adyen flavour: Checkout API v71 and v72 ``/payments`` and the Payment accounting report, as Adyen documents
+them.
 
 Auth: ``X-API-Key`` (docs.adyen.com/development-resources/api-credentials) when the server has an api key; the
 report download authenticates the report user instead (HTTP basic ``report@Company.X``:password, or its own
@@ -6,8 +7,8 @@ report download authenticates the report user instead (HTTP basic ``report@Compa
 ``{"status", "errorCode", "message", "errorType"[, "pspReference"]}`` (docs.adyen.com/development-resources/
 error-codes; the v71 OpenAPI document's examples).
 
-    POST /v71/payments                     PaymentRequest (the v71 schema; required: amount{value, currency},
-                                           merchantAccount, paymentMethod, reference, returnUrl) -> 200
+    POST /v71/payments, /v72/payments      PaymentRequest (each version's schema; required: amount{value,
+                                           currency}, merchantAccount, paymentMethod, reference, returnUrl) -> 200
                                            PaymentResponse | 422 validation error | 400 unreadable JSON
     GET  /reports/download/MerchantAccount/{merchantAccount}/payments_accounting_report_YYYY_MM_DD.csv
                                            200 text/csv (``adyen_report``) | 404 unknown account or future day
@@ -55,6 +56,9 @@ from psp_adapters.sandbox.records import Adjustment, PaymentRecord, random_id
 from psp_adapters.sandbox.wire import PENDING_FAILURE_REASON, PaymentStatus, request_digest
 
 _PSP_ALPHABET = string.ascii_uppercase + string.digits
+#: the Checkout API versions served side by side (the same endpoints; v72 bounds ``returnUrl`` to 1,024 characters)
+CHECKOUT_VERSIONS = ("v71", "v72")
+_RETURN_URL_MAX = {"v71": 8000, "v72": 1024}
 _REPORT_PATH = re.compile(
     r"^/reports/download/MerchantAccount/(?P<account>[^/]+)/payments_accounting_report_"
     r"(?P<y>\d{4})_(?P<m>\d{2})_(?P<d>\d{2})\.csv$"
@@ -142,7 +146,7 @@ class AdyenFlavor:
         saves_server_errors=False,
         scope="adyen:",
     )
-    create_paths = frozenset({"/v71/payments"})
+    create_paths = frozenset(f"/{version}/payments" for version in CHECKOUT_VERSIONS)
 
     def __init__(
         self,
@@ -171,7 +175,7 @@ class AdyenFlavor:
         return name
 
     def serves(self, path: str) -> bool:
-        return path.startswith(("/v71/", "/reports/download/"))
+        return path.startswith((*(f"/{version}/" for version in CHECKOUT_VERSIONS), "/reports/download/"))
 
     def authorized(self, req: Request) -> bool:
         if req.path.startswith("/reports/"):
@@ -205,7 +209,7 @@ class AdyenFlavor:
             return self.error("bad_request", "Unexpected input: the body is not JSON")
         if not isinstance(payload, Mapping):
             return self.error("bad_request", "Unexpected input: the body must be a JSON object")
-        problem = _validate(payload)
+        problem = _validate(payload, version=req.path.split("/")[1])
         if problem is not None:
             code, message = problem
             return adyen_error(422, code, "validation", message, psp_reference=psp_reference())
@@ -235,7 +239,7 @@ class AdyenFlavor:
         return json_response(200, self._payment_response(record, call.context))
 
     def _payment_response(self, record: PaymentRecord, context: Mapping[str, str]) -> dict[str, object]:
-        """A PaymentResponse (the v71 schema) for the payment as it is now."""
+        """A PaymentResponse (the same schema in v71 and v72) for the payment as it is now."""
         action = needs_action(record)
         doc: dict[str, object] = {
             "pspReference": record.psp_reference,
@@ -322,7 +326,7 @@ def needs_action(record: PaymentRecord) -> bool:
     return record.status is PaymentStatus.FAILED and record.failure_reason == AUTHENTICATION_REQUIRED
 
 
-def _validate(payload: Mapping[str, object]) -> tuple[str, str] | None:
+def _validate(payload: Mapping[str, object], *, version: str) -> tuple[str, str] | None:
     """(errorCode, message) of the first problem with a PaymentRequest's required fields, else None."""
     amount = payload.get("amount")
     if not isinstance(amount, Mapping) or "value" not in amount:
@@ -345,6 +349,8 @@ def _validate(payload: Mapping[str, object]) -> tuple[str, str] | None:
         return "702", "Field 'reference' is longer than 80 characters"
     if not isinstance(payload.get("returnUrl"), str) or not payload["returnUrl"]:
         return "14_030", "Return URL is missing."
+    if len(payload["returnUrl"]) > _RETURN_URL_MAX[version]:
+        return "702", f"Field 'returnUrl' is longer than {_RETURN_URL_MAX[version]} characters"
     return None
 
 

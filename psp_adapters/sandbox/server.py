@@ -2,7 +2,7 @@
 
 One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``), ``stripe``
 (Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``) or ``adyen`` (Adyen's
-Checkout v71 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
+Checkout v71 and v72 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
 shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
 API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
 survives restarts. With ``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's
