@@ -1,50 +1,47 @@
 """The sandbox PSP: a real HTTP server on 127.0.0.1 speaking one PSP's wire, with fault injection.
 
 One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``), ``stripe``
-(Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``) or ``adyen`` (Adyen's
-Checkout v71 and v72 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
-shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
-API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
-survives restarts. With ``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's
-webhooks to that URL (``webhooks``, ``webhook_events``); the native flavour sends none.
+(Stripe's v1 API: PaymentIntents, refunds, charges, customers, payment methods, events, the balance, form-encoded,
+``stripe_api``) or ``adyen`` (Adyen's Checkout v71 and v72: payments, details, payment methods, modifications,
+and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error shapes and idempotency rules are
+listed in those modules; faults, the idempotent write pipeline and the clock-driven work in ``api``; the admin
+API (``/_admin/…``, the same for every flavour) in ``admin``; the HTTP plumbing in ``httpd``. State lives in
+memory, or in one SQLite file (``ledger``) that survives restarts. Stripe's events are kept in either; with
+``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's webhooks to that URL
+(``webhooks``, ``stripe_events``, ``adyen_events``); the native flavour sends none.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 from zoneinfo import ZoneInfo
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox.adyen_api import AdyenFlavor, ReportCredentials
+from psp_adapters.sandbox.adyen_events import AdyenBasicAuth, AdyenNotifications
 from psp_adapters.sandbox.api import (  # noqa: F401  (re-exported: the sandbox's public constants)
     MAX_BODY_BYTES,
     SANDBOX_PORT_DEFAULT,
     SETTLEMENT_LIMIT_DEFAULT,
     SETTLEMENT_LIMIT_MAX,
-    _error,
-    _Request,
-    _Response,
     _SandboxApp,
-    _Stopping,
 )
 from psp_adapters.sandbox.core import Flavor
 from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.httpd import HttpServer, own_origins
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.native_api import NativeFlavor
 from psp_adapters.sandbox.records import FLAVORS
 from psp_adapters.sandbox.stripe_api import StripeFlavor
-from psp_adapters.sandbox.webhook_events import AdyenBasicAuth, AdyenNotifications, StripeEvents, StripeSignature
+from psp_adapters.sandbox.stripe_events import DEFAULT_WEBHOOK_EVENTS, StripeEvents, StripeSignature
+from psp_adapters.sandbox.webhook_events import Renderer
 from psp_adapters.sandbox.webhooks import WebhookConfig, WebhookSender
 
 logger = logging.getLogger(__name__)
@@ -55,115 +52,6 @@ DEFAULT_API_KEYS = {"native": "recon_sandbox_test_key", "stripe": "sk_test_recon
 #: the Adyen flavour's report user when ``recon psp-sandbox`` is given no report credential (basic auth)
 DEFAULT_REPORT_USERNAME = "report@Company.SandboxCompany"
 DEFAULT_REPORT_PASSWORD = "recon_sandbox_report"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    """HTTP/1.1 keep-alive plumbing around ``_SandboxApp``."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes; Nagle would add 40 ms per answer
-    timeout = 60  # an idle keep-alive connection is closed after this long
-    server_version = "recon-psp-sandbox/1"
-    sys_version = ""
-    server: _HttpServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.connection)
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        url = urlsplit(self.path)
-        app = self.server.app
-        if not 0 <= length <= MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body would be taken for the next request
-            return self._send(app.error(url.path, "bad_request", "bad or too large Content-Length"))
-        body = self.rfile.read(length) if length else b""
-        request = _Request(self.command, url.path, parse_qs(url.query), self.headers, body)
-        try:
-            response = app.handle(request)
-        except _Stopping:
-            response = app.error(url.path, "service_unavailable", "shutting down")
-        except Exception:
-            logger.exception("sandbox: unhandled error on %s %s", self.command, url.path)
-            response = app.error(url.path, "internal_error")
-        if response.hold_seconds and self.server.stopping.wait(response.hold_seconds):
-            self.close_connection = True  # stopping during a hang: the client never gets an answer
-            return None
-        self._send(response)
-        return None
-
-    def _send(self, response: _Response) -> None:
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers:
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(response.body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        logger.debug("sandbox: %s " + format, self.address_string(), *args)
-
-
-class _HttpServer(ThreadingHTTPServer):
-    """A thread per connection; ``stop`` joins them all (none is a daemon), after unblocking idle ones."""
-
-    daemon_threads = False
-    block_on_close = True
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], app: _SandboxApp, stopping: threading.Event) -> None:
-        self.app = app
-        self.stopping = stopping
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def track(self, conn: socket.socket) -> None:
-        with self._connections_lock:
-            if self.stopping.is_set():
-                _shutdown(conn)
-            self._connections.add(conn)
-
-    def untrack(self, conn: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.discard(conn)
-
-    def close_connections(self) -> None:
-        with self._connections_lock:
-            for conn in self._connections:
-                _shutdown(conn)
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            return  # the client went away (e.g. it timed out during an injected hang)
-        logger.error("sandbox: error serving %s", client_address, exc_info=exc)
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 class SandboxServer:
@@ -217,7 +105,7 @@ class SandboxServer:
         self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
         self._now = now_func or (lambda: datetime.now(UTC))
         self._stopping = threading.Event()
-        self._httpd: _HttpServer | None = None
+        self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._ledger: Ledger | None = None
         self._webhooks = webhooks
@@ -246,17 +134,20 @@ class SandboxServer:
         if self._httpd is not None or self._stopping.is_set():
             raise RuntimeError("a SandboxServer starts once")
         self._ledger = Ledger(self.db_path)
-        self._sender = self._make_sender(self._ledger)
+        flavor = self._make_flavor(self._ledger)
+        self._sender = self._make_sender()
         app = _SandboxApp(
             self._ledger,
-            flavor=self._make_flavor(self._ledger),
+            flavor=flavor,
             faults=self._faults,
             stopping=self._stopping,
             now_func=self._now,
+            renderer=self._make_renderer(flavor),
             webhooks=self._sender,
+            webhook_events=self._webhook_events(),
         )
         try:
-            self._httpd = _HttpServer(self._address, app, self._stopping)
+            self._httpd = HttpServer(self._address, app, self._stopping)
         except BaseException:
             self._ledger.close()
             raise
@@ -266,24 +157,37 @@ class SandboxServer:
         )
         self._thread.start()
         if self._sender is not None:
-            self._sender.start(tick_func=app.settle_scheduled)
+            self._sender.start(tick_func=app.tick)
         return self
 
-    def _make_sender(self, ledger: Ledger) -> WebhookSender | None:
-        config = self._webhooks
-        if config is None:
+    def _make_renderer(self, flavor: Flavor) -> Renderer | None:
+        """Stripe's events are kept whether or not webhooks are on; Adyen's notifications exist only to be sent."""
+        if isinstance(flavor, StripeFlavor):
+            return StripeEvents(flavor.books)
+        if self._webhooks is None or self.flavor != "adyen":
             return None
-        if self.flavor == "stripe":
-            return WebhookSender(
-                config, renderer=StripeEvents(ledger, now_func=self._now), endpoint=StripeSignature(config.secret)
-            )
-        renderer = AdyenNotifications(
-            hmac_key=_hmac_key(config),
+        return AdyenNotifications(
+            hmac_key=_hmac_key(self._webhooks),
             zone=ZoneInfo(self._report_timezone),
             base_url_func=lambda: self.url,
             now_func=self._now,
         )
-        return WebhookSender(config, renderer=renderer, endpoint=AdyenBasicAuth(config.username, config.password))
+
+    def _make_sender(self) -> WebhookSender | None:
+        config = self._webhooks
+        if config is None:
+            return None
+        if self.flavor == "stripe":
+            return WebhookSender(config, endpoint=StripeSignature(config.secret))
+        return WebhookSender(config, endpoint=AdyenBasicAuth(config.username, config.password))
+
+    def _webhook_events(self) -> frozenset[str] | None:
+        """The event types the endpoint takes: as configured (``*``: all), else Stripe's default set or, for
+        Adyen, every event code."""
+        events = self._webhooks.events if self._webhooks else None
+        if events is not None:
+            return None if "*" in events else events
+        return DEFAULT_WEBHOOK_EVENTS if self.flavor == "stripe" else None
 
     @property
     def webhooks(self) -> WebhookSender | None:
@@ -334,18 +238,6 @@ class SandboxServer:
         if self._httpd is None:
             raise RuntimeError("the sandbox server is not started")
         return self._httpd.app
-
-
-def own_origins(host: str, port: int) -> frozenset[str]:
-    """The origins a browser would name for pages served by this sandbox: its host, and on loopback the other
-    loopback names (an admin page opened as ``localhost`` is still the sandbox's own)."""
-    hosts = {host}
-    if host in _LOOPBACK:
-        hosts |= _LOOPBACK
-    return frozenset(f"http://{name}:{port}" for name in hosts)
-
-
-_LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 
 def check_webhooks(flavor: str, config: WebhookConfig) -> None:

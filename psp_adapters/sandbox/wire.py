@@ -83,14 +83,18 @@ ERRORS: Mapping[str, tuple[int, str, str]] = {
 class PaymentStatus(enum.Enum):
     """``payment.status`` as the sandbox writes it."""
 
-    SUCCEEDED = "succeeded"  #: the money was taken
+    SUCCEEDED = "succeeded"  #: the money was taken (captured, perhaps only in part: ``amount_captured``)
     PENDING = "pending"  #: no final answer yet; it settles to succeeded or failed later
     FAILED = "failed"  #: declined, or failed while pending; ``failure_reason`` says why
-    CANCELED = "canceled"  #: canceled before completion
+    CANCELED = "canceled"  #: canceled before completion (an authorisation released, or expired)
+    #: created, not confirmed yet (a Stripe PaymentIntent before its confirm); no charge was attempted
+    OPEN = "open"
+    #: authorised, waiting for a capture (Stripe ``requires_capture``, Adyen with manual capture); expires
+    AUTHORIZED = "authorized"
 
     @property
     def is_final(self) -> bool:
-        return self is not PaymentStatus.PENDING
+        return self in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.CANCELED)
 
 
 def charge_body(request: ChargeRequest) -> dict[str, object]:
@@ -132,8 +136,8 @@ def to_outcome(payload: object) -> PaymentOutcome:
     match status:
         case PaymentStatus.SUCCEEDED:
             return Succeeded(**common)  # type: ignore[arg-type]
-        case PaymentStatus.PENDING:
-            return Pending(**common)  # type: ignore[arg-type]
+        case PaymentStatus.PENDING | PaymentStatus.OPEN | PaymentStatus.AUTHORIZED:
+            return Pending(**common)  # type: ignore[arg-type]  # money not taken yet: no final answer
         case PaymentStatus.FAILED:
             return Failed(**common, reason=reason)  # type: ignore[arg-type]
         case PaymentStatus.CANCELED:

@@ -71,7 +71,9 @@ def test_stripe_list__newest_first_by_created_window_paged_by_starting_after(
     with pytest.raises(stripe.InvalidRequestError):
         sdk.v1.payment_intents.list(params={"starting_after": "pi_missing"})
     with pytest.raises(stripe.InvalidRequestError):  # a filter the sandbox does not simulate is refused, not ignored
-        sdk.v1.payment_intents.list(params={"customer": "cus_123"})
+        sdk.v1.payment_intents.list(params={"shipping": "x"})  # type: ignore[typeddict-unknown-key]
+    other = create(sdk, "k9", customer="cus_other")
+    assert [p.id for p in sdk.v1.payment_intents.list(params={"customer": "cus_other"}).data] == [other.id]
 
 
 def test_stripe_list__recons_adapter_lists_every_intent_of_a_window(server: SandboxServer, sdk: stripe.StripeClient,

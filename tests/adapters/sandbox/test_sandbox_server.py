@@ -353,7 +353,7 @@ def test_faults__from_options_maps_cli_flag_names() -> None:
 def test_fault_injector__same_seed_same_decisions() -> None:
     def run() -> list[object]:
         injector = FaultInjector(Faults(rate_500=0.3, pending_fraction=0.5, rate_decline=0.2, seed=11))
-        return [(injector.reject(), injector.decide(amount=100, payment_method=None)) for _ in range(50)]
+        return [(injector.reject(), injector.decide(amount=100, card=None)) for _ in range(50)]
 
     assert run() == run()
 

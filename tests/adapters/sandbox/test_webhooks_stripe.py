@@ -21,7 +21,7 @@ import stripe
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import SandboxServer
-from psp_adapters.sandbox.webhook_events import STRIPE_API_VERSION
+from psp_adapters.sandbox.stripe_objects import STRIPE_API_VERSION
 from psp_adapters.sandbox.webhooks import WebhookConfig
 from tests.adapters.sandbox.webhook_receiver import Delivery, Receiver, receiving
 
@@ -190,14 +190,18 @@ def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
     dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
     assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
-    deliveries = receiver.wait_for(7)[3:]
+    deliveries = receiver.wait_for(9)[3:]
 
-    assert types(deliveries) == [
+    assert types(deliveries) == [  # Stripe tells a refund as refund.created, then charge.refunded once it succeeded
+        "refund.created",
         "charge.refunded",
+        "refund.created",
         "charge.refunded",
         "charge.dispute.created",
         "payment_intent.canceled",
     ]
+    assert [verified(d).data.object.amount for d in deliveries[:3:2]] == [400, 850]
+    deliveries = deliveries[1::2][:2] + deliveries[4:]
     partial, full, disputed_event, canceled = (verified(d).data.object for d in deliveries)
     assert isinstance(partial, stripe.Charge) and partial.payment_intent == refunded
     assert (partial.amount_refunded, partial.refunded, full.amount_refunded, full.refunded) == (400, False, 1250, True)
