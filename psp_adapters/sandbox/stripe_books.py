@@ -50,7 +50,7 @@ class StripeBooks:
             payment_method, type="payment_method") is not None
 
     def intent(self, record: PaymentRecord) -> dict[str, object]:
-        return sw.payment_intent(record)
+        return sw.payment_intent(record, self.card(record.payment_method))
 
     def charge(self, record: PaymentRecord) -> dict[str, object]:
         return sw.charge_object(record, self.adjustments(record), self.card(record.payment_method))

@@ -10,6 +10,7 @@ unattached PaymentMethod of its card; attaching one to a customer makes a Paymen
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Mapping
 from datetime import datetime
@@ -78,7 +79,7 @@ def payment_method(
             "display_brand": card.display_brand,
             "exp_month": 12,
             "exp_year": 2034,
-            "fingerprint": secrets.token_hex(8),
+            "fingerprint": hashlib.sha256(f"{card.brand}{card.last4}".encode()).hexdigest()[:16],
             "funding": card.funding,
             "generated_from": None,
             "last4": card.last4,

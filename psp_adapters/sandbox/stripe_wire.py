@@ -23,6 +23,7 @@ from psp_adapters.sandbox.cards import DECLINES, TestCard
 from psp_adapters.sandbox.movements import REFUND_FAILED, Adjustment
 from psp_adapters.sandbox.records import PaymentRecord
 from psp_adapters.sandbox.stripe_form import unix
+from psp_adapters.sandbox.stripe_objects import payment_method, public
 from psp_adapters.sandbox.wire import PaymentStatus
 
 _DOCS = "https://stripe.com/docs/error-codes/"
@@ -67,7 +68,7 @@ def intent_status(record: PaymentRecord) -> str:
     return _INTENT_STATUS[record.status]
 
 
-def last_payment_error(record: PaymentRecord) -> dict[str, object] | None:
+def last_payment_error(record: PaymentRecord, card: TestCard) -> dict[str, object] | None:
     declined = decline(record)
     if declined is None:
         return None
@@ -76,15 +77,16 @@ def last_payment_error(record: PaymentRecord) -> dict[str, object] | None:
     error: dict[str, object] = {
         "type": "card_error", "code": code, "decline_code": decline_code, "doc_url": _DOCS + code.replace("_", "-"),
         "message": message, "charge": charge_id(record),
-        "payment_method": {"id": record.payment_method, "object": "payment_method", "type": "card",
-                           "customer": record.customer_reference} if record.payment_method else None,
+        "payment_method": public(payment_method(
+            record.payment_method, card, created=record.created_at, customer=record.customer_reference, metadata={},
+            token=record.payment_method)) if record.payment_method else None,
     }  # fmt: skip
     if found is not None and found.param:
         error["param"] = found.param
     return error
 
 
-def payment_intent(record: PaymentRecord) -> dict[str, object]:
+def payment_intent(record: PaymentRecord, card: TestCard) -> dict[str, object]:
     """A PaymentIntent (docs.stripe.com/api/payment_intents/object); ids where Stripe has ids (expansions:
     ``stripe_expand``)."""
     status = intent_status(record)
@@ -111,7 +113,7 @@ def payment_intent(record: PaymentRecord) -> dict[str, object]:
         "customer_account": None,
         "description": record.description,
         "excluded_payment_method_types": None,
-        "last_payment_error": last_payment_error(record),
+        "last_payment_error": last_payment_error(record, card),
         "latest_charge": charge_id(record) if record.charged else None,
         "livemode": False,
         "managed_payments": {"enabled": False},
@@ -210,13 +212,9 @@ def charge_object(record: PaymentRecord, adjustments: Sequence[Adjustment], card
 
 def card_details(record: PaymentRecord, card: TestCard, *, authorized: bool) -> dict[str, object]:
     """``payment_method_details.card``: the test card, and for an authorisation when it must be captured by."""
-    capture_before = None
-    if authorized and record.authorized_at is not None:
-        capture_before = unix(record.authorized_at + AUTHORIZATION_VALIDITY)
-    return {
+    details: dict[str, object] = {
         "amount_authorized": record.amount if record.charged else None,
         "brand": card.brand,
-        "capture_before": capture_before,
         "checks": {"address_line1_check": None, "address_postal_code_check": None, "cvc_check": "pass"},
         "country": card.country,
         "exp_month": 12,
@@ -228,6 +226,9 @@ def card_details(record: PaymentRecord, card: TestCard, *, authorized: bool) -> 
         "three_d_secure": None,
         "wallet": None,
     }
+    if authorized and record.authorized_at is not None:  # documented for manual capture only
+        details["capture_before"] = unix(record.authorized_at + AUTHORIZATION_VALIDITY)
+    return details
 
 
 def refund_object(adjustment: Adjustment, record: PaymentRecord) -> dict[str, object]:
@@ -243,7 +244,7 @@ def refund_object(adjustment: Adjustment, record: PaymentRecord) -> dict[str, ob
         "currency": adjustment.currency.lower(),
         "customer": record.customer_reference,
         "customer_account": None,
-        "destination_details": {"card": {"reference_status": "pending", "type": "refund"}, "type": "card"},
+        "destination_details": {"card": {"type": "refund"}, "type": "card"},
         "metadata": dict(adjustment.metadata),
         "payment_intent": record.psp_reference,
         "payment_method": record.payment_method,
@@ -341,13 +342,16 @@ def _outcome(record: PaymentRecord, declined: tuple[str, str, str] | None) -> di
     if record.status is PaymentStatus.PENDING:
         return None
     if declined is None:
-        return {"network_status": "approved_by_network", "reason": None, "risk_level": "normal",
-                "seller_message": "Payment complete.", "type": "authorized"}
+        return {"advice_code": None, "network_advice_code": None, "network_decline_code": None,
+                "network_status": "approved_by_network", "reason": None, "seller_message": "Payment complete.",
+                "type": "authorized"}
     blocked = declined[1] == "fraudulent"
     return {
+        "advice_code": None if blocked else "try_again_later",
+        "network_advice_code": None,
+        "network_decline_code": None,
         "network_status": "not_sent_to_network" if blocked else "declined_by_network",
         "reason": "highest_risk_level" if blocked else declined[1],
-        "risk_level": "highest" if blocked else "normal",
         "seller_message": "Stripe blocked this payment as too risky." if blocked else
         "The bank did not return any further details with this decline.",
         "type": "blocked" if blocked else "issuer_declined",

@@ -235,3 +235,52 @@ def test_signature__a_tampered_body_or_another_secret_is_rejected_by_stripe_pyth
         stripe.WebhookSignature.verify_header(payload, header, "whsec_another", 300)
     with pytest.raises(stripe.SignatureVerificationError):  # the timestamp is signed too
         stripe.WebhookSignature.verify_header(payload, header.replace(f"t={stamp}", f"t={stamp + 1}"), SECRET, 300)
+
+
+def test_refund_events__a_refund_that_fails_later_tells_each_step(
+    sdk: stripe.StripeClient, receiver: Receiver, clock: Clock
+) -> None:
+    """docs.stripe.com/testing#refunds (pm_card_refundFail) and docs.stripe.com/api/events/types: refund.created,
+    charge.refunded, then refund.updated, charge.refund.updated and refund.failed, each as Stripe signs it."""
+    intent = create(sdk, payment_method="pm_card_refundFail")
+    receiver.wait_for(1)
+    refund = sdk.v1.refunds.create(params={"payment_intent": intent, "amount": 500})
+    first = receiver.wait_for(3)[1:]
+    clock.now += timedelta(seconds=6)  # past settle_after_seconds (5): the refund fails; the webhook thread's tick
+
+    later = receiver.wait_for(6)[3:]
+
+    assert types(first) == ["refund.created", "charge.refunded"]
+    assert types(later) == ["refund.updated", "charge.refund.updated", "refund.failed"]
+    events = [verified(d) for d in [*first, *later]]
+    assert isinstance(events[0].data.object, stripe.Refund) and events[0].data.object.id == refund.id
+    assert isinstance(events[1].data.object, stripe.Charge) and events[1].data.object.amount_refunded == 500
+    failed = events[-1].data.object
+    assert (failed.id, failed.status, failed.failure_reason) == (refund.id, "failed", "declined")
+    assert [e.id for e in sdk.v1.events.list(params={"type": "refund.*"}).data][::-1] == [
+        events[0].id, events[2].id, events[4].id]  # the same events, kept by the account
+
+
+def test_capture_events__an_authorisation_then_its_capture(sdk: stripe.StripeClient, receiver: Receiver) -> None:
+    intent = create(sdk, capture_method="manual")
+    authorised = receiver.wait_for(1)
+    sdk.v1.payment_intents.capture(intent, params={"amount_to_capture": 1000})
+
+    captured = receiver.wait_for(2)[1:]
+
+    assert types(authorised) == ["payment_intent.amount_capturable_updated"]
+    assert verified(authorised[0]).data.object.amount_capturable == 1250
+    assert types(captured) == ["payment_intent.succeeded"]
+    assert verified(captured[0]).data.object.amount_received == 1000
+    assert len(receiver.quiet(0.3)) == 2  # charge.* events are in /v1/events, not the endpoint's by default
+
+
+def test_enabled_events__an_endpoint_for_every_event_gets_charge_and_creation_events_too(
+    tmp_path: Path, clock: Clock, receiver: Receiver
+) -> None:
+    hooks = WebhookConfig(url=receiver.url, secret=Secret(SECRET), backoff_seconds=0.05, events=frozenset({"*"}))
+    with SandboxServer(tmp_path / "all.db", flavor="stripe", api_key=KEY, now_func=clock, webhooks=hooks) as server:
+        client = stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+        create(client)
+        assert types(receiver.wait_for(3)) == ["payment_intent.created", "charge.succeeded",
+                                               "payment_intent.succeeded"]
