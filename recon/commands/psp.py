@@ -104,11 +104,15 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
               help="adyen: HTTP basic auth user for webhook deliveries.")
 @click.option("--webhook-password", envvar="RECON_SANDBOX_WEBHOOK_PASSWORD",
               help="adyen: HTTP basic auth password for webhook deliveries.")
+@click.option("--webhook-events", metavar="TYPE,...",
+              help="The event types the endpoint takes, comma-separated; '*': all (default: stripe, the payment "
+                   "intent, refund and dispute events docs/psps.md lists; adyen, every event code).")
 @_sandbox_fault_options
 def psp_sandbox(port: int, host: str, state_file: str | None, api_key: str | None, flavor: str,
                 report_username: str | None, report_password: str | None, report_api_key: str | None,
                 report_timezone: str, webhook_url: str | None, webhook_secret: str | None,
-                webhook_username: str | None, webhook_password: str | None, **faults: Any) -> None:
+                webhook_username: str | None, webhook_password: str | None, webhook_events: str | None,
+                **faults: Any) -> None:
     """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults).
 
     Fresh in-memory state unless --state-file; keys always required (the flavour's documented test key unless
@@ -141,8 +145,11 @@ def psp_sandbox(port: int, host: str, state_file: str | None, api_key: str | Non
                 raise ValueError("--webhook-url needs --webhook-secret (or RECON_SANDBOX_WEBHOOK_SECRET)")
             if (webhook_username is None) != (webhook_password is None):
                 raise ValueError("--webhook-username and --webhook-password go together")
+            events = frozenset(t.strip() for t in webhook_events.split(",") if t.strip()) if webhook_events else None
+            if webhook_events is not None and not events:
+                raise ValueError("--webhook-events names no event type")
             webhooks = WebhookConfig(url=webhook_url, secret=Secret(webhook_secret), username=webhook_username,
-                                     password=Secret(webhook_password) if webhook_password else None)
+                                     password=Secret(webhook_password) if webhook_password else None, events=events)
             check_webhooks(flavor, webhooks)
     except (ValueError, LookupError) as exc:
         raise UsageError(f"psp-sandbox: {exc}") from None

@@ -112,3 +112,18 @@ def test_psp_sandbox__an_empty_api_key_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "recon", "psp-sandbox", "--port", "0", "--api-key", ""], cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "--api-key must not be empty" in done.stderr
+
+
+def test_psp_sandbox__webhook_events_chooses_what_the_endpoint_gets(tmp_path: Path) -> None:
+    from tests.adapters.sandbox.webhook_receiver import receiving
+
+    events = "payment_intent.created, charge.succeeded"
+    with receiving() as receiver, sandbox(tmp_path, "--flavor", "stripe", "--webhook-url", receiver.url,
+                                          "--webhook-secret", "whsec_cli_0123456789",
+                                          "--webhook-events", events) as (url, line):
+        assert f"webhooks to {receiver.url}" in line
+        form = {"amount": "1250", "currency": "eur", "payment_method": "pm_card_visa", "confirm": "true"}
+        headers = {"Authorization": f"Bearer {DOCUMENTED_KEYS['stripe']}"}
+        assert httpx.post(f"{url}/v1/payment_intents", data=form, headers=headers, timeout=5).status_code == 200
+        assert [d.json()["type"] for d in receiver.wait_for(2)] == ["payment_intent.created", "charge.succeeded"]
+        assert len(receiver.quiet(0.3)) == 2  # payment_intent.succeeded: not taken
