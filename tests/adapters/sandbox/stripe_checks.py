@@ -29,6 +29,8 @@ CONDITIONAL: Mapping[str, frozenset[str]] = {
     "refund": frozenset({"failure_reason", "failure_balance_transaction"}),
     # docs.stripe.com/api/charges/object#charge_object-payment_method_details-card-capture_before: manual capture
     "charge.payment_method_details.card": frozenset({"capture_before"}),
+    # docs.stripe.com/api/payment_intents/object#payment_intent_object-next_action: a hash named by next_action.type
+    "payment_intent.next_action": frozenset({"redirect_to_url", "use_stripe_sdk"}),
 }
 #: the fields of Stripe's error object (docs.stripe.com/api/errors)
 ERROR_FIELDS = frozenset({"type", "code", "decline_code", "doc_url", "message", "param", "payment_intent",

@@ -21,6 +21,7 @@ import stripe
 
 from psp_adapters.sandbox import SandboxServer
 from psp_adapters.sandbox.records import DISPUTE_FEE, sandbox_fee
+from tests.adapters.sandbox.stripe_checks import checked_sdk
 
 KEY = "sk_test_sandbox_123"
 SPECS = Path(__file__).resolve().parents[3].parent / "shared" / "specs"
@@ -62,8 +63,10 @@ def server(tmp_path: Path, clock: Clock) -> Iterator[SandboxServer]:
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from psp_adapters.sandbox import SandboxServer
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.stripe import StripeAdapter
+from tests.adapters.sandbox.stripe_checks import checked_sdk
 from tests.adapters.sandbox.test_flavor_stripe import SPECS, START, Clock, assert_shaped_like, create
 
 KEY = "sk_test_sandbox_listing"
@@ -40,8 +41,10 @@ def server(tmp_path: Path, clock: Clock) -> Iterator[SandboxServer]:
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import SandboxServer
 from psp_adapters.sandbox.stripe_objects import STRIPE_API_VERSION
 from psp_adapters.sandbox.webhooks import WebhookConfig
+from tests.adapters.sandbox.stripe_checks import check_document, checked_sdk
 from tests.adapters.sandbox.webhook_receiver import Delivery, Receiver, receiving
 
 KEY = "sk_test_sandbox_123"
@@ -76,8 +77,10 @@ def server(tmp_path: Path, clock: Clock, receiver: Receiver) -> Iterator[Sandbox
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture
@@ -100,6 +103,7 @@ def verified(delivery: Delivery) -> stripe.Event:
     assert delivery.headers["Content-Type"].startswith("application/json")
     payload, header = delivery.body.decode(), delivery.headers["Stripe-Signature"]
     assert stripe.WebhookSignature.verify_header(payload, header, SECRET, 300)
+    assert check_document(json.loads(payload)) >= 2  # the Event and its data.object, like Stripe's own
     return stripe.Webhook.construct_event(payload, header, SECRET)
 
 
