@@ -103,10 +103,7 @@ def _change_refused(host: Host, req: Request) -> Response | None:
     standard headers"). Scripts and SDKs send no Origin. This holds with or without an api key: a keyless sandbox
     on 127.0.0.1 is reachable from every page the user opens.
     """
-    origin = req.headers.get("Origin")
-    fetch_site = (req.headers.get("Sec-Fetch-Site") or "").strip().lower()
-    foreign = origin is not None and origin.strip().rstrip("/") not in host.origins
-    if foreign or fetch_site not in ("", "same-origin", "none"):
+    if cross_site(req, host.origins):
         return native_error("cross_origin_forbidden")
     content_type = (req.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
     if content_type != "application/json":
@@ -114,6 +111,15 @@ def _change_refused(host: Host, req: Request) -> Response | None:
     if not host.flavor.authorized(req):
         return native_error("invalid_api_key", "admin changes need the sandbox's api key")
     return None
+
+
+def cross_site(req: Request, origins: frozenset[str]) -> bool:
+    """Whether a browser sent ``req`` from a page of another site: an ``Origin`` that is not one of the sandbox's
+    ``origins``, or ``Sec-Fetch-Site`` saying so. Scripts and SDKs send neither."""
+    origin = req.headers.get("Origin")
+    fetch_site = (req.headers.get("Sec-Fetch-Site") or "").strip().lower()
+    foreign = origin is not None and origin.strip().rstrip("/") not in origins
+    return foreign or fetch_site not in ("", "same-origin", "none")
 
 
 def _reset(host: Host) -> Response:

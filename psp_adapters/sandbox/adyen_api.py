@@ -65,6 +65,7 @@ _TRANSIENT = (("Transient-Error", "true"),)
 _KINDS: dict[str, tuple[int, str, str, str, tuple[tuple[str, str], ...]]] = {
     "unauthorized": (401, "000", "security", "HTTP Status Response - Unauthorized", ()),
     "not_found": (404, "000", "validation", "HTTP Status Response - Not Found", ()),
+    "forbidden": (403, "010", "security", "Not allowed", ()),
     "method_not_allowed": (405, "000", "validation", "HTTP Status Response - Method Not Allowed", ()),
     "rate_limited": (429, "000", "internal", "Too Many Requests", ()),
     "internal_error": (500, "000", "internal", "Internal error", _TRANSIENT),

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from psp_adapters.sandbox.admin import handle_admin
+from psp_adapters.sandbox.admin import cross_site, handle_admin
 from psp_adapters.sandbox.cards import TestCard
 from psp_adapters.sandbox.core import Flavor, Request, Response, WriteCall
 from psp_adapters.sandbox.faults import Decision, FaultInjector, Faults
@@ -134,6 +134,10 @@ class _SandboxApp:
 
     def _api(self, req: Request) -> Response:
         flavor = self.flavor
+        if req.method != "GET" and cross_site(req, self.origins):
+            # a page the user opened must not charge or refund through a sandbox on their machine (the admin
+            # API's rule, for the PSP API's writes too: a keyless sandbox would take them otherwise)
+            return flavor.error("forbidden")
         if not flavor.authorized(req):
             return flavor.error("unauthorized")
         write = flavor.writes(req)

@@ -7,7 +7,8 @@ pipeline (claim the key, execute, save the answer with what the write changed, r
 admin API. A flavour parses a write into a ``WriteCall`` whose ``run`` does the write through a ``Scope``, inside
 the ledger's transaction; it reads the ledger to answer GETs.
 
-Generic error kinds a flavour renders in its own shape (``Flavor.error``): ``unauthorized``, ``not_found``,
+Generic error kinds a flavour renders in its own shape (``Flavor.error``): ``unauthorized``, ``forbidden`` (a
+write from a web page of another site), ``not_found``,
 ``method_not_allowed``, ``rate_limited`` (``retry_after``), ``internal_error`` (``saved``: a 500 saved under an
 idempotency key), ``service_unavailable``, ``bad_request``, ``idempotency_key_missing``,
 ``idempotency_key_invalid``, ``idempotency_in_flight``, ``idempotency_mismatch``.

@@ -45,6 +45,7 @@ _PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
 #: generic error kinds (``core``) -> the native error code
 _KINDS = {
     "unauthorized": "invalid_api_key",
+    "forbidden": "cross_origin_forbidden",
     "bad_request": "parameter_invalid",
     "rate_limited": "rate_limited",
     "idempotency_key_missing": wire.IDEMPOTENCY_KEY_MISSING,

@@ -106,6 +106,7 @@ _READS: tuple[tuple[re.Pattern[str], Reader], ...] = tuple((re.compile(p), r) fo
 _KINDS: dict[str, tuple[int, str, str | None, str]] = {
     "unauthorized": (401, REQUEST, None, "Invalid API Key provided."),
     "not_found": (404, REQUEST, None, "Unrecognized request URL."),
+    "forbidden": (403, REQUEST, None, "Requests from a web page of another site are refused."),
     "method_not_allowed": (404, REQUEST, None, "Unrecognized request URL."),
     "rate_limited": (429, REQUEST, "rate_limit", "Request rate limit exceeded. You can learn more about rate limits "
                      "here https://stripe.com/docs/rate-limits."),

@@ -91,3 +91,23 @@ def test_admin__reads_stay_open_to_scripts_but_not_to_foreign_pages(server: Sand
     # a GET is readable cross-site only through CORS, which the sandbox never grants (no Access-Control-* header)
     answer = httpx.get(f"{server.url}/_admin/charges", headers={"Origin": EVIL}, timeout=5)
     assert not any(name.lower().startswith("access-control-") for name in answer.headers)
+
+
+def test_api__a_keyless_sandbox_refuses_a_cross_site_write_too(server: SandboxServer) -> None:
+    """The same class of defect on the PSP API: a keyless sandbox took a simple cross-site POST (a form, or
+    text/plain) as a charge. A write carrying another site's Origin is refused (403) before anything is recorded."""
+    path, body = {
+        "native": ("/v1/payments", b'{"merchant_reference": "evil", "amount": 100, "currency": "EUR"}'),
+        "stripe": ("/v1/payment_intents", b"amount=100&currency=eur&payment_method=pm_card_visa&confirm=true"),
+        "adyen": ("/v71/payments", b'{"amount": {"value": 100, "currency": "EUR"}}'),
+    }[server.flavor]
+    headers = {"Content-Type": "text/plain", "Origin": EVIL, "Idempotency-Key": "evil-1"}
+
+    refused = httpx.post(f"{server.url}{path}", content=body, headers=headers, timeout=5)
+    cross_site = httpx.post(f"{server.url}{path}", content=body, timeout=5,
+                            headers={**headers, "Origin": server.url, "Sec-Fetch-Site": "cross-site"})
+
+    assert (refused.status_code, cross_site.status_code) == (403, 403)
+    assert payments(server) == 0
+    charge(server)  # a script (no Origin) still charges
+    assert payments(server) == 1
