@@ -238,7 +238,7 @@ class _SandboxApp:
                 payment = ledger.get_payment(refund.psp_reference)
                 scope.tell(Change("refund_updated", payment, moved))
             self.flavor.tick(scope)
-        validity = getattr(self.flavor, "authorization_validity", None)
+        validity = self.flavor.authorization_validity
         if validity is not None:
             for record in ledger.expire_authorizations(flavor=self.flavor.name, authorized_before=now - validity,
                                                        now=now):

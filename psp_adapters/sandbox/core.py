@@ -115,6 +115,11 @@ class Flavor(Protocol):
     name: str
     idempotency: IdempotencyPolicy
 
+    @property
+    def authorization_validity(self) -> timedelta | None:
+        """An authorisation left uncaptured this long is released (expires); None: the flavour only captures."""
+        ...
+
     def serves(self, path: str) -> bool:
         """Whether ``path`` belongs to this flavour's PSP API (else 404 ``not_found``)."""
         ...

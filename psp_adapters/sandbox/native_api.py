@@ -74,6 +74,7 @@ class NativeFlavor:
     idempotency = IdempotencyPolicy(
         required=True, max_length=255, retention=None, compares_body=True, saves_server_errors=False, scope=""
     )
+    authorization_validity = None  #: every native charge is captured at once
 
     def __init__(self, ledger: Ledger, *, api_key: bytes | None, now_func: Callable[[], datetime]) -> None:
         self._ledger = ledger

@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_API_KEYS = {"native": "recon_sandbox_test_key", "stripe": "sk_test_recon_sandbox", "adyen": "AQE_recon_sandbox"}
 #: the Adyen flavour's report user when ``recon psp-sandbox`` is given no report credential (basic auth)
 DEFAULT_REPORT_USERNAME = "report@Company.SandboxCompany"
-DEFAULT_REPORT_PASSWORD = "recon_sandbox_report"
+DEFAULT_REPORT_PASSWORD = "recon_sandbox_report"  # nosec B105  # a documented test value (docs/psps.md)
 
 
 class SandboxServer:

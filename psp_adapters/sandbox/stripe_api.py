@@ -254,5 +254,5 @@ def _check_version(req: Request, *, search: bool = False) -> None:
         raise invalid(f"Invalid Stripe API version: {version}. Versions look like 2026-10-28.endive "
                       "(docs.stripe.com/api/versioning).")
     if search and day < _SEARCH_SINCE:
-        raise invalid(f"Search is not supported on api version {version}. Update your API version, or set the API "
-                      "Version of this request to 2020-08-27 or greater.")
+        raise invalid(f"Search is not supported on api version {version}: it needs 2020-08-27 or later "
+                      "(docs.stripe.com/search, Minimum API version).")
