@@ -302,3 +302,17 @@ def test_expiry__an_authorisation_never_captured_expires_after_28_days(
 
     assert [e[0] for e in events(receiver, 2)] == ["AUTHORISATION", "EXPIRE"]
     assert report_rows(server, psp, clock.now) == [("Expired", "12.50")]  # booked the day it expired
+
+
+def test_modifications__the_same_idempotency_key_receives_once(
+    adyen: Adyen.Adyen, server: SandboxServer, receiver: Receiver
+) -> None:
+    psp = adyen.checkout.payments_api.payments(payment()).message["pspReference"]
+    body = {"merchantAccount": ACCOUNT, "amount": {"value": 300, "currency": "EUR"}}
+    first = adyen.checkout.modifications_api.refund_captured_payment(body, psp, idempotency_key="refund-1")
+    again = adyen.checkout.modifications_api.refund_captured_payment(body, psp, idempotency_key="refund-1")
+
+    assert again.message == first.message  # the first answer, replayed: one refund
+    told = [e for e in events(receiver, 2) if e[0] == "REFUND"]
+    assert told == [("REFUND", "true", first.message["pspReference"])]
+    assert report_rows(server, psp)[-1] == ("Refunded", "3.00") and len(report_rows(server, psp)) == 6

@@ -281,6 +281,25 @@ def test_refunds__the_same_key_refunds_once(server: SandboxServer, client: strip
     assert [r.id for r in client.v1.refunds.list().data] == [first.id]
 
 
+def test_refunds__an_answer_lost_after_refunding_is_the_same_refund_on_retry(
+    server: SandboxServer, client: stripe.StripeClient
+) -> None:
+    """The unknown-outcome fault (rate_hang) on a refund: it is booked, its answer held back; a retry with the same
+    key gets the saved answer, and no second refund."""
+    intent = pay(client)
+    faults(server, rate_hang=1.0, hang_seconds=3.0)
+    headers = {"Authorization": f"Bearer {KEY}", "Idempotency-Key": "refund-lost"}
+    form = {"payment_intent": intent.id, "amount": "300"}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/refunds", data=form, headers=headers, timeout=0.5)
+    faults(server, rate_hang=0.0)
+
+    retried = httpx.post(f"{server.url}/v1/refunds", data=form, headers=headers, timeout=5)
+
+    assert retried.status_code == 200 and retried.headers["Idempotent-Replayed"] == "true"
+    assert [(r.id, r.amount) for r in client.v1.refunds.list().data] == [(retried.json()["id"], 300)]
+
+
 def test_refunds__pending_then_succeeded_when_the_fault_says_so(
     server: SandboxServer, client: stripe.StripeClient, clock: Clock
 ) -> None:
