@@ -5,7 +5,8 @@ A factory takes a settings mapping and returns a ready ``PspAdapter``. Keys it r
 - ``base_url`` (str): the PSP's API root; ``report_base_url`` (str, Adyen only): the report host
 - ``api_key`` (``Secret``): required for stripe and adyen
 - Stripe: ``api_version`` (str, the ``Stripe-Version`` sent; default the adapter's pinned version)
-- Adyen: ``merchant_account`` (str, the default account; a payment may name its own), ``return_url`` (str),
+- Adyen: ``api_version`` (str, the Checkout version: "v72", the default, or "v71"), ``merchant_account`` (str,
+  the default account; a payment may name its own), ``return_url`` (str),
   ``recurring_processing_model`` (str), ``report_timezone`` (IANA name, the zone of report rows without a
   ``TimeZone`` column), and the report user's credentials: ``report_api_key`` (``Secret``) or
   ``report_username`` (str) with ``report_password`` (``Secret``)
@@ -65,12 +66,14 @@ def _adyen(settings: Mapping[str, Any]) -> PspAdapter:
     user's credentials (``report_api_key``, or ``report_username`` with ``report_password``) are required and
     never fall back to ``api_key``: the adapter's ValueError names them and their variables."""
     from psp_adapters.adyen.adapter import DEFAULT_REPORT_BASE_URL, AdyenAdapter
-    from psp_adapters.adyen.wire import DEFAULT_RECURRING_PROCESSING_MODEL, DEFAULT_RETURN_URL
+    from psp_adapters.adyen.charge import DEFAULT_RECURRING_PROCESSING_MODEL, DEFAULT_RETURN_URL
+    from psp_adapters.adyen.wire import DEFAULT_API_VERSION
 
     return AdyenAdapter(
         _text(settings, "base_url", required=True),
         api_key=_secret(settings, "api_key", required=True),
         merchant_account=_text(settings, "merchant_account") or None,
+        api_version=_text(settings, "api_version") or DEFAULT_API_VERSION,
         return_url=_text(settings, "return_url") or DEFAULT_RETURN_URL,
         recurring_processing_model=_text(settings, "recurring_processing_model") or DEFAULT_RECURRING_PROCESSING_MODEL,
         report_base_url=_text(settings, "report_base_url") or DEFAULT_REPORT_BASE_URL,

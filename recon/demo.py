@@ -87,9 +87,9 @@ class Wire:
 
 WIRES: dict[str, Wire] = {
     "sandbox": Wire(
-        "sandbox", "the sandbox", "", lambda path, _c, _w: SandboxServer(path, faults=DEMO_FAULTS),
-        lambda url, _c: SandboxAdapter(url, timeout=TIMEOUT), lambda _i: ("demo-shop", None, None),
-        webhooks=False),
+        "sandbox", "the sandbox", "", lambda path, c, _w: SandboxServer(path, faults=DEMO_FAULTS, api_key=c.api_key),
+        lambda url, c: SandboxAdapter(url, api_key=Secret(c.api_key), timeout=TIMEOUT),
+        lambda _i: ("demo-shop", None, None), key_prefix="sandbox_demo_", webhooks=False),
     "stripe": Wire(
         "stripe", "Stripe", " speaking Stripe's API",
         lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="stripe", api_key=c.api_key, webhooks=w),
@@ -99,7 +99,7 @@ WIRES: dict[str, Wire] = {
         lookup="reads each PaymentIntent by id, and searches metadata['merchant_reference'] for those without "
                "one ({n})"),
     "adyen": Wire(
-        "adyen", "Adyen", " speaking Adyen's Checkout v71 API and reports",
+        "adyen", "Adyen", " speaking Adyen's Checkout v72 API and reports",
         lambda path, c, w: SandboxServer(path, faults=DEMO_FAULTS, flavor="adyen", api_key=c.api_key, webhooks=w,
                                       report_username=c.report_user, report_password=c.report_password,
                                       report_timezone=ADYEN_ZONE, company_account="DemoCompany"),

@@ -1,9 +1,11 @@
-"""The Adyen adapter: Checkout API v71 for charges, the daily Payment accounting report for everything after.
+"""The Adyen adapter: Checkout API v72 (or v71) for charges, the daily Payment accounting report for everything
+after.
 
 How Adyen tells status, and what this adapter does about it:
 
-- ``POST {base_url}/v71/payments`` (JSON, ``X-API-Key``, ``Idempotency-Key``) charges a stored card,
-  merchant-initiated (``wire.payment_body``), and answers with a ``resultCode``. A refusal is HTTP 200 with
+- ``POST {base_url}/{api_version}/payments`` (JSON, ``X-API-Key``, ``Idempotency-Key``; ``api_version`` v72 by
+  default, v71 selectable) charges a stored card, merchant-initiated (``charge.payment_body``), and answers with a
+  ``resultCode``. A refusal is HTTP 200 with
   ``resultCode: Refused``, a decline like any other; a result that needs the shopper is ActionRequired.
 - Idempotency (docs.adyen.com/development-resources/api-idempotency): a key is at most 64 characters; keys
   are stored per **company account** (two merchant accounts of one company share the key space) and
@@ -68,8 +70,8 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from psp_adapters.adyen import report, wire
-from psp_adapters.adyen.wire import API_VERSION, PSP_NAME
+from psp_adapters.adyen import charge, report, wire
+from psp_adapters.adyen.wire import PSP_NAME
 from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
 from psp_adapters.http import (
     DEFAULT_TIMEOUT,
@@ -128,8 +130,9 @@ class AdyenAdapter:
         *,
         api_key: Secret,
         merchant_account: str | None = None,
-        return_url: str = wire.DEFAULT_RETURN_URL,
-        recurring_processing_model: str = wire.DEFAULT_RECURRING_PROCESSING_MODEL,
+        api_version: str = wire.DEFAULT_API_VERSION,
+        return_url: str = charge.DEFAULT_RETURN_URL,
+        recurring_processing_model: str = charge.DEFAULT_RECURRING_PROCESSING_MODEL,
         report_base_url: str = DEFAULT_REPORT_BASE_URL,
         report_api_key: Secret | None = None,
         report_username: str | None = None,
@@ -143,10 +146,11 @@ class AdyenAdapter:
     ) -> None:
         if not api_key:
             raise ValueError("adyen: api_key is required")
-        _check_settings(merchant_account, return_url, recurring_processing_model, lookback_days)
+        _check_settings(merchant_account, api_version, return_url, recurring_processing_model, lookback_days)
         report_headers, report_secrets = _report_credentials(report_api_key, report_username, report_password)
         self._base_url = base_url
         self._merchant_account = merchant_account or None
+        self._api_version = api_version
         self._return_url = return_url
         self._recurring_processing_model = recurring_processing_model
         self._tz = ZoneInfo(report_timezone)  # the account's time zone setting: the reports' day boundaries
@@ -164,24 +168,25 @@ class AdyenAdapter:
         self._cache_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"AdyenAdapter(base_url={self._base_url!r}, merchant_account={self._merchant_account!r})"
+        return (f"AdyenAdapter(base_url={self._base_url!r}, api_version={self._api_version!r}, "
+                f"merchant_account={self._merchant_account!r})")
 
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome:
-        """``POST /v71/payments`` with ``idempotency_key`` (at most 64 characters) in ``Idempotency-Key``.
+        """``POST /{api_version}/payments`` with ``idempotency_key`` (at most 64 characters) in ``Idempotency-Key``.
 
         The account is ``request.merchant_account`` unless empty or "default", else the configured one.
         Returns the outcome of the ``resultCode`` (Refused -> Failed with ``refusalReason``; a shopper action
         -> ActionRequired). Raises PspRejectedError before sending when the charge breaks a rule of
-        ``wire.check_charge``, no account is known, or the key is too long; PspUnknownOutcome when the
+        ``charge.check_charge``, no account is known, or the key is too long; PspUnknownOutcome when the
         request may have reached Adyen but no answer came back; PspTransientError for error 704 (the same key
         still in flight) and for answers marked ``Transient-Error: true``.
         """
-        account = wire.resolve_merchant_account(request.merchant_account, self._merchant_account)
+        account = charge.resolve_merchant_account(request.merchant_account, self._merchant_account)
         if not idempotency_key or len(idempotency_key) > wire.IDEMPOTENCY_KEY_MAX:
             raise PspRejectedError(
                 f"{PSP_NAME}: an Idempotency-Key has 1 to {wire.IDEMPOTENCY_KEY_MAX} characters", psp=PSP_NAME
             )
-        body = wire.payment_body(
+        body = charge.payment_body(
             request,
             merchant_account=account,
             return_url=self._return_url,
@@ -189,7 +194,7 @@ class AdyenAdapter:
         )
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
             response = self._client.post(
-                f"/{API_VERSION}/payments", json=body, headers={"Idempotency-Key": idempotency_key}
+                f"/{self._api_version}/payments", json=body, headers={"Idempotency-Key": idempotency_key}
             )
         if not response.is_success:
             raise self._error(response, keyed=True)
@@ -203,7 +208,7 @@ class AdyenAdapter:
         Files of days before yesterday may come from the cache of final files (the module docstring, "Cost").
         Raises PspRejectedError when no merchant account is known.
         """
-        account = wire.resolve_merchant_account(ref.merchant_account, self._merchant_account)
+        account = charge.resolve_merchant_account(ref.merchant_account, self._merchant_account)
         today = self._now_func().astimezone(self._tz).date()
         for offset in range(self._lookback_days + 1):
             day = today - timedelta(days=offset)
@@ -258,9 +263,9 @@ class AdyenAdapter:
     def _accounts(self, merchant_accounts: Collection[str]) -> list[str]:
         """The given accounts then the default, without duplicates, empties or the label "default"."""
         wanted = [*merchant_accounts, self._merchant_account or ""]
-        accounts = list(dict.fromkeys(a for a in wanted if a and a != wire.DEFAULT_ACCOUNT_LABEL))
+        accounts = list(dict.fromkeys(a for a in wanted if a and a != charge.DEFAULT_ACCOUNT_LABEL))
         if not accounts:
-            wire.resolve_merchant_account(None, None)  # raises, naming the setting
+            charge.resolve_merchant_account(None, None)  # raises, naming the setting
         return accounts
 
     def _settlement_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[SettlementLine]:
@@ -360,16 +365,20 @@ class AdyenAdapter:
 
 
 def _check_settings(
-    merchant_account: str | None, return_url: str, recurring_processing_model: str, lookback_days: int
+    merchant_account: str | None, api_version: str, return_url: str, recurring_processing_model: str,
+    lookback_days: int,
 ) -> None:
-    if merchant_account == wire.DEFAULT_ACCOUNT_LABEL:
+    if merchant_account == charge.DEFAULT_ACCOUNT_LABEL:
         raise ValueError(f"adyen: merchant_account {merchant_account!r} is a label, not an Adyen merchant account")
-    if not return_url or len(return_url) > wire.RETURN_URL_MAX:
-        raise ValueError(f"adyen: return_url must have 1 to {wire.RETURN_URL_MAX} characters")
-    if recurring_processing_model not in wire.RECURRING_PROCESSING_MODELS:
+    if api_version not in wire.API_VERSIONS:
+        raise ValueError(f"adyen: api_version {api_version!r} is not one of {', '.join(wire.API_VERSIONS)}")
+    longest = charge.RETURN_URL_MAX[api_version]
+    if not return_url or len(return_url) > longest:
+        raise ValueError(f"adyen: return_url must have 1 to {longest} characters (Checkout {api_version})")
+    if recurring_processing_model not in charge.RECURRING_PROCESSING_MODELS:
         raise ValueError(
             f"adyen: recurring_processing_model {recurring_processing_model!r} is not one of "
-            f"{', '.join(wire.RECURRING_PROCESSING_MODELS)}"
+            f"{', '.join(charge.RECURRING_PROCESSING_MODELS)}"
         )
     if lookback_days < 0:
         raise ValueError("adyen: lookback_days must be >= 0")

@@ -1,27 +1,21 @@
-"""The Adyen flavour: Checkout API v71 ``/payments`` and the Payment accounting report, as Adyen documents them.
+"""The Adyen flavour: Checkout API v71 and v72 side by side, and the Payment accounting report, as Adyen documents
+them.
 
 Auth: ``X-API-Key`` (docs.adyen.com/development-resources/api-credentials) when the server has an api key; the
 report download authenticates the report user instead (HTTP basic ``report@Company.X``:password, or its own
 ``X-API-Key``; docs.adyen.com/reporting/download-reports-automatically). Errors: Adyen's ServiceError
 ``{"status", "errorCode", "message", "errorType"[, "pspReference"]}`` (docs.adyen.com/development-resources/
-error-codes; the v71 OpenAPI document's examples).
+error-codes; the OpenAPI documents' examples)::
 
-    POST /v71/payments                     PaymentRequest (the v71 schema; required: amount{value, currency},
-                                           merchantAccount, paymentMethod, reference, returnUrl) -> 200
-                                           PaymentResponse | 422 validation error | 400 unreadable JSON
+    POST /{v71|v72}/payments, /payments/details, /paymentMethods            (adyen_checkout)
+    POST /{v71|v72}/payments/{pspReference}/captures|cancels|refunds|reversals   (adyen_modifications)
     GET  /reports/download/MerchantAccount/{merchantAccount}/payments_accounting_report_YYYY_MM_DD.csv
                                            200 text/csv (``adyen_report``) | 404 unknown account or future day
 
-Result codes (docs.adyen.com/online-payments/payment-result-codes): ``Authorised``; a decline is HTTP 200
-``Refused`` with ``refusalReason`` and ``refusalReasonCode`` (docs.adyen.com/development-resources/
-refusal-reasons); slow settlement is ``Received`` (the final result reaches the books, and so the report,
-later); ``rate_requires_action`` is ``RedirectShopper`` with a ``redirect`` action, as for 3-D Secure
-(the v71 example "card-3d-secure-redirect"). Missing required fields: 422 ``validation`` with 100 (amount),
-702 "Required field '…' is null" (merchantAccount, paymentMethod), 130 (reference), 14_030 (returnUrl).
-Injected 500/503 are ``errorType: internal`` with ``Transient-Error: true`` (the idempotency page: such an
-error may be retried later with the same key; without the header the answer is the key's final one); a 429 has
-the same shape, and ``Retry-After`` from the fault (a sandbox choice: the codes of Adyen's 429/500/503 bodies
-are not documented where I could read them, so they are "000").
+Every POST is a write: idempotent by key. Injected 500/503 are ``errorType: internal`` with ``Transient-Error:
+true`` (the idempotency page: such an error may be retried later with the same key; without the header the
+answer is the key's final one); a 429 has the same shape, and ``Retry-After`` from the fault (a sandbox choice:
+the codes of Adyen's 429/500/503 bodies are not documented where I could read them, so they are "000").
 
 Idempotency (docs.adyen.com/development-resources/api-idempotency): ``Idempotency-Key`` optional, at most 64
 characters; the response echoes it. Keys are scoped per company account (one per sandbox server, whatever the
@@ -30,6 +24,9 @@ key already processed returns the first response again; Adyen documents no compa
 made. The same key while the first request is in progress is HTTP 422, errorCode 704 "request already processed
 or in progress", with ``Transient-Error: true`` (retry later with the same key). Nothing is saved for a
 validation failure or an injected error (Adyen marks those transient), so the key can be retried.
+
+An authorisation never captured expires after ``authorization_validity`` (28 days): the report's ``Expired``
+and an ``EXPIRE`` webhook.
 """
 
 from __future__ import annotations
@@ -39,39 +36,36 @@ import binascii
 import hmac
 import json
 import re
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from psp_adapters.protocol import ChargeRequest, Secret
-from psp_adapters.sandbox import adyen_report
-from psp_adapters.sandbox.core import CreateCall, IdempotencyPolicy, Request, Response, json_response
-from psp_adapters.sandbox.faults import AUTHENTICATION_REQUIRED
+from psp_adapters.protocol import Secret
+from psp_adapters.sandbox import adyen_checkout, adyen_modifications, adyen_report
+from psp_adapters.sandbox.adyen_wire import adyen_error, amount_of, payment_response, psp_reference
+from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall
 from psp_adapters.sandbox.ledger import Ledger
-from psp_adapters.sandbox.records import Adjustment, PaymentRecord, random_id
-from psp_adapters.sandbox.wire import PENDING_FAILURE_REASON, PaymentStatus, request_digest
-from psp_adapters.units import AMOUNT_MAX
+from psp_adapters.sandbox.movements import Adjustment
+from psp_adapters.sandbox.records import PaymentRecord
 
-_PSP_ALPHABET = string.ascii_uppercase + string.digits
+#: the Checkout API versions served side by side (the same endpoints; v72 bounds ``returnUrl`` to 1,024 characters)
+CHECKOUT_VERSIONS = ("v71", "v72")
+_CHECKOUT = re.compile(
+    r"^/(?P<version>v71|v72)/(?:(?P<call>payments|payments/details|paymentMethods)|"
+    r"payments/(?P<payment>[A-Za-z0-9]+)/(?P<modification>captures|cancels|refunds|reversals))$"
+)
 _REPORT_PATH = re.compile(
     r"^/reports/download/MerchantAccount/(?P<account>[^/]+)/payments_accounting_report_"
     r"(?P<y>\d{4})_(?P<m>\d{2})_(?P<d>\d{2})\.csv$"
 )
-#: a declined payment's reason -> (refusalReasonCode, refusalReason)
-_REFUSALS = {
-    "card_declined": ("2", "Refused"),
-    "insufficient_funds": ("12", "Not enough balance"),
-    "expired_card": ("6", "Expired Card"),
-    PENDING_FAILURE_REASON: ("2", "Refused"),
-}
 _TRANSIENT = (("Transient-Error", "true"),)
 #: generic error kinds (``core``) -> (HTTP status, errorCode, errorType, message, headers)
 _KINDS: dict[str, tuple[int, str, str, str, tuple[tuple[str, str], ...]]] = {
     "unauthorized": (401, "000", "security", "HTTP Status Response - Unauthorized", ()),
     "not_found": (404, "000", "validation", "HTTP Status Response - Not Found", ()),
+    "forbidden": (403, "010", "security", "Not allowed", ()),
     "method_not_allowed": (405, "000", "validation", "HTTP Status Response - Method Not Allowed", ()),
     "rate_limited": (429, "000", "internal", "Too Many Requests", ()),
     "internal_error": (500, "000", "internal", "Internal error", _TRANSIENT),
@@ -80,21 +74,6 @@ _KINDS: dict[str, tuple[int, str, str, str, tuple[tuple[str, str], ...]]] = {
     "idempotency_key_invalid": (422, "702", "validation", "Idempotency-Key is longer than 64 characters", ()),
     "idempotency_in_flight": (422, "704", "validation", "request already processed or in progress", _TRANSIENT),
 }
-
-
-def adyen_error(
-    status: int, code: str, kind: str, message: str, *headers: tuple[str, str], psp_reference: str | None = None
-) -> Response:
-    """Adyen's ServiceError body."""
-    body: dict[str, object] = {"status": status, "errorCode": code, "message": message, "errorType": kind}
-    if psp_reference is not None:
-        body["pspReference"] = psp_reference
-    return json_response(status, body, *headers)
-
-
-def psp_reference() -> str:
-    """A 16-character Adyen pspReference."""
-    return random_id("", 16, alphabet=_PSP_ALPHABET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +122,8 @@ class AdyenFlavor:
         saves_server_errors=False,
         scope="adyen:",
     )
-    create_paths = frozenset({"/v71/payments"})
+    #: an uncaptured authorisation expires this long after it was made (the schemes' common validity)
+    authorization_validity = timedelta(days=28)
 
     def __init__(
         self,
@@ -172,7 +152,10 @@ class AdyenFlavor:
         return name
 
     def serves(self, path: str) -> bool:
-        return path.startswith(("/v71/", "/reports/download/"))
+        return path.startswith((*(f"/{version}/" for version in CHECKOUT_VERSIONS), "/reports/download/"))
+
+    def writes(self, req: Request) -> bool:
+        return req.method == "POST" and not req.path.startswith("/reports/")
 
     def authorized(self, req: Request) -> bool:
         if req.path.startswith("/reports/"):
@@ -197,67 +180,29 @@ class AdyenFlavor:
             return response._replace(headers=(*response.headers, ("Idempotency-Key", key)))
         return response
 
-    # -- /payments -----------------------------------------------------------------------------------------
-
-    def parse_create(self, req: Request, key: str | None) -> CreateCall | Response:
+    def parse_write(self, req: Request) -> WriteCall | Response:
+        match = _CHECKOUT.match(req.path)
+        if match is None:
+            return self.error("not_found")
         try:
             payload = json.loads(req.body or b"null")
         except ValueError:
             return self.error("bad_request", "Unexpected input: the body is not JSON")
         if not isinstance(payload, Mapping):
             return self.error("bad_request", "Unexpected input: the body must be a JSON object")
-        problem = _validate(payload)
-        if problem is not None:
-            code, message = problem
-            return adyen_error(422, code, "validation", message, psp_reference=psp_reference())
-        amount, method = payload["amount"], payload["paymentMethod"]
-        method_type = str(method.get("type", "scheme"))
-        token = method.get("storedPaymentMethodId") or method.get("recurringDetailReference") or method_type
-        metadata = payload.get("metadata")
-        charge = ChargeRequest(
-            merchant_reference=payload["reference"],
-            amount=amount["value"],
-            currency=amount["currency"],
-            merchant_account=payload["merchantAccount"],
-            payment_method=token if isinstance(token, str) else None,
-            customer_reference=_text(payload.get("shopperReference")),
-            description=_text(payload.get("shopperStatement")),
-        )
-        return CreateCall(
-            key=key,
-            fingerprint=request_digest(payload),
-            charge=charge,
-            psp_reference=psp_reference(),
-            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, Mapping) else {},
-            context={"host": req.headers.get("Host") or "127.0.0.1", "method_type": method_type},
-        )
+        if match["modification"]:
+            kind = adyen_modifications.KINDS[match["modification"]]
+            return adyen_modifications.receive(payload, kind=kind, payment=match["payment"])
+        if match["call"] == "payments/details":
+            return adyen_checkout.details(payload)
+        if match["call"] == "paymentMethods":
+            return adyen_checkout.payment_methods(payload)
+        host = req.headers.get("Host") or "127.0.0.1"
+        return adyen_checkout.payments(payload, version=match["version"], host=host)
 
-    def render_create(self, call: CreateCall, record: PaymentRecord) -> Response:
-        return json_response(200, self._payment_response(record, call.context))
-
-    def _payment_response(self, record: PaymentRecord, context: Mapping[str, str]) -> dict[str, object]:
-        """A PaymentResponse (the v71 schema) for the payment as it is now."""
-        action = needs_action(record)
-        doc: dict[str, object] = {
-            "pspReference": record.psp_reference,
-            "resultCode": "RedirectShopper" if action else _RESULT_CODES[record.status],
-            "merchantReference": record.merchant_reference,
-            "amount": {"currency": record.currency, "value": record.amount},
-        }
-        if record.status is PaymentStatus.SUCCEEDED:
-            doc["paymentMethod"] = {"type": context.get("method_type", "scheme"), "brand": "visa"}
-        elif action:
-            doc["action"] = {
-                "paymentMethodType": context.get("method_type", "scheme"),
-                "method": "GET",
-                "type": "redirect",
-                "url": f"http://{context.get('host', '127.0.0.1')}/checkoutshopper/threeDS/redirect"
-                f"?MD={record.psp_reference}",
-            }
-        elif record.status is PaymentStatus.FAILED:
-            code, reason = refusal(record)
-            doc["refusalReason"], doc["refusalReasonCode"] = reason, code
-        return doc
+    def tick(self, scope: Scope) -> None:
+        """Process the modifications that fell due."""
+        adyen_modifications.process_due(scope)
 
     # -- reports -------------------------------------------------------------------------------------------
 
@@ -284,7 +229,7 @@ class AdyenFlavor:
     # -- admin renderings ----------------------------------------------------------------------------------
 
     def render_payment(self, record: PaymentRecord) -> object:
-        return {**self._payment_response(record, {}), "merchantAccount": record.merchant_account}
+        return {**payment_response(record), "merchantAccount": record.merchant_account}
 
     def adjustment_id(self, kind: str) -> str:
         return psp_reference()
@@ -295,7 +240,7 @@ class AdyenFlavor:
             "merchantAccount": record.merchant_account,
             "paymentPspReference": record.psp_reference,
             "pspReference": adjustment.id,
-            "amount": {"currency": adjustment.currency, "value": adjustment.amount},
+            "amount": amount_of(adjustment.amount, adjustment.currency),
         }
         if adjustment.kind == "refund":
             doc["status"] = "received"
@@ -303,51 +248,3 @@ class AdyenFlavor:
             doc["eventCode"] = "CHARGEBACK"
             doc["reason"] = adjustment.reason
         return doc
-
-
-_RESULT_CODES = {
-    PaymentStatus.SUCCEEDED: "Authorised",
-    PaymentStatus.PENDING: "Received",
-    PaymentStatus.FAILED: "Refused",
-    PaymentStatus.CANCELED: "Cancelled",
-}
-
-
-def refusal(record: PaymentRecord) -> tuple[str, str]:
-    """(refusalReasonCode, refusalReason) of a refused payment (also a refused AUTHORISATION webhook's reason)."""
-    return _REFUSALS.get(record.failure_reason or "", ("2", "Refused"))
-
-
-def needs_action(record: PaymentRecord) -> bool:
-    """A payment waiting for the shopper to authenticate (booked as a failed attempt with that reason)."""
-    return record.status is PaymentStatus.FAILED and record.failure_reason == AUTHENTICATION_REQUIRED
-
-
-def _validate(payload: Mapping[str, object]) -> tuple[str, str] | None:
-    """(errorCode, message) of the first problem with a PaymentRequest's required fields, else None."""
-    amount = payload.get("amount")
-    if not isinstance(amount, Mapping) or "value" not in amount:
-        return "100", "No amount specified"
-    value, currency = amount.get("value"), amount.get("currency")
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= AMOUNT_MAX:  # v71: int64
-        return "137", "Invalid amount specified"
-    if not isinstance(currency, str) or len(currency) != 3 or not currency.isalpha() or not currency.isupper():
-        return "137", "Invalid currency specified"
-    account = payload.get("merchantAccount")
-    if not isinstance(account, str) or not account:
-        return "702", "Required field 'merchantAccount' is null"
-    method = payload.get("paymentMethod")
-    if not isinstance(method, Mapping) or not isinstance(method.get("type", "scheme"), str):
-        return "702", "Required field 'paymentMethod' is null"
-    reference = payload.get("reference")
-    if not isinstance(reference, str) or not reference:
-        return "130", "Required field 'reference' is not provided."
-    if len(reference) > 80:
-        return "702", "Field 'reference' is longer than 80 characters"
-    if not isinstance(payload.get("returnUrl"), str) or not payload["returnUrl"]:
-        return "14_030", "Return URL is missing."
-    return None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None

@@ -2,8 +2,9 @@
 
 docs.adyen.com/reporting/invoice-reconciliation/payment-accounting-report: a CSV file
 ``payments_accounting_report_YYYY_MM_DD.csv`` per merchant account and day, one journal row per lifecycle event
-of a payment ("Record Type": Received, Authorised, SentForSettle, Settled, Refused, Cancelled, SentForRefund,
-Refunded, Chargeback), booked in the day of the account's time zone setting. ``Booking Date`` is
+of a payment ("Record Type": Received, Authorised, SentForSettle, Settled, Refused, Cancelled, Expired,
+SentForRefund, Refunded, RefundFailed, Chargeback), booked in the day of the account's time zone setting.
+``Booking Date`` is
 ``YYYY-MM-DD HH:MM:SS`` in that zone and ``TimeZone`` names it as a 4-character abbreviation in effect at that
 instant (CET in winter, CEST in summer for the default "CET"), so a client must read the zone from the column.
 
@@ -14,7 +15,8 @@ moves it from Received to Authorised (PC), SentForSettle from Authorised to Capt
 Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)).
 
 Sandbox simplifications: the journal is derived from each payment's current state (an admin status change
-rewrites its history); an authorised payment is captured and settled at once; and files exist for any past day
+rewrites its history); a captured payment is settled at once (automatic capture: when it is authorised; manual:
+when it is captured, for the amount captured); and files exist for any past day
 and for today (the rows so far), where Adyen writes a day's file the next morning, so that tests and demos
 finish in seconds. A day in the future, or an account that never had a payment, is 404.
 """
@@ -26,8 +28,9 @@ import io
 from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta, tzinfo
 
-from psp_adapters.sandbox.faults import AUTHENTICATION_REQUIRED
-from psp_adapters.sandbox.records import Adjustment, PaymentRecord
+from psp_adapters.sandbox.cards import AUTHENTICATION_REQUIRED
+from psp_adapters.sandbox.movements import REFUND_FAILED, REFUND_SUCCEEDED, Adjustment
+from psp_adapters.sandbox.records import PaymentRecord
 from psp_adapters.sandbox.wire import PaymentStatus
 
 COLUMNS = (
@@ -84,27 +87,44 @@ def day_window(day: date, zone: tzinfo) -> tuple[datetime, datetime]:
 
 def journal(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> list[tuple[datetime, str, dict[str, object]]]:
     """The payment's journal rows: (booked at, Record Type, {column: amount in minor units | text})."""
-    a, fee = record.amount, record.booked_fee
+    a = record.amount
     done = record.settled_at or record.created_at
+    authorized = record.authorized_at or done
     rows: list[tuple[datetime, str, dict[str, object]]] = [(record.created_at, "Received", {"Received (PC)": a})]
+    if record.status in (PaymentStatus.SUCCEEDED, PaymentStatus.AUTHORIZED) or (
+        record.status is PaymentStatus.CANCELED and record.authorized_at is not None
+    ):
+        rows.append((authorized, "Authorised", {"Received (PC)": -a, "Authorised (PC)": a}))
     if record.status is PaymentStatus.SUCCEEDED:
+        captured, fee = record.captured, record.booked_fee
         rows += [
-            (done, "Authorised", {"Received (PC)": -a, "Authorised (PC)": a}),
-            (done, "SentForSettle", {"Authorised (PC)": -a, "Captured (PC)": a}),
-            (done, "Settled", {"Captured (PC)": -a, "Payable (SC)": a - fee, "Commission (SC)": fee}),
+            (done, "SentForSettle", {"Main Amount": captured, "Authorised (PC)": -a, "Captured (PC)": captured}),
+            (done, "Settled", {"Main Amount": captured, "Captured (PC)": -captured, "Payable (SC)": captured - fee,
+                               "Commission (SC)": fee}),
         ]
     elif record.status is PaymentStatus.FAILED and record.failure_reason != AUTHENTICATION_REQUIRED:
         rows.append((done, "Refused", {"Received (PC)": -a}))  # (a RedirectShopper never comes back: no row)
     elif record.status is PaymentStatus.CANCELED:
-        rows.append((done, "Cancelled", {"Received (PC)": -a}))
+        kind = "Expired" if record.failure_reason == "expired" else "Cancelled"
+        held = "Authorised (PC)" if record.authorized_at is not None else "Received (PC)"
+        rows.append((done, kind, {held: -a}))
     for adj in adjustments:
-        main = {"Main Amount": adj.amount}
-        if adj.kind == "refund":
-            rows.append((adj.created_at, "SentForRefund", dict(main)))
-            rows.append((adj.created_at, "Refunded", {**main, "Payable (SC)": -adj.amount}))
-        else:
-            moved = {"Payable (SC)": -adj.amount - adj.fee, "Commission (SC)": adj.fee}
-            rows.append((adj.created_at, "Chargeback", {**main, **moved}))
+        rows += _adjustment_rows(adj)
+    return rows
+
+
+def _adjustment_rows(adj: Adjustment) -> list[tuple[datetime, str, dict[str, object]]]:
+    """A refund: SentForRefund, then Refunded once it succeeded (and RefundFailed, the money back, if it failed
+    after); a chargeback: one Chargeback row, with its fee."""
+    main: dict[str, object] = {"Main Amount": adj.amount}
+    if adj.kind != "refund":
+        moved = {**main, "Payable (SC)": -adj.amount - adj.fee, "Commission (SC)": adj.fee}
+        return [(adj.created_at, "Chargeback", moved)]
+    rows: list[tuple[datetime, str, dict[str, object]]] = [(adj.created_at, "SentForRefund", dict(main))]
+    if adj.status in (REFUND_SUCCEEDED, REFUND_FAILED):
+        rows.append((adj.created_at, "Refunded", {**main, "Payable (SC)": -adj.amount}))
+    if adj.status == REFUND_FAILED:
+        rows.append((adj.updated_at or adj.created_at, "RefundFailed", {**main, "Payable (SC)": adj.amount}))
     return rows
 
 

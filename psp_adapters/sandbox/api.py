@@ -1,52 +1,41 @@
-"""The sandbox's shared dispatcher: faults, the idempotent create pipeline and the admin API, for every flavour.
+"""The sandbox's shared dispatcher: faults, the idempotent write pipeline and the clock-driven work, for every
+flavour (the admin API: ``admin``).
 
 ``server.py`` serves it over HTTP; the flavour (``native_api``, ``stripe_api``, ``adyen_api``) supplies the PSP's
 wire. Each request to the PSP API goes: auth (401 in the flavour's shape) -> request-level faults (rate limit,
-429, 503, and 500 unless the flavour saves 500s) -> for a create: key checks, body validation (an invalid
-request saves nothing), claim of the key, latency, [the flavour's late 500, saved under the key], the charge and
-its answer written together, an optional hang; for anything else: latency, ``settle_due``, the flavour's route.
+429, 503, and 500 unless the flavour saves 500s) -> for a write: key checks, parameter validation (an invalid
+request saves nothing), claim of the key, latency, the clock-driven work, [the flavour's late 500, saved under
+the key], the write and its saved answer in one ledger transaction, then what it told (webhooks, Stripe's
+events), an optional hang; for a read: latency, the clock-driven work, the flavour's route.
 
-Admin API (never faulted, answered in the native error shape whatever the flavour). Reads are open; a POST needs
-the PSP API's own credentials when the server has an api key (the flavour's scheme: ``Authorization: Bearer`` or
-``X-API-Key``), and a POST body must be JSON (``Content-Type: application/json``; 415 otherwise)::
+The clock-driven work (``tick``), run before every request and by the webhook thread between deliveries (so that
+it happens on time even when nobody polls): pending payments settle, refunds whose status is scheduled to change
+change it, authorisations left uncaptured past the flavour's ``authorization_validity`` expire, and the
+flavour's own (Adyen: received modifications fall due). Each is told like a write's change.
 
-    GET|POST /_admin/faults                read / partially update the Faults (JSON object of fields)
-    GET  /_admin/charges[?idempotency_key=]  {"keys", "charges", "max_per_key", "per_key": {key: n}}, this
-                                           flavour's payments; "without_key": n when some came without a key
-    POST /_admin/payments/{ref}/settle|fail|cancel   optional {"reason": "…"}; 200 payment | 404
-    POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
-    POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
-    POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
-    POST /_admin/reset                     forget all payments and keys, restore the start-up faults
-    GET  /_admin/webhooks[?psp_reference=] the webhook messages sent and their fate ({"url", "waiting",
-                                           "webhooks": [{event_id, type, state, attempts, last_status, …}]})
-
-Webhooks (``webhooks``; only when the server has a webhook URL): every executed create, every settling of a
-pending payment (on time, by the webhook thread's tick) and every admin settle/fail/cancel/refund/dispute is
-told to the sender as a ``webhook_events.Change``; replays, saved 500s and amount changes send nothing.
-
-Payments are answered in the flavour's shape (a native payment, a Stripe PaymentIntent, an Adyen
-PaymentResponse); refunds and disputes likewise (a Stripe Refund/Dispute; an Adyen modification).
+Webhooks (``webhooks``; only when the server has a webhook URL): every change told is rendered by the
+flavour's ``Renderer`` (which also keeps Stripe's events, webhooks or not) and each message whose type the
+endpoint takes is queued; replays, saved 500s and amount changes send nothing.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
-import re
 import threading
-from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 
-from psp_adapters.sandbox.core import CreateCall, Flavor, Request, Response, json_response
-from psp_adapters.sandbox.faults import FaultInjector, Faults
+from psp_adapters.sandbox.admin import cross_site, handle_admin
+from psp_adapters.sandbox.cards import TestCard
+from psp_adapters.sandbox.core import Flavor, Request, Response, WriteCall
+from psp_adapters.sandbox.faults import Decision, FaultInjector, Faults
 from psp_adapters.sandbox.ledger import Ledger
+from psp_adapters.sandbox.movements import REFUND_FAILED
 from psp_adapters.sandbox.native_api import SETTLEMENT_LIMIT_DEFAULT, SETTLEMENT_LIMIT_MAX, native_error
-from psp_adapters.sandbox.records import DISPUTE_FEE, Claimed, InFlight, Mismatch, PaymentRecord, ts
-from psp_adapters.sandbox.webhook_events import Change
+from psp_adapters.sandbox.records import Claimed, InFlight, Mismatch
+from psp_adapters.sandbox.webhook_events import Change, Renderer
 from psp_adapters.sandbox.webhooks import WebhookSender
-from psp_adapters.sandbox.wire import PaymentStatus
-from psp_adapters.units import AMOUNT_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +53,39 @@ __all__ = [
 
 SANDBOX_PORT_DEFAULT = 8787
 MAX_BODY_BYTES = 1 << 20
-_ADMIN_PAYMENT_PATH = re.compile(
-    r"^/_admin/payments/(?P<ref>[^/]+)/(?P<action>settle|fail|cancel|amount|refund|dispute)$"
-)
-_ADMIN_STATUS = {
-    "settle": PaymentStatus.SUCCEEDED,
-    "fail": PaymentStatus.FAILED,
-    "cancel": PaymentStatus.CANCELED,
-}
+#: a refund that fails after it was booked fails with this reason (Stripe's ``failure_reason``)
+REFUND_FAILURE_REASON = "declined"
 # the names this module has always exported
 _Request = Request
 _Response = Response
 _error = native_error
+
+
+class _Scope:
+    """A write's view of the server (``core.Scope``): one clock reading, the dice, what it tells."""
+
+    def __init__(self, app: _SandboxApp, key: str | None) -> None:
+        self._app = app
+        self.now = app.now()
+        self.key = key
+        self.told: list[Change] = []
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._app.ledger
+
+    @property
+    def faults(self) -> Faults:
+        return self._app.injector.faults
+
+    def decide(self, *, amount: int, card: TestCard | None) -> Decision:
+        return self._app.injector.decide(amount=amount, card=card)
+
+    def refund_fate(self, *, card: TestCard | None) -> str | None:
+        return self._app.injector.refund_fate(card=card)
+
+    def tell(self, change: Change) -> None:
+        self.told.append(change)
 
 
 class _SandboxApp:
@@ -89,21 +99,26 @@ class _SandboxApp:
         faults: Faults,
         stopping: threading.Event,
         now_func: Callable[[], datetime],
+        renderer: Renderer | None = None,
         webhooks: WebhookSender | None = None,
+        webhook_events: frozenset[str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.flavor = flavor
         self.injector = FaultInjector(faults)
+        self.renderer = renderer
         self.webhooks = webhooks
-        self._initial_faults = faults
+        self.initial_faults = faults
+        self._webhook_events = webhook_events  # the types the endpoint takes; None: all
         self._stopping = stopping
-        self._now = now_func
-        self._scheduled: dict[str, str] = {}  # pending payment -> its settle_at, while webhooks are on
-        self._scheduled_lock = threading.Lock()
+        self.now = now_func
+        #: the origins (``scheme://host:port``) of the sandbox itself, the only ones an admin change may come from;
+        #: set by the server once its port is bound
+        self.origins: frozenset[str] = frozenset()
 
     def handle(self, req: Request) -> Response:
         if req.path.startswith("/_admin/"):
-            return self._admin(req)
+            return handle_admin(self, req)
         if not self.flavor.serves(req.path):
             return self.flavor.decorate(req, self.flavor.error("not_found"))
         return self.flavor.decorate(req, self._api(req))
@@ -119,46 +134,42 @@ class _SandboxApp:
 
     def _api(self, req: Request) -> Response:
         flavor = self.flavor
+        if req.method != "GET" and cross_site(req, self.origins):
+            # a page the user opened must not charge or refund through a sandbox on their machine (the admin
+            # API's rule, for the PSP API's writes too: a keyless sandbox would take them otherwise)
+            return flavor.error("forbidden")
         if not flavor.authorized(req):
             return flavor.error("unauthorized")
-        is_create = req.method == "POST" and req.path in flavor.create_paths
-        late_500 = is_create and flavor.idempotency.saves_server_errors
-        rejection = self.injector.reject(include_500=not late_500)
+        write = flavor.writes(req)
+        rejection = self.injector.reject(include_500=not (write and flavor.idempotency.saves_server_errors))
         if rejection is not None:
             return flavor.error(rejection.code, retry_after=rejection.retry_after)
-        if is_create:
-            return self._create(req)
+        if write:
+            return self._write(req)
         if req.method != "GET":
             return flavor.error("method_not_allowed")
         if self._stopping.wait(self.injector.latency_seconds()):
             return flavor.error("service_unavailable")
-        self.ledger.settle_due(now=self._now())
-        self.settle_scheduled()  # their webhooks go before anything this request may cause
+        self.tick()  # what fell due is settled, and told, before anything this request may cause
         return flavor.route(req)
 
-    def _create(self, req: Request) -> Response:
+    def _write(self, req: Request) -> Response:
         policy = self.flavor.idempotency
-        key = req.headers.get("Idempotency-Key")
-        if key is None or key == "":
-            if policy.required:
-                return self.flavor.error("idempotency_key_missing")
-            key = None
-        elif len(key) > policy.max_length:
+        key = req.headers.get("Idempotency-Key") or None
+        if key is None and policy.required:
+            return self.flavor.error("idempotency_key_missing")
+        if key is not None and len(key) > policy.max_length:
             return self.flavor.error(
                 "idempotency_key_invalid", f"Idempotency-Key must be at most {policy.max_length} characters"
             )
-        parsed = self.flavor.parse_create(req, key)
-        if isinstance(parsed, Response):
-            return parsed
-        if parsed.key is None:
-            return self._execute(None, parsed)._replace(hold_seconds=self.injector.hang_seconds())
-        stored_key = policy.scope + parsed.key
+        call = self.flavor.parse_write(req)
+        if isinstance(call, Response):
+            return call
+        if key is None:
+            return self._execute(None, None, call)._replace(hold_seconds=self.injector.hang_seconds())
+        stored_key = policy.scope + key
         claim = self.ledger.claim_key(
-            stored_key,
-            parsed.fingerprint,
-            now=self._now(),
-            retention=policy.retention,
-            compare=policy.compares_body,
+            stored_key, call.fingerprint, now=self.now(), retention=policy.retention, compare=policy.compares_body
         )
         if isinstance(claim, Mismatch):
             return self.flavor.error("idempotency_mismatch")
@@ -166,180 +177,74 @@ class _SandboxApp:
             return self.flavor.error("idempotency_in_flight")
         if isinstance(claim, Claimed):
             try:
-                response = self._execute(stored_key, parsed)
+                response = self._execute(stored_key, key, call)
             except BaseException:
                 self.ledger.release_key(stored_key)  # nothing was recorded: the key is free for a retry
                 raise
         else:
-            replayed = self.flavor.replay_headers(claim.status_code)
-            response = Response(claim.status_code, claim.body.encode(), replayed)
+            response = Response(claim.status_code, claim.body.encode(), self.flavor.replay_headers(claim.status_code))
         return response._replace(hold_seconds=self.injector.hang_seconds())
 
-    def _execute(self, stored_key: str | None, call: CreateCall) -> Response:
-        """Execute a create (its key claimed, if any): latency (the key stays in flight), the flavour's late
-        500 (saved), then the charge and its answer in one write."""
+    def _execute(self, stored_key: str | None, key: str | None, call: WriteCall) -> Response:
+        """Execute a write (its key claimed, if any): latency (the key stays in flight), the clock-driven work, the
+        flavour's late 500 (saved), then the write and its answer in one transaction; what it told goes after."""
         if self._stopping.wait(self.injector.latency_seconds()):
             raise _Stopping
+        self.tick()
         if self.flavor.idempotency.saves_server_errors and self.injector.server_error():
             response = self.flavor.error("internal_error", saved=True)
             if stored_key is not None:
                 self.ledger.complete_key(stored_key, status_code=response.status, response=response.body.decode())
             return response
-        charge = call.charge
-        decision = self.injector.decide(amount=charge.amount, payment_method=charge.payment_method)
-        record = PaymentRecord.new(
-            charge,
-            idempotency_key=call.key or "",
-            status=decision.status,
-            reason=decision.reason,
-            settle_to=decision.settle_to,
-            settle_after=timedelta(seconds=decision.settle_after_seconds),
-            now=self._now(),
-            psp_reference=call.psp_reference,
-            flavor=self.flavor.name,
-            metadata=call.metadata,
-        )
-        response = self.flavor.render_create(call, record)
-        self.ledger.complete_charge(stored_key, record, status_code=response.status, response=response.body.decode())
-        if self.webhooks is not None and record.settle_at is not None:
-            with self._scheduled_lock:
-                self._scheduled[record.psp_reference] = ts(record.settle_at) or ""
-        self._notify(Change("created", record, idempotency_key=call.key))
+        scope = _Scope(self, key)
+        with self.ledger.atomic():
+            response = call.run(scope)
+            if stored_key is not None:
+                self.ledger.complete_key(stored_key, status_code=response.status, response=response.body.decode())
+        self.tell(scope.told)
         return response
 
-    # -- webhooks ------------------------------------------------------------------------------------------
+    # -- what happened, told --------------------------------------------------------------------------------
 
-    def _notify(self, change: Change) -> None:
-        """Tell the webhook sender; a webhook problem never fails the API request that caused it."""
-        if self.webhooks is None:
-            return
-        try:
-            self.webhooks.emit(change, fate_func=self.injector.webhook_fate)
-        except Exception:
-            logger.exception("sandbox: webhook for %s %s not sent", change.kind, change.record.psp_reference)
-
-    def settle_scheduled(self) -> None:
-        """Settle the pending payments whose time has come and send their webhooks (the webhook thread's tick).
-
-        A payment an admin call finalised first is skipped: its webhook went with that call.
-        """
-        now = self._now()
-        stamp = ts(now) or ""
-        with self._scheduled_lock:
-            due = [(ref, at) for ref, at in self._scheduled.items() if at <= stamp]
-            for ref, _ in due:
-                del self._scheduled[ref]
-        if not due:
-            return
-        self.ledger.settle_due(now=now)
-        for ref, at in due:
-            record = self.ledger.get_payment(ref)
-            if record is not None and record.status.is_final and ts(record.settled_at) == at:
-                self._notify(Change("settled", record))
-
-    # -- admin API -----------------------------------------------------------------------------------------
-
-    def _admin(self, req: Request) -> Response:
-        if req.method == "POST":
-            if not self.flavor.authorized(req):
-                return native_error("invalid_api_key", "admin changes need the sandbox's api key")
-            content_type = (req.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-            if req.body and content_type != "application/json":
-                return native_error("unsupported_media_type")
-        try:
-            payload = json.loads(req.body) if req.body else {}
-        except ValueError:
-            return native_error("invalid_json")
-        if not isinstance(payload, Mapping):
-            return native_error("parameter_invalid", "the body must be a JSON object")
-        route = (req.method, req.path)
-        if route == ("GET", "/_admin/faults"):
-            return json_response(200, self.injector.faults.to_json())
-        if route == ("POST", "/_admin/faults"):
+    def tell(self, changes: list[Change]) -> None:
+        """Render each change (Stripe keeps its events) and queue the webhooks the endpoint takes; a webhook problem
+        never fails the request that caused it."""
+        for change in changes:
             try:
-                self.injector.replace(self.injector.faults.merged(payload))
-            except (ValueError, TypeError) as exc:
-                return native_error("faults_invalid", str(exc))
-            return json_response(200, self.injector.faults.to_json())
-        if route == ("GET", "/_admin/charges"):
-            return json_response(200, self._charges(req.param("idempotency_key")))
-        if route == ("GET", "/_admin/webhooks"):
-            doc = self.webhooks.to_json(req.param("psp_reference")) if self.webhooks else {"url": None, "webhooks": []}
-            return json_response(200, doc)
-        if route == ("POST", "/_admin/reset"):
-            self.ledger.reset()
-            self.injector.reset(self._initial_faults)
-            with self._scheduled_lock:
-                self._scheduled.clear()
-            if self.webhooks is not None:
-                self.webhooks.reset()
-            return json_response(200, {"reset": True, "faults": self._initial_faults.to_json()})
-        if req.method == "POST" and (match := _ADMIN_PAYMENT_PATH.match(req.path)):
-            return self._admin_payment(match["ref"], match["action"], payload)
-        return native_error("not_found")
+                notifications = self.renderer.render(change) if self.renderer else []
+                if self.webhooks is None:
+                    continue
+                for notification in notifications:
+                    if self._webhook_events is None or notification.type in self._webhook_events:
+                        self.webhooks.submit(notification, self.injector.webhook_fate())
+            except Exception:
+                about = change.record.psp_reference if change.record else change.kind
+                logger.exception("sandbox: webhook for %s %s not sent", change.kind, about)
 
-    def _charges(self, key: str | None) -> dict[str, object]:
-        counts = self.ledger.charge_counts(self.flavor.name)
-        without_key = counts.pop("", 0)
-        if key is not None:
-            counts = {key: counts.get(key, 0)}
-        total, most = sum(counts.values()), max(counts.values(), default=0)
-        doc: dict[str, object] = {"keys": len(counts), "charges": total, "max_per_key": most, "per_key": counts}
-        if without_key and key is None:
-            doc["without_key"] = without_key
-        return doc
-
-    def _admin_payment(self, ref: str, action: str, payload: Mapping[str, object]) -> Response:
-        now = self._now()
-        self.ledger.settle_due(now=now)
-        self.settle_scheduled()
-        existing = self.ledger.get_payment(ref)
-        if existing is None or existing.flavor != self.flavor.name:
-            return native_error("resource_missing")
-        if action in ("refund", "dispute"):
-            return self._adjust(existing, action, payload, now)
-        if action == "amount":
-            amount, currency = payload.get("amount"), payload.get("currency")
-            if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= AMOUNT_MAX:
-                return native_error("amount_invalid")
-            if currency is not None and not isinstance(currency, str):
-                return native_error("currency_invalid")
-            record = self.ledger.set_amount(ref, amount=amount, currency=currency, now=now)
-        else:
-            status, reason = _ADMIN_STATUS[action], payload.get("reason")
-            if reason is not None and not isinstance(reason, str):
-                return native_error("parameter_invalid", "reason must be a string")
-            reason = None if status is PaymentStatus.SUCCEEDED else (reason or f"admin_{action}")
-            record = self.ledger.set_status(ref, status, reason=reason, now=now)
-            with self._scheduled_lock:
-                self._scheduled.pop(ref, None)
-            if record is not None:
-                self._notify(Change("status", record))
-        return json_response(200, self.flavor.render_payment(record)) if record else native_error("resource_missing")
-
-    def _adjust(self, payment: PaymentRecord, kind: str, payload: Mapping[str, object], now: datetime) -> Response:
-        amount = payload.get("amount")
-        if kind == "refund" and amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)
-                                                        or not 0 < amount <= AMOUNT_MAX):
-            return native_error("amount_invalid")
-        reason = payload.get("reason")
-        if reason is not None and not isinstance(reason, str):
-            return native_error("parameter_invalid", "reason must be a string")
-        result = self.ledger.add_adjustment(
-            kind,
-            self.flavor.adjustment_id(kind),
-            payment.psp_reference,
-            amount=amount if kind == "refund" else None,  # type: ignore[arg-type]
-            fee=DISPUTE_FEE if kind == "dispute" else 0,
-            now=now,
-            reason=reason or ("requested_by_customer" if kind == "refund" else "general"),
-        )
-        if isinstance(result, str):
-            code = "resource_missing" if result == "resource_missing" else "parameter_invalid"
-            return native_error(code, f"cannot {kind} {payment.psp_reference}: {result}")
-        self._notify(Change(kind, payment, result))
-        return json_response(200, self.flavor.render_adjustment(result, payment))
+    def tick(self) -> None:
+        """The clock-driven work (see the module docstring); safe to run from any thread, any number of times."""
+        scope = _Scope(self, None)
+        now, ledger = scope.now, self.ledger
+        for record in ledger.settle_due(now=now):
+            scope.tell(Change("settled", record))
+        with ledger.atomic():
+            for refund in ledger.due_adjustments(now):
+                failed = refund.settle_to == REFUND_FAILED
+                moved = dataclasses.replace(
+                    refund, status=refund.settle_to or refund.status, settle_to=None, settle_at=None,
+                    updated_at=refund.settle_at or now, failure_reason=REFUND_FAILURE_REASON if failed else None,
+                )
+                ledger.save_adjustment(moved)
+                payment = ledger.get_payment(refund.psp_reference)
+                scope.tell(Change("refund_updated", payment, moved))
+            self.flavor.tick(scope)
+        validity = self.flavor.authorization_validity
+        if validity is not None:
+            for record in ledger.expire_authorizations(flavor=self.flavor.name, authorized_before=now - validity,
+                                                       now=now):
+                scope.tell(Change("expired", record))
+        self.tell(scope.told)
 
 
 class _Stopping(Exception):
-    """The server is stopping while a create waits; nothing was recorded (answered 503)."""
+    """The server is stopping while a write waits; nothing was recorded (answered 503)."""

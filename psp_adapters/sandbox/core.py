@@ -1,11 +1,14 @@
 """What the shared dispatcher (``api``) and the flavours (``native_api``, ``stripe_api``, ``adyen_api``) agree on.
 
 A flavour is one PSP's wire: its routes, its auth, its error shape, its idempotency rules (``IdempotencyPolicy``)
-and how a payment looks. The dispatcher owns everything the flavours share: faults, the idempotent create
-pipeline (claim the key, execute, save the answer with the charge, replay) and the admin API. A flavour never
-writes the ledger; it reads it to answer GETs and hands creates to the dispatcher as a ``CreateCall``.
+and how its objects look. The dispatcher owns everything the flavours share: faults, the idempotent write
+pipeline (claim the key, execute, save the answer with what the write changed, replay), the clock-driven work
+(pending payments settling, refunds changing status, modifications processed, authorisations expiring) and the
+admin API. A flavour parses a write into a ``WriteCall`` whose ``run`` does the write through a ``Scope``, inside
+the ledger's transaction; it reads the ledger to answer GETs.
 
-Generic error kinds a flavour renders in its own shape (``Flavor.error``): ``unauthorized``, ``not_found``,
+Generic error kinds a flavour renders in its own shape (``Flavor.error``): ``unauthorized``, ``forbidden`` (a
+write from a web page of another site), ``not_found``,
 ``method_not_allowed``, ``rate_limited`` (``retry_after``), ``internal_error`` (``saved``: a 500 saved under an
 idempotency key), ``service_unavailable``, ``bad_request``, ``idempotency_key_missing``,
 ``idempotency_key_invalid``, ``idempotency_in_flight``, ``idempotency_mismatch``.
@@ -14,14 +17,20 @@ idempotency key), ``service_unavailable``, ``bad_request``, ``idempotency_key_mi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from email.message import Message
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from psp_adapters.protocol import ChargeRequest
-from psp_adapters.sandbox.records import Adjustment, PaymentRecord
+from psp_adapters.sandbox.cards import TestCard
+from psp_adapters.sandbox.faults import Decision, Faults
+from psp_adapters.sandbox.movements import Adjustment
+from psp_adapters.sandbox.records import PaymentRecord
+from psp_adapters.sandbox.webhook_events import Change
+
+if TYPE_CHECKING:
+    from psp_adapters.sandbox.ledger import Ledger
 
 
 class Request(NamedTuple):
@@ -53,24 +62,51 @@ def json_response(status: int, doc: object, *headers: tuple[str, str]) -> Respon
 class IdempotencyPolicy:
     """How a flavour's PSP documents idempotency; the dispatcher enforces it."""
 
-    required: bool  #: a create without a key is refused (native) or simply not idempotent (Stripe, Adyen)
+    required: bool  #: a write without a key is refused (native) or simply not idempotent (Stripe, Adyen)
     max_length: int
     retention: timedelta | None  #: a finished key older than this is forgotten; None: kept for ever
     compares_body: bool  #: the same key with other parameters is an error (else: the first answer is replayed)
-    saves_server_errors: bool  #: an injected 500 on a create is decided once the key is claimed, and saved
+    saves_server_errors: bool  #: an injected 500 on a write is decided once the key is claimed, and saved
     scope: str  #: prefix of the key in the ledger, so that flavours sharing one state file never collide
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CreateCall:
-    """A validated create, ready for the idempotent pipeline."""
+class Scope(Protocol):
+    """What a write may use while it runs, inside the ledger's transaction: the books, the server's clock, the
+    fault dice, and the changes to tell (webhooks, Stripe's events), sent once the transaction commits."""
 
-    key: str | None  #: the idempotency key sent, if any
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def now(self) -> datetime: ...
+
+    @property
+    def faults(self) -> Faults: ...
+
+    @property
+    def key(self) -> str | None:
+        """The write's idempotency key, if it had one."""
+        ...
+
+    def decide(self, *, amount: int, card: TestCard | None) -> Decision:
+        """The outcome of a charge (``FaultInjector.decide``)."""
+        ...
+
+    def refund_fate(self, *, card: TestCard | None) -> str | None:
+        """``FaultInjector.refund_fate``."""
+        ...
+
+    def tell(self, change: Change) -> None:
+        """Tell ``change`` once the write commits (nothing is told for a write that fails)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteCall:
+    """A validated write, ready for the idempotent pipeline."""
+
     fingerprint: str  #: the canonical digest of the request's parameters
-    charge: ChargeRequest
-    psp_reference: str  #: the id the payment gets if this call executes
-    metadata: Mapping[str, str] = field(default_factory=dict)
-    context: Mapping[str, str] = field(default_factory=dict)  #: flavour extras for the answer (e.g. a host)
+    run: Callable[[Scope], Response]  #: does the write and renders its answer (saved under the key, replayed)
 
 
 class Flavor(Protocol):
@@ -78,10 +114,18 @@ class Flavor(Protocol):
 
     name: str
     idempotency: IdempotencyPolicy
-    create_paths: frozenset[str]  #: the POST paths that create a payment
+
+    @property
+    def authorization_validity(self) -> timedelta | None:
+        """An authorisation left uncaptured this long is released (expires); None: the flavour only captures."""
+        ...
 
     def serves(self, path: str) -> bool:
         """Whether ``path`` belongs to this flavour's PSP API (else 404 ``not_found``)."""
+        ...
+
+    def writes(self, req: Request) -> bool:
+        """Whether ``req`` is a write (it goes through the idempotent pipeline; everything else is a read)."""
         ...
 
     def authorized(self, req: Request) -> bool: ...
@@ -90,12 +134,8 @@ class Flavor(Protocol):
         self, kind: str, message: str | None = None, *, retry_after: int | None = None, saved: bool = False
     ) -> Response: ...
 
-    def parse_create(self, req: Request, key: str | None) -> CreateCall | Response:
-        """Validate a create; an invalid one is answered at once (and saves nothing under its key)."""
-        ...
-
-    def render_create(self, call: CreateCall, record: PaymentRecord) -> Response:
-        """The answer to an executed create, saved under its key and replayed byte for byte."""
+    def parse_write(self, req: Request) -> WriteCall | Response:
+        """Validate a write; an invalid one is answered at once (and saves nothing under its key)."""
         ...
 
     def replay_headers(self, status: int) -> tuple[tuple[str, str], ...]:
@@ -103,11 +143,15 @@ class Flavor(Protocol):
         ...
 
     def route(self, req: Request) -> Response:
-        """Any other PSP API request (after faults, latency and ``settle_due``)."""
+        """Any read of the PSP API (after faults, latency and the clock-driven work)."""
         ...
 
     def decorate(self, req: Request, response: Response) -> Response:
         """Last touch on every PSP API answer (request ids, echoed headers)."""
+        ...
+
+    def tick(self, scope: Scope) -> None:
+        """The flavour's own clock-driven work (Adyen: received modifications falling due)."""
         ...
 
     def render_payment(self, record: PaymentRecord) -> object:

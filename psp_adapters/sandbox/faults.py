@@ -11,6 +11,7 @@ Recommended CLI flags (``recon psp-sandbox``), each mapping to a field through `
     --latency-ms MS  --pending-fraction P  --settle-after S  --pending-fail-fraction P
     --rate-decline P  --decline-suffix DIGITS  --rate-requires-action P  --rate-limit RPS  --seed N
     --webhook-drop-fraction P  --webhook-duplicate-fraction P  --webhook-delay-seconds S  --webhook-reorder P
+    --refund-pending-fraction P  --refund-fail-fraction P  --modification-delay S
 
 ``FAULT_FLAGS`` lists them with their types and help texts, so the CLI can declare them in a loop.
 """
@@ -26,24 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from psp_adapters.sandbox.cards import AUTHENTICATION_REQUIRED as _AUTHENTICATION_REQUIRED
+from psp_adapters.sandbox.cards import TestCard
 from psp_adapters.sandbox.wire import PaymentStatus
 
-#: payment methods that always decline, with their decline code (like Stripe's test cards)
-DECLINING_METHODS: Mapping[str, str] = {
-    "pm_card_declined": "card_declined",
-    "pm_card_insufficient_funds": "insufficient_funds",
-    "pm_card_expired": "expired_card",
-}
-#: payment methods that always stay pending, then settle to the given status after ``settle_after_seconds``
-PENDING_METHODS: Mapping[str, PaymentStatus] = {
-    "pm_pending": PaymentStatus.SUCCEEDED,
-    "pm_pending_fail": PaymentStatus.FAILED,
-}
-#: payment methods that always need the customer to authenticate (like Stripe's ``pm_card_authenticationRequired``)
-REQUIRES_ACTION_METHODS = frozenset({"pm_card_authenticationRequired", "pm_requires_action"})
-#: the failure reason of a payment that needed the customer to authenticate (each flavour answers it as its
-#: PSP does: native and Stripe as a decline, Adyen as ``RedirectShopper``)
-AUTHENTICATION_REQUIRED = "authentication_required"
+# re-exported: older code imports it from here
+AUTHENTICATION_REQUIRED = _AUTHENTICATION_REQUIRED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,28 +42,38 @@ class Faults:
     Invariants (checked by ``validate()`` on construction): rates in [0, 1]; durations >= 0;
     ``rate_limit`` > 0 when set; ``decline_amount_suffix`` is digits. Request-level faults (rate limit,
     429, 500, 503) answer before anything is recorded, so a retry is always safe (except in the Stripe flavour,
-    where an injected 500 on a create is decided once the key is claimed and saved for it, as Stripe saves 500s;
-    see ``FaultInjector.server_error``). ``rate_hang`` is the
-    unknown-outcome case: the charge is recorded and its idempotent response stored, then the answer is
-    held back ``hang_seconds`` (longer than the client's read timeout).
+    where an injected 500 on a write is decided once the key is claimed and saved for it, as Stripe saves 500s;
+    see ``FaultInjector.server_error``). ``rate_hang`` is the unknown-outcome case: the write (a charge, a
+    refund, a capture) is recorded and its idempotent response stored, then the answer is held back
+    ``hang_seconds`` (longer than the client's read timeout).
     """
 
     rate_429: float = 0.0  #: answer 429 with ``Retry-After: retry_after_seconds``
     retry_after_seconds: int = 1
     rate_500: float = 0.0
     rate_503: float = 0.0
-    rate_hang: float = 0.0  #: of creates: record the charge, then delay the response
+    rate_hang: float = 0.0  #: of writes (a charge, a refund, a capture…): record it, then delay the response
     hang_seconds: float = 30.0
     latency_ms: int = 0  #: added to every API request (for a create: while its idempotency key is in flight)
     pending_fraction: float = 0.0  #: of accepted payments: stay pending, then settle
     settle_after_seconds: float = 5.0
     pending_fail_fraction: float = 0.0  #: of pending payments: settle to failed instead of succeeded
     rate_decline: float = 0.0  #: of payments: decline at random (HTTP 402)
-    decline_amount_suffix: str | None = "402"  #: amounts whose digits end like this decline; None disables
+    #: amounts whose digits end like this decline (e.g. "402"); None (the default): no amount declines by itself,
+    #: so that an integration's own amounts never surprise it; the PSPs' documented test cards decline anyway
+    decline_amount_suffix: str | None = None
     #: of payments that are not declined: the customer must authenticate (3-D Secure), which an off-session
     #: charge cannot do; each flavour answers it as its PSP does (see the flavour modules)
     rate_requires_action: float = 0.0
     rate_limit: float | None = None  #: requests/s over the whole API (token bucket); None: unlimited
+    #: of refunds: pending at first, then succeeded ``settle_after_seconds`` later
+    refund_pending_fraction: float = 0.0
+    #: of refunds: succeeded at first, then failed ``settle_after_seconds`` later (the card network returned the
+    #: money: Stripe's ``refund.failed``, Adyen's ``REFUND_FAILED``)
+    refund_fail_fraction: float = 0.0
+    #: Adyen: how long a modification (capture, cancel, refund, reversal) answered ``received`` waits before it is
+    #: processed and its webhook sent
+    modification_delay_seconds: float = 0.0
     #: of webhook messages (``webhooks``; only when the server sends webhooks): never delivered, so that only
     #: polling can heal the payment
     webhook_drop_fraction: float = 0.0
@@ -102,6 +101,8 @@ class Faults:
             "webhook_drop_fraction",
             "webhook_duplicate_fraction",
             "webhook_reorder",
+            "refund_pending_fraction",
+            "refund_fail_fraction",
         ):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value <= 1.0:
@@ -112,6 +113,7 @@ class Faults:
             "latency_ms",
             "settle_after_seconds",
             "webhook_delay_seconds",
+            "modification_delay_seconds",
         ):
             value = getattr(self, name)
             if not _is_number(value) or value < 0 or not math.isfinite(value):
@@ -171,16 +173,19 @@ FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--retry-after", int, "Retry-After seconds sent with an injected 429"),
     FaultFlag("--rate-500", float, "probability of HTTP 500 (before anything is recorded; stripe: saved for the key)"),
     FaultFlag("--rate-503", float, "probability of HTTP 503 (before anything is recorded)"),
-    FaultFlag("--rate-hang", float, "probability that a create is recorded, then its answer delayed"),
+    FaultFlag("--rate-hang", float, "probability that a write (charge, refund) is recorded, then its answer delayed"),
     FaultFlag("--hang-seconds", float, "how long a hanging answer is delayed"),
     FaultFlag("--latency-ms", int, "latency added to every API request"),
     FaultFlag("--pending-fraction", float, "fraction of payments that stay pending, then settle"),
     FaultFlag("--settle-after", float, "seconds until a pending payment settles"),
     FaultFlag("--pending-fail-fraction", float, "fraction of pending payments that settle to failed"),
     FaultFlag("--rate-decline", float, "probability of a random card decline (HTTP 402)"),
-    FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline (default 402; off)"),
+    FaultFlag("--decline-suffix", str, "amounts whose digits end like this decline, e.g. 402 (default: off)"),
     FaultFlag("--rate-requires-action", float, "probability that a payment needs customer authentication (3DS)"),
     FaultFlag("--rate-limit", float, "global rate limit in requests/s; beyond it, 429"),
+    FaultFlag("--refund-pending-fraction", float, "fraction of refunds pending, then succeeded after --settle-after"),
+    FaultFlag("--refund-fail-fraction", float, "fraction of refunds that succeed, then fail after --settle-after"),
+    FaultFlag("--modification-delay", float, "adyen: seconds before a received capture/cancel/refund is processed"),
     FaultFlag("--webhook-drop-fraction", float, "fraction of webhook messages never delivered"),
     FaultFlag("--webhook-duplicate-fraction", float, "fraction of webhook messages delivered twice"),
     FaultFlag("--webhook-delay-seconds", float, "seconds every webhook message waits before its first delivery"),
@@ -192,6 +197,7 @@ _FLAG_ALIASES = {
     "retry_after": "retry_after_seconds",
     "settle_after": "settle_after_seconds",
     "decline_suffix": "decline_amount_suffix",
+    "modification_delay": "modification_delay_seconds",
 }
 
 
@@ -254,7 +260,7 @@ class FaultInjector:
     def reject(self, *, include_500: bool = True) -> Rejection | None:
         """The request-level fault for this request, if any: rate limit first, then 429, 500, 503.
 
-        ``include_500=False`` leaves the 500 out, for a create whose 500 is decided later by ``server_error``.
+        ``include_500=False`` leaves the 500 out, for a write whose 500 is decided later by ``server_error``.
         """
         with self._lock:
             f = self._faults
@@ -271,7 +277,7 @@ class FaultInjector:
             return None
 
     def server_error(self) -> bool:
-        """For a create that already executes (its key claimed): whether it fails with an injected 500."""
+        """For a write that already executes (its key claimed): whether it fails with an injected 500."""
         with self._lock:
             return self._roll(self._faults.rate_500)
 
@@ -279,34 +285,43 @@ class FaultInjector:
         return self._faults.latency_ms / 1000.0
 
     def hang_seconds(self) -> float | None:
-        """For a create whose charge is recorded: how long to hold back the answer, or None."""
+        """For a write that is recorded: how long to hold back the answer, or None."""
         with self._lock:
             f = self._faults
             return f.hang_seconds if self._roll(f.rate_hang) else None
 
-    def decide(self, *, amount: int, payment_method: str | None) -> Decision:
-        """Decline, authentication needed, pending or success for an accepted charge; magic methods and amounts
-        win over the dice."""
+    def decide(self, *, amount: int, card: TestCard | None) -> Decision:
+        """Decline, authentication needed, pending or success for a charge of ``card`` (None: no test card);
+        what the test card does wins over the amount rule and the dice."""
         with self._lock:
             f = self._faults
-            declined = DECLINING_METHODS.get(payment_method or "")
-            if declined is not None:
-                return Decision(PaymentStatus.FAILED, declined)
+            if card is not None and card.decline is not None:
+                return Decision(PaymentStatus.FAILED, card.decline)
             suffix = f.decline_amount_suffix
             if suffix is not None and str(amount).endswith(suffix):
                 return Decision(PaymentStatus.FAILED, "card_declined")
             if self._roll(f.rate_decline):
                 return Decision(PaymentStatus.FAILED, "card_declined")
-            if (payment_method or "") in REQUIRES_ACTION_METHODS or self._roll(f.rate_requires_action):
+            if (card is not None and card.authentication) or self._roll(f.rate_requires_action):
                 # an off-session attempt that needed authentication failed (as Stripe books it)
                 return Decision(PaymentStatus.FAILED, AUTHENTICATION_REQUIRED)
-            settle_to = PENDING_METHODS.get(payment_method or "")
+            settle_to = card.pending if card is not None else None
             if settle_to is None and self._roll(f.pending_fraction):
                 fail = self._roll(f.pending_fail_fraction)
                 settle_to = PaymentStatus.FAILED if fail else PaymentStatus.SUCCEEDED
             if settle_to is not None:
                 return Decision(PaymentStatus.PENDING, None, settle_to, f.settle_after_seconds)
             return Decision(PaymentStatus.SUCCEEDED)
+
+    def refund_fate(self, *, card: TestCard | None) -> str | None:
+        """What happens to a new refund: "pending" (then succeeds), "fail" (succeeds, then fails), or None
+        (succeeds for good). ``card.refund_fails`` wins over the dice."""
+        with self._lock:
+            if card is not None and card.refund_fails:
+                return "fail"
+            if self._roll(self._faults.refund_pending_fraction):
+                return "pending"
+            return "fail" if self._roll(self._faults.refund_fail_fraction) else None
 
     def webhook_fate(self) -> WebhookFate:
         """Roll the webhook faults for one message (no draw for a fault that is off)."""

@@ -27,13 +27,16 @@ import json
 import re
 import secrets
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.sandbox import wire
-from psp_adapters.sandbox.core import CreateCall, IdempotencyPolicy, Request, Response, json_response
+from psp_adapters.sandbox.cards import card_of
+from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall, json_response
 from psp_adapters.sandbox.ledger import Ledger
-from psp_adapters.sandbox.records import Adjustment, Cursor, PaymentRecord, random_id, ts
+from psp_adapters.sandbox.movements import Adjustment
+from psp_adapters.sandbox.records import Cursor, PaymentRecord, random_id, ts
+from psp_adapters.sandbox.webhook_events import Change
 from psp_adapters.sandbox.wire import PaymentStatus
 
 SETTLEMENT_LIMIT_DEFAULT = 100
@@ -42,6 +45,7 @@ _PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
 #: generic error kinds (``core``) -> the native error code
 _KINDS = {
     "unauthorized": "invalid_api_key",
+    "forbidden": "cross_origin_forbidden",
     "bad_request": "parameter_invalid",
     "rate_limited": "rate_limited",
     "idempotency_key_missing": wire.IDEMPOTENCY_KEY_MISSING,
@@ -70,7 +74,7 @@ class NativeFlavor:
     idempotency = IdempotencyPolicy(
         required=True, max_length=255, retention=None, compares_body=True, saves_server_errors=False, scope=""
     )
-    create_paths = frozenset({"/v1/payments"})
+    authorization_validity = None  #: every native charge is captured at once
 
     def __init__(self, ledger: Ledger, *, api_key: bytes | None, now_func: Callable[[], datetime]) -> None:
         self._ledger = ledger
@@ -79,6 +83,9 @@ class NativeFlavor:
 
     def serves(self, path: str) -> bool:
         return path.startswith("/v1/")
+
+    def writes(self, req: Request) -> bool:
+        return req.method == "POST" and req.path == "/v1/payments"
 
     def authorized(self, req: Request) -> bool:
         if self._api_key is None:
@@ -92,7 +99,7 @@ class NativeFlavor:
         extra = {"retry_after": retry_after} if retry_after is not None else {}
         return native_error(_KINDS.get(kind, kind), message, **extra)
 
-    def parse_create(self, req: Request, key: str | None) -> CreateCall | Response:
+    def parse_write(self, req: Request) -> WriteCall | Response:
         try:
             payload = json.loads(req.body or b"null")
             charge = wire.parse_charge_body(payload)
@@ -100,17 +107,24 @@ class NativeFlavor:
             return native_error(exc.code, str(exc))
         except ValueError:
             return native_error("invalid_json")
-        return CreateCall(
-            key=key,
-            fingerprint=wire.request_digest(payload),
-            charge=charge,
-            psp_reference=random_id("psp_", alphabet="0123456789abcdef"),
-        )
 
-    def render_create(self, call: CreateCall, record: PaymentRecord) -> Response:
-        if record.status is PaymentStatus.FAILED:
-            return native_error(wire.CARD_DECLINED, decline_code=record.failure_reason, payment=record.to_json())
-        return json_response(201, record.to_json())
+        def run(scope: Scope) -> Response:
+            decision = scope.decide(amount=charge.amount, card=card_of(charge.payment_method))
+            record = PaymentRecord.new(
+                charge, idempotency_key=scope.key or "", status=decision.status, reason=decision.reason,
+                settle_to=decision.settle_to, settle_after=timedelta(seconds=decision.settle_after_seconds),
+                now=scope.now, psp_reference=random_id("psp_", alphabet="0123456789abcdef"),
+            )  # fmt: skip
+            scope.ledger.insert_payment(record)
+            scope.tell(Change("confirmed", record, idempotency_key=scope.key))
+            if record.status is PaymentStatus.FAILED:
+                return native_error(wire.CARD_DECLINED, decline_code=record.failure_reason, payment=record.to_json())
+            return json_response(201, record.to_json())
+
+        return WriteCall(fingerprint=wire.request_digest(payload), run=run)
+
+    def tick(self, scope: Scope) -> None:
+        """Nothing of its own."""
 
     def replay_headers(self, status: int) -> tuple[tuple[str, str], ...]:
         return (("Idempotent-Replayed", "true"),)

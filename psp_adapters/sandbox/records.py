@@ -1,4 +1,5 @@
-"""What the sandbox's books hold: payments, refunds and disputes, idempotency claims, and the fee rule.
+"""What the sandbox's books hold: payments, idempotency claims, cursors, and the fee rule (refunds, disputes and
+modifications: ``movements``).
 
 ``ledger.Ledger`` reads and writes these; the flavour modules (``native_api``, ``stripe_api``, ``adyen_api``)
 render them in their PSP's wire shape. Amounts are integer minor units, times aware UTC, throughout.
@@ -65,6 +66,11 @@ class PaymentRecord:
     customer_reference: str | None = None  #: Stripe ``customer`` / Adyen ``shopperReference``
     metadata: Mapping[str, str] = field(default_factory=dict)
     fee: int | None = None  #: the processing fee booked with the charge; None for payments of older files
+    capture_method: str = "automatic"  #: "automatic", or "manual": an authorisation waits for its capture
+    amount_captured: int | None = None  #: what a capture took (a partial capture: less); None: the whole amount
+    authorized_at: datetime | None = None  #: when a manual-capture payment was authorised
+    #: when its charge was attempted (a confirm); None: never (an intent created and not confirmed, or canceled so)
+    charged_at: datetime | None = None
 
     @classmethod
     def new(
@@ -80,8 +86,10 @@ class PaymentRecord:
         psp_reference: str | None = None,
         flavor: str = "native",
         metadata: Mapping[str, str] | None = None,
+        capture_method: str = "automatic",
     ) -> PaymentRecord:
-        """A fresh payment for ``charge``: final now, or pending until ``now + settle_after``."""
+        """A fresh payment for ``charge``: final now, authorised (manual capture), open (not confirmed yet), or
+        pending until ``now + settle_after``."""
         pending = status is PaymentStatus.PENDING
         return cls(
             psp_reference=psp_reference or random_id("psp_", alphabet=string.hexdigits[:16]),
@@ -103,12 +111,27 @@ class PaymentRecord:
             customer_reference=charge.customer_reference,
             metadata=dict(metadata or {}),
             fee=sandbox_fee(charge.amount),
+            capture_method=capture_method,
+            authorized_at=now if status is PaymentStatus.AUTHORIZED else None,
+            charged_at=None if status is PaymentStatus.OPEN else now,
         )
 
     @property
     def booked_fee(self) -> int:
-        """The processing fee: the one booked with the charge, else the fee rule on the current amount."""
-        return self.fee if self.fee is not None else sandbox_fee(self.amount)
+        """The processing fee: the one booked with the charge, else the fee rule on what was captured."""
+        return self.fee if self.fee is not None else sandbox_fee(self.captured or self.amount)
+
+    @property
+    def captured(self) -> int:
+        """The minor units taken: the amount captured once succeeded, else 0."""
+        if self.status is not PaymentStatus.SUCCEEDED:
+            return 0
+        return self.amount if self.amount_captured is None else self.amount_captured
+
+    @property
+    def charged(self) -> bool:
+        """Whether a charge was attempted (not an intent never confirmed, nor one canceled so)."""
+        return self.charged_at is not None or self.status not in (PaymentStatus.OPEN, PaymentStatus.CANCELED)
 
     def to_json(self) -> dict[str, object]:
         """The payment in the native flavour's wire shape (see ``wire``); scheduling fields are not shown."""
@@ -149,6 +172,10 @@ class PaymentRecord:
             self.customer_reference,
             json.dumps(dict(self.metadata), sort_keys=True) if self.metadata else None,
             self.fee,
+            self.capture_method,
+            self.amount_captured,
+            ts(self.authorized_at),
+            ts(self.charged_at),
         )
 
     @classmethod
@@ -173,45 +200,22 @@ class PaymentRecord:
             customer_reference=row["customer_reference"],
             metadata=json.loads(row["metadata"]) if row["metadata"] else {},
             fee=row["fee"],
+            capture_method=row["capture_method"] or "automatic",
+            amount_captured=row["amount_captured"],
+            authorized_at=dt(row["authorized_at"]),
+            # a row of an older file (no capture_method) was a charge, whatever its status
+            charged_at=dt(row["charged_at"]) or (None if row["capture_method"] else parse_timestamp(row["created_at"])),
         )
 
 
+#: SQL: the payments that were charged (``PaymentRecord.charged``)
+CHARGED = "(charged_at IS NOT NULL OR status NOT IN ('open', 'canceled'))"
 #: the payments columns, in ``PaymentRecord._params`` order
 PAYMENT_COLUMNS = (
     "psp_reference, idempotency_key, merchant_reference, merchant_account, payment_method, description, "
     "amount, currency, status, failure_reason, settle_to, settle_at, created_at, updated_at, settled_at, "
-    "flavor, customer_reference, metadata, fee"
+    "flavor, customer_reference, metadata, fee, capture_method, amount_captured, authorized_at, charged_at"
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Adjustment:
-    """A refund or a dispute (chargeback) of a succeeded payment, made through the admin API."""
-
-    id: str  #: the flavour's id: Stripe ``re_…``/``dp_…``, an Adyen modification pspReference, ``rf_…``/``dp_…``
-    kind: str  #: "refund" or "dispute"
-    psp_reference: str  #: the payment it adjusts
-    amount: int  #: positive minor units (taken back from the merchant)
-    currency: str
-    fee: int  #: what the PSP charges for it (a dispute fee; 0 for refunds)
-    reason: str | None
-    created_at: datetime
-
-    @classmethod
-    def _from_row(cls, row: sqlite3.Row, prefix: str = "") -> Adjustment:
-        return cls(
-            id=row[prefix + "id"],
-            kind=row[prefix + "kind"],
-            psp_reference=row[prefix + "psp_reference"],
-            amount=row[prefix + "amount"],
-            currency=row[prefix + "currency"],
-            fee=row[prefix + "fee"],
-            reason=row[prefix + "reason"],
-            created_at=parse_timestamp(row[prefix + "created_at"]),
-        )
-
-
-ADJUSTMENT_COLUMNS = "id, kind, psp_reference, amount, currency, fee, reason, created_at"
 
 
 @dataclass(frozen=True, slots=True)

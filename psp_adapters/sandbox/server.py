@@ -1,163 +1,57 @@
 """The sandbox PSP: a real HTTP server on 127.0.0.1 speaking one PSP's wire, with fault injection.
 
 One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``), ``stripe``
-(Stripe's PaymentIntents, search and balance transactions, form-encoded, ``stripe_api``) or ``adyen`` (Adyen's
-Checkout v71 ``/payments`` and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error
-shapes and idempotency rules are listed in those modules; faults, the idempotent create pipeline and the admin
-API (``/_admin/…``, the same for every flavour) in ``api``. State lives in one SQLite file (``ledger``) and
-survives restarts. With ``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's
-webhooks to that URL (``webhooks``, ``webhook_events``); the native flavour sends none.
+(Stripe's v1 API: PaymentIntents, refunds, charges, customers, payment methods, events, the balance, form-encoded,
+``stripe_api``) or ``adyen`` (Adyen's Checkout v71 and v72: payments, details, payment methods, modifications,
+and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error shapes and idempotency rules are
+listed in those modules; faults, the idempotent write pipeline and the clock-driven work in ``api``; the admin
+API (``/_admin/…``, the same for every flavour) in ``admin``; the HTTP plumbing in ``httpd``. State lives in
+memory, or in one SQLite file (``ledger``) that survives restarts. Stripe's events are kept in either; with
+``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's webhooks to that URL
+(``webhooks``, ``stripe_events``, ``adyen_events``); the native flavour sends none.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
-import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 from zoneinfo import ZoneInfo
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox.adyen_api import AdyenFlavor, ReportCredentials
+from psp_adapters.sandbox.adyen_events import AdyenBasicAuth, AdyenNotifications
 from psp_adapters.sandbox.api import (  # noqa: F401  (re-exported: the sandbox's public constants)
     MAX_BODY_BYTES,
     SANDBOX_PORT_DEFAULT,
     SETTLEMENT_LIMIT_DEFAULT,
     SETTLEMENT_LIMIT_MAX,
-    _error,
-    _Request,
-    _Response,
     _SandboxApp,
-    _Stopping,
 )
 from psp_adapters.sandbox.core import Flavor
 from psp_adapters.sandbox.faults import Faults
+from psp_adapters.sandbox.httpd import HttpServer, own_origins
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.native_api import NativeFlavor
 from psp_adapters.sandbox.records import FLAVORS
 from psp_adapters.sandbox.stripe_api import StripeFlavor
-from psp_adapters.sandbox.webhook_events import AdyenBasicAuth, AdyenNotifications, StripeEvents, StripeSignature
+from psp_adapters.sandbox.stripe_events import DEFAULT_WEBHOOK_EVENTS, StripeEvents, StripeSignature
+from psp_adapters.sandbox.webhook_events import Renderer
 from psp_adapters.sandbox.webhooks import WebhookConfig, WebhookSender
 
 logger = logging.getLogger(__name__)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    """HTTP/1.1 keep-alive plumbing around ``_SandboxApp``."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes; Nagle would add 40 ms per answer
-    timeout = 60  # an idle keep-alive connection is closed after this long
-    server_version = "recon-psp-sandbox/1"
-    sys_version = ""
-    server: _HttpServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.connection)
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def _serve(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        url = urlsplit(self.path)
-        app = self.server.app
-        if not 0 <= length <= MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body would be taken for the next request
-            return self._send(app.error(url.path, "bad_request", "bad or too large Content-Length"))
-        body = self.rfile.read(length) if length else b""
-        request = _Request(self.command, url.path, parse_qs(url.query), self.headers, body)
-        try:
-            response = app.handle(request)
-        except _Stopping:
-            response = app.error(url.path, "service_unavailable", "shutting down")
-        except Exception:
-            logger.exception("sandbox: unhandled error on %s %s", self.command, url.path)
-            response = app.error(url.path, "internal_error")
-        if response.hold_seconds and self.server.stopping.wait(response.hold_seconds):
-            self.close_connection = True  # stopping during a hang: the client never gets an answer
-            return None
-        self._send(response)
-        return None
-
-    def _send(self, response: _Response) -> None:
-        self.send_response(response.status)
-        self.send_header("Content-Type", response.content_type)
-        self.send_header("Content-Length", str(len(response.body)))
-        for name, value in response.headers:
-            self.send_header(name, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(response.body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        logger.debug("sandbox: %s " + format, self.address_string(), *args)
-
-
-class _HttpServer(ThreadingHTTPServer):
-    """A thread per connection; ``stop`` joins them all (none is a daemon), after unblocking idle ones."""
-
-    daemon_threads = False
-    block_on_close = True
-    request_queue_size = 128
-
-    def __init__(self, address: tuple[str, int], app: _SandboxApp, stopping: threading.Event) -> None:
-        self.app = app
-        self.stopping = stopping
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def track(self, conn: socket.socket) -> None:
-        with self._connections_lock:
-            if self.stopping.is_set():
-                _shutdown(conn)
-            self._connections.add(conn)
-
-    def untrack(self, conn: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.discard(conn)
-
-    def close_connections(self) -> None:
-        with self._connections_lock:
-            for conn in self._connections:
-                _shutdown(conn)
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            return  # the client went away (e.g. it timed out during an injected hang)
-        logger.error("sandbox: error serving %s", client_address, exc_info=exc)
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
+#: the key each flavour's PSP API requires when ``recon psp-sandbox`` is given none (documented test values, not
+#: secrets: ``docs/psps.md``); native and Stripe take it as ``Authorization: Bearer``, Adyen as ``X-API-Key``
+DEFAULT_API_KEYS = {"native": "recon_sandbox_test_key", "stripe": "sk_test_recon_sandbox", "adyen": "AQE_recon_sandbox"}
+#: the Adyen flavour's report user when ``recon psp-sandbox`` is given no report credential (basic auth)
+DEFAULT_REPORT_USERNAME = "report@Company.SandboxCompany"
+DEFAULT_REPORT_PASSWORD = "recon_sandbox_report"  # nosec B105  # a documented test value (docs/psps.md)
 
 
 class SandboxServer:
@@ -171,7 +65,8 @@ class SandboxServer:
     ``now_func`` is the server's clock (key expiry, timestamps, report days). ``webhooks``: where the Stripe or
     Adyen flavour sends its webhooks (``WebhookConfig``; Adyen: ``secret`` is the hex HMAC key); None: none.
 
-    ``db_path=None`` uses a temporary file, deleted by ``stop()``. State survives a restart on the same file.
+    ``db_path=None`` keeps the state in memory: every server starts fresh and forgets it all on ``stop()``. With a
+    file, state survives a restart on the same file.
     ``start()`` returns once the socket listens; ``stop()`` unblocks hanging and idle connections, joins every
     thread and closes the database, so tests leak neither sockets nor threads. It starts once; for a restart,
     make a new one on the same file.
@@ -204,21 +99,21 @@ class SandboxServer:
         self._report = ReportCredentials.of(report_username, report_password, report_api_key)
         self._report_timezone = AdyenFlavor.check_timezone(report_timezone)
         self._company_account = company_account
-        self._temp_dir = tempfile.TemporaryDirectory(prefix="psp-sandbox-") if db_path is None else None
-        self.db_path = Path(self._temp_dir.name, "sandbox.db") if self._temp_dir else Path(db_path)  # type: ignore[arg-type]
+        self.db_path = Path(db_path) if db_path is not None else None  #: the state file; None: in memory
         self._address = (host, port)
         self._faults = faults or Faults()
         self._api_key = Secret(api_key) if isinstance(api_key, str) else api_key
         self._now = now_func or (lambda: datetime.now(UTC))
         self._stopping = threading.Event()
-        self._httpd: _HttpServer | None = None
+        self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._ledger: Ledger | None = None
         self._webhooks = webhooks
         self._sender: WebhookSender | None = None
 
     def __repr__(self) -> str:
-        return f"SandboxServer(db_path={str(self.db_path)!r}, address={self._address!r}, flavor={self.flavor!r})"
+        where = str(self.db_path) if self.db_path else None
+        return f"SandboxServer(db_path={where!r}, address={self._address!r}, flavor={self.flavor!r})"
 
     @property
     def url(self) -> str:
@@ -239,43 +134,60 @@ class SandboxServer:
         if self._httpd is not None or self._stopping.is_set():
             raise RuntimeError("a SandboxServer starts once")
         self._ledger = Ledger(self.db_path)
-        self._sender = self._make_sender(self._ledger)
+        flavor = self._make_flavor(self._ledger)
+        self._sender = self._make_sender()
         app = _SandboxApp(
             self._ledger,
-            flavor=self._make_flavor(self._ledger),
+            flavor=flavor,
             faults=self._faults,
             stopping=self._stopping,
             now_func=self._now,
+            renderer=self._make_renderer(flavor),
             webhooks=self._sender,
+            webhook_events=self._webhook_events(),
         )
         try:
-            self._httpd = _HttpServer(self._address, app, self._stopping)
+            self._httpd = HttpServer(self._address, app, self._stopping)
         except BaseException:
             self._ledger.close()
             raise
+        app.origins = own_origins(self._address[0], self._httpd.server_port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="psp-sandbox", daemon=True
         )
         self._thread.start()
         if self._sender is not None:
-            self._sender.start(tick_func=app.settle_scheduled)
+            self._sender.start(tick_func=app.tick)
         return self
 
-    def _make_sender(self, ledger: Ledger) -> WebhookSender | None:
-        config = self._webhooks
-        if config is None:
+    def _make_renderer(self, flavor: Flavor) -> Renderer | None:
+        """Stripe's events are kept whether or not webhooks are on; Adyen's notifications exist only to be sent."""
+        if isinstance(flavor, StripeFlavor):
+            return StripeEvents(flavor.books)
+        if self._webhooks is None or self.flavor != "adyen":
             return None
-        if self.flavor == "stripe":
-            return WebhookSender(
-                config, renderer=StripeEvents(ledger, now_func=self._now), endpoint=StripeSignature(config.secret)
-            )
-        renderer = AdyenNotifications(
-            hmac_key=_hmac_key(config),
+        return AdyenNotifications(
+            hmac_key=_hmac_key(self._webhooks),
             zone=ZoneInfo(self._report_timezone),
             base_url_func=lambda: self.url,
             now_func=self._now,
         )
-        return WebhookSender(config, renderer=renderer, endpoint=AdyenBasicAuth(config.username, config.password))
+
+    def _make_sender(self) -> WebhookSender | None:
+        config = self._webhooks
+        if config is None:
+            return None
+        if self.flavor == "stripe":
+            return WebhookSender(config, endpoint=StripeSignature(config.secret))
+        return WebhookSender(config, endpoint=AdyenBasicAuth(config.username, config.password))
+
+    def _webhook_events(self) -> frozenset[str] | None:
+        """The event types the endpoint takes: as configured (``*``: all), else Stripe's default set or, for
+        Adyen, every event code."""
+        events = self._webhooks.events if self._webhooks else None
+        if events is not None:
+            return None if "*" in events else events
+        return DEFAULT_WEBHOOK_EVENTS if self.flavor == "stripe" else None
 
     @property
     def webhooks(self) -> WebhookSender | None:
@@ -313,8 +225,6 @@ class SandboxServer:
             self._sender.stop()  # before the ledger closes: its tick reads and settles payments
         if self._ledger is not None:
             self._ledger.close()
-        if self._temp_dir is not None:
-            self._temp_dir.cleanup()
 
     def __enter__(self) -> SandboxServer:
         return self.start()

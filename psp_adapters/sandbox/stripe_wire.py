@@ -1,178 +1,122 @@
-"""Stripe's wire shapes, built from the sandbox's records: PaymentIntent, Charge, Refund, Dispute,
-BalanceTransaction, the error object, and form-encoded parameters.
+"""Stripe's money objects, built from the sandbox's records: PaymentIntent, Charge, Refund, Dispute,
+BalanceTransaction (customers, payment methods, the balance and events: ``stripe_objects``).
 
 Field names and types follow Stripe's API reference (docs.stripe.com/api/payment_intents/object,
-/api/charges/object, /api/refunds/object, /api/disputes/object, /api/balance_transactions/object,
-/api/errors) and Stripe's canonical example objects (the ``fixtures3.json`` of github.com/stripe/openapi); the
-tests compare against the latter. Fields the sandbox has nothing for are null, as on a fresh test-mode object.
+/api/charges/object, /api/refunds/object, /api/disputes/object, /api/balance_transactions/object) and Stripe's
+canonical example objects (the ``fixtures3.json`` of github.com/stripe/openapi); the tests compare against the
+latter. Fields the sandbox has nothing for are null, as on a fresh test-mode object. The card of a payment is
+passed in (``cards.TestCard``): it is the test card its payment method names.
 
 Ids share one random suffix per payment: ``pi_X`` (intent), ``ch_X`` (its charge), ``txn_X`` (the charge's
-balance transaction); a refund ``re_Y`` and a dispute ``dp_Z`` have their own, with ``txn_Y``/``txn_Z``.
+balance transaction); a refund ``re_Y`` and a dispute ``dp_Z`` have their own, with ``txn_Y``/``txn_Z``, and a
+refund that failed after it was booked ``txn_F…`` for the money coming back (``refund_failure``).
 Money: integer minor units, currency lower case (Stripe's convention); times: unix seconds.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from datetime import datetime
-from urllib.parse import parse_qsl
+from collections.abc import Sequence
+from datetime import timedelta
 
-from psp_adapters.sandbox.core import Response, json_response
-from psp_adapters.sandbox.records import Adjustment, PaymentRecord
-from psp_adapters.sandbox.wire import PENDING_FAILURE_REASON, PaymentStatus
+from psp_adapters.sandbox.cards import DECLINES, TestCard
+from psp_adapters.sandbox.movements import REFUND_FAILED, Adjustment
+from psp_adapters.sandbox.records import PaymentRecord
+from psp_adapters.sandbox.stripe_form import unix
+from psp_adapters.sandbox.stripe_objects import payment_method, public
+from psp_adapters.sandbox.wire import PaymentStatus
 
-#: a declined payment's reason -> (error code, decline_code, message), as docs.stripe.com/declines/codes and
-#: docs.stripe.com/error-codes name them; any other reason is a generic decline
-_DECLINES: Mapping[str, tuple[str, str, str]] = {
-    "card_declined": ("card_declined", "generic_decline", "Your card was declined."),
-    "insufficient_funds": ("card_declined", "insufficient_funds", "Your card has insufficient funds."),
-    "expired_card": ("expired_card", "expired_card", "Your card has expired."),
-    "authentication_required": (
-        "authentication_required",
-        "authentication_required",
-        "Your card was declined. This transaction requires authentication.",
-    ),
-    PENDING_FAILURE_REASON: ("card_declined", "generic_decline", "Your card was declined."),
-}
-_GENERIC_DECLINE = _DECLINES["card_declined"]
 _DOCS = "https://stripe.com/docs/error-codes/"
-
-
-class FormError(ValueError):
-    """A form body or query the sandbox cannot read as Stripe parameters."""
-
-
-def parse_form(text: str) -> dict[str, str | list[str] | dict[str, str]]:
-    """Stripe's form encoding: ``a=1``, ``a[k]=v`` (a hash), ``a[]=v`` / ``a[0]=v`` (a list). A deeper name
-    (``a[k][j]=v``) lands in ``a``'s hash under ``"k][j"``: the sandbox reads no deeper parameter.
-
-    Raises FormError on a malformed name, or on a name used as two of scalar, list and hash.
-    """
-    params: dict[str, str | list[str] | dict[str, str]] = {}
-    for name, value in parse_qsl(text, keep_blank_values=True):
-        base, bracket, rest = name.partition("[")
-        if not bracket:
-            if name in params:
-                raise FormError(f"parameter {name} given twice")
-            params[name] = value
-            continue
-        inner = rest[:-1] if rest.endswith("]") else None
-        if inner is None or not base:
-            raise FormError(f"unsupported parameter {name}")
-        if inner == "" or inner.isdigit():
-            listed = params.setdefault(base, [])
-            if not isinstance(listed, list):
-                raise FormError(f"parameter {base} is not a list")
-            listed.append(value)
-        else:
-            hashed = params.setdefault(base, {})
-            if not isinstance(hashed, dict):
-                raise FormError(f"parameter {base} is not a hash")
-            hashed[inner] = value
-    return params
-
-
-def fingerprint(method: str, path: str, text: str) -> str:
-    """The idempotency fingerprint of a request: endpoint and parameters (their order is irrelevant)."""
-    pairs = sorted(parse_qsl(text, keep_blank_values=True))
-    return hashlib.sha256(json.dumps([method, path, pairs]).encode()).hexdigest()
-
-
-def error(
-    status: int,
-    kind: str,
-    message: str,
-    *,
-    code: str | None = None,
-    headers: Sequence[tuple[str, str]] = (),
-    **fields: object,
-) -> Response:
-    """Stripe's error object (docs.stripe.com/api/errors): ``{"error": {"type", "code", "message", …}}``;
-    absent fields are left out, as Stripe does."""
-    body: dict[str, object] = {"type": kind, "message": message}
-    if code is not None:
-        body["code"] = code
-        body["doc_url"] = _DOCS + code.replace("_", "-")
-    body.update({name: value for name, value in fields.items() if value is not None})
-    return json_response(status, {"error": body}, *headers)
-
-
-def unix(value: datetime) -> int:
-    return int(value.timestamp())
+#: how long a card authorisation waits for its capture (docs.stripe.com/payments/place-a-hold-on-a-payment-method)
+AUTHORIZATION_VALIDITY = timedelta(days=7)
+#: ``cancellation_reason`` values the sandbox shows as stored (the API reference's enum, less ``expired``: an
+#: authorisation the sandbox lets expire is canceled ``automatic``); any other stored reason is ``abandoned``
+CANCELLATION_REASONS = ("abandoned", "automatic", "duplicate", "failed_invoice", "fraudulent",
+                        "requested_by_customer", "void_invoice")
+_INTENT_STATUS = {
+    PaymentStatus.SUCCEEDED: "succeeded",
+    PaymentStatus.PENDING: "processing",
+    PaymentStatus.FAILED: "requires_payment_method",
+    PaymentStatus.CANCELED: "canceled",
+    PaymentStatus.AUTHORIZED: "requires_capture",
+}
 
 
 def suffix(record: PaymentRecord) -> str:
     return record.psp_reference.removeprefix("pi_")
 
 
+def charge_id(record: PaymentRecord) -> str:
+    return "ch_" + suffix(record)
+
+
 def decline(record: PaymentRecord) -> tuple[str, str, str] | None:
-    """(code, decline_code, message) of a payment that did not go through, else None."""
-    if record.status is PaymentStatus.FAILED:
-        return _DECLINES.get(record.failure_reason or "", _GENERIC_DECLINE)
-    return None
+    """(code, decline_code, message) of a payment that did not go through, else None (docs.stripe.com/testing:
+    the declined cards' codes; any reason the table lacks is a generic decline)."""
+    if record.status is not PaymentStatus.FAILED:
+        return None
+    found = DECLINES.get(record.failure_reason or "", DECLINES["card_declined"])
+    return found.code, found.decline_code, found.message
 
 
 def intent_status(record: PaymentRecord) -> str:
-    """docs.stripe.com/payments/paymentintents/lifecycle: a declined off-session payment (authentication
-    required included) goes back to ``requires_payment_method``; one still settling is ``processing``."""
-    return {
-        PaymentStatus.SUCCEEDED: "succeeded",
-        PaymentStatus.PENDING: "processing",
-        PaymentStatus.FAILED: "requires_payment_method",
-        PaymentStatus.CANCELED: "canceled",
-    }[record.status]
+    """docs.stripe.com/payments/paymentintents/lifecycle: a declined attempt goes back to
+    ``requires_payment_method``; one still settling is ``processing``; an authorisation is ``requires_capture``;
+    an intent not confirmed yet waits for a payment method or for its confirm."""
+    if record.status is PaymentStatus.OPEN:
+        return "requires_confirmation" if record.payment_method else "requires_payment_method"
+    return _INTENT_STATUS[record.status]
 
 
-def last_payment_error(record: PaymentRecord) -> dict[str, object] | None:
+def last_payment_error(record: PaymentRecord, card: TestCard) -> dict[str, object] | None:
     declined = decline(record)
     if declined is None:
         return None
     code, decline_code, message = declined
-    return {
-        "type": "card_error",
-        "code": code,
-        "decline_code": decline_code,
-        "doc_url": _DOCS + code.replace("_", "-"),
-        "message": message,
-        "charge": "ch_" + suffix(record),
-        "payment_method": _payment_method(record),
-    }
+    found = DECLINES.get(record.failure_reason or "")
+    error: dict[str, object] = {
+        "type": "card_error", "code": code, "decline_code": decline_code, "doc_url": _DOCS + code.replace("_", "-"),
+        "message": message, "charge": charge_id(record),
+        "payment_method": public(payment_method(
+            record.payment_method, card, created=record.created_at, customer=record.customer_reference, metadata={},
+            token=record.payment_method)) if record.payment_method else None,
+    }  # fmt: skip
+    if found is not None and found.param:
+        error["param"] = found.param
+    return error
 
 
-def payment_intent(
-    record: PaymentRecord, adjustments: Sequence[Adjustment], *, expand_charge: bool = False
-) -> dict[str, object]:
-    """A PaymentIntent (docs.stripe.com/api/payment_intents/object)."""
+def payment_intent(record: PaymentRecord, card: TestCard) -> dict[str, object]:
+    """A PaymentIntent (docs.stripe.com/api/payment_intents/object); ids where Stripe has ids (expansions:
+    ``stripe_expand``)."""
     status = intent_status(record)
-    charge: object = "ch_" + suffix(record)
-    if expand_charge:
-        charge = charge_object(record, adjustments)
     canceled = record.status is PaymentStatus.CANCELED
+    reason = _cancellation_reason(record.failure_reason)
     return {
         "id": record.psp_reference,
         "object": "payment_intent",
         "amount": record.amount,
-        "amount_capturable": 0,
+        "amount_capturable": record.amount if record.status is PaymentStatus.AUTHORIZED else 0,
         "amount_details": {"tip": {}},
-        "amount_received": record.amount if status == "succeeded" else 0,
+        "amount_received": record.captured,
         "application": None,
         "application_fee_amount": None,
         "automatic_payment_methods": None,
         "canceled_at": unix(record.settled_at) if canceled and record.settled_at else None,
-        "cancellation_reason": "abandoned" if canceled else None,
-        "capture_method": "automatic",
+        "cancellation_reason": reason if canceled else None,
+        "capture_method": record.capture_method,
         "client_secret": f"{record.psp_reference}_secret_{_digest(record.psp_reference)}",
         "confirmation_method": "automatic",
         "created": unix(record.created_at),
         "currency": record.currency.lower(),
         "customer": record.customer_reference,
+        "customer_account": None,
         "description": record.description,
         "excluded_payment_method_types": None,
-        "last_payment_error": last_payment_error(record),
-        "latest_charge": charge,
+        "last_payment_error": last_payment_error(record, card),
+        "latest_charge": charge_id(record) if record.charged else None,
         "livemode": False,
+        "managed_payments": {"enabled": False},
         "metadata": dict(record.metadata),
         "next_action": None,
         "on_behalf_of": None,
@@ -194,37 +138,45 @@ def payment_intent(
     }
 
 
-def charge_object(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> dict[str, object]:
-    """The intent's Charge (docs.stripe.com/api/charges/object), refunds and dispute as they are now."""
-    succeeded = record.status is PaymentStatus.SUCCEEDED
-    status = "succeeded" if succeeded else "pending" if record.status is PaymentStatus.PENDING else "failed"
+def charge_object(record: PaymentRecord, adjustments: Sequence[Adjustment], card: TestCard) -> dict[str, object]:
+    """The intent's Charge (docs.stripe.com/api/charges/object), captured, refunded and disputed as it is now.
+
+    An authorisation is a ``succeeded`` charge not ``captured`` yet; released uncaptured (a cancel, an expiry) it is
+    refunded whole, as Stripe books a canceled authorisation."""
+    authorized = record.status is PaymentStatus.AUTHORIZED or record.authorized_at is not None
+    released = record.status is PaymentStatus.CANCELED and record.authorized_at is not None
+    status = "failed"
+    if record.status in (PaymentStatus.SUCCEEDED, PaymentStatus.AUTHORIZED) or released:
+        status = "succeeded"
+    elif record.status is PaymentStatus.PENDING:
+        status = "pending"
     refunds = [a for a in adjustments if a.kind == "refund"]
-    refunded = sum(a.amount for a in refunds)
+    refunded = record.amount if released else sum(a.amount for a in refunds if a.holds_money)
     declined = decline(record)
+    captured = record.status is PaymentStatus.SUCCEEDED
+    failed_refunds = [a for a in refunds if a.status == REFUND_FAILED]
     return {
-        "id": "ch_" + suffix(record),
+        "id": charge_id(record),
         "object": "charge",
         "amount": record.amount,
-        "amount_captured": record.amount if succeeded else 0,
+        "amount_captured": record.captured,
         "amount_refunded": refunded,
         "application": None,
         "application_fee": None,
         "application_fee_amount": None,
-        "balance_transaction": "txn_" + suffix(record) if succeeded else None,
+        "balance_transaction": "txn_" + suffix(record) if captured else None,
         "billing_details": {
             "address": dict.fromkeys(("city", "country", "line1", "line2", "postal_code", "state")),
-            "email": None,
-            "name": None,
-            "phone": None,
+            "email": None, "name": None, "phone": None, "tax_id": None,
         },
         "calculated_statement_descriptor": "SANDBOX",
-        "captured": succeeded,
-        "created": unix(record.created_at),
+        "captured": captured,
+        "created": unix(record.charged_at or record.created_at),
         "currency": record.currency.lower(),
         "customer": record.customer_reference,
         "description": record.description,
         "disputed": any(a.kind == "dispute" for a in adjustments),
-        "failure_balance_transaction": None,
+        "failure_balance_transaction": "txn_F" + failed_refunds[-1].id.removeprefix("re_") if failed_refunds else None,
         "failure_code": declined[0] if declined else None,
         "failure_message": declined[2] if declined else None,
         "fraud_details": {},
@@ -232,22 +184,23 @@ def charge_object(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> d
         "metadata": dict(record.metadata),
         "on_behalf_of": None,
         "outcome": _outcome(record, declined),
-        "paid": succeeded,
+        "paid": status == "succeeded",
         "payment_intent": record.psp_reference,
         "payment_method": record.payment_method,
-        "payment_method_details": {"type": "card", "card": {"brand": "visa", "last4": "4242", "network": "visa"}},
+        "payment_method_details": {"card": card_details(record, card, authorized=authorized), "type": "card"},
         "receipt_email": None,
         "receipt_number": None,
         "receipt_url": None,
-        "refunded": succeeded and refunded >= record.amount,
+        "refunded": (captured or released) and refunded >= (record.amount if released else record.captured),
         "refunds": {
             "object": "list",
             "data": [refund_object(a, record) for a in reversed(refunds)],
             "has_more": False,
-            "url": f"/v1/charges/ch_{suffix(record)}/refunds",
+            "url": f"/v1/charges/{charge_id(record)}/refunds",
         },
         "review": None,
         "shipping": None,
+        "source": None,
         "source_transfer": None,
         "statement_descriptor": None,
         "statement_descriptor_suffix": None,
@@ -257,24 +210,54 @@ def charge_object(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> d
     }
 
 
+def card_details(record: PaymentRecord, card: TestCard, *, authorized: bool) -> dict[str, object]:
+    """``payment_method_details.card``: the test card, and for an authorisation when it must be captured by."""
+    details: dict[str, object] = {
+        "amount_authorized": record.amount if record.charged else None,
+        "brand": card.brand,
+        "checks": {"address_line1_check": None, "address_postal_code_check": None, "cvc_check": "pass"},
+        "country": card.country,
+        "exp_month": 12,
+        "exp_year": 2034,
+        "fingerprint": _digest(card.brand + card.last4)[:16],
+        "funding": card.funding,
+        "last4": card.last4,
+        "network": card.brand,
+        "three_d_secure": None,
+        "wallet": None,
+    }
+    if authorized and record.authorized_at is not None:  # documented for manual capture only
+        details["capture_before"] = unix(record.authorized_at + AUTHORIZATION_VALIDITY)
+    return details
+
+
 def refund_object(adjustment: Adjustment, record: PaymentRecord) -> dict[str, object]:
-    """A Refund (docs.stripe.com/api/refunds/object); refunds succeed at once in the sandbox."""
-    return {
+    """A Refund (docs.stripe.com/api/refunds/object), in its status now; a failed one says why and names the
+    balance transaction that gave the money back."""
+    doc: dict[str, object] = {
         "id": adjustment.id,
         "object": "refund",
         "amount": adjustment.amount,
         "balance_transaction": "txn_" + adjustment.id.removeprefix("re_"),
-        "charge": "ch_" + suffix(record),
+        "charge": charge_id(record),
         "created": unix(adjustment.created_at),
         "currency": adjustment.currency.lower(),
-        "metadata": {},
+        "customer": record.customer_reference,
+        "customer_account": None,
+        "destination_details": {"card": {"type": "refund"}, "type": "card"},
+        "metadata": dict(adjustment.metadata),
         "payment_intent": record.psp_reference,
+        "payment_method": record.payment_method,
         "reason": adjustment.reason,
         "receipt_number": None,
         "source_transfer_reversal": None,
-        "status": "succeeded",
+        "status": adjustment.status,
         "transfer_reversal": None,
     }
+    if adjustment.status == REFUND_FAILED:
+        doc["failure_reason"] = adjustment.failure_reason or "unknown"
+        doc["failure_balance_transaction"] = "txn_F" + adjustment.id.removeprefix("re_")
+    return doc
 
 
 def dispute_object(
@@ -286,9 +269,10 @@ def dispute_object(
         "object": "dispute",
         "amount": adjustment.amount,
         "balance_transactions": [balance_transaction(adjustment, record)] if with_transactions else [],
-        "charge": "ch_" + suffix(record),
+        "charge": charge_id(record),
         "created": unix(adjustment.created_at),
         "currency": adjustment.currency.lower(),
+        "enhanced_eligibility_types": [],
         "evidence": {},
         "evidence_details": {
             "due_by": unix(adjustment.created_at) + 21 * 86400,
@@ -302,99 +286,73 @@ def dispute_object(
         "payment_intent": record.psp_reference,
         "payment_method_details": None,
         "reason": adjustment.reason or "general",
-        "status": "needs_response",
+        "status": adjustment.status,
     }
 
 
 def balance_transaction(
-    item: PaymentRecord | Adjustment,
-    record: PaymentRecord,
-    adjustments: Sequence[Adjustment] = (),
-    *,
-    expand_source: bool = False,
+    item: PaymentRecord | Adjustment, record: PaymentRecord, *, failure: bool = False
 ) -> dict[str, object]:
-    """A BalanceTransaction (docs.stripe.com/api/balance_transactions/object) of a succeeded charge, a refund
-    (type and reporting_category "refund") or a dispute (type "adjustment", reporting_category "dispute");
-    available at once (the sandbox pays out instantly)."""
+    """A BalanceTransaction (docs.stripe.com/api/balance_transactions/object) of a captured charge, a refund (type
+    and reporting_category "refund"), a refund that failed after it was booked (``failure``: "refund_failure",
+    the money back) or a dispute (type "adjustment", reporting_category "dispute"); available at once (the
+    sandbox pays out instantly). ``source`` is an id (``stripe_expand`` expands it)."""
     if isinstance(item, PaymentRecord):
         assert item.settled_at is not None  # nosec B101  # type narrowing, not a check
-        at, amount, fee = item.settled_at, record.amount, record.booked_fee
-        txn, kind, category = "txn_" + suffix(record), "charge", "charge"
+        at, amount, fee = item.settled_at, record.captured, record.booked_fee
+        txn, kind, category, source = "txn_" + suffix(record), "charge", "charge", charge_id(record)
         description = record.description
-        source: object = charge_object(record, adjustments) if expand_source else "ch_" + suffix(record)
+    elif item.kind == "refund" and failure:
+        at, amount, fee = item.updated_at or item.created_at, item.amount, 0
+        txn, kind, category, source = "txn_F" + item.id.removeprefix("re_"), "refund_failure", "refund_failure", item.id
+        description = f"REFUND FAILURE FOR REFUND ({item.id})"
     elif item.kind == "refund":
         at, amount, fee = item.created_at, -item.amount, item.fee
-        txn, kind, category = "txn_" + item.id.removeprefix("re_"), "refund", "refund"
-        description = f"REFUND FOR CHARGE ({record.description or 'ch_' + suffix(record)})"
-        source = refund_object(item, record) if expand_source else item.id
+        txn, kind, category, source = "txn_" + item.id.removeprefix("re_"), "refund", "refund", item.id
+        description = f"REFUND FOR CHARGE ({record.description or charge_id(record)})"
     else:
         at, amount, fee = item.created_at, -item.amount, item.fee
-        txn, kind, category = "txn_" + item.id.removeprefix("dp_"), "adjustment", "dispute"
-        description = f"Chargeback withdrawal for ch_{suffix(record)}"
-        source = dispute_object(item, record, with_transactions=False) if expand_source else item.id
-    fee_details = (
-        [
-            {
-                "amount": fee,
-                "application": None,
-                "currency": record.currency.lower(),
-                "description": "Stripe processing fees" if kind == "charge" else "Dispute fee",
-                "type": "stripe_fee",
-            }
-        ]
-        if fee
-        else []
-    )
+        txn, kind, category, source = "txn_" + item.id.removeprefix("dp_"), "adjustment", "dispute", item.id
+        description = f"Chargeback withdrawal for {charge_id(record)}"
+    fee_details = [{
+        "amount": fee, "application": None, "currency": record.currency.lower(),
+        "description": "Stripe processing fees" if kind == "charge" else "Dispute fee", "type": "stripe_fee",
+    }] if fee else []  # fmt: skip
     return {
-        "id": txn,
-        "object": "balance_transaction",
-        "amount": amount,
-        "available_on": unix(at),
-        "balance_type": "payments",
-        "created": unix(at),
-        "currency": record.currency.lower(),
-        "description": description,
-        "exchange_rate": None,
-        "fee": fee,
-        "fee_details": fee_details,
-        "net": amount - fee,
-        "reporting_category": category,
-        "source": source,
-        "status": "available",
-        "type": kind,
-    }
+        "id": txn, "object": "balance_transaction", "amount": amount, "available_on": unix(at),
+        "balance_type": "payments", "created": unix(at), "currency": record.currency.lower(),
+        "description": description, "exchange_rate": None, "fee": fee, "fee_details": fee_details,
+        "net": amount - fee, "reporting_category": category, "source": source, "status": "available", "type": kind,
+    }  # fmt: skip
+
+
+def _cancellation_reason(stored: str | None) -> str | None:
+    """What ``cancellation_reason`` says: the reason given (None: none was), ``automatic`` for an expired
+    authorisation, ``abandoned`` for a cancel by the sandbox's admin API."""
+    if stored is None or stored in CANCELLATION_REASONS:
+        return stored
+    return "automatic" if stored == "expired" else "abandoned"
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _payment_method(record: PaymentRecord) -> dict[str, object] | None:
-    if record.payment_method is None:
-        return None
-    return {
-        "id": record.payment_method,
-        "object": "payment_method",
-        "type": "card",
-        "customer": record.customer_reference,
-    }
-
-
 def _outcome(record: PaymentRecord, declined: tuple[str, str, str] | None) -> dict[str, object] | None:
     if record.status is PaymentStatus.PENDING:
         return None
     if declined is None:
-        return {
-            "network_status": "approved_by_network",
-            "reason": None,
-            "risk_level": "normal",
-            "seller_message": "Payment complete.",
-            "type": "authorized",
-        }
+        return {"advice_code": None, "network_advice_code": None, "network_decline_code": None,
+                "network_status": "approved_by_network", "reason": None, "seller_message": "Payment complete.",
+                "type": "authorized"}
+    blocked = declined[1] == "fraudulent"
     return {
-        "network_status": "declined_by_network",
-        "reason": declined[1],
-        "risk_level": "normal",
-        "seller_message": "The bank did not return any further details with this decline.",
-        "type": "issuer_declined",
+        "advice_code": None if blocked else "try_again_later",
+        "network_advice_code": None,
+        "network_decline_code": None,
+        "network_status": "not_sent_to_network" if blocked else "declined_by_network",
+        "reason": "highest_risk_level" if blocked else declined[1],
+        "seller_message": "Stripe blocked this payment as too risky." if blocked else
+        "The bank did not return any further details with this decline.",
+        "type": "blocked" if blocked else "issuer_declined",
     }

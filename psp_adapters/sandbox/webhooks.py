@@ -1,8 +1,9 @@
 """The sandbox's webhook sender: a bounded in-memory queue and one delivery thread per server.
 
-The dispatcher (``api``) hands each change of a payment to ``WebhookSender.emit``; the flavour's renderer
-(``webhook_events``) makes its messages, the webhook faults (``Faults.webhook_*``, rolled on the server's
-seeded dice) decide each one's fate, and the thread POSTs them to the configured URL with httpx, one at a time,
+The dispatcher (``api``) renders each change of a payment with the flavour's renderer (``webhook_events``) and
+submits the messages the endpoint takes (``WebhookSender.submit``); the webhook faults (``Faults.webhook_*``,
+rolled on the server's seeded dice) decide each one's fate, and the thread POSTs them to the configured URL with
+httpx, one at a time,
 in the order they became due. A message the receiver does not acknowledge (the flavour's rule: Stripe any 2xx,
 Adyen a 2xx with ``[accepted]``), or a connection error or timeout, is retried after ``backoff_seconds``,
 doubled after each failure (at most ``BACKOFF_MAX_SECONDS``), until ``max_attempts``; then it is ``failed``.
@@ -37,7 +38,7 @@ import httpx
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox.faults import WebhookFate
-from psp_adapters.sandbox.webhook_events import Change, Endpoint, Notification, Renderer
+from psp_adapters.sandbox.webhook_events import Endpoint, Notification
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class WebhookConfig:
     backoff_seconds: float = 0.5  #: before the first retry; doubled after each further failure
     timeout_seconds: float = 5.0  #: per attempt (connect, read, write, pool)
     queue_limit: int = QUEUE_LIMIT_DEFAULT
+    #: the event types the endpoint takes (Stripe's ``enabled_events``; ``"*"`` for all); None: the PSP's default
+    #: (Stripe: ``stripe_events.DEFAULT_WEBHOOK_EVENTS``; Adyen: every event code)
+    events: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -120,13 +124,11 @@ class WebhookSender:
         self,
         config: WebhookConfig,
         *,
-        renderer: Renderer,
         endpoint: Endpoint,
         monotonic_func: Callable[[], float] = time.monotonic,
         wall_func: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self._renderer = renderer
         self._endpoint = endpoint
         self._monotonic = monotonic_func
         self._wall = wall_func
@@ -153,11 +155,6 @@ class WebhookSender:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
-
-    def emit(self, change: Change, *, fate_func: Callable[[], WebhookFate]) -> None:
-        """Render ``change`` and queue its messages, each with the fate ``fate_func`` rolls for it."""
-        for notification in self._renderer.render(change):
-            self.submit(notification, fate_func())
 
     def submit(self, notification: Notification, fate: WebhookFate) -> None:
         """Queue one message (two copies when duplicated), or log it as dropped or overflowing."""
@@ -192,7 +189,6 @@ class WebhookSender:
             self._queue.clear()
             self._held = None
             self._log.clear()
-        self._renderer.reset()
 
     def to_json(self, psp_reference: str | None = None) -> dict[str, object]:
         """``GET /_admin/webhooks``: the log, oldest first (only one payment's with ``psp_reference``)."""

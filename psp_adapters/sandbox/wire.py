@@ -54,7 +54,7 @@ _INVALID = "invalid_request_error"
 #: every error the server sends: code -> (HTTP status, error type, default message)
 ERRORS: Mapping[str, tuple[int, str, str]] = {
     "invalid_json": (400, _INVALID, "the body is not valid JSON"),
-    "unsupported_media_type": (415, _INVALID, "admin request bodies must be JSON (Content-Type: application/json)"),
+    "unsupported_media_type": (415, _INVALID, "admin changes must be JSON (Content-Type: application/json)"),
     "parameter_invalid": (400, _INVALID, "a parameter is invalid"),
     "parameter_missing": (400, _INVALID, "a required parameter is missing"),
     "parameter_unknown": (400, _INVALID, "unknown parameter"),
@@ -63,6 +63,7 @@ ERRORS: Mapping[str, tuple[int, str, str]] = {
     "faults_invalid": (400, _INVALID, "bad fault configuration"),
     IDEMPOTENCY_KEY_MISSING: (400, _INVALID, "an Idempotency-Key header of 1 to 255 characters is required"),
     "invalid_api_key": (401, "authentication_error", "invalid or missing API key"),
+    "cross_origin_forbidden": (403, _INVALID, "admin changes are refused from another origin (a browser page)"),
     CARD_DECLINED: (402, "card_error", "the card was declined"),
     "resource_missing": (404, _INVALID, "no such payment"),
     "not_found": (404, _INVALID, "no such endpoint"),
@@ -82,14 +83,18 @@ ERRORS: Mapping[str, tuple[int, str, str]] = {
 class PaymentStatus(enum.Enum):
     """``payment.status`` as the sandbox writes it."""
 
-    SUCCEEDED = "succeeded"  #: the money was taken
+    SUCCEEDED = "succeeded"  #: the money was taken (captured, perhaps only in part: ``amount_captured``)
     PENDING = "pending"  #: no final answer yet; it settles to succeeded or failed later
     FAILED = "failed"  #: declined, or failed while pending; ``failure_reason`` says why
-    CANCELED = "canceled"  #: canceled before completion
+    CANCELED = "canceled"  #: canceled before completion (an authorisation released, or expired)
+    #: created, not confirmed yet (a Stripe PaymentIntent before its confirm); no charge was attempted
+    OPEN = "open"
+    #: authorised, waiting for a capture (Stripe ``requires_capture``, Adyen with manual capture); expires
+    AUTHORIZED = "authorized"
 
     @property
     def is_final(self) -> bool:
-        return self is not PaymentStatus.PENDING
+        return self in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.CANCELED)
 
 
 def charge_body(request: ChargeRequest) -> dict[str, object]:
@@ -131,8 +136,8 @@ def to_outcome(payload: object) -> PaymentOutcome:
     match status:
         case PaymentStatus.SUCCEEDED:
             return Succeeded(**common)  # type: ignore[arg-type]
-        case PaymentStatus.PENDING:
-            return Pending(**common)  # type: ignore[arg-type]
+        case PaymentStatus.PENDING | PaymentStatus.OPEN | PaymentStatus.AUTHORIZED:
+            return Pending(**common)  # type: ignore[arg-type]  # money not taken yet: no final answer
         case PaymentStatus.FAILED:
             return Failed(**common, reason=reason)  # type: ignore[arg-type]
         case PaymentStatus.CANCELED:

@@ -78,19 +78,22 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command("psp-sandbox")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
+              help="0: any free port; the ready line prints the URL chosen.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback only, unless you mean it.")
-@click.option("--state-file", type=click.Path(dir_okay=False), default="psp-sandbox.db", show_default=True,
-              help="SQLite file holding the sandbox's payments; survives restarts.")
+@click.option("--state-file", type=click.Path(dir_okay=False),
+              help="SQLite file holding the sandbox's payments, kept across restarts (default: in memory, fresh at "
+                   "every start).")
 @click.option("--api-key", envvar="RECON_SANDBOX_API_KEY",
-              help="Require this key (native, stripe: Bearer; adyen: X-API-Key; default: none).")
+              help="The key the PSP API requires (native, stripe: Authorization: Bearer; adyen: X-API-Key). Default: "
+                   "the flavour's documented test key (docs/psps.md).")
 @click.option("--flavor", type=click.Choice(["native", "stripe", "adyen"]), default="native", show_default=True,
               help="The wire the sandbox speaks: its own, Stripe's or Adyen's.")
 @click.option("--report-username", envvar="RECON_SANDBOX_REPORT_USERNAME",
               help="adyen: the report user for basic auth on report downloads (e.g. report@Company.X).")
 @click.option("--report-password", envvar="RECON_SANDBOX_REPORT_PASSWORD", help="adyen: the report user's password.")
 @click.option("--report-api-key", envvar="RECON_SANDBOX_REPORT_API_KEY",
-              help="adyen: the report user's X-API-Key (no report credential configured: downloads need none).")
+              help="adyen: the report user's X-API-Key. No report credential given: the documented test user.")
 @click.option("--report-timezone", default="CET", show_default=True,
               help="adyen: the IANA time zone of the reports' days and Booking Date column.")
 @click.option("--webhook-url", help="stripe, adyen: send the PSP's webhooks to this URL (default: none).")
@@ -101,23 +104,40 @@ def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
               help="adyen: HTTP basic auth user for webhook deliveries.")
 @click.option("--webhook-password", envvar="RECON_SANDBOX_WEBHOOK_PASSWORD",
               help="adyen: HTTP basic auth password for webhook deliveries.")
+@click.option("--webhook-events", metavar="TYPE,...",
+              help="The event types the endpoint takes, comma-separated; '*': all (default: stripe, the payment "
+                   "intent, refund and dispute events docs/psps.md lists; adyen, every event code).")
 @_sandbox_fault_options
-def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flavor: str,
+def psp_sandbox(port: int, host: str, state_file: str | None, api_key: str | None, flavor: str,
                 report_username: str | None, report_password: str | None, report_api_key: str | None,
                 report_timezone: str, webhook_url: str | None, webhook_secret: str | None,
-                webhook_username: str | None, webhook_password: str | None, **faults: Any) -> None:
-    """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults)."""
+                webhook_username: str | None, webhook_password: str | None, webhook_events: str | None,
+                **faults: Any) -> None:
+    """The local PSP simulator, with fault injection (also changeable at run time: POST /_admin/faults).
+
+    Fresh in-memory state unless --state-file; keys always required (the flavour's documented test key unless
+    --api-key); the first line it prints names the URL it listens on (with --port 0, the port chosen)."""
     from zoneinfo import ZoneInfo
 
     from psp_adapters.protocol import Secret
     from psp_adapters.sandbox.faults import Faults
-    from psp_adapters.sandbox.server import check_webhooks, serve_forever
+    from psp_adapters.sandbox.server import (
+        DEFAULT_API_KEYS,
+        DEFAULT_REPORT_PASSWORD,
+        DEFAULT_REPORT_USERNAME,
+        check_webhooks,
+        serve_forever,
+    )
     from psp_adapters.sandbox.webhooks import WebhookConfig
 
     try:
         parsed = Faults.from_options(**faults)
+        if api_key is not None and not api_key.strip():
+            raise ValueError("--api-key must not be empty (the sandbox always requires a key)")
         if (report_username is None) != (report_password is None):
             raise ValueError("--report-username and --report-password go together")
+        if report_username is None and report_api_key is None:
+            report_username, report_password = DEFAULT_REPORT_USERNAME, DEFAULT_REPORT_PASSWORD
         ZoneInfo(report_timezone)
         webhooks = None
         if webhook_url is not None:
@@ -125,21 +145,26 @@ def psp_sandbox(port: int, host: str, state_file: str, api_key: str | None, flav
                 raise ValueError("--webhook-url needs --webhook-secret (or RECON_SANDBOX_WEBHOOK_SECRET)")
             if (webhook_username is None) != (webhook_password is None):
                 raise ValueError("--webhook-username and --webhook-password go together")
+            events = frozenset(t.strip() for t in webhook_events.split(",") if t.strip()) if webhook_events else None
+            if webhook_events is not None and not events:
+                raise ValueError("--webhook-events names no event type")
             webhooks = WebhookConfig(url=webhook_url, secret=Secret(webhook_secret), username=webhook_username,
-                                     password=Secret(webhook_password) if webhook_password else None)
+                                     password=Secret(webhook_password) if webhook_password else None, events=events)
             check_webhooks(flavor, webhooks)
     except (ValueError, LookupError) as exc:
         raise UsageError(f"psp-sandbox: {exc}") from None
+    key = "the documented test key (docs/psps.md)" if api_key is None else "the --api-key given"
+    details = (f"(state {f'in {state_file}' if state_file else 'in memory'}; api key: {key})"
+               + (f"; webhooks to {webhook_url}" if webhooks else ""))
+    speaking = "" if flavor == "native" else f" ({flavor})"
     stop = threading.Event()
     install_signal_handlers(stop.set)
-    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key, stop=stop, flavor=flavor,
-                  report_username=report_username,
+    serve_forever(state_file, host=host, port=port, faults=parsed, api_key=api_key or DEFAULT_API_KEYS[flavor],
+                  stop=stop, flavor=flavor, report_username=report_username,
                   report_password=Secret(report_password) if report_password else None,
                   report_api_key=Secret(report_api_key) if report_api_key else None,
                   report_timezone=report_timezone, webhooks=webhooks,
-                  on_ready_func=lambda url: say(
-                      f"PSP sandbox{'' if flavor == 'native' else f' ({flavor})'} listening on {url} "
-                      f"(state in {state_file})" + (f"; webhooks to {webhook_url}" if webhooks else "")))
+                  on_ready_func=lambda url: say(f"PSP sandbox{speaking} listening on {url} {details}"))
 
 
 @click.command()

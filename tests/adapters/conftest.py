@@ -157,7 +157,7 @@ def adyen_harness() -> Harness:
             lookback_days=0,
             now_func=lambda: NOW,
         ),
-        create_route=("POST", re.escape(ADYEN_URL) + r"/v71/payments$"),
+        create_route=("POST", re.escape(ADYEN_URL) + r"/v72/payments$"),  # the default Checkout version
         fetch_route=("GET", re.escape(ADYEN_REPORT_URL) + r"/reports/download/MerchantAccount/AcmeShopEU/"),
         fetch_ref=PspRef(psp_reference="QFQTPCQ8HXSKGK82"),
         error=error,

@@ -1,9 +1,10 @@
 """The Adyen adapter against recorded-style Checkout JSON and Payment accounting report CSV (respx).
 
-Checked by what the adapter did not write: every ``POST /v71/payments`` body any test here makes is validated
-against the ``PaymentRequest`` schema of Adyen's own OpenAPI document (``adyen_schema``, read at test time
-from ../shared/specs), every JSON fixture against ``PaymentResponse`` or ``ServiceError``, and the adapter's
-bounds and enums against the schema's. Behaviours cite the docs.adyen.com page they follow.
+Checked by what the adapter did not write: every ``POST /v72/payments`` (or, with ``api_version="v71"``,
+``/v71/payments``) body any test here makes is validated against the ``PaymentRequest`` schema of Adyen's own
+OpenAPI document of that version (``adyen_schema``, read at test time from ../shared/specs), every JSON fixture
+against ``PaymentResponse`` or ``ServiceError`` of both versions, and the adapter's bounds and enums against the
+schema's. Behaviours cite the docs.adyen.com page they follow.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 import respx
 
 from psp_adapters import registry
-from psp_adapters.adyen import AdyenAdapter, check_charge, report, wire
+from psp_adapters.adyen import AdyenAdapter, charge, check_charge, report, wire
 from psp_adapters.adyen import adapter as adyen_adapter
 from psp_adapters.adyen.wire import RecordType, ResultCode
 from psp_adapters.errors import (
@@ -105,14 +106,16 @@ def build(**overrides: Any) -> AdyenAdapter:
 
 @pytest.fixture(autouse=True)
 def every_payments_body_is_a_valid_payment_request(router: respx.MockRouter) -> Iterator[None]:
-    """At teardown of every test: each /v71/payments body the adapter sent validates against Adyen's
-    PaymentRequest schema (a no-op when the OpenAPI document is absent; the schema tests skip then)."""
+    """At teardown of every test: each /v71|v72/payments body the adapter sent validates against Adyen's
+    PaymentRequest schema of that version (a no-op when the OpenAPI documents are absent; the schema tests skip
+    then)."""
     yield
     if not adyen_schema.SPECS_AVAILABLE:
         return
     for call in router.calls:
-        if adyen_schema.is_payments_call(call.request):
-            adyen_schema.validate_payment_request(json.loads(call.request.content))
+        version = adyen_schema.payments_version(call.request)
+        if version is not None:
+            adyen_schema.validate_payment_request(json.loads(call.request.content), version)
 
 
 @pytest.fixture
@@ -126,16 +129,17 @@ def create(adapter: AdyenAdapter, request: ChargeRequest = CHARGE) -> Any:
     return adapter.create_payment(request, idempotency_key="idem-order-2001")
 
 
-def mock_payments(router: respx.MockRouter, body: Any = None, status: int = 200, **kw: Any) -> respx.Route:
+def mock_payments(router: respx.MockRouter, body: Any = None, status: int = 200, *, version: str = "v72",
+                  **kw: Any) -> respx.Route:
     answer = httpx.Response(status, json=load("payment_authorised.json") if body is None else body, **kw)
-    return router.post(f"{URL}/v71/payments").mock(return_value=answer)
+    return router.post(f"{URL}/{version}/payments").mock(return_value=answer)
 
 
 def sent(route: respx.Route) -> Any:
     return json.loads(route.calls.last.request.content)
 
 
-# --- the charge: docs.adyen.com/online-payments/tokenization/make-token-payments and the v71 PaymentRequest
+# --- the charge: docs.adyen.com/online-payments/tokenization/make-token-payments and the PaymentRequest
 
 
 def test_create__posts_a_token_payment_with_every_field_adyen_requires(
@@ -155,7 +159,7 @@ def test_create__posts_a_token_payment_with_every_field_adyen_requires(
         "shopperReference": "shopper-0042",
         "shopperInteraction": "ContAuth",
         "recurringProcessingModel": "UnscheduledCardOnFile",
-        "returnUrl": wire.DEFAULT_RETURN_URL,
+        "returnUrl": charge.DEFAULT_RETURN_URL,
     }
     assert outcome == Succeeded(
         psp_reference="QFQTPCQ8HXSKGK82",
@@ -167,14 +171,42 @@ def test_create__posts_a_token_payment_with_every_field_adyen_requires(
 
 
 @requires_specs
-def test_schema__the_body_carries_every_field_the_v71_schema_requires(
-    adyen: AdyenAdapter, router: respx.MockRouter
+@pytest.mark.parametrize("version", ["v72", "v71"])
+def test_schema__the_body_carries_every_field_the_versions_schema_requires(
+    router: respx.MockRouter, version: str
 ) -> None:
-    route = mock_payments(router)
-    create(adyen)
+    route = mock_payments(router, version=version)
+    create(build(api_version=version))
     body = sent(route)
-    adyen_schema.validate_payment_request(body)
-    assert set(adyen_schema.schema("PaymentRequest")["required"]) <= set(body)
+    assert route.calls.last.request.url.path == f"/{version}/payments"
+    adyen_schema.validate_payment_request(body, version)
+    assert set(adyen_schema.schema("PaymentRequest", version)["required"]) <= set(body)
+
+
+def test_create__speaks_v72_by_default_and_v71_when_asked(router: respx.MockRouter) -> None:
+    v72, v71 = mock_payments(router), mock_payments(router, version="v71")
+    create(build())
+    assert (v72.call_count, v71.call_count) == (1, 0)
+    create(build(api_version="v71"))
+    assert (v72.call_count, v71.call_count) == (1, 1)
+    assert sent(v71) == sent(v72)  # the same body: the versions differ only in their bounds
+    assert wire.DEFAULT_API_VERSION == "v72" and "v72" in repr(build())
+    with pytest.raises(ValueError, match="api_version 'v70' is not one of v71, v72"):
+        build(api_version="v70")
+
+
+@requires_specs
+@pytest.mark.parametrize("version", ["v72", "v71"])
+def test_schema__the_return_url_bound_is_the_versions(router: respx.MockRouter, version: str) -> None:
+    """v72 lowered ``returnUrl.maxLength`` from 8,000 to 1,024: the setting is checked against the version's."""
+    longest = adyen_schema.schema("PaymentRequest", version)["properties"]["returnUrl"]["maxLength"]
+    assert charge.RETURN_URL_MAX[version] == longest
+    url = "https://shop.example/" + "r" * (longest - len("https://shop.example/"))
+    route = mock_payments(router, version=version)
+    create(build(api_version=version, return_url=url))  # the autouse fixture validates it at the edge
+    assert len(sent(route)["returnUrl"]) == longest
+    with pytest.raises(ValueError, match=f"1 to {longest} characters"):
+        build(api_version=version, return_url=url + "r")
 
 
 @requires_specs
@@ -192,8 +224,8 @@ def test_schema__the_body_carries_every_field_the_v71_schema_requires(
     ids=["no-returnUrl", "short-shopperReference", "bad-model", "bad-interaction", "float", "currency", "extra"],
 )
 def test_schema__the_validator_bites(change: dict[str, Any], why: str) -> None:
-    body = wire.payment_body(CHARGE, merchant_account="AcmeShopEU", return_url=wire.DEFAULT_RETURN_URL,
-                             recurring_processing_model=wire.DEFAULT_RECURRING_PROCESSING_MODEL)
+    body = charge.payment_body(CHARGE, merchant_account="AcmeShopEU", return_url=charge.DEFAULT_RETURN_URL,
+                               recurring_processing_model=charge.DEFAULT_RECURRING_PROCESSING_MODEL)
     adyen_schema.validate_payment_request(body)
     broken = {key: value for key, value in {**body, **change}.items() if value is not None}
     with pytest.raises(AssertionError, match=why):
@@ -244,7 +276,7 @@ def test_construct__merchant_account_is_a_default_and_never_the_label() -> None:
         build(merchant_account="default")
 
 
-@pytest.mark.parametrize("model", wire.RECURRING_PROCESSING_MODELS)
+@pytest.mark.parametrize("model", charge.RECURRING_PROCESSING_MODELS)
 def test_create__recurring_processing_model_is_configurable(router: respx.MockRouter, model: str) -> None:
     route = mock_payments(router)
     create(build(recurring_processing_model=model))
@@ -252,18 +284,20 @@ def test_create__recurring_processing_model_is_configurable(router: respx.MockRo
 
 
 @requires_specs
-def test_schema__recurring_processing_models_are_the_schemas_enum() -> None:
-    enum = adyen_schema.schema("PaymentRequest")["properties"]["recurringProcessingModel"]["enum"]
-    assert sorted(wire.RECURRING_PROCESSING_MODELS) == sorted(enum)
-    assert wire.DEFAULT_RECURRING_PROCESSING_MODEL in enum
-    assert wire.SHOPPER_INTERACTION in adyen_schema.schema("PaymentRequest")["properties"]["shopperInteraction"]["enum"]
+@pytest.mark.parametrize("version", ["v72", "v71"])
+def test_schema__recurring_processing_models_are_the_schemas_enum(version: str) -> None:
+    properties = adyen_schema.schema("PaymentRequest", version)["properties"]
+    enum = properties["recurringProcessingModel"]["enum"]
+    assert sorted(charge.RECURRING_PROCESSING_MODELS) == sorted(enum)
+    assert charge.DEFAULT_RECURRING_PROCESSING_MODEL in enum
+    assert charge.SHOPPER_INTERACTION in properties["shopperInteraction"]["enum"]
 
 
 def test_create__return_url_is_a_setting_with_a_harmless_default(router: respx.MockRouter) -> None:
     route = mock_payments(router)
     create(build(return_url="https://shop.example/payments/return"))
     assert sent(route)["returnUrl"] == "https://shop.example/payments/return"
-    assert wire.DEFAULT_RETURN_URL.startswith("https://") and ".invalid/" in wire.DEFAULT_RETURN_URL
+    assert charge.DEFAULT_RETURN_URL.startswith("https://") and ".invalid/" in charge.DEFAULT_RETURN_URL
 
 
 @pytest.mark.parametrize(
@@ -273,6 +307,8 @@ def test_create__return_url_is_a_setting_with_a_harmless_default(router: respx.M
         ({"recurring_processing_model": "Weekly"}, "recurring_processing_model"),
         ({"return_url": ""}, "return_url"),
         ({"return_url": "https://x.example/" + "a" * 8000}, "return_url"),
+        ({"return_url": "https://x.example/" + "a" * 1010}, "1 to 1024 characters"),  # v72's bound
+        ({"api_version": "71"}, "api_version"),
         ({"lookback_days": -1}, "lookback_days"),
     ],
 )
@@ -294,7 +330,7 @@ def _resolved(**changes: Any) -> ChargeRequest:
 
 def test_check_charge__a_chargeable_request_has_no_problem() -> None:
     assert check_charge(_resolved()) == []
-    assert check_charge is wire.check_charge
+    assert check_charge is charge.check_charge
 
 
 @pytest.mark.parametrize(
@@ -332,14 +368,16 @@ def test_check_charge__bounds_are_inclusive(router: respx.MockRouter) -> None:
 
 
 @requires_specs
-def test_schema__check_charge_bounds_are_the_schemas() -> None:
-    request = adyen_schema.schema("PaymentRequest")["properties"]
+@pytest.mark.parametrize("version", ["v72", "v71"])
+def test_schema__check_charge_bounds_are_the_schemas(version: str) -> None:
+    request = adyen_schema.schema("PaymentRequest", version)["properties"]
     assert (request["shopperReference"]["minLength"], request["shopperReference"]["maxLength"]) == (
-        wire.SHOPPER_REFERENCE_MIN, wire.SHOPPER_REFERENCE_MAX)
-    assert f"Maximum length: {wire.REFERENCE_MAX} characters" in request["reference"]["description"]
-    assert request["returnUrl"]["maxLength"] == wire.RETURN_URL_MAX
-    card = adyen_schema.schema("CardDetails")["properties"]
-    assert card["storedPaymentMethodId"]["maxLength"] == wire.STORED_PAYMENT_METHOD_ID_MAX
+        charge.SHOPPER_REFERENCE_MIN, charge.SHOPPER_REFERENCE_MAX)
+    assert f"Maximum length: {charge.REFERENCE_MAX} characters" in request["reference"]["description"]
+    assert request["reference"].get("maxLength", charge.REFERENCE_MAX) == charge.REFERENCE_MAX  # v72 states it
+    assert request["returnUrl"]["maxLength"] == charge.RETURN_URL_MAX[version]
+    card = adyen_schema.schema("CardDetails", version)["properties"]
+    assert card["storedPaymentMethodId"]["maxLength"] == charge.STORED_PAYMENT_METHOD_ID_MAX
     assert "scheme" in card["type"]["enum"]
 
 
@@ -391,8 +429,9 @@ def test_wire__result_code_table_covers_every_enum_member() -> None:
 
 
 @requires_specs
-def test_schema__result_codes_are_the_v71_enum_but_the_undocumented_success() -> None:
-    enum = set(adyen_schema.schema("PaymentResponse")["properties"]["resultCode"]["enum"])
+@pytest.mark.parametrize("version", ["v72", "v71"])
+def test_schema__result_codes_are_the_versions_enum_but_the_undocumented_success(version: str) -> None:
+    enum = set(adyen_schema.schema("PaymentResponse", version)["properties"]["resultCode"]["enum"])
     assert enum - {member.value for member in ResultCode} == {"Success"}
     assert {member.value for member in ResultCode} <= enum
 
@@ -444,7 +483,7 @@ def test_wire__unrecognised_result_code_is_unknown(
 def test_wire__bad_payment_response_is_protocol_error(
     adyen: AdyenAdapter, router: respx.MockRouter, content: bytes
 ) -> None:
-    router.post(f"{URL}/v71/payments").mock(return_value=httpx.Response(200, content=content))
+    router.post(f"{URL}/v72/payments").mock(return_value=httpx.Response(200, content=content))
     with pytest.raises(PspProtocolError):
         create(adyen)
 
@@ -508,7 +547,7 @@ def test_errors__a_5xx_marked_transient_is_retried_with_the_same_key(
 def test_errors__a_proxy_5xx_without_an_adyen_body_never_reached_the_key_store(
     adyen: AdyenAdapter, router: respx.MockRouter
 ) -> None:
-    router.post(f"{URL}/v71/payments").mock(return_value=httpx.Response(502, text="<html>bad gateway</html>"))
+    router.post(f"{URL}/v72/payments").mock(return_value=httpx.Response(502, text="<html>bad gateway</html>"))
     with pytest.raises(PspTransientError) as info:
         create(adyen)
     assert info.value.saved is False and info.value.should_retry is None
@@ -556,7 +595,7 @@ def test_idempotency__retention_is_the_documented_seven_days() -> None:
 def test_transport__connect_timeout_is_transient_read_timeout_on_create_is_unknown(
     adyen: AdyenAdapter, router: respx.MockRouter
 ) -> None:
-    router.post(f"{URL}/v71/payments").mock(
+    router.post(f"{URL}/v72/payments").mock(
         side_effect=[httpx.ConnectTimeout("slow"), httpx.ReadTimeout("slow")]
     )
     with pytest.raises(PspTransientError) as first:
@@ -635,6 +674,14 @@ def test_registry__adyen_factory_passes_every_setting_through(router: respx.Mock
     without = {key: value for key, value in settings.items() if not key.startswith("report_")}
     with pytest.raises(ValueError, match="RECON_ADYEN_REPORT_API_KEY"):
         registry.get_factory("adyen")(without)
+    v71 = registry.get_factory("adyen")(registry.settings_from_env("adyen", {
+        **{f"RECON_ADYEN_{key.upper()}": str(value.reveal() if isinstance(value, Secret) else value)
+           for key, value in settings.items() if isinstance(value, str | Secret)},
+        "RECON_ADYEN_API_VERSION": "v71"}))  # [psp.adyen] api_version = "v71" in the file does the same
+    old = mock_payments(router, version="v71")
+    v71.create_payment(_resolved(merchant_account="AcmeShopUS"), idempotency_key="k-2")
+    assert old.call_count == 1 and route.call_count == 1
+    v71.close()
 
 
 # --- fetch: the Payment accounting report (docs.adyen.com/reporting/invoice-reconciliation/
@@ -1037,7 +1084,7 @@ def test_wire__amounts_follow_adyen_currency_table(
         amount = json.loads(request.content)["amount"]
         return httpx.Response(200, json={"resultCode": "Authorised", "pspReference": "P", "amount": amount})
 
-    route = router.post(f"{URL}/v71/payments").mock(side_effect=answer)
+    route = router.post(f"{URL}/v72/payments").mock(side_effect=answer)
     outcome = create(adyen, ChargeRequest(**{**_fields(CHARGE), "amount": iso_amount, "currency": currency}))
     assert sent(route)["amount"]["value"] == adyen_value
     assert outcome.amount == iso_amount and outcome.currency == currency
@@ -1046,7 +1093,7 @@ def test_wire__amounts_follow_adyen_currency_table(
 def test_wire__idr_with_cents_is_rejected_before_sending(
     adyen: AdyenAdapter, router: respx.MockRouter
 ) -> None:
-    route = router.post(f"{URL}/v71/payments")
+    route = router.post(f"{URL}/v72/payments")
     with pytest.raises(PspRejectedError, match="amount"):
         create(adyen, ChargeRequest(**{**_fields(CHARGE), "amount": 150050, "currency": "IDR"}))
     assert not route.called
@@ -1061,10 +1108,11 @@ def test_fixtures__every_json_fixture_is_a_valid_adyen_document() -> None:
     assert paths
     for path in paths:
         doc = load(path.name)
-        if path.name.startswith("error_"):
-            adyen_schema.validate_service_error(doc)
-        else:
-            adyen_schema.validate_payment_response(doc)
+        for version in adyen_schema.VERSIONS:
+            if path.name.startswith("error_"):
+                adyen_schema.validate_service_error(doc, version)
+            else:
+                adyen_schema.validate_payment_response(doc, version)
 
 
 @requires_specs
@@ -1102,7 +1150,7 @@ def test_secrets__absent_from_errors_reprs_and_logs(router: respx.MockRouter, ca
         httpx.ReadTimeout("slow"),
         httpx.ConnectError("refused"),
     ]
-    router.post(f"{URL}/v71/payments").mock(side_effect=answers)
+    router.post(f"{URL}/v72/payments").mock(side_effect=answers)
     router.get(url__startswith=DOWNLOAD).mock(
         return_value=httpx.Response(403, text=f"denied {REPORT_KEY} {REPORT_PASSWORD} {token}"))
     errors: list[PspError] = []

@@ -52,7 +52,7 @@ breaker_open_seconds = 3.0
 """
 
 #: test values, not credentials: what the Stripe and Adyen sandboxes require, and what recon sends them
-PSP_API_KEYS = {"stripe": "sk_test_chaos", "adyen": "chaos-adyen-api-key"}
+PSP_API_KEYS = {"stripe": "sk_test_chaos", "adyen": "chaos-adyen-api-key", "sandbox": "chaos-sandbox-api-key"}
 #: every chaos payment's merchant account (through Adyen: the account charged and whose reports are read)
 MERCHANT_ACCOUNT = "chaos-shop"
 ADYEN_REPORT_USERNAME = "report@Company.SandboxCompany"
@@ -82,29 +82,30 @@ def free_port() -> int:
 def base_env(config: Path, sandbox_url: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"PYTHONPATH": str(REPO), "RECON_CONFIG": str(config), "RECON_SANDBOX_BASE_URL": sandbox_url,
-                "RECON_SANDBOX_READ_TIMEOUT": "1", "RECON_SANDBOX_CONNECT_TIMEOUT": "1"})
+                "RECON_SANDBOX_API_KEY": PSP_API_KEYS["sandbox"], "RECON_SANDBOX_READ_TIMEOUT": "1",
+                "RECON_SANDBOX_CONNECT_TIMEOUT": "1"})
     env.update(extra)
     return env
 
 
 def sandbox_flags(psp: str) -> tuple[str, ...]:
-    """The `recon psp-sandbox` flags that make it speak ``psp``'s wire (none for the native sandbox)."""
+    """The `recon psp-sandbox` flags that make it speak ``psp``'s wire, with the run's api key."""
     if psp == "stripe":
         return ("--flavor", "stripe", "--api-key", PSP_API_KEYS["stripe"])
     if psp == "adyen":
         return ("--flavor", "adyen", "--api-key", PSP_API_KEYS["adyen"], "--report-username", ADYEN_REPORT_USERNAME,
                 "--report-password", ADYEN_REPORT_PASSWORD, "--report-timezone", ADYEN_REPORT_TIMEZONE)
     assert psp == "sandbox", psp
-    return ()
+    return ("--api-key", PSP_API_KEYS["sandbox"])  # the sandbox always requires a key
 
 
 def admin_headers(psp: str) -> dict[str, str]:
-    """The PSP API's credentials, which admin changes (POST /_admin/...) need when the sandbox has an api key."""
+    """The PSP API's credentials, which admin changes (POST /_admin/...) need (the sandbox always has a key)."""
     if psp == "stripe":
         return {"Authorization": f"Bearer {PSP_API_KEYS['stripe']}"}
     if psp == "adyen":
         return {"X-API-Key": PSP_API_KEYS["adyen"]}
-    return {}
+    return {"Authorization": f"Bearer {PSP_API_KEYS['sandbox']}"}
 
 
 def psp_env(psp: str, sandbox_url: str) -> dict[str, str]:

@@ -117,7 +117,8 @@ def _sandbox_payments(url: str) -> list[dict[str, Any]]:
                                         "limit": 1000}
         if cursor:
             params["cursor"] = cursor
-        page = httpx.get(f"{url}/v1/settlements", params=params, timeout=10).json()
+        page = httpx.get(f"{url}/v1/settlements", params=params, timeout=10,
+                         headers={"Authorization": f"Bearer {PSP_API_KEYS['sandbox']}"}).json()
         out.extend(page["data"])
         cursor = page.get("next_cursor")
         if not page.get("has_more"):

@@ -98,7 +98,8 @@ def test_cli__psp_sandbox_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert proc.stdout is not None
         assert f"listening on http://127.0.0.1:{port}" in proc.stdout.readline()
         body = {"merchant_reference": "r-1", "amount": 1250, "currency": "EUR"}
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+        key = {"Authorization": "Bearer recon_sandbox_test_key"}  # the native flavour's documented test key
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=key) as http:
             created = http.post("/v1/payments", json=body, headers={"Idempotency-Key": "k-1"})
             assert created.status_code == 201 and created.json()["amount"] == 1250
             assert http.get("/_admin/faults").json()["rate_limit"] == 1000

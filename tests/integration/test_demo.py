@@ -15,7 +15,7 @@ WIRES = {
     "stripe": ("PSP sandbox speaking Stripe's API on http://127.0.0.1:",
                "sweep reads each PaymentIntent by id, and searches metadata['merchant_reference'] for those "
                "without one ("),
-    "adyen": ("PSP sandbox speaking Adyen's Checkout v71 API and reports on http://127.0.0.1:",
+    "adyen": ("PSP sandbox speaking Adyen's Checkout v72 API and reports on http://127.0.0.1:",
               "sweep reads its merchant account's Payment accounting report of today as the report user"),
 }
 

@@ -22,6 +22,7 @@ import pytest
 
 from psp_adapters.protocol import ChargeRequest, SettlementLine
 from psp_adapters.sandbox.adapter import SandboxAdapter
+from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
 from recon.db.payment_store import NewPayment, PaymentStore, Transition
@@ -47,7 +48,7 @@ WINDOW = timedelta(days=2)
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[SandboxServer]:
-    srv = SandboxServer(tmp_path / "psp.db").start()
+    srv = SandboxServer(tmp_path / "psp.db", faults=Faults(decline_amount_suffix="402")).start()  # 1402 declines
     yield srv
     srv.stop()
 

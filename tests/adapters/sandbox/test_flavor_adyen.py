@@ -195,7 +195,7 @@ def test_payments__unreadable_json_is_400(adyen: Adyen) -> None:
 @pytest.mark.parametrize(
     ("fields", "code", "reason"),
     [
-        ({"amount": {"value": 1402, "currency": "EUR"}}, "2", "Refused"),
+        ({"paymentMethod": {"type": "scheme", "storedPaymentMethodId": "pm_card_declined"}}, "2", "Refused"),
         (
             {"paymentMethod": {"type": "scheme", "storedPaymentMethodId": "pm_card_insufficient_funds"}},
             "12",
@@ -335,7 +335,9 @@ def test_restart__payments_keys_and_reports_survive(tmp_path: Path, clock: Clock
 def test_report__one_journal_row_per_event_per_account_booked_in_cet(adyen: Adyen, clock: Clock) -> None:
     paid = adyen.pay("k1", amount={"value": 1000, "currency": "EUR"}).json()["pspReference"]
     clock.advance(minutes=5)
-    refused = adyen.pay("k2", amount={"value": 1402, "currency": "EUR"}, reference="order-2").json()["pspReference"]
+    declining = {"type": "scheme", "storedPaymentMethodId": "pm_card_declined"}
+    refused = adyen.pay("k2", amount={"value": 1402, "currency": "EUR"}, reference="order-2", paymentMethod=declining)
+    refused = refused.json()["pspReference"]
     adyen.pay("k3", merchantAccount="AcmeUS", reference="us-1", amount={"value": 500, "currency": "USD"})
 
     rows = adyen.rows("AcmeEU", "2026_03_02")
@@ -411,7 +413,7 @@ def test_report__refunds_and_chargebacks_are_journal_rows_of_their_day(adyen: Ad
     disputed = adyen.pay("k2", reference="order-2").json()["pspReference"]
     clock.advance(days=1)
     refund = adyen.http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 250}).json()
-    chargeback = adyen.http.post(f"/_admin/payments/{disputed}/dispute").json()
+    chargeback = adyen.http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
 
     rows = adyen.rows("AcmeEU", "2026_03_03")
 

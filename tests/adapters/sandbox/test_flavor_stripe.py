@@ -21,6 +21,7 @@ import stripe
 
 from psp_adapters.sandbox import SandboxServer
 from psp_adapters.sandbox.records import DISPUTE_FEE, sandbox_fee
+from tests.adapters.sandbox.stripe_checks import checked_sdk
 
 KEY = "sk_test_sandbox_123"
 SPECS = Path(__file__).resolve().parents[3].parent / "shared" / "specs"
@@ -62,8 +63,10 @@ def server(tmp_path: Path, clock: Clock) -> Iterator[SandboxServer]:
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture
@@ -181,7 +184,7 @@ def test_search__finds_intents_by_metadata_newest_first(sdk: stripe.StripeClient
         params={"query": "metadata['merchant_reference']:'order-1'", "limit": 1, "page": paged.next_page}
     )
     assert [p.id for p in rest.data] == [first.id]
-    for query in ("status:'succeeded'", "metadata['merchant_reference']:\"order-1\"", "metadata['a']:'b' AND x"):
+    for query in ("metadata['a']:'b' AND x", "nope:'x'", "status:succeeded", "amount>'x'"):
         with pytest.raises(stripe.InvalidRequestError):
             sdk.v1.payment_intents.search(params={"query": query})
 
@@ -215,7 +218,7 @@ def test_validation__missing_payment_method_or_bad_params_are_400_and_save_nothi
 @pytest.mark.parametrize(
     ("params", "code", "decline_code"),
     [
-        ({"amount": 1402}, "card_declined", "generic_decline"),
+        ({"payment_method": "pm_card_declined"}, "card_declined", "generic_decline"),
         ({"payment_method": "pm_card_insufficient_funds"}, "card_declined", "insufficient_funds"),
         ({"payment_method": "pm_card_expired"}, "expired_card", "expired_card"),
     ],
@@ -392,7 +395,7 @@ def test_balance_transactions__one_per_succeeded_charge_with_the_fee_and_the_cha
 ) -> None:
     intent = create(sdk, "k1", amount=1000)
     with pytest.raises(stripe.CardError):
-        create(sdk, "k2", amount=1402)  # declined: no balance transaction
+        create(sdk, "k2", payment_method="pm_card_declined")  # declined: no balance transaction
 
     listing = sdk.v1.balance_transactions.list(params={"expand": ["data.source"]})
 
@@ -439,9 +442,9 @@ def test_balance_transactions__refunds_and_disputes_are_negative_and_name_their_
     clock.advance(seconds=10)
     refund = http.post(f"/_admin/payments/{refunded.id}/refund", json={"amount": 400}).json()
     clock.advance(seconds=10)
-    dispute = http.post(f"/_admin/payments/{disputed.id}/dispute").json()
+    dispute = http.post(f"/_admin/payments/{disputed.id}/dispute", json={}).json()
     assert http.post(f"/_admin/payments/{refunded.id}/refund", json={"amount": 601}).status_code == 400
-    assert http.post(f"/_admin/payments/{disputed.id}/dispute").status_code == 400
+    assert http.post(f"/_admin/payments/{disputed.id}/dispute", json={}).status_code == 400
 
     data = sdk.v1.balance_transactions.list(params={"expand": ["data.source"]}).data
 
@@ -459,7 +462,7 @@ def test_balance_transactions__refunds_and_disputes_are_negative_and_name_their_
     assert charges_by_intent[disputed.id].disputed is True
     assert_shaped_like(refund, canonical["refund"], "id", "amount", "charge", "payment_intent", "status")
     assert_shaped_like(dispute, canonical["dispute"], "id", "amount", "charge", "payment_intent", "status")
-    assert http.post(f"/_admin/payments/{refunded.id}/refund").json()["amount"] == 600  # the rest
+    assert http.post(f"/_admin/payments/{refunded.id}/refund", json={}).json()["amount"] == 600  # the rest
     [full] = [t for t in sdk.v1.balance_transactions.list().data if t.type == "refund" and t.amount == -600]
     assert full.source.startswith("re_")
 
@@ -499,13 +502,13 @@ def test_admin__answers_in_stripe_shapes_and_moves_the_intent(sdk: stripe.Stripe
     intent = create(sdk, "k1")
 
     failed = http.post(f"/_admin/payments/{intent.id}/fail", json={"reason": "fraud"}).json()
-    canceled = http.post(f"/_admin/payments/{intent.id}/cancel").json()
-    settled = http.post(f"/_admin/payments/{intent.id}/settle").json()
+    canceled = http.post(f"/_admin/payments/{intent.id}/cancel", json={}).json()
+    settled = http.post(f"/_admin/payments/{intent.id}/settle", json={}).json()
 
     assert (failed["object"], failed["status"]) == ("payment_intent", "requires_payment_method")
     assert canceled["status"] == "canceled" and canceled["canceled_at"] is not None
     assert settled["status"] == "succeeded"
-    assert http.post("/_admin/payments/pi_missing/settle").status_code == 404
+    assert http.post("/_admin/payments/pi_missing/settle", json={}).status_code == 404
 
 
 def test_restart__intents_and_saved_answers_survive(tmp_path: Path, clock: Clock) -> None:

@@ -23,6 +23,7 @@ from psp_adapters.sandbox import SandboxServer
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.stripe import StripeAdapter
+from tests.adapters.sandbox.stripe_checks import checked_sdk
 from tests.adapters.sandbox.test_flavor_stripe import SPECS, START, Clock, assert_shaped_like, create
 
 KEY = "sk_test_sandbox_listing"
@@ -40,8 +41,10 @@ def server(tmp_path: Path, clock: Clock) -> Iterator[SandboxServer]:
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture
@@ -71,7 +74,9 @@ def test_stripe_list__newest_first_by_created_window_paged_by_starting_after(
     with pytest.raises(stripe.InvalidRequestError):
         sdk.v1.payment_intents.list(params={"starting_after": "pi_missing"})
     with pytest.raises(stripe.InvalidRequestError):  # a filter the sandbox does not simulate is refused, not ignored
-        sdk.v1.payment_intents.list(params={"customer": "cus_123"})
+        sdk.v1.payment_intents.list(params={"shipping": "x"})  # type: ignore[typeddict-unknown-key]
+    other = create(sdk, "k9", customer="cus_other")
+    assert [p.id for p in sdk.v1.payment_intents.list(params={"customer": "cus_other"}).data] == [other.id]
 
 
 def test_stripe_list__recons_adapter_lists_every_intent_of_a_window(server: SandboxServer, sdk: stripe.StripeClient,

@@ -141,7 +141,7 @@ def test_pending__settles_and_fetch_follows(adapter: SandboxAdapter, admin: http
 
 def test_fetch_payment__canceled_is_failed(adapter: SandboxAdapter, admin: httpx.Client) -> None:
     ref = adapter.create_payment(CHARGE, idempotency_key="k1").psp_reference
-    admin.post(f"/_admin/payments/{ref}/cancel")
+    admin.post(f"/_admin/payments/{ref}/cancel", json={})
 
     outcome = adapter.fetch_payment(PspRef(psp_reference=ref))
 

@@ -158,15 +158,16 @@ def test_create__bad_json_is_400(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "decline_code"),
+    ("body", "faults", "decline_code"),
     [
-        ({"payment_method": "pm_card_insufficient_funds"}, "insufficient_funds"),
-        ({"amount": 1402}, "card_declined"),
+        ({"payment_method": "pm_card_insufficient_funds"}, {}, "insufficient_funds"),
+        ({"amount": 1402}, {"decline_amount_suffix": "402"}, "card_declined"),
     ],
 )
 def test_decline__magic_method_or_amount_is_402_with_a_failed_payment(
-    client: httpx.Client, body: dict[str, object], decline_code: str
+    client: httpx.Client, body: dict[str, object], faults: dict[str, object], decline_code: str
 ) -> None:
+    set_faults(client, **faults)
     response = create(client, "k1", **body)
 
     assert response.status_code == 402
@@ -179,6 +180,11 @@ def test_decline__magic_method_or_amount_is_402_with_a_failed_payment(
     assert error["payment"]["status"] == "failed"
     assert create(client, "k1", **body).content == response.content  # a decline is replayed like any answer
     assert charges(client)["charges"] == 1
+
+
+def test_decline__no_amount_declines_by_default(client: httpx.Client) -> None:
+    assert client.get("/_admin/faults").json()["decline_amount_suffix"] is None
+    assert create(client, "k1", amount=1402).status_code == 201  # only with the fault flag (--decline-suffix 402)
 
 
 def test_lookup__by_merchant_reference_lists_every_charge(client: httpx.Client) -> None:
@@ -324,7 +330,7 @@ def test_faults__seeded_dice_repeat_after_reset(tmp_path: Path) -> None:
     faults = Faults(rate_500=0.5, seed=7)
     with SandboxServer(tmp_path / "s.db", faults=faults) as server, httpx.Client(base_url=server.url) as c:
         first = [c.get("/v1/payments/psp_x").status_code for _ in range(12)]
-        assert c.post("/_admin/reset").json()["faults"]["seed"] == 7
+        assert c.post("/_admin/reset", json={}).json()["faults"]["seed"] == 7
         second = [c.get("/v1/payments/psp_x").status_code for _ in range(12)]
     assert first == second
     assert set(first) == {404, 500}
@@ -347,7 +353,7 @@ def test_faults__from_options_maps_cli_flag_names() -> None:
 def test_fault_injector__same_seed_same_decisions() -> None:
     def run() -> list[object]:
         injector = FaultInjector(Faults(rate_500=0.3, pending_fraction=0.5, rate_decline=0.2, seed=11))
-        return [(injector.reject(), injector.decide(amount=100, payment_method=None)) for _ in range(50)]
+        return [(injector.reject(), injector.decide(amount=100, card=None)) for _ in range(50)]
 
     assert run() == run()
 
@@ -368,13 +374,15 @@ def test_restart__payments_and_idempotency_records_survive(tmp_path: Path) -> No
         assert charges(c)["charges"] == 1
 
 
-def test_server__temporary_database_is_removed_on_stop() -> None:
-    server = SandboxServer().start()
-    db = server.db_path
-    assert db.exists()
-    server.stop()
-    server.stop()  # idempotent
-    assert not db.exists()
+def test_server__without_a_file_the_state_is_in_memory_and_every_server_starts_fresh(tmp_path: Path) -> None:
+    with SandboxServer() as first, httpx.Client(base_url=first.url, timeout=5.0) as c:
+        assert first.db_path is None
+        assert create(c, "k1").status_code == 201 and charges(c)["charges"] == 1
+    with SandboxServer() as second, httpx.Client(base_url=second.url, timeout=5.0) as c:
+        assert charges(c)["charges"] == 0  # nothing of the first server's run
+        assert create(c, "k1").status_code == 201  # the key is new here too
+    second.stop()  # idempotent
+    assert not list(tmp_path.iterdir())
 
 
 # -- admin -----------------------------------------------------------------------------------------
@@ -384,9 +392,9 @@ def test_admin_payment__settle_fail_cancel_and_amount(client: httpx.Client) -> N
     set_faults(client, pending_fraction=1.0, settle_after_seconds=60.0)
     refs = [create(client, f"k{i}", merchant_reference=f"m{i}").json()["psp_reference"] for i in range(3)]
 
-    settled = client.post(f"/_admin/payments/{refs[0]}/settle").json()
+    settled = client.post(f"/_admin/payments/{refs[0]}/settle", json={}).json()
     failed = client.post(f"/_admin/payments/{refs[1]}/fail", json={"reason": "fraud"}).json()
-    canceled = client.post(f"/_admin/payments/{refs[2]}/cancel").json()
+    canceled = client.post(f"/_admin/payments/{refs[2]}/cancel", json={}).json()
     changed = client.post(
         f"/_admin/payments/{refs[0]}/amount", json={"amount": 999, "currency": "USD"}
     ).json()
@@ -396,7 +404,7 @@ def test_admin_payment__settle_fail_cancel_and_amount(client: httpx.Client) -> N
     assert (canceled["status"], canceled["failure_reason"]) == ("canceled", "admin_cancel")
     assert (changed["amount"], changed["currency"], changed["status"]) == (999, "USD", "succeeded")
     assert client.get(f"/v1/payments/{refs[0]}").json()["amount"] == 999
-    assert client.post("/_admin/payments/psp_missing/settle").status_code == 404
+    assert client.post("/_admin/payments/psp_missing/settle", json={}).status_code == 404
     assert client.post(f"/_admin/payments/{refs[0]}/amount", json={"amount": 1.5}).status_code == 400
     assert client.post(f"/_admin/payments/{refs[0]}/amount", json={"amount": 2**63}).status_code == 400
     assert client.post(f"/_admin/payments/{refs[0]}/refund", json={"amount": 2**63 + 8}).status_code == 400
@@ -414,7 +422,7 @@ def test_admin_reset__forgets_payments_keys_and_runtime_faults(client: httpx.Cli
     ref = create(client, "k1").json()["psp_reference"]
     set_faults(client, rate_500=1.0)
 
-    assert client.post("/_admin/reset").status_code == 200
+    assert client.post("/_admin/reset", json={}).status_code == 200
 
     assert client.get(f"/v1/payments/{ref}").status_code == 404
     assert charges(client)["charges"] == 0

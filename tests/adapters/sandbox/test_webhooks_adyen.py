@@ -127,7 +127,7 @@ def test_refused_and_redirect__authorisation_false_with_the_reason_and_nothing_f
     http: httpx.Client, receiver: Receiver
 ) -> None:
     pay(http, "order-3ds", method="pm_requires_action")  # RedirectShopper: the shopper never comes back
-    refused = pay(http, "order-1", value=1402)
+    refused = pay(http, "order-1", method="pm_card_declined")
 
     first = item(receiver.wait_for(1)[0])
     assert (first["pspReference"], first["eventCode"], first["success"]) == (refused, "AUTHORISATION", "false")
@@ -155,8 +155,8 @@ def test_modifications__refund_chargeback_cancellation_have_their_own_reference_
     pending = pay(http, "order-3", method="pm_pending")
     receiver.wait_for(3)
     refund = http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 400}).json()
-    dispute = http.post(f"/_admin/payments/{disputed}/dispute").json()
-    assert http.post(f"/_admin/payments/{pending}/cancel").status_code == 200
+    dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
+    assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
     found = [item(d) for d in receiver.wait_for(6)[3:]]
 

@@ -188,7 +188,7 @@ def test_queue__bounded_overflow_is_logged_and_reset_forgets(tmp_path: Path, rec
         pay(server, "order-2")
         assert [r["state"] for r in log(server)] == ["queued", "overflow"]
         assert httpx.get(f"{server.url}/_admin/webhooks").json()["waiting"] == 1
-        assert httpx.post(f"{server.url}/_admin/reset").status_code == 200
+        assert httpx.post(f"{server.url}/_admin/reset", json={}).status_code == 200
         assert httpx.get(f"{server.url}/_admin/webhooks").json() == {"url": receiver.url, "waiting": 0, "webhooks": []}
         assert receiver.deliveries == []
     finally:

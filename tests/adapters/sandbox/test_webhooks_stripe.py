@@ -21,8 +21,9 @@ import stripe
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import SandboxServer
-from psp_adapters.sandbox.webhook_events import STRIPE_API_VERSION
+from psp_adapters.sandbox.stripe_objects import STRIPE_API_VERSION
 from psp_adapters.sandbox.webhooks import WebhookConfig
+from tests.adapters.sandbox.stripe_checks import check_document, checked_sdk
 from tests.adapters.sandbox.webhook_receiver import Delivery, Receiver, receiving
 
 KEY = "sk_test_sandbox_123"
@@ -76,8 +77,10 @@ def server(tmp_path: Path, clock: Clock, receiver: Receiver) -> Iterator[Sandbox
 
 
 @pytest.fixture
-def sdk(server: SandboxServer) -> stripe.StripeClient:
-    return stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+def sdk(server: SandboxServer) -> Iterator[stripe.StripeClient]:
+    """Stripe's SDK on the sandbox, every answer checked against Stripe's canonical objects (stripe_checks)."""
+    with checked_sdk(server.url, KEY) as client:
+        yield client
 
 
 @pytest.fixture
@@ -100,6 +103,7 @@ def verified(delivery: Delivery) -> stripe.Event:
     assert delivery.headers["Content-Type"].startswith("application/json")
     payload, header = delivery.body.decode(), delivery.headers["Stripe-Signature"]
     assert stripe.WebhookSignature.verify_header(payload, header, SECRET, 300)
+    assert check_document(json.loads(payload)) >= 2  # the Event and its data.object, like Stripe's own
     return stripe.Webhook.construct_event(payload, header, SECRET)
 
 
@@ -135,7 +139,7 @@ def test_success__one_signed_payment_intent_succeeded_event_shaped_like_stripes(
 def test_decline__payment_failed_with_the_decline_as_last_payment_error(
     sdk: stripe.StripeClient, receiver: Receiver
 ) -> None:
-    create(sdk, amount=1402)
+    create(sdk, payment_method="pm_card_declined")
 
     [delivery] = receiver.wait_for(1)
     intent = verified(delivery).data.object
@@ -186,18 +190,22 @@ def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
     pending = create(sdk, "k3", payment_method="pm_pending", metadata={"merchant_reference": "order-3"})
     receiver.wait_for(3)
     assert http.post(f"/_admin/payments/{refunded}/refund", json={"amount": 400}).status_code == 200
-    assert http.post(f"/_admin/payments/{refunded}/refund").status_code == 200  # the rest
-    dispute = http.post(f"/_admin/payments/{disputed}/dispute").json()
-    assert http.post(f"/_admin/payments/{pending}/cancel").status_code == 200
+    assert http.post(f"/_admin/payments/{refunded}/refund", json={}).status_code == 200  # the rest
+    dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
+    assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
-    deliveries = receiver.wait_for(7)[3:]
+    deliveries = receiver.wait_for(9)[3:]
 
-    assert types(deliveries) == [
+    assert types(deliveries) == [  # Stripe tells a refund as refund.created, then charge.refunded once it succeeded
+        "refund.created",
         "charge.refunded",
+        "refund.created",
         "charge.refunded",
         "charge.dispute.created",
         "payment_intent.canceled",
     ]
+    assert [verified(d).data.object.amount for d in deliveries[:3:2]] == [400, 850]
+    deliveries = deliveries[1::2][:2] + deliveries[4:]
     partial, full, disputed_event, canceled = (verified(d).data.object for d in deliveries)
     assert isinstance(partial, stripe.Charge) and partial.payment_intent == refunded
     assert (partial.amount_refunded, partial.refunded, full.amount_refunded, full.refunded) == (400, False, 1250, True)
@@ -231,3 +239,52 @@ def test_signature__a_tampered_body_or_another_secret_is_rejected_by_stripe_pyth
         stripe.WebhookSignature.verify_header(payload, header, "whsec_another", 300)
     with pytest.raises(stripe.SignatureVerificationError):  # the timestamp is signed too
         stripe.WebhookSignature.verify_header(payload, header.replace(f"t={stamp}", f"t={stamp + 1}"), SECRET, 300)
+
+
+def test_refund_events__a_refund_that_fails_later_tells_each_step(
+    sdk: stripe.StripeClient, receiver: Receiver, clock: Clock
+) -> None:
+    """docs.stripe.com/testing#refunds (pm_card_refundFail) and docs.stripe.com/api/events/types: refund.created,
+    charge.refunded, then refund.updated, charge.refund.updated and refund.failed, each as Stripe signs it."""
+    intent = create(sdk, payment_method="pm_card_refundFail")
+    receiver.wait_for(1)
+    refund = sdk.v1.refunds.create(params={"payment_intent": intent, "amount": 500})
+    first = receiver.wait_for(3)[1:]
+    clock.now += timedelta(seconds=6)  # past settle_after_seconds (5): the refund fails; the webhook thread's tick
+
+    later = receiver.wait_for(6)[3:]
+
+    assert types(first) == ["refund.created", "charge.refunded"]
+    assert types(later) == ["refund.updated", "charge.refund.updated", "refund.failed"]
+    events = [verified(d) for d in [*first, *later]]
+    assert isinstance(events[0].data.object, stripe.Refund) and events[0].data.object.id == refund.id
+    assert isinstance(events[1].data.object, stripe.Charge) and events[1].data.object.amount_refunded == 500
+    failed = events[-1].data.object
+    assert (failed.id, failed.status, failed.failure_reason) == (refund.id, "failed", "declined")
+    assert [e.id for e in sdk.v1.events.list(params={"type": "refund.*"}).data][::-1] == [
+        events[0].id, events[2].id, events[4].id]  # the same events, kept by the account
+
+
+def test_capture_events__an_authorisation_then_its_capture(sdk: stripe.StripeClient, receiver: Receiver) -> None:
+    intent = create(sdk, capture_method="manual")
+    authorised = receiver.wait_for(1)
+    sdk.v1.payment_intents.capture(intent, params={"amount_to_capture": 1000})
+
+    captured = receiver.wait_for(2)[1:]
+
+    assert types(authorised) == ["payment_intent.amount_capturable_updated"]
+    assert verified(authorised[0]).data.object.amount_capturable == 1250
+    assert types(captured) == ["payment_intent.succeeded"]
+    assert verified(captured[0]).data.object.amount_received == 1000
+    assert len(receiver.quiet(0.3)) == 2  # charge.* events are in /v1/events, not the endpoint's by default
+
+
+def test_enabled_events__an_endpoint_for_every_event_gets_charge_and_creation_events_too(
+    tmp_path: Path, clock: Clock, receiver: Receiver
+) -> None:
+    hooks = WebhookConfig(url=receiver.url, secret=Secret(SECRET), backoff_seconds=0.05, events=frozenset({"*"}))
+    with SandboxServer(tmp_path / "all.db", flavor="stripe", api_key=KEY, now_func=clock, webhooks=hooks) as server:
+        client = stripe.StripeClient(KEY, base_addresses={"api": server.url}, max_network_retries=0)
+        create(client)
+        assert types(receiver.wait_for(3)) == ["payment_intent.created", "charge.succeeded",
+                                               "payment_intent.succeeded"]
