@@ -43,7 +43,7 @@ def test_apply__a_transition_naming_another_psp_reference_raises_and_moves_nothi
     pid = pending(db, "order-1", "pi_A")
     before = snapshot(db, pid)
     store = PaymentStore(db)
-    with pytest.raises(PspReferenceConflict, match="pi_B.*pi_A"), db.begin() as conn:
+    with pytest.raises(PspReferenceConflict, match=r"pi_B.*pi_A"), db.begin() as conn:
         store.apply(conn, heal(pid, "pi_B"))
     assert snapshot(db, pid) == before
     with db.begin() as conn:  # to review, too: whatever the target, never with another reference
