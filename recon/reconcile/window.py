@@ -24,9 +24,9 @@ What falls back to the per-payment job, and when it runs:
 | lists another PSP reference than ours under our reference | now, with a note naming both (evidence, never a heal) |
 | says pending / cannot say                             | after the schedule's 1st wait |
 | (a charge job holds a live lease on it)               | now (it waits for the charge) |
-| breaks its pagination (a repeated cursor, a page past the bound, no progress) | now, all: the job is dead (4) |
+| breaks its pagination (a repeated cursor, a page past the bound, no progress) | now, all: the job is dead (*) |
 
-(4) PspProtocolError, ``psp_adapters.pager``; error kind ``protocol``.
+(*) PspProtocolError, ``psp_adapters.pager``; error kind ``protocol``.
 
 A listing that broke its protocol is not evidence: nothing is healed from the pages it gave, every unfinished
 payment of the window gets its reconcile job now (committed with the job's finish), and the job is **dead**

@@ -1,24 +1,23 @@
 """A hypothesis ``RuleBasedStateMachine`` that drives payments through the real charge and reconcile handlers, on
 SQLite and on PostgreSQL, and checks the payment state machine and its audit trail after every step.
 
-Rules: create a payment (with its charge job); run the charge job with one PSP answer, now or a day later
-(past the PSP's idempotency retention, so that the handler looks the payment up first) (an outcome or an
-error: succeeded, other amount, declined, pending, unknown, not found, action required, a saved 500, an
-unknown outcome, a rejection, a connect error, a success of another PSP reference than the one the payment's
-earlier answers gave); the same with a stale worker (the lease expires and the
-watcher rescues it between the handler's answer and its finish); enqueue and run a reconcile job with one
-PSP answer; a PSP webhook (succeeded, other amount, failed, pending, action required, unknown, refund,
-dispute) for one of the payments, named by the PSP's reference or only by ours, or for a payment we do not
-know, or foreign news naming one of ours (``push_foreign_webhook``: our merchant reference with another PSP
-reference than ours, or our references from another merchant account), or a redelivery of an earlier one, stored as ``recon serve`` stores it (``WebhookStore.intake``: the
-event and its job); run up to four webhook jobs and finish them together as the finisher does
-(``JobStore.finish_together`` with their ``BatchWrite``, each alone when that fails), or with their leases
-rescued meanwhile; resolve a payment in review at the review desk (``ReviewDesk.resolve``, with the PSP's
-answer of the moment, overriding it or not) or ask the desk for a recheck and run it; advance the clock
-(past a lease, past the reconcile grace period); a stuck-watcher pass. Jobs run as the worker runs them:
-claim, the handler with a ``Lease``, then the fenced finish carrying the handler's ``Outcome.write`` (a write
-that raises rolls back and the attempt finishes as its error classifies, as ``Worker._finish_with_write``
-does).
+Rules: create a payment (with its charge job); run the charge job with one PSP answer, now or a day later (past the
+PSP's idempotency retention, so that the handler looks the payment up first) (an outcome or an error: succeeded,
+other amount, declined, pending, unknown, not found, action required, a saved 500, an unknown outcome, a rejection,
+a connect error, a success of another PSP reference than the one the payment's earlier answers gave); the same with
+a stale worker (the lease expires and the watcher rescues it between the handler's answer and its finish); enqueue
+and run a reconcile job with one PSP answer; a PSP webhook (succeeded, other amount, failed, pending, action
+required, unknown, refund, dispute) for one of the payments, named by the PSP's reference or only by ours, or for a
+payment we do not know, or foreign news naming one of ours (``push_foreign_webhook``: our merchant reference with
+another PSP reference than ours, or our references from another merchant account), or a redelivery of an earlier
+one, stored as ``recon serve`` stores it (``WebhookStore.intake``: the event and its job); run up to four webhook
+jobs and finish them together as the finisher does (``JobStore.finish_together`` with their ``BatchWrite``, each
+alone when that fails), or with their leases rescued meanwhile; resolve a payment in review at the review desk
+(``ReviewDesk.resolve``, with the PSP's answer of the moment, overriding it or not) or ask the desk for a recheck
+and run it; advance the clock (past a lease, past the reconcile grace period); a stuck-watcher pass. Jobs run as
+the worker runs them: claim, the handler with a ``Lease``, then the fenced finish carrying the handler's
+``Outcome.write`` (a write that raises rolls back and the attempt finishes as its error classifies, as
+``Worker._finish_with_write`` does).
 
 Checked after every step, per payment: every status change is one event and the events chain (the first
 ``None -> created``, each ``from`` the previous ``to``, the last ``to`` the payment's status); every change
