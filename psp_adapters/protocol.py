@@ -164,6 +164,7 @@ class SettlementLine:
     net: int | None = None  #: what reaches the merchant after fees, same units, when the listing says
     settlement_currency: str | None = None  #: currency of ``fee`` and ``net``; None: the same as ``currency``
     payout: str | None = None  #: the payout (batch) that carries this line, when the listing says
+    merchant_account: str | None = None  #: where the PSP booked it, when it has merchant accounts (Adyen)
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,7 +316,7 @@ class App:
         if "webhook" in kinds:
             handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
                 self.payments, self.client(), queue=self.reconcile_config.queue, listing_func=self._listing_psps,
-                config=self.reconcile_config)))
+                config=self.reconcile_config), reconcile_queue=self.reconcile_config.queue))
         if "sweep" in kinds or "report" in kinds:
             from recon.reconcile.periodic import ReportJob, SweepJob
 

@@ -4,6 +4,7 @@
 ReconError
 ├── ConfigError             bad configuration file, key, value or database URL (CLI exit 2)
 ├── UsageError              bad input from a user: a duration, a file row, a filter (CLI exit 2)
+├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
 ├── EngineError
 │   ├── UnknownJobKind      no handler is registered for a job's kind
 │   ├── QueueFull           enqueue past a queue's max depth (backpressure)
@@ -33,6 +34,14 @@ class ConfigError(ReconError):
 
 class UsageError(ReconError):
     """The input is invalid."""
+
+
+class PspReferenceConflict(ReconError):
+    """A payment write named another PSP reference than the one the payment holds; nothing was written.
+
+    A PSP reference, once stored, is never replaced (``recon.db.payment_store``): evidence naming another one
+    is a discrepancy to reconcile or review (``recon.reconcile.decide``), never a write. Raised inside a job's
+    finish, it rolls the finish back and the job runs again, deciding on what is stored now."""
 
 
 class EngineError(ReconError):

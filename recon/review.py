@@ -50,6 +50,7 @@ class ReviewKind(StrEnum):
     AUTHENTICATION_REQUIRED = "authentication_required"  #: the customer must authenticate (3-D Secure)
     PSP_REVERSED = "psp_reversed"  #: refunded or disputed at the PSP after it succeeded
     STATUS_MISMATCH = "status_mismatch"  #: we hold it as failed, the PSP says it succeeded
+    REFERENCE_CONFLICT = "reference_conflict"  #: the PSP speaks of another PSP reference under our reference
     OTHER = "other"  #: anything else
 
 

@@ -130,6 +130,12 @@ def check_transition(current: PaymentStatus, target: PaymentStatus) -> None:
         raise IllegalTransition(f"payment cannot go from {current} to {target}")
 
 
+#: stored merchant accounts that name no account of the PSP's: empty, or "default", the import's label for a
+#: payment of a PSP without merchant accounts (``recon.payments.importer.DEFAULT_ACCOUNT``, never sent to a PSP).
+#: Evidence matches such a payment whatever account it names (``recon.reconcile.decide.accounts_agree``).
+NO_ACCOUNT: frozenset[str] = frozenset({"", "default"})
+
+
 @dataclass(frozen=True, slots=True)
 class Payment:
     id: int

@@ -97,7 +97,9 @@ class TemplateAdapter:
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
     ) -> Iterator[SettlementLine]:
-        """Settlement lines in ``[since, until)``, one page per request as iterated (write the paging)."""
+        """Settlement lines in ``[since, until)``, one page per request as iterated (write the paging through a
+        ``psp_adapters.pager.Pager``: ``request()`` before each page, ``follow(cursor, items=…)`` for the next,
+        so that a listing that never ends is a PspProtocolError)."""
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")
         return iter(())
@@ -105,7 +107,8 @@ class TemplateAdapter:
     def iter_payments(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
     ) -> Iterator[PaymentPage]:
-        """Payments created in ``[since, until)``, one page per request (write it, then set lists_payments)."""
+        """Payments created in ``[since, until)``, one page per request (write it through a
+        ``psp_adapters.pager.Pager``, as ``iter_settlements`` says, then set lists_payments)."""
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")
         raise PspRejectedError(f"{PSP_NAME}: the adapter does not list payments", psp=PSP_NAME)

@@ -81,6 +81,7 @@ from psp_adapters.http import (
     system_now,
     transport_errors,
 )
+from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
     PaymentOutcome,
@@ -213,7 +214,7 @@ class AdyenAdapter:
         for offset in range(self._lookback_days + 1):
             day = today - timedelta(days=offset)
             rows = self._report(account, day) if offset < FINAL_AFTER_DAYS else self._final_report(account, day)
-            matching = [row for row in rows or () if report.row_matches(row, ref)]
+            matching = [row for row in rows or () if report.row_matches(row, ref, account=account)]
             if matching:
                 return wire.report_outcome(matching)
         return Pending(psp_reference=ref.psp_reference, merchant_reference=ref.merchant_reference)
@@ -271,12 +272,14 @@ class AdyenAdapter:
     def _settlement_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[SettlementLine]:
         day = since.astimezone(self._tz).date()
         last = (until - timedelta(microseconds=1)).astimezone(self._tz).date()
+        pager = Pager(PSP_NAME, "payment accounting reports")  # one download a page, bounded
         while day <= last:
             for account in accounts:
+                pager.request()
                 for row in self._report(account, day) or ():
                     status = wire.settlement_status(row.record_type)
                     if status is not None and since <= row.booked_at < until:
-                        yield wire.to_settlement_line(row, status=status)
+                        yield wire.to_settlement_line(row, status=status, merchant_account=account)
             day += timedelta(days=1)
 
     def _payment_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[PaymentPage]:
@@ -288,7 +291,9 @@ class AdyenAdapter:
         downloads = [(day, account) for day in days for account in accounts]
         rows: dict[tuple[str, str], list[report.ReportRow]] = {}
         in_window: set[tuple[str, str]] = set()
+        pager = Pager(PSP_NAME, "payment accounting reports")  # one download a page, bounded
         for n, (day, account) in enumerate(downloads, start=1):
+            pager.request()
             for row in self._report(account, day) or ():
                 key = (account, row.psp_reference)
                 rows.setdefault(key, []).append(row)

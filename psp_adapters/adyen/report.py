@@ -130,8 +130,12 @@ def parse_report(text: str, *, tz: tzinfo) -> list[ReportRow]:
     return [_report_row(row, tz=tz) for row in reader]
 
 
-def row_matches(row: ReportRow, ref: PspRef) -> bool:
-    """Whether ``row`` belongs to the payment ``ref`` names (PSP reference first, else ours)."""
+def row_matches(row: ReportRow, ref: PspRef, *, account: str | None = None) -> bool:
+    """Whether ``row`` belongs to the payment ``ref`` names (PSP reference first, else ours) in merchant
+    ``account``: a row whose ``Merchant Account`` cell names another account is never ours (two accounts of one
+    company may both use a merchant reference)."""
+    if account and row.merchant_account and row.merchant_account != account:
+        return False
     if ref.psp_reference:
         return row.psp_reference == ref.psp_reference
     return row.merchant_reference == ref.merchant_reference

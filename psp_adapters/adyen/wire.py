@@ -275,9 +275,12 @@ def report_outcome(rows: list[ReportRow]) -> PaymentOutcome:
 
 def listed_payment(rows: list[ReportRow], *, merchant_account: str) -> ListedPayment:
     """One payment of a listing from its report rows (every file read): its outcome as ``report_outcome``
-    tells it, booked first at its earliest row."""
+    tells it, booked first at its earliest row, in the rows' ``Merchant Account`` (else ``merchant_account``,
+    the account whose reports they are)."""
+    named = {row.merchant_account for row in rows if row.merchant_account}
+    account = named.pop() if len(named) == 1 else merchant_account
     return ListedPayment(report_outcome(rows), created_at=min(row.booked_at for row in rows),
-                         merchant_account=merchant_account)
+                         merchant_account=account)
 
 
 def settlement_status(record_type: str) -> str | None:
@@ -315,12 +318,15 @@ def settlement_status(record_type: str) -> str | None:
             assert_never(status)
 
 
-def to_settlement_line(row: ReportRow, *, status: str) -> SettlementLine:
+def to_settlement_line(
+    row: ReportRow, *, status: str, merchant_account: str | None = None
+) -> SettlementLine:
     """A SettlementLine for a report row that is a settlement event.
 
     A Settled row also carries what reaches the merchant: ``net`` is its ``Payable (SC)``, ``fee`` the fees
     withheld (``report.ReportRow.fee``), both in minor units of ``settlement_currency``; any of the three is
-    None when the row leaves its column empty. Other events carry none of them.
+    None when the row leaves its column empty. Other events carry none of them. The line's merchant account is
+    the row's ``Merchant Account`` cell, else ``merchant_account`` (the account whose report it is).
     """
     settled = status == "succeeded"
     return SettlementLine(
@@ -334,4 +340,5 @@ def to_settlement_line(row: ReportRow, *, status: str) -> SettlementLine:
         fee=row.fee if settled else None,
         net=row.payable if settled else None,
         settlement_currency=row.settlement_currency if settled else None,
+        merchant_account=row.merchant_account or merchant_account,
     )

@@ -24,6 +24,7 @@ import httpx
 
 from psp_adapters.errors import PspError, PspProtocolError
 from psp_adapters.http import error_from_response, json_body, make_client, system_now, transport_errors
+from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
     ListedPayment,
@@ -144,28 +145,28 @@ class SandboxAdapter:
         self.close()
 
     def _created_pages(self, params: dict[str, str]) -> Iterator[PaymentPage]:
+        pager = Pager(PSP_NAME, "/v1/payments")  # a repeated cursor, no progress or no end: PspProtocolError
         while True:
+            pager.request()
             doc = self._body(self._get("/v1/payments", params=params))
-            yield tuple(_listed(item) for item in _list_data(doc))
-            cursor = doc.get("next_cursor") if isinstance(doc, dict) and doc.get("has_more") is True else None
-            if cursor is None:
+            data = _list_data(doc)
+            yield tuple(_listed(item) for item in data)
+            if not (isinstance(doc, dict) and doc.get("has_more") is True):
                 return
-            if not isinstance(cursor, str) or not cursor:
-                raise PspProtocolError(f"{PSP_NAME}: has_more without a next_cursor", psp=PSP_NAME)
-            params = {**params, "cursor": cursor}
+            params = {**params, "cursor": pager.follow(doc.get("next_cursor"), items=len(data))}
 
     def _settlement_pages(self, since: str, until: str) -> Iterator[SettlementLine]:
         params = {"since": since, "until": until, "limit": str(SETTLEMENT_PAGE_SIZE)}
+        pager = Pager(PSP_NAME, "/v1/settlements")
         while True:
+            pager.request()
             doc = self._body(self._get("/v1/settlements", params=params))
-            for item in _list_data(doc):
+            data = _list_data(doc)
+            for item in data:
                 yield wire.to_settlement_line(item)
             if not (isinstance(doc, dict) and doc.get("has_more") is True):
                 return
-            cursor = doc.get("next_cursor")
-            if not isinstance(cursor, str) or not cursor:
-                raise PspProtocolError(f"{PSP_NAME}: has_more without a next_cursor", psp=PSP_NAME)
-            params = {**params, "cursor": cursor}
+            params = {**params, "cursor": pager.follow(doc.get("next_cursor"), items=len(data))}
 
     def _get(self, path: str, *, params: Mapping[str, str] | None = None) -> httpx.Response:
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):

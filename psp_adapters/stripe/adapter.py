@@ -15,7 +15,8 @@ version stripe-python pins, overridable per adapter); answers are JSON. Endpoint
   PaymentIntent created in a window, newest first, for bulk reconciliation (``iter_payments``). List
   endpoints page by cursor: "pass starting_after with the ID of the last object in the current page" while
   ``has_more`` (https://docs.stripe.com/api/pagination). Unlike search, a list reads the API's own store,
-  so a PaymentIntent is listed as soon as it exists.
+  so a PaymentIntent is listed as soon as it exists. Both listings go through ``psp_adapters.pager``: a
+  repeated cursor, ``has_more`` after an empty page, or a listing past its page bound is a PspProtocolError.
 - ``GET /v1/balance_transactions?created[gte]=…&created[lt]=…&limit=…&expand[0]=data.source`` with
   ``starting_after=…``: the settlement listing (``balance.py``), newest first, one page per request while
   iterated. ``expand[0]``: stripe-python always indexes list parameters (Stripe's docs write ``expand[]``),
@@ -55,6 +56,7 @@ from psp_adapters.http import (
     system_now,
     transport_errors,
 )
+from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
     NotFound,
@@ -200,12 +202,14 @@ class StripeAdapter:
         self.close()
 
     def _intent_pages(self, params: dict[str, str]) -> Iterator[PaymentPage]:
+        pager = Pager(PSP_NAME, "/v1/payment_intents")  # a repeated cursor, no progress or no end: PspProtocolError
         while True:
+            pager.request()
             items, has_more = wire.list_page(self._body(self._get("/v1/payment_intents", params=params)))
             yield tuple(wire.to_listed(item) for item in items)
-            if not has_more or not items:
+            if not has_more:
                 return
-            params = {**params, "starting_after": _last_id(items)}
+            params = {**params, "starting_after": pager.follow(_last_id(items), items=len(items))}
 
     def _created_window(self, since: datetime, until: datetime) -> dict[str, str]:
         """A list request's ``created`` range for ``[since, until)``, widened to Stripe's whole seconds, and the
@@ -216,15 +220,17 @@ class StripeAdapter:
                 "limit": str(self._page_size)}
 
     def _settlement_pages(self, params: dict[str, str]) -> Iterator[SettlementLine]:
+        pager = Pager(PSP_NAME, "/v1/balance_transactions")
         while True:
+            pager.request()
             items, has_more = wire.list_page(self._body(self._get("/v1/balance_transactions", params=params)))
             for item in items:
                 line = balance.to_settlement_line(item)
                 if line is not None:
                     yield line
-            if not has_more or not items:
+            if not has_more:
                 return
-            params = {**params, "starting_after": _last_id(items)}
+            params = {**params, "starting_after": pager.follow(_last_id(items), items=len(items))}
 
     def _get(self, path: str, *, params: Mapping[str, str] | None = None) -> httpx.Response:
         with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):
@@ -253,8 +259,11 @@ class StripeAdapter:
         )
 
 
-def _last_id(items: list[Mapping[str, object]]) -> str:
-    """The cursor of the next page: the id of this page's last object."""
+def _last_id(items: list[Mapping[str, object]]) -> str | None:
+    """The cursor of the next page: the id of this page's last object (None for an empty page: the pager
+    refuses it)."""
+    if not items:
+        return None
     last_id = items[-1].get("id")
     if not isinstance(last_id, str):
         raise PspProtocolError(f"{PSP_NAME}: list item without id", psp=PSP_NAME)

@@ -111,23 +111,30 @@ payment_event_insert_many = Query(
     """,
 )
 
+# A PSP reference, once stored, is never replaced: a transition naming another one matches no row (it does not
+# move the payment) and the store tells that apart from a lost compare-and-set (PspReferenceConflict).
+_SAME_REFERENCE = "({stored} IS NULL OR {given} IS NULL OR {stored} = {given})"
+
 payment_transition_if_status = Query(
     "payment_transition_if_status",
-    "Run by charge and reconcile handlers: compare-and-set of a payment's status (no row: it changed).",
-    sql="""
-        UPDATE payments SET status = :to_status, updated_at = {now},
-            psp_reference = coalesce(:psp_reference, psp_reference),
+    "Run by charge and reconcile handlers: compare-and-set of a payment's status (no row: it changed, or the "
+    "transition names another PSP reference than the one stored).",
+    sql=f"""
+        UPDATE payments SET status = :to_status, updated_at = {{now}},
+            psp_reference = coalesce(psp_reference, :psp_reference),
             failure_reason = coalesce(:failure_reason, failure_reason),
             review_reason = coalesce(:review_reason, review_reason),
-            review_since = CASE WHEN :to_status = 'needs_review' THEN {now} ELSE review_since END
+            review_since = CASE WHEN :to_status = 'needs_review' THEN {{now}} ELSE review_since END
         WHERE id = :id AND status = :from_status
+          AND {_SAME_REFERENCE.format(stored="psp_reference", given="CAST(:psp_reference AS TEXT)")}
         RETURNING id
-    """,
+    """,  # nosec B608  # constant SQL, values bound
 )
 
 payment_set_psp_reference_if_status = Query(
     "payment_set_psp_reference_if_status",
-    "Run by the charge handler when the PSP answered pending: keep its reference for reconciliation.",
+    "Run by the charge and webhook jobs when the PSP answered pending: keep its reference for reconciliation "
+    "(only where none is stored: a stored reference is never replaced).",
     sql="""UPDATE payments SET psp_reference = :psp_reference, updated_at = {now}
            WHERE id = :id AND status = :status AND psp_reference IS NULL RETURNING id""",
 )
@@ -350,22 +357,24 @@ payment_touch_many_if_status = Query(
 
 payment_transition_many_if_status = Query(
     "payment_transition_many_if_status",
-    "Run in a reconcile window job's fenced finish: the window's heals, each a compare-and-set on its own "
-    "payment's status, in one statement; returns the ids that moved (the others changed meanwhile).",
-    postgresql="""
-        UPDATE payments AS p SET status = r.to_status, updated_at = {now},
-            psp_reference = coalesce(r.psp_reference, p.psp_reference),
+    "Run in the fenced finish of reconcile window jobs and webhook jobs: their transitions, each a "
+    "compare-and-set on its own payment's status (and, as payment_transition_if_status, never replacing a stored "
+    "PSP reference), in one statement; returns the ids that moved (the others changed meanwhile, or conflict).",
+    postgresql=f"""
+        UPDATE payments AS p SET status = r.to_status, updated_at = {{now}},
+            psp_reference = coalesce(p.psp_reference, r.psp_reference),
             failure_reason = coalesce(r.failure_reason, p.failure_reason),
             review_reason = coalesce(r.review_reason, p.review_reason),
-            review_since = CASE WHEN r.to_status = 'needs_review' THEN {now} ELSE p.review_since END
-        FROM jsonb_to_recordset({json:rows}) AS r(id bigint, from_status text, to_status text, psp_reference text,
+            review_since = CASE WHEN r.to_status = 'needs_review' THEN {{now}} ELSE p.review_since END
+        FROM jsonb_to_recordset({{json:rows}}) AS r(id bigint, from_status text, to_status text, psp_reference text,
              failure_reason text, review_reason text)
         WHERE p.id = r.id AND p.status = r.from_status
+          AND {_SAME_REFERENCE.format(stored="p.psp_reference", given="r.psp_reference")}
         RETURNING p.id
-    """,
-    sqlite="""
+    """,  # nosec B608  # constant SQL, values bound
+    sqlite=f"""
         UPDATE payments SET status = r.to_status, updated_at = :now,
-            psp_reference = coalesce(r.psp_reference, payments.psp_reference),
+            psp_reference = coalesce(payments.psp_reference, r.psp_reference),
             failure_reason = coalesce(r.failure_reason, payments.failure_reason),
             review_reason = coalesce(r.review_reason, payments.review_reason),
             review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END
@@ -374,8 +383,9 @@ payment_transition_many_if_status = Query(
                      value ->> '$.failure_reason' AS failure_reason, value ->> '$.review_reason' AS review_reason
               FROM json_each(:rows)) AS r
         WHERE payments.id = r.id AND payments.status = r.from_status
+          AND {_SAME_REFERENCE.format(stored="payments.psp_reference", given="r.psp_reference")}
         RETURNING payments.id
-    """,
+    """,  # nosec B608  # constant SQL, values bound
 )
 
 payment_window_candidates = Query(

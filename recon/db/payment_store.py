@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
-from recon.errors import StoreError, UsageError
+from recon.errors import PspReferenceConflict, StoreError, UsageError
 from recon.redact import redact_row, redact_value
 from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
@@ -197,11 +197,15 @@ class PaymentStore:
     def apply(self, conn: sa.Connection, t: Transition) -> bool:
         """Compare-and-set inside the caller's transaction; False when the status was no longer
         ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
-        machine forbids."""
+        machine forbids, and PspReferenceConflict (nothing written) when ``t.psp_reference`` is not the PSP
+        reference the payment holds: a stored reference is never replaced, and such a transition never moves
+        the payment, whoever builds it (evidence naming another reference is ``recon.reconcile.decide``'s
+        conflict, kept as evidence and resolved by a reconcile job or review)."""
         check_transition(t.from_status, t.to_status)
         row = conn.execute(self._q(lq.payment_transition_if_status),
                            {**_transition_row(t), "now": self.db.now_param()}).first()
         if row is None:
+            self._refuse_conflicts(conn, [t])
             return False
         self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status), to_status=str(t.to_status),
                                  source=str(t.source), job_id=t.job_id, attempt=t.attempt, details=t.details)])
@@ -211,7 +215,9 @@ class PaymentStore:
         """``apply`` for many payments in the caller's transaction: each a compare-and-set on its own payment's
         status with its own audit event (its own evidence), in two statements per 5,000. Returns the ids that
         moved; the others had changed meanwhile and get no event. Raises IllegalTransition first, writing
-        nothing, when one move is one the state machine forbids."""
+        nothing, when one move is one the state machine forbids; PspReferenceConflict (as ``apply``) when one
+        names another PSP reference than its payment holds (the caller's transaction is then to be rolled
+        back: the other moves of the batch are written in it already)."""
         for t in transitions:
             check_transition(t.from_status, t.to_status)
         moved: set[int] = set()
@@ -220,11 +226,27 @@ class PaymentStore:
             rows = [_transition_row(t) for t in chunk]
             done = {int(r[0]) for r in conn.execute(self._q(lq.payment_transition_many_if_status),
                                                     {"rows": json.dumps(rows), "now": self.db.now_param()})}
+            self._refuse_conflicts(conn, [t for t in chunk if t.payment_id not in done])
             self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status),
                                      to_status=str(t.to_status), source=str(t.source), job_id=t.job_id,
                                      attempt=t.attempt, details=t.details) for t in chunk if t.payment_id in done])
             moved |= done
         return moved
+
+    def _refuse_conflicts(self, conn: sa.Connection, unmoved: Sequence[Transition]) -> None:
+        """Raise PspReferenceConflict when one of ``unmoved`` (transitions that matched no row) failed only
+        because it names another PSP reference than its payment holds; a lost compare-and-set raises nothing.
+        One read, and only of transitions that carry a reference and did not move (rare)."""
+        named = {t.payment_id: t for t in unmoved if t.psp_reference}
+        if not named:
+            return
+        for row in conn.execute(self._q(lq.payment_get_many), {"ids": sorted(named)}):
+            p, t = self._payment(row), named[int(row[0])]
+            if p.status is t.from_status and p.psp_reference and p.psp_reference != t.psp_reference:
+                raise PspReferenceConflict(
+                    f"payment {p.id}: a {t.source} transition to {t.to_status} names PSP reference "
+                    f"{t.psp_reference!r}, the payment holds {p.psp_reference!r}; a stored PSP reference is never "
+                    "replaced: not moved")
 
     def enqueue_reconcile(self, conn: sa.Connection, rows: Sequence[EnqueueRow]) -> list[int]:
         """Reconcile jobs in the caller's transaction (a window job's fall-backs, with its finish); a row whose

@@ -15,6 +15,10 @@ from __future__ import annotations
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
 from recon.db.sql import Query
+from recon.rows import NO_ACCOUNT
+
+#: the merged status of a PSP reference listed twice at one time with different statuses: neither copy wins
+CONFLICTING = "conflicting"
 
 report_lines_drop = Query(
     "report_lines_drop",
@@ -31,7 +35,7 @@ report_lines_create = Query(
             psp_reference text PRIMARY KEY, merchant_reference text, amount bigint NOT NULL,
             currency text NOT NULL, status text NOT NULL, first_at bigint NOT NULL, last_at bigint NOT NULL,
             lines int NOT NULL, seq bigint NOT NULL, payment_id bigint, fee bigint, net bigint,
-            settlement_currency text
+            settlement_currency text, merchant_account text
         ) ON COMMIT DROP
     """,
     sqlite="""
@@ -39,21 +43,29 @@ report_lines_create = Query(
             psp_reference TEXT PRIMARY KEY, merchant_reference TEXT, amount INTEGER NOT NULL,
             currency TEXT NOT NULL, status TEXT NOT NULL, first_at INTEGER NOT NULL, last_at INTEGER NOT NULL,
             lines INTEGER NOT NULL, seq INTEGER NOT NULL, payment_id INTEGER, fee INTEGER, net INTEGER,
-            settlement_currency TEXT
+            settlement_currency TEXT, merchant_account TEXT
         )
     """,
 )
 
 # The payment a line belongs to: by the PSP's reference first, else by our merchant reference (a charge whose
 # reference we never stored: a crash between send and commit, or a second charge). Both use an index
-# (payments_psp_reference, payments_merchant_reference_key).
-_MATCH = """coalesce(
-    (SELECT p.id FROM payments p WHERE p.psp = :psp AND p.psp_reference = {ref} ORDER BY p.id LIMIT 1),
-    (SELECT p.id FROM payments p WHERE p.psp = :psp AND p.merchant_reference = {mref}))"""
+# (payments_psp_reference, payments_merchant_reference_key). Only where the merchant accounts agree, as
+# recon.reconcile.decide.accounts_agree says: a line of another account is not ours (missing_locally), and a
+# side naming no account (a Stripe line; a payment stored with one of recon.rows.NO_ACCOUNT) agrees with any.
+_NO_ACCOUNT = ", ".join(f"'{a}'" for a in sorted(NO_ACCOUNT))
+_AGREES = f"(nullif({{acct}}, '') IS NULL OR p.merchant_account IN ({_NO_ACCOUNT}) OR p.merchant_account = {{acct}})"
+_MATCH = f"""coalesce(
+    (SELECT p.id FROM payments p WHERE p.psp = :psp AND p.psp_reference = {{ref}} AND {_AGREES}
+     ORDER BY p.id LIMIT 1),
+    (SELECT p.id FROM payments p WHERE p.psp = :psp AND p.merchant_reference = {{mref}} AND {_AGREES}))
+"""  # nosec B608  # constant SQL, values bound
 
-# A line already loaded (an Adyen payment settled, then refunded): merge. The latest event gives the status
-# (a tie goes to the line listed later); the earliest gives amount, currency, fee and net (later events,
-# refunds or chargebacks, carry their own amounts; the charge's fee is the one that settled with it).
+# A line already loaded (an Adyen payment settled, then refunded): merge. The latest event gives the status;
+# two lines of one reference at the same time that disagree are CONFLICTING (never decided by the copy listed
+# last: the line is then a status_mismatch a person reads); the earliest gives amount, currency, fee and net
+# (later events, refunds or chargebacks, carry their own amounts; the charge's fee is the one that settled
+# with it).
 _MERGE = """
     merchant_reference = coalesce(report_lines.merchant_reference, excluded.merchant_reference),
     amount = CASE WHEN excluded.first_at < report_lines.first_at
@@ -66,38 +78,48 @@ _MERGE = """
                THEN excluded.net ELSE report_lines.net END,
     settlement_currency = CASE WHEN excluded.first_at < report_lines.first_at
                                THEN excluded.settlement_currency ELSE report_lines.settlement_currency END,
-    status = CASE WHEN excluded.last_at >= report_lines.last_at
-                  THEN excluded.status ELSE report_lines.status END,
+    status = CASE WHEN excluded.last_at > report_lines.last_at THEN excluded.status
+                  WHEN excluded.last_at < report_lines.last_at THEN report_lines.status
+                  WHEN excluded.status = report_lines.status THEN report_lines.status
+                  ELSE '{conflicting}' END,
+    merchant_account = coalesce(report_lines.merchant_account, excluded.merchant_account),
     first_at = {least}(report_lines.first_at, excluded.first_at),
     last_at = {greatest}(report_lines.last_at, excluded.last_at),
     lines = report_lines.lines + excluded.lines,
     payment_id = coalesce(report_lines.payment_id, excluded.payment_id)
 """
 
+_MERGE_PG = _MERGE.format(least="least", greatest="greatest", conflicting=CONFLICTING)
+_MERGE_SQLITE = _MERGE.format(least="min", greatest="max", conflicting=CONFLICTING)
+
 report_lines_upsert = Query(
     "report_lines_upsert",
     "Run by the report's loader: a batch of PSP lines (unique references), matched to our payments, merged.",
     postgresql=f"""
         INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
-                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency)
+                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency,
+                                  merchant_account)
         SELECT r.psp_reference, r.merchant_reference, r.amount, r.currency, r.status, r.first_at, r.last_at,
-               r.lines, r.seq, {_MATCH.format(ref="r.psp_reference", mref="r.merchant_reference")},
-               r.fee, r.net, r.settlement_currency
+               r.lines, r.seq,
+               {_MATCH.format(ref="r.psp_reference", mref="r.merchant_reference", acct="r.merchant_account")},
+               r.fee, r.net, r.settlement_currency, r.merchant_account
         FROM jsonb_to_recordset({{json:rows}}) AS r(psp_reference text, merchant_reference text,
              amount bigint, currency text, status text, first_at bigint, last_at bigint, lines int,
-             seq bigint, fee bigint, net bigint, settlement_currency text)
-        ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE.format(least="least", greatest="greatest")}
+             seq bigint, fee bigint, net bigint, settlement_currency text, merchant_account text)
+        ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE_PG}
     """,  # nosec B608  # constant SQL, values bound
     sqlite=f"""
         INSERT INTO report_lines (psp_reference, merchant_reference, amount, currency, status,
-                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency)
+                                  first_at, last_at, lines, seq, payment_id, fee, net, settlement_currency,
+                                  merchant_account)
         SELECT value ->> '$.psp_reference', value ->> '$.merchant_reference', value ->> '$.amount',
                value ->> '$.currency', value ->> '$.status', value ->> '$.first_at', value ->> '$.last_at',
                value ->> '$.lines', value ->> '$.seq',
-               {_MATCH.format(ref="value ->> '$.psp_reference'", mref="value ->> '$.merchant_reference'")},
-               value ->> '$.fee', value ->> '$.net', value ->> '$.settlement_currency'
+               {_MATCH.format(ref="value ->> '$.psp_reference'", mref="value ->> '$.merchant_reference'",
+                              acct="value ->> '$.merchant_account'")},
+               value ->> '$.fee', value ->> '$.net', value ->> '$.settlement_currency', value ->> '$.merchant_account'
         FROM json_each(:rows) ORDER BY key
-        ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE.format(least="min", greatest="max")}
+        ON CONFLICT (psp_reference) DO UPDATE SET {_MERGE_SQLITE}
     """,  # nosec B608  # constant SQL, values bound
 )
 

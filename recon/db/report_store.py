@@ -188,15 +188,20 @@ def _line_row(line: SettlementLine, seq: int) -> dict[str, Any]:
     return {"psp_reference": line.psp_reference, "merchant_reference": line.merchant_reference,
             "amount": line.amount, "currency": line.currency, "status": line.status,
             "first_at": at, "last_at": at, "lines": 1, "seq": seq, "fee": line.fee, "net": line.net,
-            "settlement_currency": line.settlement_currency}
+            "settlement_currency": line.settlement_currency, "merchant_account": line.merchant_account}
 
 
 def _merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The in-batch twin of the upsert's merge: latest status; earliest amount, currency, fee and net."""
+    """The in-batch twin of the upsert's merge: latest status (CONFLICTING when two at one time disagree);
+    earliest amount, currency, fee and net."""
     earlier = new if new["first_at"] < old["first_at"] else old
-    later = new if new["last_at"] >= old["last_at"] else old
+    later = new if new["last_at"] > old["last_at"] else old
+    status = later["status"]
+    if new["last_at"] == old["last_at"] and new["status"] != old["status"]:
+        status = rq.CONFLICTING
     return {**old, "merchant_reference": old["merchant_reference"] or new["merchant_reference"],
-            "amount": earlier["amount"], "currency": earlier["currency"], "status": later["status"],
+            "merchant_account": old["merchant_account"] or new["merchant_account"],
+            "amount": earlier["amount"], "currency": earlier["currency"], "status": status,
             "fee": earlier["fee"], "net": earlier["net"], "settlement_currency": earlier["settlement_currency"],
             "first_at": earlier["first_at"], "last_at": later["last_at"],
             "lines": old["lines"] + new["lines"]}

@@ -11,6 +11,7 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | ActionRequired (3-D Secure, redirect)    | needs_review (authentication)    | complete                   |
 | Failed (declined)                        | failed (reason)                  | complete                   |
 | Pending / Unknown / NotFound             | pending (reconciliation decides) | complete                   |
+| any answer naming another PSP reference than the one stored | needs_review (reference_conflict) | complete |
 | validation error (400/422)               | failed (rejected)                | dead                       |
 | an error the PSP saved under the key     | pending (reconciliation decides) | complete: a retry replays it|
 | unknown outcome, 5xx, busy, protocol     | pending (never failed from these)| retry, same idempotency key|
@@ -87,6 +88,16 @@ def authentication_reason(outcome: PaymentOutcome) -> str:
 def config_dead(exc: ConfigError) -> Dead:
     """The outcome of a job whose PSP cannot be called as configured: dead, to replay once fixed."""
     return Dead(error_kind="config", error=f"ConfigError: {exc}")
+
+
+def reference_conflict(payment: Payment, named: str | None, *, what: str) -> str | None:
+    """The review reason when ``named`` (a PSP reference some evidence gives) is not the PSP reference the
+    payment holds; None when it holds none, the evidence names none, or they agree. ``what``: the evidence and
+    what it says, for the reason ("the PSP's webhook says succeeded")."""
+    if not (payment.psp_reference and named) or named == payment.psp_reference:
+        return None
+    return (f"reference_conflict: ours is {payment.psp_reference}, {what} about {named} under our reference "
+            f"(a second charge, or not ours: a person looks)")
 
 
 def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
@@ -202,6 +213,11 @@ class ChargeHandler:
     def _write_answer(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Callable[[sa.Connection], Any]:
         details = outcome_details(answer)
         ref = answer.psp_reference
+        said = answer.raw_status or type(answer).__name__.lower()
+        conflict = reference_conflict(payment, ref, what=f"the PSP's answer to our charge says {said}")
+        if conflict and payment.psp_reference and ref:  # one key, two PSP references: never ours replaced
+            details["psp_reference_conflict"] = {"ours": payment.psp_reference, "theirs": [ref]}
+            return self._transition(payment, job, PaymentStatus.NEEDS_REVIEW, details, review_reason=conflict)
         match answer:
             case Succeeded():
                 problem = mismatch(payment, answer)

@@ -1,28 +1,54 @@
-"""What the PSP's word means for one of our payments: one table for reconciliation and webhooks.
+"""What the PSP's word means for one of our payments: one table for reconciliation, listings and webhooks.
 
-``heal`` is the part of the table in recon.reconcile.handler that ends an unfinished payment; ``reversal``
-and ``late_news`` are what a webhook adds about a payment that is final already. Both return the target
+First, whether the evidence is about the payment at all, and whether it agrees with what we hold:
+
+- ``accounts_agree``: evidence is about a payment only when the merchant accounts agree. A PSP with merchant
+  accounts (Adyen) may see one merchant reference in two accounts (Adyen recommends unique references but
+  does not require them); evidence from another account is not ours. A side that names no account (Stripe's
+  events and listings; a payment stored without one, ``recon.rows.NO_ACCOUNT``) agrees with any.
+- ``conflict``: a PSP reference, once stored, is never replaced. Evidence naming another PSP reference than
+  the one the payment holds (a second PaymentIntent carrying our reference, a listing with another charge under
+  it) is kept as evidence naming both, and resolved visibly, never healed from.
+
+Then ``heal`` is the part of the table in recon.reconcile.handler that ends an unfinished payment; ``reversal``
+and ``late_news`` are what a webhook adds about a payment that is final already. They return the target
 status with the fields its transition sets, or None when nothing changes.
 
-| the PSP says                       | ours                | becomes                                           |
-| ---------------------------------- | ------------------- | ------------------------------------------------- |
-| succeeded, same amount and currency | unfinished         | succeeded                                         |
-| succeeded, other amount or currency | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
-| customer action required           | unfinished          | needs_review (authentication_required)            |
-| failed / canceled                  | unfinished          | failed                                            |
-| refunded or disputed               | unfinished, succeeded, failed | needs_review (psp_reversed)             |
-| succeeded                          | failed              | needs_review (status_mismatch)                    |
-| anything else                      | final               | nothing (a redelivery, or older news)             |
+| the PSP says                              | ours               | becomes                                         |
+| ----------------------------------------- | ------------------ | ----------------------------------------------- |
+| anything, from another merchant account   | any                | nothing: not ours (1)                           |
+| anything under another PSP reference (4), pushed or listed | unfinished | evidence naming both; reconcile now (2) |
+| anything under another PSP reference, answering our question (3) | unfinished | needs_review (reference_conflict) |
+| succeeded, refunded, disputed under another PSP reference | succeeded, failed | needs_review (reference_conflict) |
+| anything else under another PSP reference | final              | evidence naming both                            |
+| succeeded, same amount and currency       | unfinished         | succeeded                                       |
+| succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
+| customer action required                  | unfinished         | needs_review (authentication_required)          |
+| failed / canceled                         | unfinished         | failed                                          |
+| refunded or disputed                      | unfinished, succeeded, failed | needs_review (psp_reversed)          |
+| succeeded                                 | failed             | needs_review (status_mismatch)                  |
+| anything else                             | final              | nothing (a redelivery, or older news)           |
+
+(1) a webhook is kept as unknown_payment (``recon report``: missing_locally); a listing has not listed it; the
+report's line is missing_locally. (2) ``reconcile:<id>``: it asks the PSP about the reference we hold. (3) the
+answer to our charge, or to the reconcile job's lookup: no later job would settle it. A succeeded payment
+hearing of a success under another reference may have been charged twice: a person looks. (4) "under another
+PSP reference": naming our merchant reference and a PSP reference other than the one we hold (``conflict``).
+
+The first rows come first: a transition built from evidence naming another PSP reference would not move the
+payment anyway (``PaymentStore.apply`` refuses it: PspReferenceConflict), but the decision never builds one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from psp_adapters.protocol import ActionRequired, Failed, PaymentOutcome, Reversed, Succeeded
-from recon.payments.charge import authentication_reason, mismatch
+from recon.payments.charge import authentication_reason, mismatch, reference_conflict
 from recon.payments.money import format_amount
-from recon.rows import Payment, PaymentStatus
+from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +63,57 @@ class Heal:
                 "review_reason": self.review_reason}
 
 
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Evidence naming ``theirs`` about a payment that holds ``ours``. ``review``: the transition to
+    needs_review the table gives (never carrying ``theirs``); None: the evidence is kept as a note naming both
+    (``details``), and an unfinished payment gets its reconcile job now."""
+
+    ours: str
+    theirs: str
+    review: Heal | None = None
+
+    def details(self) -> dict[str, Any]:
+        return conflict_details(self.ours, [self.theirs])
+
+
+def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
+    """The audit trail's record of evidence naming other PSP references than ours: both sides, by name."""
+    return {"psp_reference_conflict": {"ours": ours, "theirs": sorted(set(theirs))}}
+
+
+def accounts_agree(ours: str | None, theirs: str | None) -> bool:
+    """Whether evidence from merchant account ``theirs`` may be about a payment of account ``ours``: they are
+    the same, or either side names no account (None, or one of ``NO_ACCOUNT``)."""
+    return ours is None or ours in NO_ACCOUNT or theirs is None or theirs in NO_ACCOUNT or ours == theirs
+
+
+def conflict(payment: Payment, news: PaymentOutcome | Reversed, *, asked: bool = False) -> Conflict | None:
+    """None unless ``news`` names another PSP reference than the one ``payment`` holds; then the table's
+    answer (see the module docstring). ``asked``: the news answers our own question about the payment (its
+    charge, its reconcile lookup by the reference we hold): no later job would settle it, so an unfinished
+    payment goes to review."""
+    theirs = news.psp_reference
+    said = _what(news)
+    reason = reference_conflict(payment, theirs, what=f"the PSP {said}")
+    if reason is None or theirs is None or payment.psp_reference is None:
+        return None
+    money_moved = isinstance(news, Succeeded | Reversed)
+    to_review = (asked and not payment.status.final) or (
+        payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED) and money_moved)
+    review = Heal(PaymentStatus.NEEDS_REVIEW, review_reason=reason) if to_review else None
+    return Conflict(payment.psp_reference, theirs, review)
+
+
+def _what(news: PaymentOutcome | Reversed) -> str:
+    if isinstance(news, Reversed):
+        return "reports a refund" if news.kind == "refund" else "reports a dispute"
+    return f"says {news.raw_status or type(news).__name__.lower()}"
+
+
 def heal(payment: Payment, answer: PaymentOutcome) -> Heal | None:
-    """The final status the PSP's answer gives an unfinished payment; None: no final answer yet."""
+    """The final status the PSP's answer gives an unfinished payment; None: no final answer yet. The caller
+    has checked ``conflict`` first: the answer names the reference we hold, or we hold none."""
     ref = answer.psp_reference
     match answer:
         case Succeeded():

@@ -11,6 +11,7 @@
 | not found, but we hold its PSP reference  | unfinished             | needs_review (the PSP lost what it told us)   |
 | anything                                  | final                  | nothing (consistent)                          |
 | anything (a recheck: ``recon review``)    | needs_review           | the answer joins the audit trail; status stays |
+| anything naming another PSP reference     | unfinished             | needs_review (reference_conflict)             |
 
 A payment whose charge job holds a live lease right now is left to that job (snoozed briefly). The PSP
 guard (``recon.payments.guard``) may snooze the job before the call: paused, cooling down, breaker open. Every heal
@@ -19,6 +20,7 @@ is a payment event carrying the PSP's answer, committed with the fenced job fini
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -29,6 +31,7 @@ from psp_adapters.errors import PspError
 from psp_adapters.protocol import NotFound, PaymentOutcome, PspAdapter, PspRef
 from recon.classify import classify
 from recon.clock import Clock
+from recon.db.jobs_store import EnqueueRow
 from recon.db.payment_store import PaymentStore, Transition
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
@@ -36,7 +39,7 @@ from recon.errors import ConfigError, ReconError
 from recon.payments.charge import config_dead, outcome_details
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import heal
+from recon.reconcile.decide import conflict, heal
 from recon.rows import EventSource, Job, Payment, PaymentStatus
 
 RECONCILE_KIND = "reconcile"
@@ -50,9 +53,21 @@ class ChargeInFlight(ReconError):
 CHARGE_BUSY_SNOOZE = timedelta(seconds=30)
 
 
+#: attempts of a reconcile job queued by another job (a window's fall-back, a webhook's conflict), as the sweep's
+FALLBACK_MAX_ATTEMPTS = 10
+
+
 def reconcile_key(payment_id: int) -> str:
     """The unique key of a payment's reconcile job: overlapping sweeps never duplicate work."""
     return f"reconcile:{payment_id}"
+
+
+def reconcile_row(payment: Payment, *, queue: str, delay: timedelta = timedelta(0)) -> EnqueueRow:
+    """The payment's reconcile job as another job's finish queues it (``PaymentStore.enqueue_reconcile``): unique
+    key ``reconcile:<id>``, so one already queued is the one that runs."""
+    return EnqueueRow(queue=queue, kind=RECONCILE_KIND, payload_json=json.dumps({"payment_id": payment.id}),
+                      priority=0, run_at=None, delay=delay.total_seconds(), max_attempts=FALLBACK_MAX_ATTEMPTS,
+                      unique_key=reconcile_key(payment.id), tenant=payment.merchant_account)
 
 
 class ReconcileHandler:
@@ -99,12 +114,19 @@ class ReconcileHandler:
         """A recheck of a payment in review (``recon review recheck``): the PSP's answer joins its audit trail;
         the status stays (only a person moves a payment out of review)."""
         details = {**outcome_details(answer), "recheck": True}
+        theirs = conflict(payment, answer)
+        if theirs is not None:  # evidence for the person deciding, naming both; never written over ours
+            details.update(theirs.details())
         return Complete(write=lambda conn: self.ledger.note(conn, payment_id=payment.id, status=payment.status,
                                                             source=EventSource.RECONCILE, details=details,
                                                             job_id=job.id, attempt=job.attempts))
 
     def _decide(self, payment: Payment, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
         details = outcome_details(answer)
+        theirs = conflict(payment, answer, asked=True)
+        if theirs is not None and theirs.review is not None:  # asked about ours, told about another: a person
+            return self._heal(payment, job, theirs.review.target, {**details, **theirs.details()},
+                              **theirs.review.fields())
         decision = heal(payment, answer)
         if decision is not None:
             return self._heal(payment, job, decision.target, details, **decision.fields())

@@ -6,9 +6,12 @@ reconcile jobs' work (``recon sweep``) or a person's. Memory is bounded: the lis
 batches and the classified rows are streamed (``recon.db.report_store``).
 
 Matching: a PSP line (its lines merged by PSP reference: Adyen lists a payment once per event) matches our
-payment by ``psp_reference``, else by ``merchant_reference``. Lines for payments created before ``since``
-still match (the lookup is not limited to the period); our side of the period is payments created in
-``[since, until)``. ``in window`` means created after ``until - settlement_window``.
+payment by ``psp_reference``, else by ``merchant_reference``, and only where the merchant accounts agree
+(``recon.reconcile.decide.accounts_agree``: an Adyen line of another account is not ours, whatever reference
+it names). Lines for payments created before ``since`` still match (the lookup is not limited to the period);
+our side of the period is payments created in ``[since, until)``. ``in window`` means created after
+``until - settlement_window``. Merged lines take the latest event's status; two lines of one PSP reference at
+the same time that disagree are ``conflicting`` (a ``status_mismatch``), never decided by the copy listed last.
 
 Categories, first rule that applies:
 
@@ -50,6 +53,7 @@ from typing import Any, Protocol, TextIO
 
 from psp_adapters.protocol import PspAdapter
 from recon.clock import parse_instant
+from recon.db.report_queries import CONFLICTING
 from recon.db.report_store import LineMatch, ReportStore, UnlistedPayment
 from recon.errors import UsageError
 from recon.payments.money import format_amount
@@ -126,6 +130,8 @@ def _line_category(m: LineMatch) -> tuple[Category, str]:
     if m.our_psp_reference and m.our_psp_reference != m.psp_reference:
         return Category.DUPLICATE_AT_PSP, f"by merchant reference; we were charged as {m.our_psp_reference}"
     psp = m.psp_status
+    if psp == CONFLICTING:
+        return Category.STATUS_MISMATCH, "the PSP lists it twice at one time with different statuses"
     if psp not in _PSP_FAILED and psp not in ("succeeded", "pending"):
         return Category.STATUS_MISMATCH, f"the PSP says {psp}"
     if m.currency != m.psp_currency:

@@ -12,10 +12,14 @@ few statements for the whole batch). An event whose compare-and-set loses to a c
 second event for a payment the batch already moves, go the one-at-a-time way (``_apply``) after the others,
 in the same transaction: it reads the payment again and decides again, ``DECIDE_ROUNDS`` times at most.
 Events arrive out of order and more than once: older news about a final payment changes nothing
-(``stale``); an event for a payment we do not know is kept as ``unknown_payment`` (``recon report`` lists it
-as missing_locally). ``REPORT_AVAILABLE`` queues reconcile work for the PSP's unfinished payments (window
-jobs where its adapter lists payments: ``report_sweep``), so the new report is read now rather than at the
-next sweep.
+(``stale``); an event for a payment we do not know, or naming our merchant reference under another merchant
+account (``decide.accounts_agree``: not ours), is kept as ``unknown_payment`` (``recon report`` lists it as
+missing_locally). An event naming another PSP reference than the one the payment holds (``decide.conflict``)
+never heals it: it is kept as a note naming both references and, for an unfinished payment, queues its
+reconcile job now (``reconcile:<id>``, in the same finish), which asks the PSP about ours; a final payment
+that hears of money moved under the other reference goes to review. ``REPORT_AVAILABLE`` queues reconcile
+work for the PSP's unfinished payments (window jobs where its adapter lists payments: ``report_sweep``), so
+the new report is read now rather than at the next sweep.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import ReconError
 from recon.payments.charge import outcome_details
-from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import Heal, heal, late_news, reversal
+from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
+from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, reversal
+from recon.reconcile.handler import reconcile_row
 from recon.rows import EventSource, Job, Payment, PaymentStatus, WebhookRecord, WebhookState
 
 WEBHOOK_QUEUE = "webhooks"
@@ -62,13 +67,16 @@ class Plan:
     transition: Transition | None = None
     note: Note | None = None
     remember: str | None = None
+    reconcile: bool = False  #: with the note, the payment's reconcile job now (evidence naming another reference)
 
 
 class WebhookHandler:
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
-                 sweep_func: Callable[[str], int] | None = None) -> None:
+                 sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT) -> None:
         self.payments = payments
         self.webhooks = webhooks
+        #: where a payment's reconcile job goes when an event names another PSP reference than ours
+        self.reconcile_queue = reconcile_queue
         #: REPORT_AVAILABLE: queue reconcile work for a PSP's unfinished payments; returns for how many
         self.sweep_func = sweep_func
 
@@ -104,7 +112,7 @@ class WebhookHandler:
         planned: list[tuple[int, WebhookRecord, News, Job, Payment, Plan]] = []
         seen: set[int] = set()
         for at, ((record, news, job), payment) in enumerate(zip(todo, found, strict=True)):
-            if payment is None:
+            if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 marks.append((record.id, WebhookState.UNKNOWN_PAYMENT, None))
             elif payment.id in seen:  # a second event for one payment: after the first has moved it
                 later.append((at, record, news, job))
@@ -118,6 +126,10 @@ class WebhookHandler:
         planned.sort(key=lambda item: item[4].id)  # one payment each: rows locked in id order, as any batch does
         moved = self.payments.apply_many(conn, [p.transition for *_, p in planned if p.transition])
         noted = self.payments.note_many(conn, [p.note for *_, p in planned if p.note])
+        conflicted = [reconcile_row(payment, queue=self.reconcile_queue)
+                      for *_, payment, p in planned if p.reconcile and payment.id in noted]
+        if conflicted:  # their reconcile jobs, now, in this finish (evidence naming another PSP reference)
+            self.payments.enqueue_reconcile(conn, conflicted)
         for at, record, news, job, payment, plan in planned:
             if plan.transition is not None:
                 held = payment.id in moved
@@ -139,7 +151,7 @@ class WebhookHandler:
         for _ in range(DECIDE_ROUNDS):
             payment = self.payments.for_psp_event(conn, psp=record.psp, psp_reference=record.psp_reference,
                                                   merchant_reference=record.merchant_reference)
-            if payment is None:
+            if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
                 return
             plan = self._plan(payment, news, details, job)
@@ -157,17 +169,24 @@ class WebhookHandler:
         if plan.transition is not None:
             return self.payments.apply(conn, plan.transition)
         if plan.note is not None:
-            return bool(self.payments.note_many(conn, [plan.note]))
+            if not self.payments.note_many(conn, [plan.note]):
+                return False
+            if plan.reconcile:
+                self.payments.enqueue_reconcile(conn, [reconcile_row(payment, queue=self.reconcile_queue)])
         return True
 
     @staticmethod
     def _plan(payment: Payment, news: News, details: dict[str, Any], job: Job) -> Plan:
         """What ``news`` means for ``payment`` as read."""
         decision: Heal | None
-        note = Plan(WebhookState.APPLIED, note=Note(payment.id, payment.status, EventSource.WEBHOOK, details=details,
-                                                    job_id=job.id, attempt=job.attempts))
+        theirs = conflict(payment, news)
+        if theirs is not None:  # never a heal: evidence naming both, resolved by its reconcile job or a person
+            details = {**details, **theirs.details()}
+            if theirs.review is not None:
+                return _moved(payment, theirs.review, details, job)
+            return _noted(payment, details, job, reconcile=not payment.status.final)
         if payment.status is PaymentStatus.NEEDS_REVIEW:
-            return note  # the person deciding sees the PSP's latest word
+            return _noted(payment, details, job)  # the person deciding sees the PSP's latest word
         if payment.status.final:
             decision = late_news(payment, news)
             if decision is None:
@@ -177,12 +196,22 @@ class WebhookHandler:
         else:
             decision = heal(payment, news)
             if decision is None:  # pending or unknown: evidence, and the PSP's reference if we lacked it
-                if news.psp_reference and not payment.psp_reference:
-                    return Plan(WebhookState.APPLIED, note=note.note, remember=news.psp_reference)
-                return note
-        return Plan(WebhookState.APPLIED, transition=Transition(
-            payment.id, payment.status, decision.target, EventSource.WEBHOOK, details=details, job_id=job.id,
-            attempt=job.attempts, **decision.fields()))
+                remember = news.psp_reference if news.psp_reference and not payment.psp_reference else None
+                return _noted(payment, details, job, remember=remember)
+        return _moved(payment, decision, details, job)
+
+
+def _moved(payment: Payment, decision: Heal, details: dict[str, Any], job: Job) -> Plan:
+    return Plan(WebhookState.APPLIED, transition=Transition(
+        payment.id, payment.status, decision.target, EventSource.WEBHOOK, details=details, job_id=job.id,
+        attempt=job.attempts, **decision.fields()))
+
+
+def _noted(payment: Payment, details: dict[str, Any], job: Job, *, remember: str | None = None,
+           reconcile: bool = False) -> Plan:
+    return Plan(WebhookState.APPLIED, note=Note(payment.id, payment.status, EventSource.WEBHOOK, details=details,
+                                                job_id=job.id, attempt=job.attempts),
+                remember=remember, reconcile=reconcile)
 
 
 def _details(record: WebhookRecord, news: News) -> dict[str, Any]:

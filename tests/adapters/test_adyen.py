@@ -712,9 +712,21 @@ def test_fetch__walks_reports_newest_first_and_stops_at_the_first_mention(
 def test_fetch__reads_the_reports_of_the_payments_merchant_account(
     adyen: AdyenAdapter, router: respx.MockRouter, account: str | None, prefix: str
 ) -> None:
-    route = router.get(url__startswith=prefix + "/").mock(return_value=report_file("2024_05_02"))
+    # each account's report names that account in its Merchant Account column (the fixture's is AcmeShopEU)
+    text = report_file("2024_05_02").text.replace("AcmeShopEU", account if account == "AcmeShopUS" else "AcmeShopEU")
+    route = router.get(url__startswith=prefix + "/").mock(return_value=httpx.Response(200, text=text))
     outcome = adyen.fetch_payment(PspRef(psp_reference="QFQTPCQ8HXSKGK82", merchant_account=account))
     assert outcome.raw_status == "Settled" and route.call_count == 1
+
+
+def test_fetch__a_row_of_another_merchant_account_is_never_ours(adyen: AdyenAdapter, router: respx.MockRouter) -> None:
+    """Two accounts of one company may both use a merchant reference: a row naming another account in its
+    Merchant Account column does not answer for a payment of ours, by either reference."""
+    router.get(url__startswith=DOWNLOAD_US + "/").mock(return_value=report_file("2024_05_02"))  # AcmeShopEU rows
+    for ref in (PspRef(psp_reference="QFQTPCQ8HXSKGK82", merchant_account="AcmeShopUS"),
+                PspRef(merchant_reference="order-2001", merchant_account="AcmeShopUS")):
+        outcome = adyen.fetch_payment(ref)
+        assert isinstance(outcome, Pending) and outcome.raw_status is None, ref
 
 
 def test_fetch__without_any_account_is_rejected_naming_the_setting(router: respx.MockRouter) -> None:

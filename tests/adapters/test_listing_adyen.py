@@ -13,7 +13,8 @@ import httpx
 import pytest
 import respx
 
-from psp_adapters.errors import PspRejectedError
+from psp_adapters import pager
+from psp_adapters.errors import PspProtocolError, PspRejectedError
 from psp_adapters.protocol import Failed, Pending, Succeeded
 from tests.adapters.test_adyen import DOWNLOAD, DOWNLOAD_US, NOW, build, csv_report
 
@@ -76,4 +77,37 @@ def test_listing__needs_aware_times_and_an_account() -> None:
         adapter.iter_payments(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC))
     with pytest.raises(ValueError):
         adapter.iter_payments(datetime(2024, 5, 1), datetime(2024, 5, 2, tzinfo=UTC))
+    adapter.close()
+
+
+def test_listing__downloads_count_against_the_pagers_bound(router: respx.MockRouter,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adyen's listings (payments, settlements) are a known sequence of files, each download a page of the shared
+    pager: a window asking for more downloads than the bound is a protocol error, not an endless read."""
+    monkeypatch.setattr(pager, "MAX_PAGES_DEFAULT", 3)
+    route = router.get(url__startswith=DOWNLOAD + "/").mock(return_value=MISSING)
+    adapter = build(lookback_days=0)
+    since, until = datetime(2024, 4, 28, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC)  # four days, one account
+    with pytest.raises(PspProtocolError, match="more than 3 pages"):
+        list(adapter.iter_payments(since, until))
+    with pytest.raises(PspProtocolError, match="more than 3 pages"):
+        list(adapter.iter_settlements(since, until))
+    assert route.call_count == 6
+    adapter.close()
+
+
+def test_listing__a_row_names_its_own_merchant_account(router: respx.MockRouter) -> None:
+    """A listed payment's and a settlement line's account is the one its rows name in Merchant Account (recon
+    matches ours on it), else the account whose report it is."""
+    adapter = build(lookback_days=0)
+    day = csv_report(
+        {"Psp Reference": "A", "Merchant Account": "AcmeShopUS", "Booking Date": "2024-05-02 09:00:00",
+         "TimeZone": "UTC", "Record Type": "Settled"},
+        {"Psp Reference": "B", "Merchant Account": "", "Booking Date": "2024-05-02 09:00:00", "TimeZone": "UTC",
+         "Record Type": "Settled"})
+    router.get(f"{DOWNLOAD}/{FILE.format('2024_05_02')}").mock(return_value=day)
+    [page] = list(adapter.iter_payments(datetime(2024, 5, 2, tzinfo=UTC), datetime(2024, 5, 2, 12, tzinfo=UTC)))
+    assert {item.psp_reference: item.merchant_account for item in page} == {"A": "AcmeShopUS", "B": "AcmeShopEU"}
+    lines = list(adapter.iter_settlements(datetime(2024, 5, 2, tzinfo=UTC), datetime(2024, 5, 3, tzinfo=UTC)))
+    assert {line.psp_reference: line.merchant_account for line in lines} == {"A": "AcmeShopUS", "B": "AcmeShopEU"}
     adapter.close()

@@ -99,3 +99,35 @@ def test_listing__errors_and_bad_pages_raise_from_next(stripe: StripeAdapter, ro
 
 def test_listing__stripe_lists() -> None:
     assert StripeAdapter.lists_payments is True
+
+
+def test_listing__the_same_page_again_is_a_protocol_error_not_a_loop(stripe: StripeAdapter,
+                                                                     router: respx.MockRouter) -> None:
+    """Issue 22, item 3: has_more: true with the same page (a repeated cursor) used to be listed forever."""
+    same = listing("/v1/payment_intents", [intent("pi_3", "o-3"), intent("pi_2", "o-2")], has_more=True)
+    route = router.get(f"{URL}/v1/payment_intents").mock(return_value=httpx.Response(200, json=same))
+    pages = stripe.iter_payments(SINCE, UNTIL)
+    assert len(next(pages)) == 2 and len(next(pages)) == 2  # the second request follows pi_2 ...
+    with pytest.raises(PspProtocolError, match="repeated"):
+        next(pages)  # ... and is answered with pi_2 as its last id again
+    assert route.call_count == 2
+
+
+def test_listing__more_promised_after_an_empty_page_is_a_protocol_error(stripe: StripeAdapter,
+                                                                        router: respx.MockRouter) -> None:
+    router.get(f"{URL}/v1/payment_intents").mock(
+        return_value=httpx.Response(200, json=listing("/v1/payment_intents", [], has_more=True)))
+    with pytest.raises(PspProtocolError, match="empty"):
+        list(stripe.iter_payments(SINCE, UNTIL))
+
+
+def test_settlements__the_same_balance_transaction_page_again_is_a_protocol_error(stripe: StripeAdapter,
+                                                                                  router: respx.MockRouter) -> None:
+    """`recon report` lists balance transactions by the same cursor protocol: the same guard ends it."""
+    txn = canonical("balance_transaction", id="txn_1", reporting_category="payout", type="payout")
+    route = router.get(f"{URL}/v1/balance_transactions").mock(  # the last page after 50: fails, never hangs
+        side_effect=lambda request: httpx.Response(200, json=listing("/v1/balance_transactions", [txn],
+                                                                     has_more=route.call_count < 50)))
+    with pytest.raises(PspProtocolError, match="/v1/balance_transactions never ends"):
+        list(stripe.iter_settlements(SINCE, UNTIL))
+    assert route.call_count == 2

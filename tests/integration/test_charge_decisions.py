@@ -20,6 +20,7 @@ from psp_adapters.protocol import (
     ChargeRequest,
     NotFound,
     PaymentOutcome,
+    Pending,
     PspRef,
     Succeeded,
 )
@@ -27,14 +28,14 @@ from recon import Client, FixedClock, JobState, JobStore, Settings
 from recon.clock import SystemClock
 from recon.db.control_store import ControlStore
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import NewPayment, PaymentStore, Transition
 from recon.engine.handlers import Handlers
 from recon.errors import ConfigError
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.reconcile.handler import ReconcileHandler
-from recon.rows import PaymentStatus
+from recon.rows import EventSource, PaymentStatus
 from tests.integration.payment_flow import drain, reconcile_config
 
 Answer = PaymentOutcome | PspError
@@ -278,3 +279,43 @@ class _FakeJob:
 class _HoldingLease:
     def holds(self, conn: Any) -> bool:
         return True
+
+
+def test_charge__an_answer_naming_another_psp_reference_than_its_key_got_goes_to_review(db: Database) -> None:
+    """One idempotency key, two PSP references: the first (pi_1, pending) is kept, the second never replaces it
+    and never heals the payment; a person looks (docs/design.md: a PSP reference, once stored, is kept)."""
+    pid = one_payment(db)
+    psp = ScriptedPsp(create=[Pending(psp_reference="pi_1", raw_status="processing"),
+                              Succeeded(psp_reference="pi_2", amount=2500, currency="EUR", raw_status="succeeded")])
+    drain(db, charge_handlers(db, psp), queues=["charges"])  # pending: pi_1 recorded
+    assert PaymentStore(db).get(pid).psp_reference == "pi_1"  # type: ignore[union-attr]
+    Client(JobStore(db), Settings()).enqueue("charge", {"payment_id": pid}, queue="charges")  # sent again
+    drain(db, charge_handlers(db, psp), queues=["charges"])
+    assert len(psp.creates) == 2 and len({key for _, key in psp.creates}) == 1
+    payment = PaymentStore(db).get(pid)
+    assert payment is not None and (payment.status, payment.psp_reference) == (PaymentStatus.NEEDS_REVIEW, "pi_1")
+    assert (payment.review_reason or "").startswith("reference_conflict:") and "pi_2" in (payment.review_reason or "")
+    last = PaymentStore(db).events(pid)[-1]
+    assert last.details is not None and last.details["psp_reference_conflict"] == {"ours": "pi_1", "theirs": ["pi_2"]}
+
+
+def test_reconcile__an_answer_naming_another_psp_reference_goes_to_review(db: Database) -> None:
+    """Asked about the reference we hold (pi_8), the PSP answers about pi_9: never healed from, never written over
+    ours; no later job would settle it, so a person looks."""
+    [pid] = PaymentStore(db).create([NewPayment("AcmeShopEU", "order-8", 900, "EUR", "sandbox")], charge=False)
+    with db.begin() as conn:
+        assert PaymentStore(db).apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.PENDING,
+                                                       EventSource.CHARGE, psp_reference="pi_8"))
+    psp = ScriptedPsp(fetch=[Succeeded(psp_reference="pi_9", amount=900, currency="EUR", raw_status="succeeded")])
+    h = Handlers()
+    h.register("reconcile", ReconcileHandler(PaymentStore(db), lambda _name: psp, config=reconcile_config(),
+                                             clock=SystemClock()))
+    Client(JobStore(db), Settings()).enqueue("reconcile", {"payment_id": pid}, queue="reconcile")
+    drain(db, h, queues=["reconcile"])
+    assert [ref.psp_reference for ref in psp.fetches] == ["pi_8"]
+    payment = PaymentStore(db).get(pid)
+    assert payment is not None and (payment.status, payment.psp_reference) == (PaymentStatus.NEEDS_REVIEW, "pi_8")
+    assert (payment.review_reason or "").startswith("reference_conflict:")
+    last = PaymentStore(db).events(pid)[-1]
+    assert (last.source, last.to_status) == ("reconcile", "needs_review")
+    assert last.details is not None and last.details["psp_reference_conflict"] == {"ours": "pi_8", "theirs": ["pi_9"]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import replace
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import respx
 
 from psp_adapters.protocol import ChargeRequest, SettlementLine
 from psp_adapters.sandbox.adapter import SandboxAdapter
@@ -38,6 +40,8 @@ from recon.reconcile.settlement import (
     run_report,
 )
 from recon.rows import EventSource, PaymentStatus
+from tests.adapters.stripe_oracle import canonical
+from tests.adapters.stripe_oracle import listing as stripe_list
 from tests.cli import Runner
 
 NOW = datetime.now(UTC)
@@ -83,10 +87,10 @@ class Collect:
 
 
 def local(db: Database, ref: str, *, status: str = "succeeded", psp_reference: str | None = None,
-          age: timedelta = OLD, amount: int = 1000, currency: str = "EUR") -> int:
+          age: timedelta = OLD, amount: int = 1000, currency: str = "EUR", account: str = "acct") -> int:
     """A payment of ours, created ``age`` ago, moved from created to ``status`` (with its PSP reference)."""
     ledger = PaymentStore(db)
-    [pid] = ledger.create([NewPayment("acct", ref, amount, currency, "sandbox", created_at=NOW - age)],
+    [pid] = ledger.create([NewPayment(account, ref, amount, currency, "sandbox", created_at=NOW - age)],
                           charge=False)
     if status != "created":
         with db.begin() as conn:
@@ -273,6 +277,46 @@ def test_report__a_psp_reference_we_did_not_store_is_a_duplicate(db: Database) -
     assert [i.psp_reference for i in out.items if i.category is Category.MISSING_LOCALLY] == ["G2"]
 
 
+def test_report__a_line_of_another_merchant_account_is_never_ours(db: Database) -> None:
+    """Issue 22, item 2, for the report: two shops of one company may both use order-1. A line of another
+    account matches no payment of ours, by merchant reference or by PSP reference: missing_locally (and ours,
+    unlisted, missing_at_psp); a line naming our account, or none (Stripe), matches as before."""
+    local(db, "order-1", account="AcmeShopUS")
+    local(db, "order-2", psp_reference="R2", account="AcmeShopUS")
+    local(db, "order-3", psp_reference="R3", account="AcmeShopUS")
+    local(db, "order-4", psp_reference="R4", account="default")  # stored without an account: any agrees
+    lines = [replace(line("EU1", "order-1", "succeeded", at=timedelta(days=1)), merchant_account="AcmeShopEU"),
+             replace(line("R2", "order-2", "succeeded", at=timedelta(days=1)), merchant_account="AcmeShopEU"),
+             replace(line("R3", "order-3", "succeeded", at=timedelta(days=1)), merchant_account="AcmeShopUS"),
+             replace(line("R4", "order-4", "succeeded", at=timedelta(days=1)), merchant_account="AcmeShopEU")]
+    out, result = report(db, Listing(lines))
+    assert out.by_ref() == {"order-1": [Category.MISSING_LOCALLY, Category.MISSING_AT_PSP],
+                            "order-2": [Category.MISSING_LOCALLY, Category.MISSING_AT_PSP],
+                            "order-3": [Category.MATCHED], "order-4": [Category.MATCHED]}
+    assert not result.consistent
+
+
+@pytest.mark.parametrize("batch", [5000, 1])
+def test_report__one_reference_listed_twice_at_one_time_with_different_statuses_is_never_matched(
+        db: Database, batch: int) -> None:
+    """The same class as issue 22, item 4: merged lines take the latest event's status, and a tie used to go to
+    the copy listed last (here: succeeded, matching ours). Two copies at one time that disagree are a
+    status_mismatch for a person, whichever is listed last; copies that agree still merge."""
+    local(db, "torn", psp_reference="R1")
+    local(db, "twin", psp_reference="R2")
+    listing = Listing([line("R1", "torn", "failed", at=timedelta(days=1)),
+                       line("R1", "torn", "succeeded", at=timedelta(days=1)),
+                       line("R2", "twin", "succeeded", at=timedelta(days=1)),
+                       line("R2", "twin", "succeeded", at=timedelta(days=1))])
+    with ReportStore(db).session(psp="sandbox") as session:
+        session.load(listing.iter_settlements(SINCE, UNTIL), batch=batch)
+        statuses = {m.psp_reference: m.psp_status for m in session.matched_lines(cutoff=UNTIL - WINDOW)}
+    assert statuses == {"R1": "conflicting", "R2": "succeeded"}
+    out, _ = report(db, listing)
+    assert out.by_ref() == {"torn": [Category.STATUS_MISMATCH], "twin": [Category.MATCHED]}
+    assert "twice at one time with different statuses" in out.items[0].detail
+
+
 def test_report__never_changes_payments(db: Database, server: SandboxServer, adapter: SandboxAdapter) -> None:
     ledger = PaymentStore(db)
     pid = local(db, "pending-here", status="pending", psp_reference=charge(adapter, "pending-here"))
@@ -383,3 +427,22 @@ def test_settlement__writers_produce_one_document_and_a_header_even_when_empty()
     empty = io.StringIO()
     JsonWriter(empty, psp="x", since=SINCE, until=UNTIL).finish(t)
     assert json.loads(empty.getvalue())["items"] == []
+
+
+def test_report_cli__a_listing_that_repeats_its_page_exits_3_and_writes_nothing(
+        db_url: str, tmp_path: Path, recon: Runner) -> None:
+    """Issue 22, item 3, for `recon report`: Stripe's balance transactions answering has_more with the same page
+    end at the second request, as a protocol error (exit 3, one line), never in an endless listing."""
+    txn = canonical("balance_transaction", id="txn_1", reporting_category="payout", type="payout")
+    target = tmp_path / "report.csv"
+    env = {**os.environ, "RECON_STRIPE_BASE_URL": "https://stripe.test", "RECON_STRIPE_API_KEY": "sk_test_report"}
+    with respx.mock(assert_all_mocked=True) as psp:
+        route = psp.get("https://stripe.test/v1/balance_transactions").mock(side_effect=lambda request: httpx.Response(
+            200, json=stripe_list("/v1/balance_transactions", [txn], has_more=route.call_count < 50)))
+        r = recon("report", "--psp", "stripe", "--since", SINCE.isoformat(), "--until", UNTIL.isoformat(),
+                  "--output", str(target), db_url=db_url, env=env, log_level="WARNING")
+    assert route.call_count == 2
+    assert r.returncode == 3, r.stderr
+    [message] = r.stderr.strip().splitlines()
+    assert "listing /v1/balance_transactions never ends" in message
+    assert not target.exists() and list(tmp_path.glob(".recon-report-*")) == [] and r.stdout == ""

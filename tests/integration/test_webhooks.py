@@ -32,6 +32,7 @@ from tests.console import TestClient  # imported there with starlette's httpx2 w
 STRIPE_OLD, STRIPE_NEW = "whsec_" + secrets.token_hex(16), "whsec_" + secrets.token_hex(16)
 ADYEN_KEY = secrets.token_hex(32)
 CARD = "4242424242424242"
+ADYEN_ACCOUNT = "ShopECOM"
 
 
 @pytest.fixture
@@ -52,9 +53,12 @@ def client(app: App) -> Iterator[TestClient]:
 
 
 def payment(db: Database, ref: str, *, psp: str, amount: int = 1000, currency: str = "EUR",
-            status: PaymentStatus = PaymentStatus.PROCESSING, psp_reference: str | None = None) -> int:
+            status: PaymentStatus = PaymentStatus.PROCESSING, psp_reference: str | None = None,
+            account: str | None = None) -> int:
+    """A payment of ours; an Adyen one in the account the test's notifications name (ADYEN_ACCOUNT)."""
     store = PaymentStore(db)
-    [pid] = store.create([NewPayment("shop", ref, amount, currency, psp)], charge=False)
+    account = account or (ADYEN_ACCOUNT if psp == "adyen" else "shop")
+    [pid] = store.create([NewPayment(account, ref, amount, currency, psp)], charge=False)
     if status is not PaymentStatus.CREATED:
         with db.begin() as conn:
             assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, status, EventSource.CHARGE,
@@ -202,6 +206,53 @@ def test_stripe__an_event_for_a_payment_we_do_not_know_is_kept_for_stats_and_the
     assert [(e.psp_reference, e.merchant_reference, e.amount) for e in unknown] == [("pi_x", "nobody", 1000)]
 
 
+def reconcile_jobs(db: Database) -> list[tuple[str, Any]]:
+    with db.begin() as conn:
+        rows = conn.execute(sa.text("SELECT unique_key, payload FROM jobs WHERE kind = 'reconcile' ORDER BY id")).all()
+    return [(key, json.loads(p) if isinstance(p, str) else p) for key, p in rows]
+
+
+def test_stripe__a_success_of_another_payment_intent_carrying_our_reference_never_heals_ours(
+        app: App, db: Database, client: TestClient) -> None:
+    """Issue 22, item 1: ours holds pi_A; a correctly signed payment_intent.succeeded for pi_B whose metadata
+    carries our merchant reference is evidence naming both, and our reconcile job (asking about pi_A), never a
+    heal: the link to pi_A is kept and the possible second charge is visible."""
+    pid = payment(db, "order-1", psp="stripe", status=PaymentStatus.PROCESSING, psp_reference="pi_A")
+    post_stripe(client, stripe_event("payment_intent.succeeded", intent("pi_B", "order-1", status="succeeded")))
+    work(app)
+    p = PaymentStore(db).get(pid)
+    assert p is not None and (p.status, p.psp_reference) == (PaymentStatus.PROCESSING, "pi_A")
+    note = PaymentStore(db).events(pid)[-1]
+    assert (note.source, note.from_status, note.to_status) == ("webhook", "processing", "processing")
+    assert note.details is not None and note.details["psp_reference"] == "pi_B"
+    assert note.details["psp_reference_conflict"] == {"ours": "pi_A", "theirs": ["pi_B"]}
+    assert note.details["webhook"]["event_type"] == "payment_intent.succeeded"
+    assert reconcile_jobs(db) == [(f"reconcile:{pid}", {"payment_id": pid})]
+    with db.begin() as conn:
+        assert conn.execute(sa.text("SELECT state, payment_id FROM webhook_events")).one() == ("applied", pid)
+
+
+def test_stripe__news_of_another_payment_intent_about_a_final_payment(
+        app: App, db: Database, client: TestClient) -> None:
+    """A succeeded payment hearing that another PaymentIntent under its reference succeeded may be charged
+    twice: review, naming both, ours kept. News that moved no money (a cancellation of the other) is a note."""
+    charged_twice = payment(db, "order-1", psp="stripe", status=PaymentStatus.SUCCEEDED, psp_reference="pi_A")
+    other_canceled = payment(db, "order-2", psp="stripe", status=PaymentStatus.SUCCEEDED, psp_reference="pi_C")
+    post_stripe(client, stripe_event("payment_intent.succeeded", intent("pi_B", "order-1", status="succeeded")))
+    post_stripe(client, stripe_event("payment_intent.canceled", intent("pi_D", "order-2", status="canceled",
+                                                                       cancellation_reason="abandoned")))
+    work(app)
+    store = PaymentStore(db)
+    twice, canceled = store.get(charged_twice), store.get(other_canceled)
+    assert twice is not None and (twice.status, twice.psp_reference) == (PaymentStatus.NEEDS_REVIEW, "pi_A")
+    assert (twice.review_reason or "").startswith("reference_conflict:") and "pi_B" in (twice.review_reason or "")
+    assert canceled is not None and (canceled.status, canceled.psp_reference) == (PaymentStatus.SUCCEEDED, "pi_C")
+    note = store.events(other_canceled)[-1]
+    assert (note.from_status, note.to_status) == ("succeeded", "succeeded")
+    assert note.details is not None and note.details["psp_reference_conflict"] == {"ours": "pi_C", "theirs": ["pi_D"]}
+    assert reconcile_jobs(db) == []  # final payments: no reconcile job would change them
+
+
 @pytest.mark.parametrize("case", ["tampered", "other_secret", "old_timestamp", "future_timestamp", "no_header",
                                   "v0_only"])
 def test_stripe__bad_signatures_are_refused_counted_and_store_nothing(
@@ -301,9 +352,9 @@ def check_with_adyens_schema(body: dict[str, Any]) -> None:
 
 def adyen_item(code: str, psp_reference: str, ref: str, *, success: bool = True, value: int = 1000,
                currency: str = "EUR", original: str | None = None, reason: str | None = None,
-               key: str = ADYEN_KEY) -> dict[str, Any]:
+               key: str = ADYEN_KEY, account: str = ADYEN_ACCOUNT) -> dict[str, Any]:
     item: dict[str, Any] = {"amount": {"currency": currency, "value": value}, "eventCode": code,
-                            "eventDate": "2026-12-01T12:00:00+01:00", "merchantAccountCode": "ShopECOM",
+                            "eventDate": "2026-12-01T12:00:00+01:00", "merchantAccountCode": account,
                             "merchantReference": ref, "pspReference": psp_reference,
                             "success": "true" if success else "false"}
     if original:
@@ -364,6 +415,29 @@ def test_adyen__report_available_queues_reconcile_jobs_for_unfinished_payments(
     queued = [(k, json.loads(p) if isinstance(p, str) else p) for k, p in rows]
     assert queued == [("reconcile", {"payment_id": pending})]
     assert state == "ignored"
+
+
+def test_adyen__a_notification_from_another_merchant_account_is_not_ours(
+        app: App, db: Database, client: TestClient) -> None:
+    """Issue 22, item 2: two shops of one company both send order-1001. Ours is in ShopECOM; an AUTHORISATION
+    from ShopPOS naming order-1001 (or its PSP reference) is kept as unknown_payment, never healing ours."""
+    pid = payment(db, "order-1001", psp="adyen")
+    held = payment(db, "order-1002", psp="adyen", status=PaymentStatus.PENDING, psp_reference="PSP2")
+    for body in (adyen_item("AUTHORISATION", "PSP1", "order-1001", account="ShopPOS"),
+                 adyen_item("CANCELLATION", "MOD2", "order-1002", original="PSP2", account="ShopPOS")):
+        assert client.post("/webhooks/adyen", json=adyen_body(body)).text == "[accepted]"
+    work(app)
+    store = PaymentStore(db)
+    assert [(p.status, p.psp_reference) for p in store.get_many([pid, held])] == [
+        (PaymentStatus.PROCESSING, None), (PaymentStatus.PENDING, "PSP2")]
+    assert [len(store.events(i)) for i in (pid, held)] == [2, 2]  # created, then the test's own move
+    with db.begin() as conn:
+        assert [tuple(r) for r in conn.execute(sa.text("SELECT state, payment_id FROM webhook_events"))] == [
+            ("unknown_payment", None)] * 2
+    unknown = app.webhooks.unknown_between(psp="adyen", since=app.jobs.db_now().replace(year=2000),
+                                           until=app.jobs.db_now().replace(year=2100))
+    assert [(e.merchant_reference, e.merchant_account) for e in unknown] == [
+        ("order-1001", "ShopPOS"), ("order-1002", "ShopPOS")]  # recon report: missing_locally
 
 
 @pytest.mark.parametrize("case", ["tampered", "other_key", "no_signature", "not_json"])

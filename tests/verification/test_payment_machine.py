@@ -1,22 +1,23 @@
 """A hypothesis ``RuleBasedStateMachine`` that drives payments through the real charge and reconcile handlers, on
 SQLite and on PostgreSQL, and checks the payment state machine and its audit trail after every step.
 
-Rules: create a payment (with its charge job); run the charge job with one PSP answer, now or a day later
-(past the PSP's idempotency retention, so that the handler looks the payment up first) (an outcome or an
-error: succeeded, other amount, declined, pending, unknown, not found, action required, a saved 500, an
-unknown outcome, a rejection, a connect error); the same with a stale worker (the lease expires and the
-watcher rescues it between the handler's answer and its finish); enqueue and run a reconcile job with one
-PSP answer; a PSP webhook (succeeded, other amount, failed, pending, action required, unknown, refund,
-dispute) for one of the payments, named by the PSP's reference or only by ours, or for a payment we do not
-know, or a redelivery of an earlier one, stored as ``recon serve`` stores it (``WebhookStore.intake``: the
-event and its job); run up to four webhook jobs and finish them together as the finisher does
-(``JobStore.finish_together`` with their ``BatchWrite``, each alone when that fails), or with their leases
-rescued meanwhile; resolve a payment in review at the review desk (``ReviewDesk.resolve``, with the PSP's
-answer of the moment, overriding it or not) or ask the desk for a recheck and run it; advance the clock
-(past a lease, past the reconcile grace period); a stuck-watcher pass. Jobs run as the worker runs them:
-claim, the handler with a ``Lease``, then the fenced finish carrying the handler's ``Outcome.write`` (a write
-that raises rolls back and the attempt finishes as its error classifies, as ``Worker._finish_with_write``
-does).
+Rules: create a payment (with its charge job); run the charge job with one PSP answer, now or a day later (past the
+PSP's idempotency retention, so that the handler looks the payment up first) (an outcome or an error: succeeded,
+other amount, declined, pending, unknown, not found, action required, a saved 500, an unknown outcome, a rejection,
+a connect error, a success of another PSP reference than the one the payment's earlier answers gave); the same with
+a stale worker (the lease expires and the watcher rescues it between the handler's answer and its finish); enqueue
+and run a reconcile job with one PSP answer; a PSP webhook (succeeded, other amount, failed, pending, action
+required, unknown, refund, dispute) for one of the payments, named by the PSP's reference or only by ours, or for a
+payment we do not know, or foreign news naming one of ours (``push_foreign_webhook``: our merchant reference with
+another PSP reference than ours, or our references from another merchant account), or a redelivery of an earlier
+one, stored as ``recon serve`` stores it (``WebhookStore.intake``: the event and its job); run up to four webhook
+jobs and finish them together as the finisher does (``JobStore.finish_together`` with their ``BatchWrite``, each
+alone when that fails), or with their leases rescued meanwhile; resolve a payment in review at the review desk
+(``ReviewDesk.resolve``, with the PSP's answer of the moment, overriding it or not) or ask the desk for a recheck
+and run it; advance the clock (past a lease, past the reconcile grace period); a stuck-watcher pass. Jobs run as
+the worker runs them: claim, the handler with a ``Lease``, then the fenced finish carrying the handler's
+``Outcome.write`` (a write that raises rolls back and the attempt finishes as its error classifies, as
+``Worker._finish_with_write`` does).
 
 Checked after every step, per payment: every status change is one event and the events chain (the first
 ``None -> created``, each ``from`` the previous ``to``, the last ``to`` the payment's status); every change
@@ -24,8 +25,11 @@ is a transition of ``recon.rows.TRANSITIONS``; an event with ``from = to`` is ev
 final status (succeeded, failed) changes only to ``needs_review``, and ``needs_review`` only by hand, at the
 review desk, with the operator in its event. Per webhook event: it is applied once, in the finish of its
 job that committed (its job succeeded exactly when it is no longer ``received``); the webhook evidence in a
-payment's audit trail is exactly its applied events, one event each; an event for a payment we do not know
-is kept as ``unknown_payment``; a redelivery stores nothing and queues nothing.
+payment's audit trail is exactly its applied events, one event each; an event for a payment we do not know,
+or from another merchant account than the payment's, is kept as ``unknown_payment``; a redelivery stores
+nothing and queues nothing. Per payment, whatever the evidence: **a stored PSP reference never changes** (once a
+payment holds one, it holds that one for good), and evidence naming another one never moves the payment to
+``succeeded`` or ``failed``.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ ANSWERS: dict[str, Callable[[], Answer]] = {
     "unknown_outcome": lambda: PspUnknownOutcome("read timeout", psp="sandbox"),
     "rejected": lambda: PspRejectedError("HTTP 400: invalid amount", psp="sandbox", status_code=400),
     "connect_error": lambda: PspTransientError("connection refused", psp="sandbox"),
+    # the PSP answers about another payment than the one its reference (pi_1) names: never ours replaced
+    "other_reference": lambda: Succeeded(psp_reference="pi_2", amount=AMOUNT, currency="EUR", raw_status="succeeded"),
 }
 
 
@@ -119,6 +125,10 @@ NEWS: dict[str, Callable[[str | None, str], PaymentOutcome | Reversed]] = {
 }
 #: a webhook's target: one of the payments, by its index, or a payment we do not know
 UNKNOWN = -1
+#: news naming one of our payments that is not about it: our merchant reference with another PSP reference
+#: (another PaymentIntent carrying our metadata); our payment's references from another merchant account
+FOREIGN = ["another_reference", "another_account"]
+ACCOUNT, OTHER_ACCOUNT, OTHER_REFERENCE = "AcmeShopEU", "AcmeShopUS", "pi_other"
 #: the PSP answers with which the review desk refuses a resolution without --override (docs/operations.md, the
 #: module docstring of recon.review): its final answer contradicts it (it says succeeded and the operator chose
 #: failed; it says failed, or has no such payment, and the operator chose succeeded), or it could not be asked
@@ -202,6 +212,7 @@ class PaymentMachine(RuleBasedStateMachine):
         self.seen_events: dict[int, int] = {}  #: payment -> events checked so far
         self.pushed: list[WebhookEvent] = []  #: every webhook event stored, in order
         self.unknown_events: set[str] = set()  #: the event ids of webhooks for a payment we do not know
+        self.references: dict[int, str] = {}  #: payment -> the first PSP reference it was seen to hold
 
     # --- rules ---------------------------------------------------------------------------------------------
 
@@ -209,7 +220,7 @@ class PaymentMachine(RuleBasedStateMachine):
     @rule()
     def create(self) -> None:
         n = len(self.payments)
-        [pid] = self.ledger.create([NewPayment("AcmeShopEU", f"order-{n}", AMOUNT, "EUR", "sandbox",
+        [pid] = self.ledger.create([NewPayment(ACCOUNT, f"order-{n}", AMOUNT, "EUR", "sandbox",
                                                payment_method="pm_card_visa", customer_reference="cus_1")],
                                    max_attempts=3)
         self.payments.append(pid)
@@ -243,6 +254,20 @@ class PaymentMachine(RuleBasedStateMachine):
     def push_webhook(self, data: st.DataObject, news: str, by_psp_reference: bool) -> None:
         """The PSP pushes an event, as ``recon serve`` stores it: the event and its job, or nothing again."""
         target = data.draw(st.sampled_from([*range(len(self.payments)), UNKNOWN]), label="target")
+        self._push(news, target, by_psp_reference=by_psp_reference)
+
+    @precondition(lambda self: bool(self.payments))
+    @rule(data=st.data(), news=st.sampled_from(sorted(NEWS)), by_psp_reference=st.booleans(),
+          whose=st.sampled_from(FOREIGN))
+    def push_foreign_webhook(self, data: st.DataObject, news: str, by_psp_reference: bool, whose: str) -> None:
+        """A correctly signed event naming one of our payments that is not about it: our merchant reference with
+        another PSP reference (another PaymentIntent carrying our metadata), or our references from another
+        merchant account (another shop of the company using the same merchant reference)."""
+        target = data.draw(st.sampled_from(range(len(self.payments))), label="target")
+        self._push(news, target, by_psp_reference=by_psp_reference, whose=whose)
+
+    def _push(self, news: str, target: int, *, by_psp_reference: bool, whose: str = "ours") -> None:
+        account = OTHER_ACCOUNT if whose == "another_account" else ACCOUNT
         if target == UNKNOWN:
             ref, merchant_reference = "pi_nobody", "order-nobody"
         else:
@@ -250,13 +275,15 @@ class PaymentMachine(RuleBasedStateMachine):
             assert payment is not None
             ref, merchant_reference = (payment.psp_reference or "pi_1") if by_psp_reference else None, \
                 payment.merchant_reference
+            if whose == "another_reference":
+                ref = OTHER_REFERENCE
         event = WebhookEvent(psp="sandbox", event_id=f"evt_{len(self.pushed)}", event_type=f"test.{news}",
                              occurred_at=self.clock.now(), news=NEWS[news](ref, merchant_reference),
-                             body={"id": f"evt_{len(self.pushed)}", "news": news})
+                             merchant_account=account, body={"id": f"evt_{len(self.pushed)}", "news": news})
         [stored] = self.webhooks.intake([event], queue=WEBHOOK_QUEUE, max_attempts=3)
         assert stored.stored and stored.job_id is not None
         self.pushed.append(event)
-        if target == UNKNOWN:
+        if target == UNKNOWN or whose == "another_account":
             self.unknown_events.add(event.event_id)
 
     @precondition(lambda self: bool(self.pushed))
@@ -373,6 +400,29 @@ class PaymentMachine(RuleBasedStateMachine):
             assert previous == payment.status, f"payment {pid}: status {payment.status}, events end at {previous}"
             assert len(events) >= self.seen_events.get(pid, 0), "the audit trail only grows"
             self.seen_events[pid] = len(events)
+
+    @invariant()
+    def a_stored_psp_reference_never_changes(self) -> None:
+        """A PSP reference, once stored, is never replaced, whatever evidence names another (a webhook naming
+        our merchant reference with another PSP reference, a PSP answer about another payment): the payment
+        holds the first reference it was seen to hold, for good. Evidence naming another reference never
+        moves a payment to succeeded or failed: such an event is kept as a note naming both, or a review."""
+        for pid in self.payments:
+            payment = self.ledger.get(pid)
+            assert payment is not None
+            if pid in self.references:
+                assert payment.psp_reference == self.references[pid], \
+                    f"payment {pid}: held {self.references[pid]}, now {payment.psp_reference}"
+            elif payment.psp_reference is not None:
+                self.references[pid] = payment.psp_reference
+            for event in self.ledger.events(pid):
+                details = event.details or {}
+                named, held = details.get("psp_reference"), details.get("psp_reference_conflict")
+                if held is not None:  # evidence naming both: never a heal
+                    assert event.to_status in (event.from_status, "needs_review"), event
+                    assert named in held["theirs"] and held["ours"] == self.references.get(pid), event
+                elif event.to_status in ("succeeded", "failed") and event.source != "manual" and named:
+                    assert named == payment.psp_reference, f"payment {pid} healed by evidence naming {named}"
 
     @invariant()
     def keys_move_only_with_proof(self) -> None:

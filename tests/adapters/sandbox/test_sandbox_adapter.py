@@ -424,3 +424,19 @@ def test_wire_to_outcome__maps_every_status(status: wire.PaymentStatus) -> None:
 
     assert not isinstance(outcome, Unknown | NotFound)
     assert outcome.raw_status == status.value
+
+
+@pytest.mark.parametrize("path", ["/v1/payments", "/v1/settlements"])
+def test_listings__the_same_cursor_again_is_a_protocol_error_not_a_loop(
+    mocked: tuple[respx.MockRouter, SandboxAdapter], path: str
+) -> None:
+    """A listing answering has_more with the same next_cursor forever ends at the second page (issue 22, item 3)."""
+    router, adapter = mocked
+    item = {**PAYMENT, "created_at": "2024-01-01T10:00:00Z", "settled_at": "2024-01-01T10:00:00Z"}
+    route = router.get(path).mock(side_effect=lambda request: httpx.Response(  # the last page after 50: never hangs
+        200, json={"data": [item], "has_more": route.call_count < 50, "next_cursor": "c1"}))
+    since, until = datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 2, tzinfo=UTC)
+    listing = adapter.iter_payments(since, until) if path == "/v1/payments" else adapter.iter_settlements(since, until)
+    with pytest.raises(PspProtocolError, match=f"listing {path} never ends: cursor 'c1' repeated"):
+        list(listing)
+    assert route.call_count == 2
