@@ -56,8 +56,9 @@ class Outage:
     seconds (``seconds``, the one in progress included). Thread-safe; ``succeeded`` is a bool check when
     nothing is wrong, for the hot paths."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, logger: logging.Logger = log) -> None:
         self._clock = clock
+        self._log = logger
         self._lock = threading.Lock()
         self.down = False
         self.count = 0
@@ -84,9 +85,9 @@ class Outage:
             if not self._silent:
                 self.count += 1
         if self._silent:
-            log.debug("database unavailable again right after an outage: %s", exc)
+            self._log.debug("database unavailable again right after an outage: %s", exc)
         else:
-            log.warning("database unavailable (%s); every connection retries with backoff until a server takes "
+            self._log.warning("database unavailable (%s); every connection retries with backoff until a server takes "
                         "writes again", exc)
 
     def succeeded(self) -> None:
@@ -99,7 +100,7 @@ class Outage:
             now = self._clock()
             lasted, failures, silent = now - self._since, self._failures, self._silent
             self.down, self._seconds, self._quiet_until = False, self._seconds + lasted, now + QUIET_SECONDS
-        (log.debug if silent else log.warning)(
+        (self._log.debug if silent else self._log.warning)(
             "database available again after %.1f s (%d failed calls meanwhile)", lasted, failures)
 
 
