@@ -18,6 +18,10 @@ which tells its ``Outage``: the first ``DatabaseUnavailable`` opens the outage (
 first statement that succeeds afterwards closes it (one warning with its length), and the loops log their own
 failures of that kind at debug level only (``log_failure``).
 
+Only a call that began after the outage did can end it (``epoch``: read it before the call, hand it to
+``succeeded``): a statement that was answered before the primary died, and whose caller tells of it a moment
+later, says nothing about the server that is there now.
+
 A failure within ``QUIET_SECONDS`` of the end of an outage belongs to it (a pooled connection opened before it,
 used for the first time after it): it reopens the outage without a new line or count, and its end is logged at
 debug level.
@@ -53,14 +57,15 @@ BACKOFF_CAP_SECONDS = 1.0
 
 class Outage:
     """Whether this process's database answers (``down``), the outages so far (``count``) and their
-    seconds (``seconds``, the one in progress included). Thread-safe; ``succeeded`` is a bool check when
-    nothing is wrong, for the hot paths."""
+    seconds (``seconds``, the one in progress included). ``epoch`` changes when an outage begins. Thread-safe;
+    ``succeeded`` is a bool check when nothing is wrong, for the hot paths."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, logger: logging.Logger = log) -> None:
         self._clock = clock
         self._log = logger
         self._lock = threading.Lock()
         self.down = False
+        self.epoch = 0
         self.count = 0
         self._seconds = 0.0
         self._since = 0.0  # when the outage in progress began
@@ -81,6 +86,7 @@ class Outage:
                 return
             now = self._clock()
             self.down, self._since, self._failures = True, now, 1
+            self.epoch += 1
             self._silent = now < self._quiet_until
             if not self._silent:
                 self.count += 1
@@ -90,12 +96,13 @@ class Outage:
             self._log.warning("database unavailable (%s); every connection retries with backoff until a server takes "
                         "writes again", exc)
 
-    def succeeded(self) -> None:
-        """A call succeeded: the outage in progress, if any, is over."""
-        if not self.down:
+    def succeeded(self, epoch: int | None = None) -> None:
+        """A call succeeded: the outage in progress, if any, is over, unless the call began before it
+        (``epoch``: the value of ``self.epoch`` when the call began; None: a call that began just now)."""
+        if not self.down or (epoch is not None and epoch != self.epoch):
             return
         with self._lock:
-            if not self.down:
+            if not self.down or (epoch is not None and epoch != self.epoch):
                 return
             now = self._clock()
             lasted, failures, silent = now - self._since, self._failures, self._silent

@@ -106,9 +106,10 @@ class Database:
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[sa.Connection]:
+        epoch = self.outage.epoch
         with translate_errors(self.outage), self.engine.begin() as conn:
             yield conn
-        self.outage.succeeded()
+        self.outage.succeeded(epoch)
 
     @contextlib.contextmanager
     def autocommit(self) -> Iterator[sa.Connection]:
@@ -118,9 +119,10 @@ class Database:
             with self.begin() as conn:
                 yield conn
             return
+        epoch = self.outage.epoch
         with translate_errors(self.outage), self._autocommit.connect() as conn:
             yield conn
-        self.outage.succeeded()
+        self.outage.succeeded(epoch)
 
     def execute_driver(self, sql: str, params: Mapping[str, Any], *,
                        generic_plans: bool = False) -> list[tuple[Any, ...]]:
@@ -133,6 +135,7 @@ class Database:
         ``translate_errors``; a broken connection is dropped from the pool."""
         if not self.is_postgresql:
             raise ValueError("a driver statement is for PostgreSQL")
+        epoch = self.outage.epoch
         pooled = _checkout(self, self.producer_engine if generic_plans else self.engine)
         conn: Any = pooled.driver_connection
         try:
@@ -148,7 +151,7 @@ class Database:
             if not (conn.broken or conn.closed):
                 conn.autocommit = False  # as the pool hands it out
                 pooled.close()
-        self.outage.succeeded()
+        self.outage.succeeded(epoch)
         return rows
 
     def now_param(self) -> Any:
@@ -228,6 +231,7 @@ class DedicatedConnection:
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows (an empty list for a statement without rows)."""
+        epoch = self._db.outage.epoch
         conn = self._conn if self._conn is not None else self._open()
         try:
             cur = conn.execute(sql, params)
@@ -238,7 +242,7 @@ class DedicatedConnection:
                 self._drop(invalidate=True)
             raise error from exc
         if self._db.outage.down:
-            self._db.outage.succeeded()
+            self._db.outage.succeeded(epoch)
         return rows
 
     def close(self) -> None:

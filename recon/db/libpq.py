@@ -72,12 +72,13 @@ def connect(url: URL, *, autocommit: bool = True, outage: Outage | None = None) 
     ``outage``) when no server of the URL takes it, StoreError for another refusal."""
     import psycopg
 
+    epoch = outage.epoch if outage is not None else 0
     try:
         conn = psycopg.connect(conninfo(url), autocommit=autocommit)
     except psycopg.Error as exc:
         raise driver_error(exc, outage) from exc
     if outage is not None:
-        outage.succeeded()
+        outage.succeeded(epoch)
     return conn
 
 
@@ -85,7 +86,7 @@ class AsyncSession:
     """One psycopg ``AsyncConnection`` (autocommit, TimeZone UTC) to ``url`` for one task, across failures
     (module docstring). ``connection()`` gives it, opening it if needed; ``failed(exc, conn)`` tells the session
     what a statement on it raised and returns the StoreError to raise instead; ``succeeded()`` after a statement
-    that worked; ``close()`` at the end."""
+    that worked (with the outage ``epoch`` read before it); ``close()`` at the end."""
 
     def __init__(self, url: URL, *, outage: Outage | None = None, backoff: Backoff | None = None) -> None:
         self.url = url
@@ -123,10 +124,10 @@ class AsyncSession:
                 await conn.close()
         return error
 
-    def succeeded(self) -> None:
+    def succeeded(self, epoch: int | None = None) -> None:
         self.backoff.reset()
         if self.outage is not None:
-            self.outage.succeeded()
+            self.outage.succeeded(epoch)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -122,13 +122,14 @@ class WebhookStore:
         sql = wq.webhook_intake_batch.for_driver("postgresql")
         args = {"rows": "[" + ",".join(rows) + "]", "queue": queue, "kind": WEBHOOK_KIND,
                 "max_attempts": max_attempts, "now": self.db.now_param()}
+        epoch = self.db.outage.epoch
         conn = await session.connection()
         try:
             cur = await conn.execute(sql, args)
             returned = await cur.fetchall()
         except self.db.dbapi.Error as exc:
             raise await session.failed(exc, conn) from exc
-        session.succeeded()
+        session.succeeded(epoch)
         stored = {(r[0], r[1]): (int(r[2]), int(r[3])) for r in returned}
         out: list[list[Intake]] = []
         for events in requests:

@@ -118,9 +118,10 @@ class Finisher:
         self._done.put(None)
 
     def finish_batch(self, batch: list[Done]) -> None:
-        """Finish ``batch`` (grouped where no write is carried), then release its slots."""
-        for done in batch:
-            done.lease.finishing = True
+        """Finish ``batch`` (grouped where no write is carried), then release its slots. Each lease is marked
+        ``finishing`` just before its own finish is sent, not when the batch is taken: the finishes with a
+        write go one transaction each, and a lease that waits behind them keeps its heartbeat (after a
+        failover a worker finishes hundreds at once, and marked all at once they outlived a short TTL)."""
         grouped: list[tuple[Done, Finish]] = []
         together: dict[Any, list[tuple[Done, Finish, BatchWrite]]] = {}
         for done in batch:
@@ -141,6 +142,8 @@ class Finisher:
             self._finish_together(items)
         try:
             if grouped:
+                for done, _ in grouped:
+                    done.lease.finishing = True
                 matched = self._store_finish([f for _, f in grouped], via=self._via)
                 self._record_many(grouped, matched)
         except StoreError as exc:
@@ -150,6 +153,8 @@ class Finisher:
             self._slots.release([d.job for d in batch])
 
     def _finish_together(self, items: list[tuple[Done, Finish, BatchWrite]]) -> None:
+        for done, _, _ in items:
+            done.lease.finishing = True
         if len(items) == 1:
             self._finish_with_write(items[0][0], items[0][0].outcome)  # type: ignore[arg-type]
             return
@@ -172,6 +177,7 @@ class Finisher:
         self._record_many([(d, f) for d, f, _ in items], matched)
 
     def _finish_with_write(self, done: Done, outcome: Outcome) -> None:
+        done.lease.finishing = True
         finish = self.to_finish(done.job, outcome)
         try:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -413,3 +414,32 @@ def test_finisher__a_finish_whose_commit_answer_was_lost_is_tried_again_and_writ
     assert s.state(0).state is JobState.SUCCEEDED and side_effects() == [s.jobs[0].id]  # once
     assert [a.outcome for a in s.store.attempts(s.jobs[0].id)] == ["succeeded"]
     assert s.stats.stale_finishes == 1  # the retry matched nothing: counted, never applied
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_finisher__a_lease_waiting_behind_slow_finishes_keeps_its_heartbeat(db: Database) -> None:
+    """The finishes with a write go one transaction each; a plain finish of the same batch waits behind them.
+    Its lease must keep being extended meanwhile: after a failover a worker finishes hundreds at once, and
+    marked ``finishing`` (not heartbeated) all at once they outlived the TTL and were run twice."""
+    from recon.engine.lease import Heartbeater
+
+    s = Setup(db, 2)
+    with db.begin() as conn:  # leases of one second
+        conn.execute(sa.text("UPDATE jobs SET lease_until = now() + interval '1 second'"))
+    heart = Heartbeater(s.store, worker="w1", ttl=1.0, leases_func=s.slots.leases)
+    halt = threading.Event()
+    beating = threading.Thread(target=heart.run_forever, args=(halt,), kwargs={"interval": 0.2}, daemon=True)
+    beating.start()
+    rescued: list[Any] = []
+
+    def slow_write(conn: sa.Connection) -> None:  # job 0's write, while job 1 waits its turn
+        time.sleep(1.6)
+        rescued.extend(s.store.rescue_expired(limit=10))  # any watcher, now: job 0's row is locked, skipped
+
+    try:
+        s.finisher.finish_batch([s.done(0, Complete(write=slow_write)), s.done(1, Complete())])
+    finally:
+        halt.set()
+        beating.join(5)
+    assert rescued == [] and s.stats.stale_finishes == 0
+    assert [s.state(i).state for i in range(2)] == [JobState.SUCCEEDED, JobState.SUCCEEDED]

@@ -117,3 +117,18 @@ def test_backoff__doubles_to_its_cap_with_jitter_and_resets() -> None:
     assert all(c / 2 <= w <= c for w, c in zip(waits, ceilings, strict=True))
     backoff.reset()
     assert backoff.next() <= 0.05
+
+
+def test_outage__a_call_that_began_before_the_outage_does_not_end_it() -> None:
+    """A statement answered just before the primary died, whose caller tells of its success a moment after
+    another call failed, says nothing about the server that is there now."""
+    clock = Clock()
+    outage = Outage(clock=clock)
+    before = outage.epoch  # a call begins
+    outage.failed(DatabaseUnavailable("database: server closed the connection unexpectedly"))  # another fails
+    outage.succeeded(before)  # the first one's answer had come in before the failure
+    assert outage.down
+    during = outage.epoch  # a call that began during the outage
+    clock.now += 1.5
+    outage.succeeded(during)
+    assert not outage.down and round(outage.seconds, 6) == 1.5
