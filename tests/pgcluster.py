@@ -142,9 +142,11 @@ class Node:
             return None
         return pid if _alive(pid) else None
 
-    def walreceiver_pid(self) -> int | None:
-        """The standby's WAL receiver process (SIGSTOP it to make the standby fall behind)."""
-        row = self.query("SELECT pid FROM pg_stat_wal_receiver")
+    def walsender_pid(self, standby: Node) -> int | None:
+        """This primary's WAL sender to ``standby``: SIGSTOP it and the standby falls behind while this server
+        commits on (asynchronous replication), as behind a slow network. (Stopping the standby's WAL receiver
+        instead loses nothing on one host: what was sent waits in its socket's buffers, megabytes of it.)"""
+        row = self.query("SELECT pid FROM pg_stat_replication WHERE application_name = %s", (standby.name,))
         return int(row[0][0]) if row else None
 
     def query(self, sql: str, params: Any = None, *, database: str = "postgres") -> list[tuple[Any, ...]]:

@@ -22,9 +22,10 @@ settlement. The timeline (each step bounded):
    with an expired lease, every unfinished job claimable again.
 
 Asynchronous replication loses what the standby had not received. That run stalls the standby's WAL
-receiver (SIGSTOP) for two seconds of load before the primary dies, a standby that lags as one behind a slow
-network would, and counts the recovery point: payments whose creation the database forgot (their charges at
-the PSP found by `recon report`'s listing as ``missing_locally``), payment outcomes it forgot (the sweep and
+sender on the primary (SIGSTOP) for two seconds of load before the primary dies, a standby that lags as one
+behind a slow network would, and counts the recovery point: payments whose creation the database forgot
+(those the PSP charged found by `recon report`'s listing as ``missing_locally``; declined ones took no money
+and are listed nowhere), payment outcomes it forgot (the sweep and
 the charge jobs, re-run under the same idempotency key, find them again at the PSP: never charged twice),
 acknowledged webhooks it forgot (polling heals their payments all the same).
 """
@@ -69,9 +70,10 @@ PSP = "stripe"
 FAULTS = ("--rate-500", "0.02", "--rate-hang", "0.02", "--hang-seconds", "1", "--pending-fraction", "0.1",
           "--settle-after", "2", "--rate-decline", "0.03", "--decline-suffix", "off")
 #: payments created per batch, the pause between batches, and the most a run creates
-BATCH, PAUSE, MOST = 10, 0.2, 500
-#: seconds of load before the kill, between the rewind and the fail-back, and after it
-BEFORE_KILL, BEFORE_FAILBACK, AFTER_FAILBACK = 4.0, 2.5, 2.0
+BATCH, PAUSE, MOST = 10, 0.2, 700
+#: seconds of load (from the workers' first finished job) before the kill, between the rewind and the
+#: fail-back, and after it
+BEFORE_KILL, BEFORE_FAILBACK, AFTER_FAILBACK = 3.0, 2.5, 2.0
 #: how long the asynchronous run's standby stops receiving WAL before the primary dies
 STALL = 2.0
 GOAL_SECONDS = 10.0
@@ -101,6 +103,8 @@ class Load:
     threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self, url: str, env: dict[str, str]) -> None:
+        """Payments from now on, and the cron (the first batch is created before, so that the workers find
+        work the moment they are up)."""
         self.threads = [threading.Thread(target=self._produce, daemon=True),
                         threading.Thread(target=self._cron, args=(url, env), daemon=True)]
         for t in self.threads:
@@ -112,7 +116,7 @@ class Load:
             t.join(90)
 
     def _produce(self) -> None:
-        start = 0
+        start = len(self.created)
         while not self.stop.is_set() and start < MOST:
             refs = [f"chaos-{i:05d}" for i in range(start, start + BATCH)]
             try:
@@ -209,32 +213,38 @@ def run_failover(tmp_path: Path, request: pytest.FixtureRequest, *, synchronous:
     request.addfinalizer(serve.stop)
     sandbox.start()
     request.addfinalizer(sandbox.stop)
+    load = Load(db)
+    create_payments(db, 0, BATCH, PSP)
+    load.created.extend(f"chaos-{i:05d}" for i in range(BATCH))
     workers = [WorkerProcess(url, env, tmp_path / f"worker-{i}.log", module=COMPRESSED) for i in range(2)]
     for w in workers:
         request.addfinalizer(w.stop)
         w.start()
-    load = Load(db)
-    load.start(url, env)
-    request.addfinalizer(load.finish)
     failovers: list[Failover] = []
     counts: dict[str, Any] = {}
     started = time.monotonic()
+    phases: dict[str, float] = {}
 
-    wait_for(lambda: succeeded_jobs(a) >= 50 and time.monotonic() - started >= BEFORE_KILL, 60, "load on a")
+    def phase(name: str) -> None:
+        phases[name] = round(time.monotonic() - started, 1)
+
+    wait_for(lambda: succeeded_jobs(a) >= 1, 60, "the workers' first job")  # python's start, on a busy machine
+    phase("first job")
+    load.start(url, env)
+    request.addfinalizer(load.finish)
+    time.sleep(BEFORE_KILL)
     snapshot: dict[str, str] = {}
-    if not synchronous:  # the standby falls behind: its WAL receiver stops for STALL seconds of load
-        receiver = b.walreceiver_pid()
-        assert receiver is not None
-        os.kill(receiver, signal.SIGSTOP)
+    if not synchronous:  # the standby falls behind: the primary's WAL sender stops for STALL seconds of load
+        sender = a.walsender_pid(b)
+        assert sender is not None
+        os.kill(sender, signal.SIGSTOP)
         time.sleep(STALL)
         snapshot = dict(a.query("SELECT merchant_reference, status FROM payments", database="recon"))
         behind = a.query("SELECT pg_current_wal_lsn() - %s::pg_lsn",
                          (b.query("SELECT pg_last_wal_receive_lsn()")[0][0],))[0][0]
         counts["standby behind at the kill (WAL bytes)"] = int(behind)
-    a.kill()
-    counts["killed at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    if not synchronous:
-        os.kill(receiver, signal.SIGCONT)
+    a.kill()  # the stopped WAL sender with it
+    phase("killed")
     counts["payments created before the kill"] = len(load.created)
     failovers.append(promote(b, synchronous=synchronous, name="failover a -> b"))
     if not synchronous:
@@ -243,17 +253,23 @@ def run_failover(tmp_path: Path, request: pytest.FixtureRequest, *, synchronous:
                             if snapshot.get(ref) in invariants.FINAL and status not in invariants.FINAL]
         counts["payment outcomes the new primary forgot"] = len(forgotten_status)
 
+    phase("promoted")
     cluster.rewind(a, source=b)  # the old primary, a standby of the new one
+    phase("rewound")
     if synchronous:
         make_synchronous(b, a)
+    phase("synchronous again")
     time.sleep(BEFORE_FAILBACK)
     b.stop("fast")  # a planned switchover: b's WAL reaches a before b stops
     failovers.append(promote(a, synchronous=False, name="fail-back b -> a"))
+    phase("failed back")
     cluster.rewind(b, source=a)
     if synchronous:
         make_synchronous(a, b)
+    phase("rewound again")
     time.sleep(AFTER_FAILBACK)
     load.finish()
+    phase("load stopped")
     chaos_seconds = time.monotonic() - started
 
     db.engine.dispose()  # this test's own pooled connections went with the servers that stopped
@@ -271,7 +287,7 @@ def run_failover(tmp_path: Path, request: pytest.FixtureRequest, *, synchronous:
                    round(time.monotonic() - started - chaos_seconds, 1), "cron sweeps": len(load.sweeps),
                    "payments created (batch committed)": len(load.created),
                    "payments whose batch failed (may exist)": len(load.uncertain),
-                   "outage lines per worker log": [outage_lines(w.log) for w in workers]})
+                   "outage lines per worker log": [outage_lines(w.log) for w in workers], "phases (s)": phases})
     db.dispose()
     sandbox.stop()
     return Outcome(report, failovers, extra, counts)
@@ -308,10 +324,12 @@ def extra_checks(db: Database, sandbox_url: str, load: Load, *, synchronous: boo
         extra["every webhook answered 2xx is stored"] = lost_hooks
         return extra
     # asynchronous: what the database forgot, and that the PSP's side of it is found again
-    charged = {p["merchant_reference"] for p in invariants.psp_payments_of(sandbox_url, PSP, lost_payments)}
+    at_psp = invariants.psp_payments_of(sandbox_url, PSP, lost_payments)
+    charged = {p["merchant_reference"] for p in at_psp if p["status"] == "succeeded"}
     listed = missing_locally(url, env)
     counts.update({"payments whose creation the database forgot": len(lost_payments),
-                   "  of them charged at the PSP": len(charged),
+                   "  of them sent to the PSP": len(at_psp),
+                   "  of them charged (succeeded at the PSP)": len(charged),
                    "  of them listed by `recon report` as missing_locally": len(charged & listed),
                    "acknowledged webhooks the database forgot": len(lost_hooks)})
     extra["every forgotten payment the PSP charged is listed by recon report"] = sorted(charged - listed)
@@ -358,12 +376,14 @@ def test_failover__synchronous_standby__nothing_lost_nothing_charged_twice(
 def test_failover__asynchronous_standby_behind__what_the_database_forgot_is_found_again(
         tmp_path: Path, request: pytest.FixtureRequest) -> None:
     outcome = run_failover(tmp_path, request, synchronous=False)
+    violations = outcome.report.violations
+    strangers = violations.pop("every PSP charge maps to exactly one payment")
+    sent = outcome.counts["  of them sent to the PSP"]
+    # the PSP's only payments we do not have are those whose creation the database forgot (counted above)
+    violations["every PSP charge maps to exactly one payment, or to one the database forgot"] = \
+        [] if len(strangers) == sent else strangers
     text = render(outcome, "failover, asynchronous standby stalled for 2 s")
     print(text)
-    forgotten_charges = outcome.counts["  of them charged at the PSP"]
-    strangers = outcome.report.violations["every PSP charge maps to exactly one payment"]
-    assert len(strangers) == forgotten_charges, text  # only the forgotten payments' own charges
-    others = {k: v for k, v in outcome.report.violations.items() if k != "every PSP charge maps to exactly one payment"}
-    assert not any(others.values()) and not any(outcome.extra.values()), text
+    assert not any(violations.values()) and not any(outcome.extra.values()), text
     assert all(f.first_finish_seconds < GOAL_SECONDS for f in outcome.failovers), text
     assert outcome.counts["standby behind at the kill (WAL bytes)"] > 0, text
