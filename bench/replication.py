@@ -14,6 +14,9 @@ Cases:
 
   enqueue_bulk, drain_1p, drain_2p   bench/engine.py's, no-op jobs (``--jobs``), run as it is with
                                      RECON_BENCH_DATABASE_URL set to the setup's URL
+  enqueue_single                     ``--singles`` jobs enqueued one at a time by one producer (one statement,
+                                     so one commit, each): commits/s and the p50 / p99 of a commit, the
+                                     figure a synchronous standby changes most directly
   charge                             ``--payments`` payments created with their charge jobs, then charged
                                      through the native PSP sandbox (its defaults: no faults, a few declines) by one
                                      `recon worker --burst --queues charges --concurrency C`: payments/s from
@@ -33,6 +36,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
+from recon import Client, JobStore, Settings  # noqa: E402
 from recon.db.database import connect, upgrade  # noqa: E402
 from recon.db.payment_store import NewPayment, PaymentStore  # noqa: E402
 from tests import pgcluster  # noqa: E402
@@ -85,6 +90,29 @@ def engine_cases(url: str, jobs: int, concurrency: int) -> list[dict[str, Any]]:
     if done.returncode != 0:
         raise SystemExit(f"bench/engine.py failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def enqueue_single_case(url: str, n: int) -> dict[str, Any]:
+    base = sa.engine.make_url(url)
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql('CREATE DATABASE "recon_bench_singles"')
+    admin.dispose()
+    db = connect(base.set(database="recon_bench_singles").render_as_string(hide_password=False))
+    upgrade(db)
+    client = Client(JobStore(db), Settings())
+    client.enqueue("noop")  # the pool's connection, before the clock starts
+    took: list[float] = []
+    start = time.perf_counter()
+    for _ in range(n):
+        began = time.perf_counter()
+        client.enqueue("noop")
+        took.append(time.perf_counter() - began)
+    elapsed = time.perf_counter() - start
+    db.dispose()
+    took.sort()
+    return {"commits_per_s": round(n / elapsed, 1), "p50_ms": round(statistics.median(took) * 1000, 3),
+            "p99_ms": round(took[int(len(took) * 0.99)] * 1000, 3), "jobs": n}
 
 
 def charge_case(url: str, payments: int, concurrency: int) -> dict[str, Any]:
@@ -140,6 +168,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--payments", type=int, default=3_000)
+    parser.add_argument("--singles", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=64, help="the drain's handler threads per process")
     parser.add_argument("--charge-concurrency", type=int, default=32, help="the charging worker's threads")
     parser.add_argument("--setups", default=",".join(SETUPS), type=lambda s: [x for x in s.split(",") if x])
@@ -147,13 +176,16 @@ def main() -> None:
     reason = pgcluster.available()
     if reason:
         raise SystemExit(reason)
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg()[0]}
     for setup in args.setups:
+        machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
+                   "load_average": round(os.getloadavg()[0], 1)}
         if setup not in SETUPS:
             raise SystemExit(f"--setups: {setup!r} is not one of {', '.join(SETUPS)}")
         with servers(setup) as url:
             for figures in engine_cases(url, args.jobs, args.concurrency):
                 print(json.dumps({"setup": setup, **figures}), flush=True)
+            singles = enqueue_single_case(url, args.singles)
+            print(json.dumps({"setup": setup, "case": "enqueue_single", **machine, **singles}), flush=True)
             charge = charge_case(url, args.payments, args.charge_concurrency)
             print(json.dumps({"setup": setup, "case": "charge", **machine, **charge}), flush=True)
 
