@@ -316,6 +316,7 @@ def test_serve__503_while_no_primary_takes_events_never_a_2xx_for_an_event_not_s
     assert (intake.writer is not None) is grouped
     asgi = create_app(app, intake=intake)
     answers: dict[int, int] = {}
+    during: list[str] = []  # GET /metrics while no primary takes events
 
     async def post(client: httpx.AsyncClient, n: int) -> None:
         response = await client.post("/webhooks/stripe", content=stripe_body(n), headers=signed(stripe_body(n)))
@@ -332,6 +333,7 @@ def test_serve__503_while_no_primary_takes_events_never_a_2xx_for_an_event_not_s
             for _ in range(20):  # no primary
                 n += 1
                 await post(client, n)
+            during.extend((await client.get("/metrics")).text.splitlines())
             promote(a, b)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:  # after: 200 once the writer's backoff lets it connect
@@ -351,3 +353,5 @@ def test_serve__503_while_no_primary_takes_events_never_a_2xx_for_an_event_not_s
     stored = {int(r[0].removeprefix("evt_")) for r in b.query("SELECT event_id FROM webhook_events",
                                                                 database="recon")}
     assert ok <= stored  # never a 2xx for an event that is not stored
+    assert "recon_database_unavailable 1.0" in during and "recon_database_outages_total 1.0" in during
+    assert f'recon_webhooks_total{{outcome="unavailable",psp="stripe"}} 20.0' in during
