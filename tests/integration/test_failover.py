@@ -354,4 +354,4 @@ def test_serve__503_while_no_primary_takes_events_never_a_2xx_for_an_event_not_s
                                                                 database="recon")}
     assert ok <= stored  # never a 2xx for an event that is not stored
     assert "recon_database_unavailable 1.0" in during and "recon_database_outages_total 1.0" in during
-    assert f'recon_webhooks_total{{outcome="unavailable",psp="stripe"}} 20.0' in during
+    assert 'recon_webhooks_total{outcome="unavailable",psp="stripe"} 20.0' in during
