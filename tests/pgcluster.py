@@ -113,14 +113,21 @@ class Node:
         self._reap()
 
     def kill(self) -> None:
-        """SIGKILL the postmaster and every backend of this server: a crash, as a dying host would."""
+        """SIGKILL the postmaster and every backend of this server at once: a crash, as a dying host would.
+        Every process working in the data directory (PostgreSQL's all do) is killed, again until none is left:
+        a backend forked while the first ones died would otherwise serve its client on, for a moment."""
         pid = self.pid()
         if pid is None:
             return
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-        for p in [pid, *map(int, children)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
+        data = str(self.data.resolve())
+        for _ in range(50):
+            found = [p for p in _pids() if _cwd(p) == data]
+            if not found:
+                break
+            for p in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+            time.sleep(0.01)
         self._reap()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(pid):
@@ -243,6 +250,18 @@ class Cluster:
             with contextlib.suppress(Exception):
                 node.kill()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _cwd(pid: int) -> str | None:
+    """The working directory of ``pid`` (None once it is gone, or a zombie)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -49,7 +49,7 @@ UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25006"})
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 
 #: a failure this soon after the end of an outage is the same outage (module docstring)
-QUIET_SECONDS = 2.0
+QUIET_SECONDS = 5.0
 #: the first wait after a failure, and the longest (every loop doubles its wait up to it, with full jitter)
 BACKOFF_BASE_SECONDS = 0.05
 BACKOFF_CAP_SECONDS = 1.0

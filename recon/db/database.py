@@ -9,9 +9,12 @@ a read lock (the classic SQLite deadlock).
 A PostgreSQL URL may name several servers (recon.db.libpq: multi-host forms, services, sockets); with
 ``target_session_attrs=read-write`` libpq connects to the one that takes writes. Every connection that fails
 in a way that leaves it or its server unusable (recon.db.availability: lost, shut down, read-only) is dropped
-and counts as ``DatabaseUnavailable``; on the pool's connections SQLAlchemy then invalidates the whole pool
-(they all point at the server that failed), and every new connection goes through the host list again. Each
-failure and the first success after them are told to ``Database.outage``, which logs an outage once.
+and counts as ``DatabaseUnavailable``; the first of an outage also drops every pooled connection of both
+engines (``Database.unavailable``: they all point at the server that failed; SQLAlchemy drops a pool on a
+disconnect it sees itself, not on one met through a driver connection of recon's own, and a stale connection
+idle in the producers' pool then failed seconds later, a second outage in the log), and every new connection
+goes through the host list again. Each failure and the first success after them are told to
+``Database.outage``, which logs an outage once.
 """
 
 from __future__ import annotations
@@ -94,6 +97,19 @@ class Database:
         self.hot_lock = threading.Lock()
         #: this process's view of the database's availability (recon.db.availability): one log line an outage
         self.outage = Outage()
+        self._dropped_epoch = 0  # the outage whose start dropped the pools
+
+    def unavailable(self, error: DatabaseUnavailable) -> None:
+        """A call found the database unavailable: tell ``outage``; the first such call of an outage also drops
+        every connection the pools hold (module docstring). Connections checked out now are left to their
+        users, who drop them at their own failure."""
+        self.outage.failed(error)
+        epoch = self.outage.epoch
+        if self._dropped_epoch != epoch:
+            self._dropped_epoch = epoch
+            self.engine.dispose()
+            if self.producer_engine is not self.engine:
+                self.producer_engine.dispose()
 
     @property
     def is_postgresql(self) -> bool:
@@ -107,7 +123,7 @@ class Database:
     @contextlib.contextmanager
     def begin(self) -> Iterator[sa.Connection]:
         epoch = self.outage.epoch
-        with translate_errors(self.outage), self.engine.begin() as conn:
+        with translate_errors(self.unavailable), self.engine.begin() as conn:
             yield conn
         self.outage.succeeded(epoch)
 
@@ -120,7 +136,7 @@ class Database:
                 yield conn
             return
         epoch = self.outage.epoch
-        with translate_errors(self.outage), self._autocommit.connect() as conn:
+        with translate_errors(self.unavailable), self._autocommit.connect() as conn:
             yield conn
         self.outage.succeeded(epoch)
 
@@ -188,17 +204,17 @@ def json_from_db(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def translate_errors(outage: Outage | None = None) -> Iterator[None]:
+def translate_errors(unavailable: Callable[[DatabaseUnavailable], None] | None = None) -> Iterator[None]:
     """SQLAlchemy's driver errors as ``recon.errors`` (recon.db.availability sorts them); an unavailable
-    database is told to ``outage``."""
+    database is told to ``unavailable`` (``Database.unavailable``)."""
     try:
         yield
     except sa.exc.DBAPIError as exc:
         cls = error_class(exc.orig, operational=isinstance(exc, sa.exc.OperationalError),
                           broken=exc.connection_invalidated)
         error = cls(f"database: {_first_line(exc.orig)}")
-        if outage is not None and isinstance(error, DatabaseUnavailable):
-            outage.failed(error)
+        if unavailable is not None and isinstance(error, DatabaseUnavailable):
+            unavailable(error)
         raise error from exc
 
 
@@ -348,11 +364,11 @@ def _checkout(db: Database, engine: sa.Engine | None = None) -> Any:
 
 
 def _driver_error(db: Database, exc: BaseException, *, broken: bool) -> StoreError:
-    """A driver error as ``translate_errors`` would raise it (an unavailable database told to ``db.outage``)."""
+    """A driver error as ``translate_errors`` would raise it (an unavailable database told to ``db``)."""
     cls = error_class(exc, operational=isinstance(exc, db.dbapi.OperationalError), broken=broken)
     error = cls(f"database: {_first_line(exc)}")
     if isinstance(error, DatabaseUnavailable):
-        db.outage.failed(error)
+        db.unavailable(error)
     return error
 
 
