@@ -9,12 +9,12 @@ a read lock (the classic SQLite deadlock).
 A PostgreSQL URL may name several servers (recon.db.libpq: multi-host forms, services, sockets); with
 ``target_session_attrs=read-write`` libpq connects to the one that takes writes. Every connection that fails
 in a way that leaves it or its server unusable (recon.db.availability: lost, shut down, read-only) is dropped
-and counts as ``DatabaseUnavailable``; the first of an outage also drops every pooled connection of both
-engines (``Database.unavailable``: they all point at the server that failed; SQLAlchemy drops a pool on a
-disconnect it sees itself, not on one met through a driver connection of recon's own, and a stale connection
-idle in the producers' pool then failed seconds later, a second outage in the log), and every new connection
-goes through the host list again. Each failure and the first success after them are told to
-``Database.outage``, which logs an outage once.
+and counts as ``DatabaseUnavailable``; from the first of an outage on, the pools of both engines hand out no
+connection opened before it (``Database.unavailable`` and a ``checkout`` hook: they all point at the server
+that failed; SQLAlchemy drops a pool on a disconnect it sees itself, not on one met through a driver
+connection of recon's own, and a stale connection idle in the producers' pool then failed seconds later, a
+second outage in the log), and every new connection goes through the host list again. Each failure and the
+first success after them are told to ``Database.outage``, which logs an outage once.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -97,19 +98,29 @@ class Database:
         self.hot_lock = threading.Lock()
         #: this process's view of the database's availability (recon.db.availability): one log line an outage
         self.outage = Outage()
-        self._dropped_epoch = 0  # the outage whose start dropped the pools
+        self._stale_epoch = 0  # the outage whose start made the pools' older connections stale
+        #: (time.monotonic) the pools give out no connection opened before this: the server it reaches failed
+        self._stale_before = 0.0
+        if self.dialect == "postgresql":
+            for pooled in {self.engine, self.producer_engine}:
+                event.listen(pooled, "connect", _stamp_opened)
+                event.listen(pooled, "checkout", self._refuse_stale)
 
     def unavailable(self, error: DatabaseUnavailable) -> None:
-        """A call found the database unavailable: tell ``outage``; the first such call of an outage also drops
-        every connection the pools hold (module docstring). Connections checked out now are left to their
-        users, who drop them at their own failure."""
+        """A call found the database unavailable: tell ``outage``; the first such call of an outage also makes
+        every connection the pools opened until now stale (module docstring): each is closed when it is next
+        checked out, and a new one opened instead. Connections checked out now are left to their users, who
+        drop them at their own failure."""
         self.outage.failed(error)
         epoch = self.outage.epoch
-        if self._dropped_epoch != epoch:
-            self._dropped_epoch = epoch
-            self.engine.dispose()
-            if self.producer_engine is not self.engine:
-                self.producer_engine.dispose()
+        if self._stale_epoch != epoch:
+            self._stale_epoch, self._stale_before = epoch, time.monotonic()
+
+    def _refuse_stale(self, _dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        """SQLAlchemy's ``checkout`` hook: a connection opened before the outage is discarded (the pool closes
+        it and connects again, the documented use of DisconnectionError)."""
+        if record.info.get(_OPENED, 0.0) < self._stale_before:
+            raise sa.exc.DisconnectionError("opened before the database became unavailable")
 
     @property
     def is_postgresql(self) -> bool:
@@ -416,6 +427,14 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
             event.listen(e, "handle_error", _unavailable_is_a_disconnect)
         return Database(engine, clock=clock, producer_engine=producer)
     return Database(engine, clock=clock)
+
+
+#: the key of ``ConnectionPoolEntry.info`` that says when (time.monotonic) the connection was opened
+_OPENED = "recon_opened"
+
+
+def _stamp_opened(_dbapi_conn: Any, record: Any) -> None:
+    record.info[_OPENED] = time.monotonic()
 
 
 def _unavailable_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:

@@ -159,6 +159,7 @@ def test_terminated_connection__is_unavailable_once_and_the_pool_connects_again(
     session.execute("SELECT 1", {})
     with db.begin() as conn:
         conn.execute(sa.text("SELECT 1"))  # another, back in the pool
+    assert db.execute_driver("SELECT 1", {}, generic_plans=True) == [(1,)]  # one in the producers' pool
     with psycopg.connect(db.url.set(drivername="postgresql").render_as_string(hide_password=False),
                          autocommit=True, application_name=ADMIN) as admin:
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
@@ -168,6 +169,8 @@ def test_terminated_connection__is_unavailable_once_and_the_pool_connects_again(
             conn.execute(sa.text("SELECT 1"))
     with db.begin() as conn:  # the pool dropped every connection it held: this one is new
         assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
+    # the producers' pool, whose connection died too, hands out a new one: no second failure, no second outage
+    assert db.execute_driver("SELECT 1", {}, generic_plans=True) == [(1,)]
     with pytest.raises(DatabaseUnavailable):
         session.execute("SELECT 1", {})
     assert session.execute("SELECT 1", {}) == [(1,)]  # the claim loop's session connects again
