@@ -370,6 +370,7 @@ def test_failover__synchronous_standby__nothing_lost_nothing_charged_twice(
     assert all(f.first_finish_seconds < GOAL_SECONDS for f in outcome.failovers), text
     assert outcome.failovers[0].syncrep_waiters > 0, text  # the trap was real, with recon's own commits
     assert outcome.counts["attempts spent on the database (leases expired, db_transient)"] == 0, text
+    assert all(n <= 2 for n in outcome.counts["outage lines per worker log"]), text  # one an outage, two outages
     assert outcome.counts["payments created before the kill"] >= 50, text
 
 
@@ -385,5 +386,6 @@ def test_failover__asynchronous_standby_behind__what_the_database_forgot_is_foun
     text = render(outcome, "failover, asynchronous standby stalled for 2 s")
     print(text)
     assert not any(violations.values()) and not any(outcome.extra.values()), text
+    assert all(n <= 2 for n in outcome.counts["outage lines per worker log"]), text
     assert all(f.first_finish_seconds < GOAL_SECONDS for f in outcome.failovers), text
     assert outcome.counts["standby behind at the kill (WAL bytes)"] > 0, text
