@@ -40,7 +40,6 @@ from psp_adapters.adyen import webhook as adyen
 from psp_adapters.errors import WebhookRejected
 from psp_adapters.protocol import WebhookEvent
 from psp_adapters.stripe import webhook as stripe
-from recon.db.libpq import AsyncSession
 from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
 from recon.errors import DatabaseUnavailable, QueueFull, ReconError
@@ -232,7 +231,6 @@ class GroupWriter:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._session: AsyncSession | None = None
         #: batches written and requests in them (figures for the benchmark and tests)
         self.batches = 0
         self.requests = 0
@@ -240,7 +238,7 @@ class GroupWriter:
     async def submit(self, events: Sequence[WebhookEvent]) -> list[Stored]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._task is None or self._task.done():
-            self._loop, self._wake, self._session = loop, asyncio.Event(), None  # a new loop (tests): a new task
+            self._loop, self._wake = loop, asyncio.Event()  # a new loop (tests): a new task
             self._waiting = deque()
             self._task = loop.create_task(self._run(), name="webhook-writer")
         future: asyncio.Future[list[Stored]] = loop.create_future()
@@ -258,7 +256,7 @@ class GroupWriter:
     async def _run(self) -> None:
         assert self._wake is not None  # nosec B101  # set by submit
         loop = asyncio.get_running_loop()
-        session = self._session = self.store.async_session()
+        session = self.store.async_session()  # its connection, across failures (recon.db.libpq)
         try:
             while True:
                 if not self._waiting:
