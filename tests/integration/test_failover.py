@@ -359,3 +359,70 @@ def test_serve__503_while_no_primary_takes_events_never_a_2xx_for_an_event_not_s
     assert ok <= stored  # never a 2xx for an event that is not stored
     assert "recon_database_unavailable 1.0" in during and "recon_database_outages_total 1.0" in during
     assert 'recon_webhooks_total{outcome="unavailable",psp="stripe"} 20.0' in during
+
+
+# --- a charge whose commits' answers were lost --------------------------------------------------------------
+
+
+def test_charge__commits_whose_answer_was_lost_charge_once_and_spend_no_attempt(
+        db: Database, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection dies right after the charge's ``processing`` commit, and again right after its finish
+    commits (the primary died: the commits happened, their answers never came). The first is settled by the
+    next claim: the job snoozes (no attempt spent) and the next run finds the payment ``processing`` and sends
+    the same idempotency key; the second by fencing: the finish, tried again, matches nothing more. The PSP's
+    own ledger: one charge per payment."""
+    from psp_adapters.sandbox.faults import Faults
+    from psp_adapters.sandbox.server import SandboxServer
+    from recon.db.availability import Backoff
+    from recon.payments.charge import ChargeHandler
+    from tests.integration.payment_flow import admin, create, fast_settings, handlers_for, sandbox_adapter
+
+    lost_mark: set[int] = set()
+    real_mark = ChargeHandler._mark_processing
+
+    def mark_then_lose_the_answer(self: ChargeHandler, payment: Any, job: Job, lease: Lease) -> Any:
+        marked = real_mark(self, payment, job, lease)
+        if payment.id not in lost_mark:
+            lost_mark.add(payment.id)
+            raise DatabaseUnavailable("database: server closed the connection unexpectedly")
+        return marked
+
+    monkeypatch.setattr(ChargeHandler, "_mark_processing", mark_then_lose_the_answer)
+    monkeypatch.setattr(Backoff, "next", lambda self: 0.01)
+    store = JobStore(db)
+    real_finish, lost_finish = store.finish, [True]
+
+    def finish_then_lose_the_answer(**kw: Any) -> set[int]:
+        matched = real_finish(**kw)
+        if lost_finish and kw.get("write") is not None:
+            lost_finish.pop()
+            raise DatabaseUnavailable("database: server closed the connection unexpectedly")
+        return matched
+
+    store.finish = finish_then_lose_the_answer  # type: ignore[method-assign]
+    with SandboxServer(tmp_path / "psp.db", faults=Faults(decline_amount_suffix=None)) as sandbox:
+        ids = create(db, 3)
+        adapter = sandbox_adapter(sandbox.url)
+        settings = fast_settings()
+        worker = Worker(store, handlers_for(db, adapter), config=settings.engine,
+                        policy=RetryPolicy(settings.retry), queues=["charges"], classify_func=classify_failure)
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        try:
+            wait_for(lambda: all(s == "succeeded" for _, s, _ in spent(db)), 20, "every charge job to succeed")
+        finally:
+            worker.request_stop()
+            t.join(20)
+        charges = admin(sandbox.url, "/_admin/charges")
+        adapter.close()
+    assert lost_mark == set(ids) and not lost_finish
+    assert charges["charges"] == 3 and set(charges["per_key"].values()) == {1}  # once each, never twice
+    assert [n for _, _, n in spent(db)] == [1, 1, 1]  # the lost answers cost no attempt
+    from recon.db.payment_store import PaymentStore
+
+    for pid in ids:
+        payment = PaymentStore(db).get(pid)
+        assert payment is not None and str(payment.status) == "succeeded"
+        trail = [(e.from_status, e.to_status) for e in PaymentStore(db).events(pid)]
+        assert trail == [(None, "created"), ("created", "processing"), ("processing", "succeeded")]
+    assert worker.stats.stale_finishes == 1  # the finish tried again after its lost answer matched nothing
