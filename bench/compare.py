@@ -207,7 +207,7 @@ class Recon:
         import sqlalchemy as sa
 
         from recon import Handlers, JobStore, RetryPolicy, Settings, Worker, connect
-        from recon.db.jobs_store import make_listener
+        from recon.db.listener import make_listener
 
         concurrency, timeout = opts["concurrency"], opts["timeout"]
         db = connect(_recon_url(dsn), pool_size=concurrency + 4)

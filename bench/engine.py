@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
-from recon.db.jobs_store import make_listener
+from recon.db.listener import make_listener
 
 PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TIMEOUT = 300.0

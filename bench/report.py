@@ -117,10 +117,10 @@ def populate(url: str, n: int) -> dict[str, float]:
                              ((*r[:8], _micros(r[8]), _micros(r[9])) for r in rows))
         lite.close()
     else:
-        import psycopg
+        from recon.db.libpq import connect as connect_driver
 
-        pg = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        with psycopg.connect(pg) as conn, conn.cursor() as cur:
+        # the URL as recon reads it (any form: multi-host, service, socket), not rendered back for libpq
+        with connect_driver(make_url(url), autocommit=False) as conn, conn.cursor() as cur:
             with cur.copy(f"COPY payments ({_COLUMNS}) FROM STDIN") as copy:
                 for r in rows:
                     copy.write_row(r)

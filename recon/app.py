@@ -23,7 +23,8 @@ from recon.config import EngineConfig, Settings, load_settings
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect
 from recon.db.database import upgrade as apply_migrations
-from recon.db.jobs_store import JobStore, make_listener
+from recon.db.jobs_store import JobStore
+from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
 from recon.db.report_store import ReportStore
@@ -381,13 +382,13 @@ class App:
         cap from the settings, recon's error classifier, this process's metrics as its observer; with
         ``wakeups``, woken by the database's notifications instead of polling alone. ``run(burst=True)`` on
         the result works until no claimable job is left."""
-        from recon.classify import classify
+        from recon.classify import classify_failure
 
         return Worker(self.jobs, self.handlers() if handlers is None else handlers,
                       config=self.settings.engine if engine is None else engine,
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
-                      classify_func=classify, wakeup_func=make_listener(self.db) if wakeups else None,
+                      classify_func=classify_failure, wakeup_func=make_listener(self.db) if wakeups else None,
                       observer=self.metrics)
 
 

@@ -21,6 +21,12 @@ backoff per kind (base, cap, max attempts) are configuration, not this module's 
 (*) a SQLAlchemy DBAPIError (or driver error) with SQLSTATE 40P01 (deadlock) or 40001 (serialization
 failure), or ``connection_invalidated``, or SQLite's "database is locked"; also when raised ``from`` one.
 
+The worker's classifier, ``classify_failure``, is this table with one row before it: a handler that found the
+database unavailable (``DatabaseUnavailable``: the connection lost, the server shut down, failing over or
+read-only) snoozes its job for ``DB_UNAVAILABLE_SNOOZE``, no attempt spent. The outage is the database's, not
+the job's: a failover must not bring a job closer to ``dead``. (Handlers call ``classify`` on the PSP's
+errors; a database error leaves the handler and reaches ``classify_failure``.)
+
 A PSP's explicit hint (``PspError.should_retry``, e.g. Stripe's ``Stripe-Should-Retry``) overrides the row:
 True makes a Dead row a Retry (kind psp_unavailable; a Retry row keeps its kind), False makes any row Dead.
 The stored error text is one line, at most ERROR_TEXT_LIMIT characters, with credentials masked.
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from datetime import timedelta
 
 from sqlalchemy.exc import DBAPIError
 
@@ -43,8 +50,8 @@ from psp_adapters.errors import (
     PspTransientError,
     PspUnknownOutcome,
 )
-from recon.engine.outcome import Dead, Retry
-from recon.errors import DatabaseTransientError
+from recon.engine.outcome import Dead, Outcome, Retry, Snooze
+from recon.errors import DatabaseTransientError, DatabaseUnavailable
 from recon.redact import redact
 
 ERROR_TEXT_LIMIT = 500
@@ -52,6 +59,8 @@ ERROR_TEXT_LIMIT = 500
 _BUSY = frozenset({408, 421, 423, 425})
 _TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 _CAUSE_DEPTH = 5
+#: how long a job whose handler found the database unavailable waits before it runs again (no attempt spent)
+DB_UNAVAILABLE_SNOOZE = timedelta(seconds=1)
 
 
 class ErrorKind(enum.StrEnum):
@@ -83,6 +92,14 @@ def classify(exc: BaseException) -> Retry | Dead:
     if retryable:
         return Retry(error_kind=kind.value, error=text, retry_after=retry_after)
     return Dead(error_kind=kind.value, error=text)
+
+
+def classify_failure(exc: BaseException) -> Outcome:
+    """The worker's ``ClassifyFunc``: a snooze, no attempt spent, when ``exc`` says the database is unavailable
+    (module docstring); else ``classify(exc)``. Never raises."""
+    if any(isinstance(error, DatabaseUnavailable) for error in _causes(exc)):
+        return Snooze(DB_UNAVAILABLE_SNOOZE, reason=f"database unavailable: {error_text(exc)}")
+    return classify(exc)
 
 
 def error_text(exc: BaseException) -> str:

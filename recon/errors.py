@@ -13,6 +13,8 @@ ReconError
 │   └── LeaseLost           a fenced write matched no row: another worker owns the job now
 └── StoreError              the database failed
     └── DatabaseTransientError  deadlock, serialization failure, lost connection, busy: retry shortly
+        └── DatabaseUnavailable no server takes our writes now (connection lost, shutdown, failover,
+                                read-only): retry on a new connection, after a pause
 ```
 
 Each class docstring is its default message.
@@ -74,3 +76,7 @@ class StoreError(ReconError):
 
 class DatabaseTransientError(StoreError):
     """The database failed transiently (deadlock, serialization failure, lost connection, busy)."""
+
+
+class DatabaseUnavailable(DatabaseTransientError):
+    """The database is unavailable (connection lost or refused, server shut down, failing over, read-only)."""

@@ -11,6 +11,7 @@ How the numbers travel
    stopped_at (a clean shutdown) and ``counters``, a JSON document cumulative since the process started::
 
        {"v": 1, "claimed": n, "released": n, "stale_finishes": n, "leases_lost": n, "lease_expirations": n,
+        "database_outages": n, "database_outage_seconds": s,
         "attempts": [[queue, kind, outcome, error_kind or "", n], ...],
         "job_duration_seconds" | "attempts_per_success" | "psp_request_duration_seconds":
             {"le": [bounds...], "series": [[[label values...], [count per bucket, +Inf last], sum], ...]},
@@ -63,7 +64,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 ATTEMPT_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 7.0, 10.0, 15.0, 20.0)
 PSP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-ENGINE_COUNTERS = ("claimed", "released", "stale_finishes", "leases_lost", "lease_expirations")
+ENGINE_COUNTERS = ("claimed", "released", "stale_finishes", "leases_lost", "lease_expirations", "database_outages")
 
 
 class _Histogram:
@@ -262,6 +263,11 @@ _ENGINE_FAMILIES = (
     ("lease_expirations", "recon_lease_expirations", "Expired leases rescued by this worker's watcher."),
     ("stale_finishes", "recon_stale_finishes", "Finishes rejected by fencing: the lease was no longer ours."),
     ("leases_lost", "recon_leases_lost", "Leases found lost by a heartbeat while their handler ran."),
+    ("database_outages", "recon_database_outages",
+     "Outages of the database this worker saw: no server took its writes (connection lost or refused, shut "
+     "down, failing over, read-only) until one did again."),
+    ("database_outage_seconds", "recon_database_outage_seconds", "Seconds this worker found the database "
+     "unavailable."),
 )
 _HISTOGRAMS = (
     ("job_duration_seconds", "recon_job_duration_seconds", "Handler run time per attempt.",
@@ -425,7 +431,8 @@ def _worker_doc(w: WorkerRecord, now: Any, live_window: float) -> dict[str, Any]
             "started_at": w.started_at.isoformat(), "last_seen_at": w.last_seen_at.isoformat(),
             "stopped_at": w.stopped_at.isoformat() if w.stopped_at else None,
             "last_seen_seconds_ago": round((now - w.last_seen_at).total_seconds(), 3),
-            **{key: int(w.counters.get(key, 0)) for key in ENGINE_COUNTERS}}
+            **{key: int(w.counters.get(key, 0)) for key in ENGINE_COUNTERS},
+            "database_outage_seconds": float(w.counters.get("database_outage_seconds", 0.0))}
 
 
 def _psp_doc(workers: Iterable[WorkerRecord]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from cronsim import CronSim, CronSimError
 from recon.clock import Clock, SystemClock
 from recon.db.schedule_store import ClaimedSlot, ScheduleStore, SlotJob
 from recon.durations import parse_duration
-from recon.errors import ConfigError, ReconError, UsageError
+from recon.errors import ConfigError, DatabaseUnavailable, ReconError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,9 @@ class Scheduler:
         while not stop.is_set():
             try:
                 self.run_once()
-            except ReconError as exc:  # the database away: try again next tick
+            except DatabaseUnavailable as exc:  # the database away (its outage is logged once): next tick
+                log.debug("scheduler: %s", exc)
+            except ReconError as exc:
                 log.warning("scheduler: %s", exc)
             stop.wait(interval)
 

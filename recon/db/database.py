@@ -5,6 +5,16 @@ PostgreSQL (``postgresql+psycopg://``) is the production engine; SQLite (``sqlit
 default. SQLite runs in WAL mode and every transaction starts with ``BEGIN IMMEDIATE``: it takes the single
 write lock up front, so a claim's conditional UPDATE never races another writer and never has to upgrade
 a read lock (the classic SQLite deadlock).
+
+A PostgreSQL URL may name several servers (recon.db.libpq: multi-host forms, services, sockets); with
+``target_session_attrs=read-write`` libpq connects to the one that takes writes. Every connection that fails
+in a way that leaves it or its server unusable (recon.db.availability: lost, shut down, read-only) is dropped
+and counts as ``DatabaseUnavailable``; from the first of an outage on, the pools of both engines hand out no
+connection opened before it (``Database.unavailable`` and a ``checkout`` hook: they all point at the server
+that failed; SQLAlchemy drops a pool on a disconnect it sees itself, not on one met through a driver
+connection of recon's own, and a stale connection idle in the producers' pool then failed seconds later, a
+second outage in the log), and every new connection goes through the host list again. Each failure and the
+first success after them are told to ``Database.outage``, which logs an outage once.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,7 +34,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 
 from recon.clock import Clock, SystemClock
-from recon.errors import ConfigError, DatabaseTransientError, StoreError
+from recon.db.availability import Outage, error_class
+from recon.db.libpq import connect_params
+from recon.errors import ConfigError, DatabaseTransientError, DatabaseUnavailable, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +44,6 @@ T = TypeVar("T")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
-#: SQLSTATE classes/codes that mean "try again": serialization failure, deadlock, lock not available,
-#: admin shutdown / crash shutdown / cannot connect now, and every connection exception (class 08)
-_TRANSIENT_PGCODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 
 
 def parse_url(raw: str) -> URL:
@@ -46,7 +56,9 @@ def parse_url(raw: str) -> URL:
     if backend == "postgresql":
         if url.get_driver_name() not in ("psycopg", "psycopg2", ""):
             raise ConfigError(f"database URL: driver {url.drivername!r} is not supported; use postgresql+psycopg")
-        return url.set(drivername="postgresql+psycopg")
+        url = url.set(drivername="postgresql+psycopg")
+        connect_params(url)  # a URL libpq could not take is refused now (ConfigError), not at the first connection
+        return url
     if backend == "sqlite":
         if url.drivername != "sqlite":
             raise ConfigError(f"database URL: driver {url.drivername!r} is not supported; use sqlite:///FILE")
@@ -63,7 +75,9 @@ class Database:
     """An engine plus what every statement needs: the dialect name and the clock.
 
     ``begin()`` yields a connection inside one transaction and translates driver errors into
-    ``recon.errors`` (``DatabaseTransientError`` for what is worth retrying, ``StoreError`` otherwise).
+    ``recon.errors`` (``DatabaseUnavailable`` when no server takes our writes, ``DatabaseTransientError`` for
+    the rest of what is worth retrying, ``StoreError`` otherwise); ``outage`` hears of every unavailable
+    error and of the successes after them.
     """
 
     def __init__(self, engine: sa.Engine, *, clock: Clock | None = None,
@@ -82,6 +96,31 @@ class Database:
         #: one write lock per database, and a writer that finds it taken sleeps in its busy handler (1 ms,
         #: then longer); two threads of one process queue here instead, at no cost
         self.hot_lock = threading.Lock()
+        #: this process's view of the database's availability (recon.db.availability): one log line an outage
+        self.outage = Outage()
+        self._stale_epoch = 0  # the outage whose start made the pools' older connections stale
+        #: (time.monotonic) the pools give out no connection opened before this: the server it reaches failed
+        self._stale_before = 0.0
+        if self.dialect == "postgresql":
+            for pooled in {self.engine, self.producer_engine}:
+                event.listen(pooled, "connect", _stamp_opened)
+                event.listen(pooled, "checkout", self._refuse_stale)
+
+    def unavailable(self, error: DatabaseUnavailable) -> None:
+        """A call found the database unavailable: tell ``outage``; the first such call of an outage also makes
+        every connection the pools opened until now stale (module docstring): each is closed when it is next
+        checked out, and a new one opened instead. Connections checked out now are left to their users, who
+        drop them at their own failure."""
+        self.outage.failed(error)
+        epoch = self.outage.epoch
+        if self._stale_epoch != epoch:
+            self._stale_epoch, self._stale_before = epoch, time.monotonic()
+
+    def _refuse_stale(self, _dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        """SQLAlchemy's ``checkout`` hook: a connection opened before the outage is discarded (the pool closes
+        it and connects again, the documented use of DisconnectionError)."""
+        if record.info.get(_OPENED, 0.0) < self._stale_before:
+            raise sa.exc.DisconnectionError("opened before the database became unavailable")
 
     @property
     def is_postgresql(self) -> bool:
@@ -94,8 +133,10 @@ class Database:
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[sa.Connection]:
-        with translate_errors(), self.engine.begin() as conn:
+        epoch = self.outage.epoch
+        with translate_errors(self.unavailable), self.engine.begin() as conn:
             yield conn
+        self.outage.succeeded(epoch)
 
     @contextlib.contextmanager
     def autocommit(self) -> Iterator[sa.Connection]:
@@ -105,8 +146,10 @@ class Database:
             with self.begin() as conn:
                 yield conn
             return
-        with translate_errors(), self._autocommit.connect() as conn:
+        epoch = self.outage.epoch
+        with translate_errors(self.unavailable), self._autocommit.connect() as conn:
             yield conn
+        self.outage.succeeded(epoch)
 
     def execute_driver(self, sql: str, params: Mapping[str, Any], *,
                        generic_plans: bool = False) -> list[tuple[Any, ...]]:
@@ -119,6 +162,7 @@ class Database:
         ``translate_errors``; a broken connection is dropped from the pool."""
         if not self.is_postgresql:
             raise ValueError("a driver statement is for PostgreSQL")
+        epoch = self.outage.epoch
         pooled = _checkout(self, self.producer_engine if generic_plans else self.engine)
         conn: Any = pooled.driver_connection
         try:
@@ -126,14 +170,15 @@ class Database:
             cur = conn.execute(sql, params)
             rows: list[tuple[Any, ...]] = cur.fetchall() if cur.description is not None else []
         except self.dbapi.Error as exc:
-            broken = conn.broken or conn.closed
-            if broken:
+            error = _driver_error(self, exc, broken=conn.broken or conn.closed)
+            if isinstance(error, DatabaseUnavailable):
                 pooled.invalidate()
-            raise _driver_error(self, exc, broken=broken) from exc
+            raise error from exc
         finally:
             if not (conn.broken or conn.closed):
                 conn.autocommit = False  # as the pool hands it out
                 pooled.close()
+        self.outage.succeeded(epoch)
         return rows
 
     def now_param(self) -> Any:
@@ -170,29 +215,23 @@ def json_from_db(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
+def translate_errors(unavailable: Callable[[DatabaseUnavailable], None] | None = None) -> Iterator[None]:
+    """SQLAlchemy's driver errors as ``recon.errors`` (recon.db.availability sorts them); an unavailable
+    database is told to ``unavailable`` (``Database.unavailable``)."""
     try:
         yield
     except sa.exc.DBAPIError as exc:
-        if is_transient(exc):
-            raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
-        raise StoreError(f"database: {_first_line(exc.orig)}") from exc
+        cls = error_class(exc.orig, operational=isinstance(exc, sa.exc.OperationalError),
+                          broken=exc.connection_invalidated)
+        error = cls(f"database: {_first_line(exc.orig)}")
+        if unavailable is not None and isinstance(error, DatabaseUnavailable):
+            unavailable(error)
+        raise error from exc
 
 
 def is_transient(exc: sa.exc.DBAPIError) -> bool:
-    if exc.connection_invalidated:
-        return True
-    return _transient_driver_error(exc.orig, operational=isinstance(exc, sa.exc.OperationalError))
-
-
-def _transient_driver_error(orig: BaseException | None, *, operational: bool) -> bool:
-    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    if code:
-        return code in _TRANSIENT_PGCODES or code.startswith("08")
-    message = str(orig).lower()
-    return operational and (
-        "locked" in message or "busy" in message or "connection" in message or "closed" in message
-    )
+    return issubclass(error_class(exc.orig, operational=isinstance(exc, sa.exc.OperationalError),
+                                  broken=exc.connection_invalidated), DatabaseTransientError)
 
 
 class DedicatedConnection:
@@ -202,8 +241,9 @@ class DedicatedConnection:
     They run a statement per batch, and going through SQLAlchemy for each (pool checkout and checkin,
     isolation-level switch, compiled-statement lookup, result wrapping) cost the worker more CPU than the
     statement's own client side. Here a statement is a plain string (``queries.Query.for_driver``) that
-    psycopg prepares on the server after a few runs. A connection that broke (database restart) is
-    dropped and the next call opens a new one; errors are translated as in ``translate_errors``.
+    psycopg prepares on the server after a few runs. A connection that failed as unavailable (lost, its
+    server shut down or read-only: a failover) is dropped and the next call opens a new one, through the
+    URL's host list; errors are translated as in ``translate_errors``.
     """
 
     def __init__(self, db: Database, *, session: Mapping[str, str] | None = None) -> None:
@@ -218,15 +258,19 @@ class DedicatedConnection:
 
     def execute(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run one statement and return its rows (an empty list for a statement without rows)."""
+        epoch = self._db.outage.epoch
         conn = self._conn if self._conn is not None else self._open()
         try:
             cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else []
+            rows: list[tuple[Any, ...]] = cur.fetchall() if cur.description is not None else []
         except self._db.dbapi.Error as exc:
-            broken = conn.broken or conn.closed
-            if broken:
+            error = _driver_error(self._db, exc, broken=conn.broken or conn.closed)
+            if isinstance(error, DatabaseUnavailable):
                 self._drop(invalidate=True)
-            raise _driver_error(self._db, exc, broken=broken) from exc
+            raise error from exc
+        if self._db.outage.down:
+            self._db.outage.succeeded(epoch)
+        return rows
 
     def close(self) -> None:
         self._drop(invalidate=False)
@@ -240,7 +284,7 @@ class DedicatedConnection:
                 conn.execute(f"SET {name} = '{value}'")
         except self._db.dbapi.Error as exc:
             pooled.invalidate()
-            raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
+            raise _driver_error(self._db, exc, broken=True) from exc
         self._pooled, self._conn = pooled, conn
         return conn
 
@@ -320,22 +364,23 @@ class DedicatedSqlite:
 
 
 def _checkout(db: Database, engine: sa.Engine | None = None) -> Any:
-    """A pooled connection (of ``db.engine`` unless ``engine``) for the driver itself; failing to connect is a
-    transient error."""
+    """A pooled connection (of ``db.engine`` unless ``engine``) for the driver itself; failing to connect is
+    ``DatabaseUnavailable``."""
     try:
         return (engine or db.engine).raw_connection()
     except sa.exc.DBAPIError as exc:
-        raise DatabaseTransientError(f"database: {_first_line(exc.orig)}") from exc
+        raise _driver_error(db, exc.orig or exc, broken=True) from exc
     except db.dbapi.Error as exc:  # raw_connection() lets the driver's own connect error through
-        raise DatabaseTransientError(f"database: {_first_line(exc)}") from exc
+        raise _driver_error(db, exc, broken=True) from exc
 
 
 def _driver_error(db: Database, exc: BaseException, *, broken: bool) -> StoreError:
-    """A driver error as ``translate_errors`` would raise it."""
-    message = f"database: {_first_line(exc)}"
-    if broken or _transient_driver_error(exc, operational=isinstance(exc, db.dbapi.OperationalError)):
-        return DatabaseTransientError(message)
-    return StoreError(message)
+    """A driver error as ``translate_errors`` would raise it (an unavailable database told to ``db``)."""
+    cls = error_class(exc, operational=isinstance(exc, db.dbapi.OperationalError), broken=broken)
+    error = cls(f"database: {_first_line(exc)}")
+    if isinstance(error, DatabaseUnavailable):
+        db.unavailable(error)
+    return error
 
 
 def _first_line(exc: BaseException | None) -> str:
@@ -374,12 +419,35 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
             # restart the first statement on a dead connection fails as a transient error, SQLAlchemy
             # invalidates the pool, and every loop (claim, heartbeat, finish, watcher) retries.
             pool_pre_ping=False,
-            connect_args={"connect_timeout": 10, "application_name": "recon", "options": PG_SESSION_OPTIONS},
+            connect_args=connect_params(parsed, options=PG_SESSION_OPTIONS),
         )
         producer = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
-                                    connect_args={"connect_timeout": 10, "application_name": "recon"})
+                                    connect_args=connect_params(parsed))
+        for e in (engine, producer):
+            event.listen(e, "handle_error", _unavailable_is_a_disconnect)
         return Database(engine, clock=clock, producer_engine=producer)
     return Database(engine, clock=clock)
+
+
+#: the key of ``ConnectionPoolEntry.info`` that says when (time.monotonic) the connection was opened
+_OPENED = "recon_opened"
+
+
+def _stamp_opened(_dbapi_conn: Any, record: Any) -> None:
+    record.info[_OPENED] = time.monotonic()
+
+
+def _unavailable_is_a_disconnect(context: sa.engine.ExceptionContext) -> None:
+    """SQLAlchemy's ``handle_error``: an error after which the server will not take our writes (a read-only
+    transaction on a standby, an admin shutdown: recon.db.availability) counts as a disconnect, so the
+    connection is invalidated, and with it every pooled connection opened before it (they point at the
+    same server); the next checkout connects through the URL's host list again. SQLAlchemy sees a lost
+    connection as a disconnect already; a read-only answer it would leave in the pool."""
+    if context.is_disconnect or context.original_exception is None:
+        return
+    orig = context.original_exception
+    if error_class(orig, operational=False) is DatabaseUnavailable:
+        context.is_disconnect = True
 
 
 def _setup_sqlite(engine: sa.Engine) -> None:

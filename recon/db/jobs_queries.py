@@ -213,6 +213,12 @@ job_extend_leases_if_owner = Query(
     """,
 )
 
+job_list_leased_by = Query(
+    "job_list_leased_by",
+    "Run by a worker's claim loop after a claim whose commit it never heard of: every lease it holds.",
+    sql="SELECT id, attempts FROM jobs WHERE lease_until IS NOT NULL AND lease_owner = :worker AND state = 'leased'",
+)
+
 job_save_progress_if_owner = Query(
     "job_save_progress_if_owner",
     "Run by a handler through its lease: stores a resume checkpoint, fenced like every write after a claim.",

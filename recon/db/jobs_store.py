@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -346,6 +346,18 @@ class JobStore:
             rows = conn.execute(self._q(q.job_extend_leases_if_owner), params).all()
         return {int(r[0]): bool(r[1]) for r in rows}
 
+    def release_unknown_claims(self, *, worker: str, held: Collection[int], reason: str) -> int:
+        """Give back (runnable now, the attempt not spent) every lease ``worker`` holds in the database on a job
+        that is not in ``held``, and return how many: the jobs of a claim that committed while its answer was
+        lost with the connection. Only the claim loop may call it (the only one that claims for ``worker``), with
+        ``held`` the jobs it knows it leased: then every other lease of ``worker`` is such a job. The release is
+        fenced like any finish."""
+        with self.db.autocommit() as conn:
+            leased = [(int(i), int(a)) for i, a in conn.execute(self._q(q.job_list_leased_by), {"worker": worker})]
+        unknown = [Finish(id=i, attempt=a, state="runnable", outcome="released", delay=0.0, error=reason, bump=1)
+                   for i, a in leased if i not in held]
+        return len(self.finish(worker=worker, finishes=unknown)) if unknown else 0
+
     def save_progress(self, *, worker: str, job_id: int, attempt: int, progress: dict[str, Any]) -> bool:
         """Store a checkpoint under the lease; False when the lease is no longer ours."""
         with self.db.begin() as conn:
@@ -632,32 +644,3 @@ def iter_all_jobs(store: JobStore, *, page: int = 500, **filters: Any) -> Iterab
         if len(batch) < page:
             return
         after = batch[-1].id
-
-
-def make_listener(db: Database, *, channel: str = "recon_jobs") -> Any:
-    """A wake-up function for the worker on PostgreSQL: LISTEN on ``channel`` and call ``on_notify(queue)``
-    for every NOTIFY until ``stop`` is set. Reconnects after errors; returns None on SQLite (workers poll)."""
-    if not db.is_postgresql:
-        return None
-    import logging
-    import threading
-
-    import psycopg
-
-    log = logging.getLogger(__name__)
-    conninfo = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-    def listen(stop: threading.Event, on_notify: Callable[[str], None]) -> None:
-        while not stop.is_set():
-            try:
-                with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {channel}")
-                    on_notify("*")  # anything enqueued while we were not listening
-                    while not stop.is_set():
-                        for note in conn.notifies(timeout=0.5, stop_after=1):
-                            on_notify(note.payload)
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection failed (%s); polling until it is back", exc)
-                stop.wait(1.0)
-
-    return listen

@@ -35,6 +35,7 @@ from psp_adapters.protocol import (
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.libpq import AsyncSession
 from recon.redact import redact_row, redact_value
 from recon.rows import WebhookRecord, WebhookState
 
@@ -95,22 +96,24 @@ class WebhookStore:
                            for (e, i), j in zip(new, job_ids, strict=True))
         return out
 
-    def connect_async_info(self) -> str:
-        """The libpq connection string of the intake writer's own asyncio connection (PostgreSQL)."""
-        return self.db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    def async_session(self) -> AsyncSession:
+        """The intake writer's own asyncio connection (PostgreSQL), kept across failures (recon.db.libpq)."""
+        return AsyncSession(self.db.url, outage=self.db.outage)
 
     async def intake_batch(self, requests: Sequence[Sequence[WebhookEvent]], *, queue: str, max_attempts: int,
-                           conn: Any) -> list[list[Intake]]:
+                           session: AsyncSession) -> list[list[Intake]]:
         """``intake`` for the events of several requests at once, on PostgreSQL, for a queue without
-        ``max_depth``, on ``conn`` (a psycopg ``AsyncConnection`` in autocommit, the intake writer's): one
-        statement (``webhook_intake_batch``) inserts the new events and their jobs and notifies the workers,
-        so the whole batch commits, or fails, together. An event seen earlier in the batch or already stored is
-        a redelivery (``stored`` False). Returns one list per request, in order. Driver errors are translated
-        as everywhere (DatabaseTransientError when the connection broke or the error is transient, else
-        StoreError)."""
-        from recon.db.database import _transient_driver_error
-        from recon.errors import DatabaseTransientError, StoreError
+        ``max_depth``, on ``session``'s connection (``async_session``): one statement
+        (``webhook_intake_batch``) inserts the new events and their jobs and notifies the workers, so the whole
+        batch commits, or fails, together. An event seen earlier in the batch or already stored is a
+        redelivery (``stored`` False). Returns one list per request, in order. Driver errors are translated as
+        everywhere (DatabaseUnavailable when no server takes the batch: the session connects again, after its
+        backoff, for a later batch; DatabaseTransientError, StoreError).
 
+        Hazard: a batch whose commit's outcome is unknown (the connection died during the statement) raises
+        DatabaseUnavailable, and its requests are answered 503 although their events may be stored: the PSP
+        delivers them again and the redelivery stores nothing (unique on PSP and event id). A 2xx is only ever
+        sent for events a commit holds."""
         rows: list[str] = []
         for events in requests:
             for e in events:
@@ -126,15 +129,14 @@ class WebhookStore:
         sql = wq.webhook_intake_batch.for_driver("postgresql")
         args = {"rows": "[" + ",".join(rows) + "]", "queue": queue, "kind": WEBHOOK_KIND,
                 "max_attempts": max_attempts, "now": self.db.now_param()}
+        epoch = self.db.outage.epoch
+        conn = await session.connection()
         try:
             cur = await conn.execute(sql, args)
             returned = await cur.fetchall()
         except self.db.dbapi.Error as exc:
-            message = f"database: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
-            if conn.broken or conn.closed or _transient_driver_error(
-                    exc, operational=isinstance(exc, self.db.dbapi.OperationalError)):
-                raise DatabaseTransientError(message) from exc
-            raise StoreError(message) from exc
+            raise await session.failed(exc, conn) from exc
+        session.succeeded(epoch)
         stored = {(r[0], r[1]): (int(r[2]), int(r[3])) for r in returned}
         out: list[list[Intake]] = []
         for events in requests:

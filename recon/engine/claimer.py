@@ -12,7 +12,14 @@ one lock per batch and handed to the runners through one queue put. On PostgreSQ
 dedicated driver connection of its own (``JobStore.dedicated``), closed when the loop ends.
 
 It sleeps on ``Slots.wake`` (set by freed slots, by the LISTEN thread's notifications and by a stop
-request) or for ``poll_interval_seconds``; a failed claim is logged and retried after a pause. After a
+request) or for ``poll_interval_seconds``; a failed claim is retried after a backoff (recon.db.availability:
+0.05 s doubling to 1 s), logged each time unless the database is unavailable (its outage is logged once).
+
+A claim whose answer was lost with its connection (the primary died during the statement) may have committed:
+its jobs are then leased to this worker, which never heard of them. Fencing settles it: no other worker runs
+them while the lease holds, and this worker never finishes them. Rather than leave them to the lease's expiry
+(and spend their attempt), the first claim round after such a failure gives back every lease of this worker
+the claim loop does not know (``JobStore.release_unknown_claims``: runnable at once, the attempt not spent). After a
 claim that found fewer jobs than it asked for (the queue is drained), the next one waits until
 ``SETTLE_SECONDS`` have passed since it: under a steady trickle of enqueues (webhooks: a notification for
 every group commit, a freed slot for every finish) each wake-up would otherwise claim a job or two, a
@@ -27,11 +34,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from recon.config import EngineConfig
+from recon.db.availability import Backoff, log_failure
 from recon.db.jobs_store import Dedicated, JobStore
 from recon.engine.lease import Lease
 from recon.engine.observe import WORKER_LOGGER, WorkerStats
 from recon.engine.slots import Running, Slots
-from recon.errors import StoreError
+from recon.errors import DatabaseUnavailable, StoreError
 
 log = logging.getLogger(WORKER_LOGGER)
 
@@ -57,6 +65,11 @@ class Claimer:
         self._queues = list(queues)
         self._caps = {q: c for q, c in (queue_caps or {}).items() if c > 0 and q in self._queues}
         self._via: Dedicated | None = None
+        self._backoff = Backoff()
+        #: a claim failed with the database unavailable: it may have committed (module docstring)
+        self._unsure = False
+        #: jobs of such claims given back
+        self.released_unknown = 0
 
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""
@@ -81,11 +94,15 @@ class Claimer:
                 # claimable again (a retry without delay) that this claim did not see
                 idle = burst and slots.idle()
                 try:
+                    if self._unsure:
+                        self._release_unknown_claims()
                     asked, claimed = self.claim(free)
                 except StoreError as exc:
-                    log.warning("claim failed, retrying: %s", exc)
-                    stop.wait(min(poll, 1.0))
+                    log_failure(log, "claim failed, retrying: %s", exc)
+                    self._unsure = self._unsure or isinstance(exc, DatabaseUnavailable)
+                    stop.wait(self._backoff.next())
                     continue
+                self._backoff.reset()
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
@@ -95,6 +112,17 @@ class Claimer:
             if self._via is not None:
                 self._via.close()
                 self._via = None
+
+    def _release_unknown_claims(self) -> None:
+        with self._slots.lock:
+            held = set(self._slots.running)
+        released = self._store.release_unknown_claims(
+            worker=self._worker, held=held, reason="released: claimed by a claim whose answer was lost")
+        self._unsure = False
+        if released:
+            self.released_unknown += released
+            self._stats.released += released
+            log.warning("released %d jobs leased by a claim whose answer was lost with its connection", released)
 
     def claim(self, free: int) -> tuple[int, int]:
         """One round of claims for ``free`` slots: (how many were asked for, how many were claimed)."""

@@ -16,8 +16,17 @@ One thread takes ``Done`` results from its queue, up to ``finish_batch_size`` at
   could not be stored leaves the lease in the database until it expires and the watcher rescues the job.
 
 The handler's outcome becomes a ``Finish`` here: a retry's delay (or death at the budget's end) is the
-``RetryPolicy``'s. Transient database errors are retried ``FINISH_RETRIES`` times with backoff. Every
-committed finish is counted in ``WorkerStats.outcomes`` and told to the observer, if any.
+``RetryPolicy``'s. Transient database errors (a deadlock) are retried ``FINISH_RETRIES`` times with backoff.
+An unavailable database (the primary died, a failover is under way) is waited out: the finish is tried again
+with backoff (recon.db.availability, up to 1 s apart) until it commits or the worker halts, so a failover
+costs no job its attempt; it is logged once for the outage, not once a try.
+
+A finish whose commit's outcome is unknown (the connection died during it) is tried again: if the first one
+committed, the second matches no lease (the job is no longer leased) and changes nothing, and its domain write,
+in the same transaction as the fenced finish, is not made twice. Such a finish is counted among
+``stale_finishes``. Nothing here calls a PSP: a finish that never commits leaves the lease to expire, and the
+job's next attempt asks again under the same idempotency key. Every committed finish is counted in
+``WorkerStats.outcomes`` and told to the observer, if any.
 
 ``release`` gives leases back on shutdown (runnable at once, the attempt not spent); it runs in the thread
 that stops the worker, on the pool's connections, never on the finisher's own.
@@ -27,11 +36,13 @@ from __future__ import annotations
 
 import logging
 import queue as queue_mod
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from recon.db.availability import Backoff, log_failure
 from recon.db.jobs_store import Dedicated, Finish, JobStore
 from recon.engine.observe import WORKER_LOGGER, WorkerObserver, WorkerStats, job_log_fields
 from recon.engine.outcome import (
@@ -48,7 +59,7 @@ from recon.engine.outcome import (
 )
 from recon.engine.retry import RetryPolicy
 from recon.engine.slots import Done, Running, Slots
-from recon.errors import DatabaseTransientError, StoreError
+from recon.errors import DatabaseTransientError, DatabaseUnavailable, StoreError
 from recon.rows import Job
 
 log = logging.getLogger(WORKER_LOGGER)
@@ -62,7 +73,7 @@ class Finisher:
 
     def __init__(self, store: JobStore, slots: Slots, stats: WorkerStats, *, worker: str, policy: RetryPolicy,
                  batch_size: int, classify_func: ClassifyFunc = classify_as_bug,
-                 observer: WorkerObserver | None = None) -> None:
+                 observer: WorkerObserver | None = None, halt: threading.Event | None = None) -> None:
         self._store = store
         self._slots = slots
         self._stats = stats
@@ -71,6 +82,8 @@ class Finisher:
         self._batch_size = batch_size
         self._classify = classify_func
         self._observer = observer
+        #: set when the worker halts: an unavailable database is no longer waited out
+        self._halt = halt or threading.Event()
         self._via: Dedicated | None = None
         self._done: queue_mod.SimpleQueue[Done | None] = queue_mod.SimpleQueue()
         self.submit: Callable[[Done], None] = self._done.put
@@ -105,9 +118,10 @@ class Finisher:
         self._done.put(None)
 
     def finish_batch(self, batch: list[Done]) -> None:
-        """Finish ``batch`` (grouped where no write is carried), then release its slots."""
-        for done in batch:
-            done.lease.finishing = True
+        """Finish ``batch`` (grouped where no write is carried), then release its slots. Each lease is marked
+        ``finishing`` just before its own finish is sent, not when the batch is taken: the finishes with a
+        write go one transaction each, and a lease that waits behind them keeps its heartbeat (after a
+        failover a worker finishes hundreds at once, and marked all at once they outlived a short TTL)."""
         grouped: list[tuple[Done, Finish]] = []
         together: dict[Any, list[tuple[Done, Finish, BatchWrite]]] = {}
         for done in batch:
@@ -128,6 +142,8 @@ class Finisher:
             self._finish_together(items)
         try:
             if grouped:
+                for done, _ in grouped:
+                    done.lease.finishing = True
                 matched = self._store_finish([f for _, f in grouped], via=self._via)
                 self._record_many(grouped, matched)
         except StoreError as exc:
@@ -137,6 +153,8 @@ class Finisher:
             self._slots.release([d.job for d in batch])
 
     def _finish_together(self, items: list[tuple[Done, Finish, BatchWrite]]) -> None:
+        for done, _, _ in items:
+            done.lease.finishing = True
         if len(items) == 1:
             self._finish_with_write(items[0][0], items[0][0].outcome)  # type: ignore[arg-type]
             return
@@ -159,6 +177,7 @@ class Finisher:
         self._record_many([(d, f) for d, f, _ in items], matched)
 
     def _finish_with_write(self, done: Done, outcome: Outcome) -> None:
+        done.lease.finishing = True
         finish = self.to_finish(done.job, outcome)
         try:
             try:
@@ -174,17 +193,24 @@ class Finisher:
 
     def _store_finish(self, finishes: list[Finish], write: Any = None, via: Any = None,
                       together: Callable[[Any, set[int]], None] | None = None) -> set[int]:
-        for attempt in range(FINISH_RETRIES):
+        """Store ``finishes``: transient errors retried ``FINISH_RETRIES`` times, an unavailable database until
+        it is back or the worker halts (module docstring)."""
+        transient, backoff = 0, Backoff()
+        while True:
             try:
                 if together is not None:
                     return self._store.finish_together(worker=self._worker, finishes=finishes, write=together)
                 return self._store.finish(worker=self._worker, finishes=finishes, write=write, via=via)
             except StoreError as exc:
-                if attempt == FINISH_RETRIES - 1 or not isinstance(exc, DatabaseTransientError):
+                if isinstance(exc, DatabaseUnavailable):
+                    if self._halt.wait(backoff.next()):
+                        raise
+                elif isinstance(exc, DatabaseTransientError) and transient < FINISH_RETRIES - 1:
+                    time.sleep(0.05 * 2**transient)
+                    transient += 1
+                else:
                     raise
-                log.warning("finish failed (%s); retrying", exc)
-                time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")
+                log_failure(log, "finish failed (%s); retrying", exc)
 
     def _record_many(self, finished: list[tuple[Done, Finish]], matched: set[int]) -> None:
         if self._observer is None and not log.isEnabledFor(logging.DEBUG):

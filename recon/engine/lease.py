@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
 from recon.errors import LeaseLost, StoreError
 
@@ -154,4 +155,4 @@ class Heartbeater:
             try:
                 self.beat_once()
             except StoreError as exc:
-                log.warning("heartbeat failed: %s", exc)
+                log_failure(log, "heartbeat failed: %s", exc)

@@ -25,7 +25,8 @@ WORKER_RETENTION = timedelta(days=1)
 class WorkerStats:
     """A worker process's cumulative counters. Each is written by one thread only: ``claimed`` by the claim
     loop, ``outcomes`` (finishes that committed) and ``stale_finishes`` by the finisher, ``released`` by the
-    thread that stops the worker, ``lease_expirations`` and ``leases_lost`` by ``run`` when it ends."""
+    thread that stops the worker (the claim loop's: it also gives back the jobs of a claim whose answer was
+    lost), ``lease_expirations`` and ``leases_lost`` by ``run`` when it ends."""
 
     claimed: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)

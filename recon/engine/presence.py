@@ -2,7 +2,8 @@
 ``recon stats`` see the whole pool (recon.metrics).
 
 The row carries the process's slots and busy slots, its queues, and cumulative counters: the worker's own
-(claimed, released, stale finishes, leases lost to the heartbeat, expirations the watcher rescued) over
+(claimed, released, stale finishes, leases lost to the heartbeat, expirations the watcher rescued, database
+outages and their seconds: recon.db.availability; written once the database is back) over
 its observer's ``snapshot()`` (the finisher tells the observer of every committed finish, in memory).
 It is published when the worker starts (after forgetting workers unseen for ``WORKER_RETENTION``), every
 ``interval`` seconds by the presence thread, and once more, ``stopped``, when the worker ends.
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from recon.db.availability import log_failure
 from recon.db.pool_store import PoolStore, WorkerPresence
 from recon.engine.lease import Heartbeater
 from recon.engine.observe import WORKER_LOGGER, WORKER_RETENTION, WorkerObserver, WorkerStats
@@ -49,10 +51,11 @@ class Presence:
     def snapshot(self, *, stopped: bool = False) -> WorkerPresence:
         """This process as the workers table shows it: slots, busy slots and cumulative counters."""
         busy = self._slots.busy
-        stats = self._stats
+        stats, outage = self._stats, self._pool.db.outage
         counters: dict[str, Any] = {
             "claimed": stats.claimed, "released": stats.released, "stale_finishes": stats.stale_finishes,
-            "leases_lost": self._heartbeater.lost, "lease_expirations": self._watcher.lease_expirations}
+            "leases_lost": self._heartbeater.lost, "lease_expirations": self._watcher.lease_expirations,
+            "database_outages": outage.count, "database_outage_seconds": round(outage.seconds, 3)}
         if self._observer is not None:
             counters = self._observer.snapshot() | counters
         return WorkerPresence(id=self._worker, host=socket.gethostname(), pid=os.getpid(), queues=self._queues,
@@ -65,7 +68,7 @@ class Presence:
                 self._pool.prune_workers(older_than=WORKER_RETENTION)
             self._pool.upsert_worker(self.snapshot(stopped=stopped))
         except StoreError as exc:
-            log.warning("could not update this worker's row in the workers table: %s", exc)
+            log_failure(log, "could not update this worker's row in the workers table: %s", exc)
 
     def run_forever(self, halt: threading.Event) -> None:
         """The presence thread: publish every ``interval`` seconds until ``halt`` is set."""

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
 from recon.errors import StoreError
 
@@ -85,6 +86,6 @@ class Pruner:
             try:
                 self.run_once(stop)
             except StoreError as exc:
-                log.warning("pruner failed, will retry: %s", exc)
+                log_failure(log, "pruner failed, will retry: %s", exc)
             if stop.wait(interval):
                 return

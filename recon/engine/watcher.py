@@ -17,6 +17,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
 from recon.errors import StoreError
 from recon.rows import JobState
@@ -64,6 +65,6 @@ class Watcher:
             try:
                 self.run_once()
             except StoreError as exc:
-                log.warning("stuck watcher failed, will retry: %s", exc)
+                log_failure(log, "stuck watcher failed, will retry: %s", exc)
             if stop.wait(interval):
                 return

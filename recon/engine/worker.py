@@ -107,7 +107,7 @@ class Worker:
         self._watcher = Watcher(store)
         self._finisher = Finisher(store, self._slots, self.stats, worker=self.worker_id, policy=policy,
                                   batch_size=config.finish_batch_size, classify_func=classify_func,
-                                  observer=observer)
+                                  observer=observer, halt=self._halt)
         self._runners = Runners(handlers, self._slots, done=self._finisher.submit, worker=self.worker_id,
                                 concurrency=config.concurrency, classify_func=classify_func)
         self._claimer = Claimer(store, self._slots, submit=self._runners.submit, stats=self.stats,

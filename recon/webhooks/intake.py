@@ -7,8 +7,9 @@ stored with one job each in one transaction (recon.db.webhook_store). The answer
 and before any PSP call: Stripe gets 200 ``{"received": true}``, Adyen ``[accepted]``; a redelivery gets the
 same answer and stores nothing. A rejected request (no or bad signature, stale timestamp, wrong basic auth,
 malformed body) gets 400 (401 for basic auth), stores nothing, is counted in ``recon_webhooks_total`` and
-logged in one line without the payload. The database unavailable or the queue full: 503, so the PSP
-delivers again later (both PSPs retry non-2xx answers).
+logged in one line without the payload. The database unavailable (no primary reachable: a failover) or the
+queue full: 503, so the PSP delivers again later (both PSPs retry non-2xx answers); never a 2xx for an event
+no commit holds.
 
 On PostgreSQL, for a queue without ``max_depth`` (the default), the requests' events go through a group
 commit (``GroupWriter``): one task on the event loop, with an asyncio connection of its own, takes every
@@ -28,7 +29,6 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from starlette.concurrency import run_in_threadpool
@@ -42,7 +42,7 @@ from psp_adapters.protocol import WebhookEvent
 from psp_adapters.stripe import webhook as stripe
 from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
-from recon.errors import QueueFull, ReconError
+from recon.errors import DatabaseUnavailable, QueueFull, ReconError
 from recon.webhooks.config import WebhookConfig
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,9 @@ class Intake:
                                                   max_attempts=self.max_attempts, max_depth=self.max_depth)
         except (QueueFull, ReconError) as exc:
             self.counts.add(psp, "unavailable")
-            log.warning("webhook %s not stored (the PSP will deliver it again): %s", psp, type(exc).__name__)
+            # while the database is unavailable every request fails: its Outage logs that once, not per request
+            (log.debug if isinstance(exc, DatabaseUnavailable) else log.warning)(
+                "webhook %s not stored (the PSP will deliver it again): %s", psp, type(exc).__name__)
             return PlainTextResponse("unavailable, deliver again later\n", status_code=503,
                                      headers={"Retry-After": "30"})
         stored = sum(1 for r in results if r.stored)
@@ -208,8 +210,10 @@ class GroupWriter:
     company, and a busy server commits several requests at once rather than one or two. With 2 ms at 2,300
     requests a second, that cost a quarter less CPU per event across the server, PostgreSQL and the worker
     (docs/benchmarks.md); with 0 an idle server writes each request at once. A failed
-    statement fails every request of its batch (503: the PSPs deliver again) and stores nothing of it; a
-    broken connection is opened again for the next batch. No thread: a writer thread fought the event loop
+    statement fails every request of its batch (503: the PSPs deliver again) and stores nothing of it; the
+    connection (``WebhookStore.async_session``, recon.db.libpq) is dropped when its server is gone or no
+    longer takes writes, and opened again, through the URL's host list, for a later batch: while no primary
+    answers, every request is answered 503, never 2xx. No thread: a writer thread fought the event loop
     for the GIL (the 5 ms switch interval), which held a batch's answer back by milliseconds. Unlike recon's
     other sessions (recon.db.database.PG_SESSION_OPTIONS) this connection keeps PostgreSQL's cached generic
     plan: its one statement inserts rows and joins its own CTEs, with no scan whose plan depends on a table's
@@ -227,7 +231,6 @@ class GroupWriter:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._conn: Any = None
         #: batches written and requests in them (figures for the benchmark and tests)
         self.batches = 0
         self.requests = 0
@@ -235,7 +238,7 @@ class GroupWriter:
     async def submit(self, events: Sequence[WebhookEvent]) -> list[Stored]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._task is None or self._task.done():
-            self._loop, self._wake, self._conn = loop, asyncio.Event(), None  # a new loop (tests): a new task
+            self._loop, self._wake = loop, asyncio.Event()  # a new loop (tests): a new task
             self._waiting = deque()
             self._task = loop.create_task(self._run(), name="webhook-writer")
         future: asyncio.Future[list[Stored]] = loop.create_future()
@@ -251,10 +254,9 @@ class GroupWriter:
             self._task.cancel()
 
     async def _run(self) -> None:
-        import psycopg
-
         assert self._wake is not None  # nosec B101  # set by submit
         loop = asyncio.get_running_loop()
+        session = self.store.async_session()  # its connection, across failures (recon.db.libpq)
         try:
             while True:
                 if not self._waiting:
@@ -269,11 +271,9 @@ class GroupWriter:
                     timer.cancel()
                 batch = [self._waiting.popleft() for _ in range(min(self.max_batch, len(self._waiting)))]
                 try:
-                    if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = await self._connect(psycopg)
                     results: list[list[Stored]] | BaseException = await self.store.intake_batch(
                         [events for events, _, _ in batch], queue=self.queue, max_attempts=self.max_attempts,
-                        conn=self._conn)
+                        session=session)
                 except Exception as exc:  # every request of the batch gets it (ReconError: 503)
                     results = exc
                 self.batches += 1
@@ -286,19 +286,7 @@ class GroupWriter:
                     else:
                         future.set_result(results[i])
         finally:
-            if self._conn is not None:
-                await self._conn.close()
-
-    async def _connect(self, psycopg: Any) -> Any:
-        from recon.errors import DatabaseTransientError
-
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.store.connect_async_info(), autocommit=True,
-                                                         connect_timeout=5)
-            await conn.execute("SET TimeZone = 'UTC'")
-        except psycopg.Error as exc:
-            raise DatabaseTransientError(f"database: {type(exc).__name__}") from exc
-        return conn
+            await session.close()
 
 
 #: the answers to a stored (or redelivered) event, built once: a Response is sent without being changed

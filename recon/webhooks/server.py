@@ -9,16 +9,18 @@ verification. Everything else (other methods and paths, lifespan) is Starlette's
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from recon.db.availability import Outage
 from recon.webhooks.intake import Intake
 
 if TYPE_CHECKING:
@@ -50,14 +52,33 @@ class WebhookPaths:
         await response(scope, receive, send)
 
 
+class OutageCollector:
+    """This process's database outages (recon.db.availability) for an endpoint that serves its own process:
+    ``recon serve``'s ``/metrics``, which must say so while the database is away (a worker's endpoint reads
+    the pool's counters from the database)."""
+
+    def __init__(self, outage: Outage) -> None:
+        self.outage = outage
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("recon_database_outages", "Outages of the database this process saw.",
+                                  value=float(self.outage.count))
+        yield CounterMetricFamily("recon_database_outage_seconds", "Seconds this process found the database "
+                                  "unavailable.", value=self.outage.seconds)
+        yield GaugeMetricFamily("recon_database_unavailable", "1 while this process finds the database "
+                                "unavailable.", value=float(self.outage.down))
+
+
 def create_app(app: App, *, console: bool = False, console_token: str | None = None,
                intake: Intake | None = None) -> WebhookPaths:
     """The webhook endpoints on ``app`` (its ``[webhooks]`` settings and secrets), ``GET /metrics`` with this
-    process's webhook counts, ``GET /healthz``; with ``console``, the console (recon.console) under ``/``."""
+    process's webhook counts and database outages, ``GET /healthz``; with ``console``, the console
+    (recon.console) under ``/``."""
     intake = intake or Intake(app.webhooks, app.webhook_config, max_attempts=app.settings.engine.default_max_attempts,
                               max_depth=app.settings.queue(app.webhook_config.queue).max_depth)
     registry = CollectorRegistry(auto_describe=True)
     registry.register(intake.counts)
+    registry.register(OutageCollector(app.db.outage))
 
     def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

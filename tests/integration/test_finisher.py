@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -349,3 +350,96 @@ def test_finisher__a_release_the_database_refuses_is_left_to_the_watcher(db: Dat
     assert s.finisher.release(s.running, reason="released on shutdown") == 0
     assert s.stats.released == 0 and s.running[0].lease.lost
     assert s.state(0).state is JobState.LEASED
+
+
+def test_finisher__an_unavailable_database_is_waited_out_until_the_finish_commits(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failover outlasts FINISH_RETRIES tries: the finish is tried until it commits (no attempt spent, no
+    lease left to expire); once the worker halts, it gives up."""
+    from recon.db.availability import Backoff
+    from recon.errors import DatabaseUnavailable
+
+    s = Setup(db, 1)
+    real_finish, tries = s.store.finish, [0]
+    failures = [DatabaseUnavailable("database: connection refused")] * (FINISH_RETRIES + 5)
+
+    def flaky(**kw: Any) -> set[int]:
+        tries[0] += 1
+        if failures:
+            raise failures.pop()
+        return real_finish(**kw)
+
+    monkeypatch.setattr(s.store, "finish", flaky)
+    monkeypatch.setattr(Backoff, "next", lambda self: 0.0)  # its waits are recon.db.availability's business
+    s.finisher.finish_batch([s.done(0, Complete())])
+    assert tries[0] == FINISH_RETRIES + 6 and s.state(0).state is JobState.SUCCEEDED
+    assert s.state(0).attempts == 1 and s.stats.outcomes == {"succeeded": 1}
+
+    halt = threading.Event()
+    s2 = Setup(db, 1)
+    finisher = Finisher(s2.store, s2.slots, s2.stats, worker="w1", batch_size=10, halt=halt,
+                        policy=RetryPolicy(Settings().retry))
+    monkeypatch.setattr(s2.store, "finish", flaky)
+    failures[:] = [DatabaseUnavailable("database: connection refused")] * 3
+    halt.set()  # the worker is stopping: the outage is not waited out
+    finisher.finish_batch([s2.done(0, Complete())])
+    assert s2.state(0).state is JobState.LEASED and len(failures) == 2  # one try, then the lease is left
+
+
+def test_finisher__a_finish_whose_commit_answer_was_lost_is_tried_again_and_writes_nothing_twice(
+        db: Database, side_effects: Any, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The connection dies after the finish committed (its answer lost): the retry is fenced like any finish,
+    matches no lease, and the domain write that went with the first is not made again."""
+    from recon.db.availability import Backoff
+    from recon.errors import DatabaseUnavailable
+
+    s = Setup(db, 1)
+    real_finish, lost = s.store.finish, [True]
+
+    def commit_then_lose_the_answer(**kw: Any) -> set[int]:
+        matched = real_finish(**kw)
+        if lost:
+            lost.pop()
+            raise DatabaseUnavailable("database: server closed the connection unexpectedly")
+        return matched
+
+    def write(conn: sa.Connection) -> None:
+        conn.execute(sa.text("INSERT INTO side_effects VALUES (:id)"), {"id": s.jobs[0].id})
+
+    monkeypatch.setattr(s.store, "finish", commit_then_lose_the_answer)
+    monkeypatch.setattr(Backoff, "next", lambda self: 0.0)
+    with caplog.at_level(logging.WARNING, logger="recon.engine.worker"):
+        s.finisher.finish_batch([s.done(0, Complete(write=write))])
+    assert s.state(0).state is JobState.SUCCEEDED and side_effects() == [s.jobs[0].id]  # once
+    assert [a.outcome for a in s.store.attempts(s.jobs[0].id)] == ["succeeded"]
+    assert s.stats.stale_finishes == 1  # the retry matched nothing: counted, never applied
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_finisher__a_lease_waiting_behind_slow_finishes_keeps_its_heartbeat(db: Database) -> None:
+    """The finishes with a write go one transaction each; a plain finish of the same batch waits behind them.
+    Its lease must keep being extended meanwhile: after a failover a worker finishes hundreds at once, and
+    marked ``finishing`` (not heartbeated) all at once they outlived the TTL and were run twice."""
+    from recon.engine.lease import Heartbeater
+
+    s = Setup(db, 2)
+    with db.begin() as conn:  # leases of one second
+        conn.execute(sa.text("UPDATE jobs SET lease_until = now() + interval '1 second'"))
+    heart = Heartbeater(s.store, worker="w1", ttl=1.0, leases_func=s.slots.leases)
+    halt = threading.Event()
+    beating = threading.Thread(target=heart.run_forever, args=(halt,), kwargs={"interval": 0.2}, daemon=True)
+    beating.start()
+    rescued: list[Any] = []
+
+    def slow_write(conn: sa.Connection) -> None:  # job 0's write, while job 1 waits its turn
+        time.sleep(1.6)
+        rescued.extend(s.store.rescue_expired(limit=10))  # any watcher, now: job 0's row is locked, skipped
+
+    try:
+        s.finisher.finish_batch([s.done(0, Complete(write=slow_write)), s.done(1, Complete())])
+    finally:
+        halt.set()
+        beating.join(5)
+    assert rescued == [] and s.stats.stale_finishes == 0
+    assert [s.state(i).state for i in range(2)] == [JobState.SUCCEEDED, JobState.SUCCEEDED]

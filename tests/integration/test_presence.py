@@ -21,7 +21,7 @@ from recon.engine.observe import WorkerStats
 from recon.engine.presence import Presence
 from recon.engine.slots import Running, Slots
 from recon.engine.watcher import Watcher
-from recon.errors import StoreError
+from recon.errors import DatabaseUnavailable, StoreError
 from recon.rows import Job, JobState
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -57,13 +57,17 @@ def test_presence__the_row_shows_slots_busy_slots_and_counters(db: Database) -> 
     p, slots, stats = presence(db, observer=Counting())
     job = Job(1, "charges", "k", {}, JobState.LEASED, 0, T0, 1, 25, T0)
     slots.take([Running(job, Lease(None, 1, 1, "host:1:abc"))])  # type: ignore[arg-type]  # no store needed
+    db.outage.failed(DatabaseUnavailable("database: connection refused"))  # an outage this process saw, over
+    db.outage.succeeded()
     p.publish(start=True)
     row = rows(db)["host:1:abc"]
     assert (row.host, row.pid, row.queues, row.slots, row.busy_slots) == (
         socket.gethostname(), os.getpid(), ("charges", "default"), 4, 1)
     assert row.stopped_at is None
+    outage_seconds = row.counters.pop("database_outage_seconds")
     assert row.counters == {"finished": {"k": 3}, "claimed": 7, "released": 2, "stale_finishes": 1,
-                            "leases_lost": 4, "lease_expirations": 5}
+                            "leases_lost": 4, "lease_expirations": 5, "database_outages": 1}
+    assert 0 <= outage_seconds < 5
     stats.claimed = 9
     slots.release([job])
     p.publish(stopped=True)

@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import sqlalchemy as sa
 import stripe
@@ -24,7 +23,8 @@ import recon.redact as redact_mod
 from psp_adapters.protocol import Succeeded, WebhookEvent
 from recon.app import App
 from recon.db.database import Database
-from recon.db.jobs_store import JobStore, make_listener
+from recon.db.jobs_store import JobStore
+from recon.db.listener import make_listener
 from recon.redact import redact, redact_value
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
@@ -83,15 +83,15 @@ def test_batch__one_statement_stores_each_new_event_once_with_its_job_and_a_rede
     store = app.webhooks
 
     async def run() -> list[list[Any]]:
-        conn = await psycopg.AsyncConnection.connect(store.connect_async_info(), autocommit=True)
+        session = store.async_session()
         try:
-            first = await store.intake_batch([[event(1)]], queue="webhooks", max_attempts=7, conn=conn)
+            first = await store.intake_batch([[event(1)]], queue="webhooks", max_attempts=7, session=session)
             # the same event twice in one batch, an already stored one, and a new one beside it
             again = await store.intake_batch([[event(2)], [event(2), event(1)], [event(3)]], queue="webhooks",
-                                             max_attempts=7, conn=conn)
+                                             max_attempts=7, session=session)
             return [first[0], *again]
         finally:
-            await conn.close()
+            await session.close()
 
     first, second, dup, third = asyncio.run(run())
     assert [r.stored for r in first + second + dup + third] == [True, True, False, False, True]
@@ -226,10 +226,11 @@ def test_every_postgresql_session_plans_each_statement_for_the_tables_as_they_ar
     assert intake.writer is not None
 
     async def writer_setting() -> str:
-        conn = await intake.writer._connect(psycopg)  # type: ignore[union-attr]
+        session = app.webhooks.async_session()  # the intake writer's (GroupWriter._run)
         try:
+            conn = await session.connection()
             return str((await (await conn.execute("SHOW plan_cache_mode")).fetchone())[0])  # type: ignore[index]
         finally:
-            await conn.close()
+            await session.close()
 
     assert asyncio.run(writer_setting()) == "auto"

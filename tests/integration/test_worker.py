@@ -30,7 +30,7 @@ from recon import (
 )
 from recon.config import EngineConfig, QueueConfig
 from recon.db.database import Database
-from recon.db.jobs_store import make_listener
+from recon.db.listener import make_listener
 
 FAST = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,
                     poll_interval_seconds=0.02, concurrency=4, drain_timeout_seconds=5)

@@ -200,3 +200,29 @@ def test_classify__error_kind_values_are_the_stored_strings() -> None:
         "db_transient",
         "bug",
     ]
+
+
+def test_classify_failure__an_unavailable_database_snoozes_the_job_no_attempt_spent() -> None:
+    """The worker's classifier: a failover is the database's outage, not the job's (recon.classify)."""
+    from recon.classify import DB_UNAVAILABLE_SNOOZE, classify_failure
+    from recon.engine.outcome import Snooze
+    from recon.errors import DatabaseUnavailable
+
+    try:
+        try:
+            raise psycopg.errors.lookup("25006")("cannot execute UPDATE in a read-only transaction")
+        except psycopg.Error as driver:
+            raise DatabaseUnavailable("database: cannot execute UPDATE in a read-only transaction") from driver
+    except DatabaseUnavailable as exc:
+        wrapped = RuntimeError("charge failed")
+        wrapped.__cause__ = exc
+        for error in (exc, wrapped):
+            outcome = classify_failure(error)
+            assert isinstance(outcome, Snooze) and outcome.delay == DB_UNAVAILABLE_SNOOZE
+            assert outcome.reason.startswith("database unavailable: ")
+    deadlock = DatabaseTransientError("database: deadlock detected")
+    assert classify_failure(deadlock) == classify(deadlock) == Retry(error_kind="db_transient",
+                                                                     error="DatabaseTransientError: database: "
+                                                                           "deadlock detected")
+    rejected = PspRejectedError("amount must be positive", status_code=400)
+    assert classify_failure(rejected) == classify(rejected)
