@@ -32,10 +32,13 @@ from recon.db.sweep_store import SweepRunStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
+from recon.engine.periodic import Periodic
+from recon.engine.pruner import Pruner
 from recon.engine.retry import RetryPolicy
-from recon.engine.worker import Worker
+from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
 from recon.reconcile.config import ReconcileConfig
+from recon.redact import redact
 
 if TYPE_CHECKING:  # imported where first used: a command that calls no PSP never loads them
     from recon.metrics import ProcessMetrics
@@ -381,15 +384,38 @@ class App:
         payment handlers), ``engine`` (default: the settings'), the retry policy and each queue's concurrency
         cap from the settings, recon's error classifier, this process's metrics as its observer; with
         ``wakeups``, woken by the database's notifications instead of polling alone. ``run(burst=True)`` on
-        the result works until no claimable job is left."""
+        the result works until no claimable job is left. Besides its own loops (heartbeat, presence, watcher),
+        the worker runs the pruner and the scheduler when the settings ask for them (``loops``)."""
         from recon.classify import classify_failure
 
-        return Worker(self.jobs, self.handlers() if handlers is None else handlers,
-                      config=self.settings.engine if engine is None else engine,
+        engine = self.settings.engine if engine is None else engine
+        worker_id = redact(make_worker_id())
+        return Worker(self.jobs, self.handlers() if handlers is None else handlers, config=engine,
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
                       classify_func=classify_failure, wakeup_func=make_listener(self.db) if wakeups else None,
-                      observer=self.metrics)
+                      observer=self.metrics, worker_id=worker_id, loops=self.loops(engine, worker_id=worker_id))
+
+    def loops(self, engine: EngineConfig, *, worker_id: str) -> list[Periodic]:
+        """A worker's loops beyond its own: the pruner (``engine.prune_older_than`` set; recon.engine.pruner) and
+        the scheduler (``[schedule.NAME]`` set; recon.scheduler: each slot runs once across the pool; not in a
+        burst run)."""
+        from recon.db.schedule_store import ScheduleStore
+        from recon.scheduler import TICK_SECONDS, Scheduler
+
+        loops = []
+        if engine.prune_after is not None:
+            pruner = Pruner(self.jobs, older_than=engine.prune_after, batch=engine.prune_batch_size)
+            loops.append(Periodic("pruner", pruner.run_once, interval=engine.prune_interval_seconds,
+                                  note=f"finished jobs older than {engine.prune_after} are deleted every "
+                                       f"{engine.prune_interval_seconds:g}s"))
+        if self.schedules:
+            scheduler = Scheduler(ScheduleStore(self.db), self.schedules, scheduler_id=worker_id,
+                                  max_depth={s.queue: self.settings.queue(s.queue).max_depth for s in self.schedules})
+            loops.append(Periodic("scheduler", lambda _stop: scheduler.run_once(), interval=TICK_SECONDS,
+                                  in_burst=False, note="; ".join(f"{s.name} ({s.kind}, {s.describe()})"
+                                                                 for s in self.schedules)))
+        return loops
 
 
 def _check_psp_tables(settings: Settings) -> None:
