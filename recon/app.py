@@ -41,7 +41,7 @@ from recon.reconcile.config import ReconcileConfig
 from recon.redact import redact
 
 if TYPE_CHECKING:  # imported where first used: a command that calls no PSP never loads them
-    from recon.metrics import ProcessMetrics
+    from recon.counters import ProcessMetrics
     from recon.payments.guard import Guard
     from recon.payments.psp_limits import GuardConfig
     from recon.review import ReviewDesk
@@ -280,7 +280,7 @@ class App:
     @cached_property
     def metrics(self) -> ProcessMetrics:
         """This process's counts: the workers' observer and the adapters' recorder."""
-        from recon.metrics import ProcessMetrics
+        from recon.counters import ProcessMetrics
 
         return ProcessMetrics()
 

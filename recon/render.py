@@ -13,7 +13,7 @@ that the commands print nothing but through here, ``say`` or as JSON.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod, RenderableType
@@ -97,28 +97,6 @@ def _replay_row(history: Table, r: ReplayRecord) -> None:
     note = f"max_attempts {r.max_attempts_before} -> {r.max_attempts_after}"
     history.add_row(f"after {r.attempt}", r.replayed_by or "", "", _ts(r.replayed_at), "replayed",
                     f"{note} (was {r.error_kind})" if r.error_kind else note)
-
-
-def stats_document(raw: dict[str, Any], *, window: timedelta) -> dict[str, Any]:
-    """The `recon stats --json` document, built from JobStore.stats()."""
-    now: datetime = raw["now"]
-    queues: dict[str, dict[str, Any]] = {}
-    for queue, state, count in raw["depth"]:
-        queues.setdefault(queue, {"depth": {}, "oldest_runnable_age_seconds": None})["depth"][state] = count
-    for queue, oldest in raw["oldest_due"].items():
-        entry = queues.setdefault(queue, {"depth": {}, "oldest_runnable_age_seconds": None})
-        entry["oldest_runnable_age_seconds"] = round(max((now - oldest).total_seconds(), 0.0), 3)
-    outcomes: dict[str, int] = raw["outcomes"]
-    finished = sum(outcomes.values())
-    return {
-        "at": now.isoformat(),
-        "queues": queues,
-        "window_seconds": window.total_seconds(),
-        "attempts": outcomes,
-        "lease_expirations": outcomes.get("lease_expired", 0),
-        "retry_rate": round(outcomes.get("retried", 0) / finished, 4) if finished else 0.0,
-        "dead_rate": round(outcomes.get("dead", 0) / finished, 4) if finished else 0.0,
-    }
 
 
 def stats_table(doc: dict[str, Any]) -> None:
@@ -355,7 +333,7 @@ def _duration(seconds: float) -> str:
 
 
 
-# --- stats: the pool (recon.metrics.stats_extension) --------------------------------------------------------
+# --- stats: the pool (recon.overview.pool_section) ----------------------------------------------------------
 
 
 def pool_tables(doc: dict[str, Any]) -> None:

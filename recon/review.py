@@ -152,13 +152,6 @@ class ReviewDesk:
                                     psp_answer=evidence.get(p.id)))
         return items
 
-    def summary(self) -> dict[str, Any]:
-        """The ``review`` section of ``recon stats``: how many are in review and since when the oldest."""
-        count, oldest = self.payments.review_summary()
-        now = self.clock.now()
-        return {"needs_review": count, "oldest_since": oldest.isoformat() if oldest else None,
-                "oldest_age_seconds": round(max((now - oldest).total_seconds(), 0.0), 3) if oldest else None}
-
     def find(self, text: str) -> builtins.list[Payment]:
         """Payments by merchant reference or PSP reference, exactly."""
         text = text.strip()

@@ -58,9 +58,9 @@ def psp_resume(app: App, name: str) -> None:
 @click.pass_obj
 def psp_status(app: App, as_json: bool) -> None:
     """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
-    from recon.payments import guard
+    from recon.overview import psp_controls_document
 
-    doc = guard.status_document(app.controls, app.guard_config, app.psp_names())
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
     if as_json:
         click.echo(json.dumps(doc))
         return

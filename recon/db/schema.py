@@ -223,7 +223,7 @@ workers = sa.Table(
     sa.Column("started_at", Timestamp, nullable=False),
     sa.Column("last_seen_at", Timestamp, nullable=False),
     sa.Column("stopped_at", Timestamp, nullable=True),  #: set by a clean shutdown
-    sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.metrics)
+    sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.counters)
     sa.CheckConstraint("slots >= 0 AND busy_slots >= 0", name="workers_slots_valid"),
     sa.Index("workers_last_seen", "last_seen_at"),
 )

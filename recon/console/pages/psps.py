@@ -17,10 +17,10 @@ log = logging.getLogger("recon.console")
 
 def psp_page(request: Request, *, status: int = 200, notice: str | None = None,
              error: str | None = None) -> Response:
-    from recon.payments.guard import status_document
+    from recon.overview import psp_controls_document
 
     app = recon_app(request)
-    doc = status_document(app.controls, app.guard_config, app.psp_names())
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
     return pages(request).render(request, "psps.html", status=status, doc=doc, notice=notice, error=error)
 
 
