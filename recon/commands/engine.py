@@ -128,7 +128,7 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
     from recon.overview import stats_document
-    from recon.render import pool_tables, psp_controls_table, review_lines, stats_table
+    from recon.render.stats import pool_tables, psp_controls_table, review_lines, stats_table
 
     doc = stats_document(app, window=window, live_window=live_window)
     if as_json:

@@ -72,7 +72,7 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events]}))
         return
-    from recon.render import payment_detail
+    from recon.render.payments import payment_detail
 
     payment_detail(payment, events)
 
@@ -93,7 +93,7 @@ def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_
     if as_json:
         click.echo(json.dumps({"payments": [payment_doc(p) for p in found]}))
         return
-    from recon.render import payments_table
+    from recon.render.payments import payments_table
 
     payments_table(found)
 

@@ -64,7 +64,7 @@ def psp_status(app: App, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc))
         return
-    from recon.render import psp_controls_table
+    from recon.render.stats import psp_controls_table
 
     psp_controls_table(doc["psps"], at=doc["at"])
 

@@ -53,7 +53,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     options = sw.SweepOptions(older_than=older_than, psp=psp, limit=limit)
     psps = {psp} if psp else set(app.psp_names()) & app.payments.psps_unfinished()
     if dry_run:
-        from recon.render import sweep_dry_run
+        from recon.render.payments import sweep_dry_run
 
         modes = _modes(app, psps, mode, strict=False)
         candidates = list(sw.iter_candidates(app.payments, options))
@@ -94,7 +94,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     if as_json:
         click.echo(json.dumps(doc))
     else:
-        from recon.render import sweep_summary
+        from recon.render.payments import sweep_summary
 
         sweep_summary(doc)
     ctx.exit(summary.exit_code)
@@ -162,7 +162,7 @@ def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | 
                         engine=app.engine_config(concurrency=concurrency))
     install_signal_handlers(worker.request_stop)
     from recon.reconcile.window import WindowHandler
-    from recon.render import progress_while
+    from recon.render.output import progress_while
 
     window = handlers.get("reconcile_window")
     windows = len(selection.window_job_ids)

@@ -32,7 +32,7 @@ def review_list(app: App, kind: str | None, psp: str | None, older_than: timedel
     if as_json:
         click.echo(json.dumps({"payments": [i.to_dict() for i in items]}))
         return
-    from recon.render import review_table
+    from recon.render.payments import review_table
 
     review_table(items)
 
@@ -53,7 +53,7 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
         }))
         return
-    from recon.render import payment_detail
+    from recon.render.payments import payment_detail
 
     payment_detail(detail.payment, detail.events, detail.jobs)
 

@@ -26,6 +26,6 @@ def schedule_list(app: App, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"schedules": rows}))
         return
-    from recon.render import schedule_table
+    from recon.render.jobs import schedule_table
 
     schedule_table(rows)

@@ -1,4 +1,4 @@
-"""recon.render.progress_while: the sweep's progress bar stays whole while the in-process worker logs.
+"""recon.render.output.progress_while: the sweep's progress bar stays whole while the in-process worker logs.
 
 A forced-terminal rich console writes into a buffer that recon's log handler writes into too, as both write
 to the same terminal in ``recon sweep``. Rich redraws its live bar with cursor controls: after stripping the
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from recon import render
 from recon.logs import configure
+from recon.render import output as render
 
 _CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LABEL = "reconciling"
