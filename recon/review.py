@@ -27,7 +27,7 @@ from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore, Transition, charge_key
 from recon.engine.client import Client
 from recon.engine.outcome import Snooze
-from recon.errors import ConfigError, UsageError
+from recon.errors import ConfigError, ReviewRefused, UsageError
 from recon.payments.charge import outcome_details
 from recon.payments.guard import Guard
 from recon.payments.money import format_amount
@@ -62,10 +62,6 @@ def review_kind(reason: str | None) -> ReviewKind:
         return ReviewKind(head)
     except ValueError:
         return ReviewKind.OTHER
-
-
-class ReviewRefused(UsageError):
-    """The PSP's answer contradicts the chosen resolution (or the PSP could not be asked); nothing changed."""
 
 
 @dataclass(frozen=True, slots=True)

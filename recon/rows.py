@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from recon.errors import ReconError
+from recon.errors import IllegalTransition
 
 
 class JobState(StrEnum):
@@ -119,10 +119,6 @@ TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
     P.FAILED: frozenset({P.NEEDS_REVIEW}),
     P.NEEDS_REVIEW: frozenset({P.SUCCEEDED, P.FAILED}),  # only by hand
 }
-
-
-class IllegalTransition(ReconError):
-    """The payment cannot move between these states."""
 
 
 def check_transition(current: PaymentStatus, target: PaymentStatus) -> None:

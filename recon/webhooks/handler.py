@@ -38,7 +38,7 @@ from recon.db.webhook_store import WebhookStore, news_of
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
-from recon.errors import ReconError
+from recon.errors import PaymentKeptMoving
 from recon.payments.charge import outcome_details
 from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
 from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, reversal
@@ -52,10 +52,6 @@ DECIDE_ROUNDS = 3
 log = logging.getLogger("recon.webhooks")
 
 News = PaymentOutcome | Reversed
-
-
-class PaymentKeptMoving(ReconError):
-    """The payment changed under every decision of one finish; the job retries."""
 
 
 @dataclass(frozen=True, slots=True)

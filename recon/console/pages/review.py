@@ -53,7 +53,7 @@ def show_payment(request: Request) -> Response:
 
 
 def resolve(request: Request, fields: Fields) -> Response:
-    from recon.review import ReviewRefused
+    from recon.errors import ReviewRefused
 
     override = fields.flag("override")
     form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500],
