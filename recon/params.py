@@ -125,8 +125,8 @@ def install_signal_handlers(stop: Callable[[], None]) -> None:
 def freeze_heap() -> None:
     """Everything a long-running command (``recon worker``, ``serve``, ``console``) built before its loop
     (modules, the application) lives as long as the process: moved out of the garbage collector's sight, a
-    full collection walks only what the loop allocates. ``recon serve`` with the console held 84,000 objects,
-    and a full collection of them took 45 ms: now and then a request of bench/webhooks.py's open loop waited
-    that long."""
+    full collection walks only what the loop allocates. A full collection of ``recon serve``'s start-up heap (the
+    console's included) held up whichever request arrived meanwhile, which set the webhook intake's p99
+    (docs/benchmarks.md, webhooks)."""
     gc.collect()
     gc.freeze()

@@ -40,8 +40,8 @@ class Job:
 
     A value: nothing changes a Job after the store made it (a handler that wants another one asks the
     store). It is not ``frozen`` only because the claim loop builds one per claimed job, and a frozen
-    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost 2.5 µs of the worker's budget
-    where a plain one costs 0.4 (bench/compare.py).
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) costs several times a plain one's on that
+    hot path (docs/benchmarks.md; bench/compare.py).
     """
 
     id: int

@@ -299,8 +299,8 @@ class JobStore:
 
         ``finishing``: the finisher's, with nested loops off. Its only statement joins the batch's rows
         (``jsonb_to_recordset``) to the jobs found by primary key; the planner, which expects one leased
-        row, picks a nested loop that reads the whole batch again for every job: quadratic, 88 µs of server
-        CPU a job in batches of 1,024. A hash join is linear (11 µs a job in batches of 256)."""
+        row, picks a nested loop that reads the whole batch again for every job: quadratic in the batch. A hash
+        join is linear (docs/benchmarks.md has the figures)."""
         if not self.db.is_postgresql:
             return DedicatedSqlite(self.db)
         return DedicatedConnection(self.db, session={"enable_nestloop": "off"} if finishing else None)
@@ -594,8 +594,8 @@ class JobStore:
 
 def _claimed_sqlite(r: Any, worker: str, times: dict[int, datetime]) -> Job:
     """``JobStore._claimed`` for a row from a ``DedicatedSqlite`` claim: times are integer microseconds since
-    the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (a conversion costs
-    0.9 µs, three a job), and JSON documents are the compact text enqueue stored."""
+    the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (three conversions a
+    job were a visible share of the claim's hot path), and JSON documents are the compact text enqueue stored."""
     progress = r[11]
     run_after, lease_until, created_at = times.get(r[5]), times.get(r[8]), times.get(r[12])
     if run_after is None:

@@ -98,7 +98,7 @@ jobs = sa.Table(
 job_attempts = sa.Table(
     "job_attempts",
     metadata,
-    # No foreign key to jobs: its check costs a third of a grouped finish on PostgreSQL. Rows are
+    # No foreign key to jobs: its check was a large share of a grouped finish on PostgreSQL. Rows are
     # only inserted from a fenced UPDATE of their job in the same statement or transaction, and
     # pruning deletes a job's attempts with the job.
     sa.Column("job_id", Id, primary_key=True),
