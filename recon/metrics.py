@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
@@ -252,8 +253,6 @@ def serve(db: Database, *, port: int, host: str = "127.0.0.1", live_window: floa
           refresh: float = REFRESH_SECONDS) -> MetricsServer | None:
     """Serve the pool's metrics on ``host:port`` (0: any free port); None when the port is taken (another
     worker on this host serves the same pool)."""
-    from prometheus_client import start_http_server
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PoolCollector(PoolStore(db), PaymentStore(db), live_window=live_window, refresh=refresh))
     try:

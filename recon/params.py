@@ -5,9 +5,11 @@ composition root."""
 from __future__ import annotations
 
 import gc
+import getpass
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -94,9 +96,6 @@ def say(text: str, *, err: bool = False) -> None:
 
 def operator_name() -> str:
     """Who runs this command, for the records it leaves (replays, PSP pauses): user@host."""
-    import getpass
-    import socket
-
     try:
         user = getpass.getuser()
     except (OSError, KeyError):

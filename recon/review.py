@@ -30,7 +30,7 @@ from recon.engine.outcome import Snooze
 from recon.errors import ConfigError, ReviewRefused, UsageError
 from recon.payments.charge import outcome_details
 from recon.payments.guard import Guard
-from recon.payments.money import format_amount
+from recon.payments.money import check_currency, format_amount
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
 from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus
 
@@ -119,8 +119,6 @@ class ReviewDesk:
         if psp is not None and psp not in self.psp_names:
             raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(self.psp_names)})")
         if currency is not None:
-            from recon.payments.money import check_currency
-
             currency = check_currency(currency)
         if not 1 <= limit <= LIST_MAX:
             raise UsageError(f"--limit: must be between 1 and {LIST_MAX}")

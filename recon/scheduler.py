@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from recon.clock import Clock, SystemClock
+from recon.config import unknown
 from recon.db.schedule_store import ClaimedSlot, ScheduleStore, SlotJob
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
@@ -87,8 +88,6 @@ class Schedule:
 def load_schedules(table: Mapping[str, Any] | None, *, source: str = "config",
                    default_queue: str = "default") -> list[Schedule]:
     """``[schedule.NAME]`` tables, each checked; ConfigError naming the file, schedule and key."""
-    from recon.config import unknown
-
     out = []
     for name, t in (table or {}).items():
         where = f"{source}: schedule.{name}"

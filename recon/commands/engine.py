@@ -14,8 +14,10 @@ from recon.app import App
 from recon.engine.periodic import Periodic
 from recon.engine.watcher import Watcher
 from recon.errors import UsageError
+from recon.overview import stats_document
 from recon.params import Duration, freeze_heap, install_signal_handlers, say
 from recon.redact import has_card_number
+from recon.render.stats import pool_tables, psp_controls_table, review_lines, stats_table
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -127,9 +129,6 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
 def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) -> None:
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
-    from recon.overview import stats_document
-    from recon.render.stats import pool_tables, psp_controls_table, review_lines, stats_table
-
     doc = stats_document(app, window=window, live_window=live_window)
     if as_json:
         click.echo(json.dumps(doc))

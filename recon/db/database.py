@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 
+import migrations
 from recon.clock import Clock, SystemClock
 from recon.db.availability import Outage, error_class
 from recon.db.libpq import connect_params
@@ -472,8 +473,6 @@ def schema_revisions(db: Database) -> tuple[str | None, str]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    import migrations
-
     head = ScriptDirectory(str(Path(migrations.__file__).parent)).get_current_head()
     assert head is not None  # nosec B101  # type narrowing, not a check
     with translate_errors(), db.engine.connect() as conn:
@@ -485,8 +484,6 @@ def upgrade(db: Database, revision: str = "head") -> None:
     """Apply the Alembic migrations up to ``revision``; a no-op when the schema is current."""
     from alembic import command
     from alembic.config import Config
-
-    import migrations
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))

@@ -27,7 +27,7 @@ from recon.db.database import Database, DedicatedConnection, DedicatedSqlite, js
 from recon.db.dead_letter_store import DeadLetterStore
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
-from recon.errors import StoreError
+from recon.errors import QueueFull, StoreError
 from recon.redact import redact, redact_json, redact_value
 from recon.rows import AttemptRecord, Job, JobState
 
@@ -187,8 +187,6 @@ class JobStore:
     def _enqueue_pg(self, conn: sa.Connection | None, rows: Sequence[EnqueueRow], *,
                     limits: list[dict[str, Any]]) -> list[int]:
         """``job_enqueue`` in ``conn``'s transaction, or (None) alone in autocommit through the driver."""
-        from recon.errors import QueueFull
-
         params = {"rows": self._enqueue_json(rows), "limits": _dumps(limits), "now": self.db.now_param()}
         result: Iterable[Any]
         if conn is None:
@@ -211,8 +209,6 @@ class JobStore:
         """Inside the caller's transaction, before it inserts jobs: raise QueueFull when ``adding[queue]`` more
         jobs would pass a queue's max depth. On PostgreSQL the queue's advisory lock is taken first and held
         until commit (``job_lock_queue``), so concurrent producers of the queue count one after another."""
-        from recon.errors import QueueFull
-
         for queue in sorted(adding):  # sorted: two producers of the same queues never deadlock
             limit = max_depth.get(queue, 0)
             if not limit:

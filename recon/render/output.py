@@ -14,15 +14,20 @@ that the commands print nothing but through here, ``say`` or as JSON.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod, RenderableType
+from rich.file_proxy import FileProxy
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from recon.logs import lines_through
 from recon.redact import redact
 from recon.terminal import shown
 
@@ -83,14 +88,6 @@ def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, tota
     console, which prints them above the bar and redraws it, instead of tearing its line (``recon.logs.
     lines_through``).
     """
-    import sys
-    import threading
-
-    from rich.file_proxy import FileProxy
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from recon.logs import lines_through
-
     console = console or PlainConsole(stderr=True)
     if not enabled or not console.is_terminal:
         return run()

@@ -3,16 +3,16 @@ review queue, the sweep's dry run and summary (printed through ``recon.render.ou
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
+from recon.payments.money import format_amount
 from recon.render.output import FoldTable, age_text, stdout_console, timestamp
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
 
 
 def payments_table(payments: Sequence[Payment]) -> None:
-    from recon.payments.money import format_amount
-
     table = FoldTable(title=f"{len(payments)} payments")
     for col in ("id", "reference", "account", "psp", "amount", "status", "created", "updated"):
         table.add_column(col, justify="right" if col in ("id", "amount") else "left")
@@ -24,8 +24,6 @@ def payments_table(payments: Sequence[Payment]) -> None:
 
 def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
                    jobs: Sequence[tuple[Job, Sequence[AttemptRecord]]] = ()) -> None:
-    from recon.payments.money import format_amount
-
     console = stdout_console()
     table = FoldTable("", "", show_header=False, title=f"payment {payment.merchant_reference}")
     for key, value in payment.to_dict().items():
@@ -53,10 +51,6 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
 def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
     """One line for an audit event: a manual resolution in words (who, what, why, the PSP's answer, an
     override), other events' details as sorted JSON; at most ``width`` characters."""
-    import json
-
-    from recon.payments.money import format_amount
-
     d = event.details or {}
     if event.source == "manual" and "operator" in d:
         ours = d.get("ours") or {}
@@ -74,8 +68,6 @@ def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
 
 def review_table(items: Sequence[Any]) -> None:
     """``recon review list``: recon.review.ReviewItem rows."""
-    from recon.payments.money import format_amount
-
     table = FoldTable(title=f"{len(items)} payments in review")
     for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
         table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
@@ -90,8 +82,6 @@ def review_table(items: Sequence[Any]) -> None:
     stdout_console().print(table)
 
 def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = None) -> None:
-    from recon.payments.money import format_amount
-
     how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
     table = FoldTable(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
     for col in ("id", "reference", "psp", "amount", "status", "updated"):
@@ -105,8 +95,6 @@ def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = Non
         console.print(f"... and {len(payments) - 50} more")
 
 def sweep_summary(doc: dict[str, Any]) -> None:
-    from recon.payments.money import format_amount
-
     console = stdout_console()
     console.print(f"checked {doc['checked']}: healed->succeeded {doc['healed_succeeded']}, "
                   f"healed->failed {doc['healed_failed']}, still pending {doc['still_pending']}, "

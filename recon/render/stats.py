@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from recon.payments.money import format_amount
 from recon.render.output import FoldTable, age_text, stdout_console
 
 
@@ -28,8 +29,6 @@ def stats_table(doc: dict[str, Any]) -> None:
 
 def pool_tables(doc: dict[str, Any]) -> None:
     """The parts of `recon stats` beyond queue depth: kinds, depth detail, workers, PSPs, money at risk."""
-    from recon.payments.money import format_amount
-
     console = stdout_console()
     kinds = FoldTable(title=f"job kinds, last {int(doc['window_seconds'])}s")
     for col in ("kind", "attempts", "retry rate", "dead rate", "attempts/success", "p50 s", "p95 s", "max s"):

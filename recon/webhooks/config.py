@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from psp_adapters.protocol import Secret
+from recon.config import unknown
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
 
@@ -60,7 +61,6 @@ class WebhookConfig:
     def load(cls, table: Mapping[str, Any] | None, env: Mapping[str, str], *, source: str = "config") -> WebhookConfig:
         table = dict(table or {})
         where = f"{source}: webhooks"
-        from recon.config import unknown
 
         for key in table:
             if key not in _KEYS:

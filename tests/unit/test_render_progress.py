@@ -74,8 +74,6 @@ def test_progress__log_lines_print_above_the_bar_not_inside_it(terminal: io.Stri
 def test_progress__the_check_bites_when_lines_bypass_the_bar(terminal: io.StringIO,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: log lines written straight to the terminal while the bar is up land on the bar's line."""
-    import recon.logs
-
-    monkeypatch.setattr(recon.logs, "lines_through", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(render, "lines_through", lambda stream: contextlib.nullcontext())
     run_logging_worker(terminal)
     assert any(LABEL in line and "worker line" in line for line in screen_lines(terminal))
