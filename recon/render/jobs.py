@@ -23,6 +23,7 @@ def jobs_table(jobs: Sequence[Job]) -> None:
                       timestamp(j.run_after), err[:80])
     stdout_console().print(table)
 
+
 def job_detail(job: Job, attempts: Sequence[AttemptRecord], replays: Sequence[ReplayRecord] = ()) -> None:
     console = stdout_console()
     table = FoldTable("", "", show_header=False, title=f"job {job.id}")
@@ -44,6 +45,7 @@ def job_detail(job: Job, attempts: Sequence[AttemptRecord], replays: Sequence[Re
         _replay_row(history, r)
     console.print(history)
 
+
 def _replay_row(history: Table, r: ReplayRecord) -> None:
     note = f"max_attempts {r.max_attempts_before} -> {r.max_attempts_after}"
     history.add_row(f"after {r.attempt}", r.replayed_by or "", "", timestamp(r.replayed_at), "replayed",
@@ -52,6 +54,7 @@ def _replay_row(history: Table, r: ReplayRecord) -> None:
 
 #: a dry run lists at most this many jobs on a terminal (--json lists them all)
 DRY_RUN_ROWS = 200
+
 
 def replay_summary(jobs: Sequence[Job], *, replayed: Sequence[int], skipped: Sequence[int], budget: int,
                    dry_run: bool) -> None:
@@ -67,6 +70,7 @@ def replay_summary(jobs: Sequence[Job], *, replayed: Sequence[int], skipped: Seq
         shown = ", ".join(str(i) for i in skipped[:20]) + (" ..." if len(skipped) > 20 else "")
         console.print(f"{len(skipped)} left dead: an unfinished job holds their unique key (ids {shown})")
 
+
 def prune_summary(doc: dict[str, Any]) -> None:
     age = duration_text(doc["older_than_seconds"])
     if doc["dry_run"]:
@@ -78,6 +82,7 @@ def prune_summary(doc: dict[str, Any]) -> None:
                      f"{doc['attempts_deleted']} attempt rows, in {doc['batches']} batches "
                      f"({doc['seconds']:.1f}s)"
                      + ("; interrupted" if doc["interrupted"] else ""))
+
 
 def schedule_table(rows: Sequence[dict[str, Any]]) -> None:
     """``recon schedule list``."""

@@ -45,6 +45,7 @@ class PlainConsole(Console):
         return super().render_str(shown(redact(text)), style=style, justify=justify, overflow=overflow, emoji=False,
                                   markup=False, highlight=False, highlighter=None)
 
+
 class FoldTable(Table):
     """A table whose columns fold what does not fit onto more lines: a reference or a reason is never cut to an
     ellipsis."""
@@ -53,14 +54,17 @@ class FoldTable(Table):
                    overflow: OverflowMethod = "fold", justify: JustifyMethod = "left", **kwargs: Any) -> None:
         super().add_column(header, footer, overflow=overflow, justify=justify, **kwargs)
 
+
 def stdout_console() -> PlainConsole:
     console = PlainConsole(soft_wrap=False)
     if not console.is_terminal:
         console.width = max(console.width, 140)  # piped output: do not squeeze columns into 80
     return console
 
+
 def timestamp(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
 
 def age_text(seconds: float) -> str:
     """3725.0 -> "1h 2m"; 93600 -> "1d 2h"."""
@@ -73,12 +77,14 @@ def age_text(seconds: float) -> str:
         return f"{s // 3600}h {s % 3600 // 60}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
+
 def duration_text(seconds: float) -> str:
     """7d, 12h, 90m, 30s: the largest unit that divides ``seconds``, as people type durations."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
 
 def progress_while(run: Callable[[], Any], done_func: Callable[[], int], *, total: int, label: str,
                    enabled: bool = True, console: Console | None = None) -> Any:

@@ -22,6 +22,7 @@ def payments_table(payments: Sequence[Payment]) -> None:
                       timestamp(p.updated_at))
     stdout_console().print(table)
 
+
 def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
                    jobs: Sequence[tuple[Job, Sequence[AttemptRecord]]] = ()) -> None:
     console = stdout_console()
@@ -48,6 +49,7 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
             err = f" {a.error_kind}: {a.error}" if a.error_kind else ""
             console.print(f"  attempt {a.attempt} by {a.worker} at {timestamp(a.finished_at)}: {a.outcome}{err}"[:180])
 
+
 def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
     """One line for an audit event: a manual resolution in words (who, what, why, the PSP's answer, an
     override), other events' details as sorted JSON; at most ``width`` characters."""
@@ -66,6 +68,7 @@ def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
         return text[:width]
     return json.dumps(d, sort_keys=True)[:width] if d else ""
 
+
 def review_table(items: Sequence[Any]) -> None:
     """``recon review list``: recon.review.ReviewItem rows."""
     table = FoldTable(title=f"{len(items)} payments in review")
@@ -81,6 +84,7 @@ def review_table(items: Sequence[Any]) -> None:
                       age_text(item.age_seconds), said, (p.review_reason or "")[:60])
     stdout_console().print(table)
 
+
 def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = None) -> None:
     how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
     table = FoldTable(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
@@ -93,6 +97,7 @@ def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = Non
     console.print(table)
     if len(payments) > 50:
         console.print(f"... and {len(payments) - 50} more")
+
 
 def sweep_summary(doc: dict[str, Any]) -> None:
     console = stdout_console()

@@ -27,6 +27,7 @@ def stats_table(doc: dict[str, Any]) -> None:
     console.print(f"last {window}s: attempts {doc['attempts'] or '{}'}; lease expirations "
                   f"{doc['lease_expirations']}; retry rate {doc['retry_rate']:.2%}; dead rate {doc['dead_rate']:.2%}")
 
+
 def pool_tables(doc: dict[str, Any]) -> None:
     """The parts of `recon stats` beyond queue depth: kinds, depth detail, workers, PSPs, money at risk."""
     console = stdout_console()
@@ -70,6 +71,7 @@ def pool_tables(doc: dict[str, Any]) -> None:
         at_risk = ", ".join(format_amount(v, k) for k, v in pay["money_at_risk"].items())
         console.print(f"unfinished payments by age: {by_age}; money at risk: {at_risk}")
 
+
 def review_lines(doc: dict[str, Any]) -> None:
     """`recon stats`: payments in review, manual resolutions per day and operator, the last sweeps."""
     console = stdout_console()
@@ -103,8 +105,10 @@ def review_lines(doc: dict[str, Any]) -> None:
                           str(summary.get("needs_review", "-")))
         console.print(table)
 
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
+
 
 def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None) -> None:
     table = FoldTable(title=f"PSP controls at {at}" if at else "PSP controls")
