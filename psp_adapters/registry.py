@@ -19,6 +19,7 @@ when its factory runs, so the registry works while an adapter is still being wri
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -121,7 +122,6 @@ def check_charge(name: str, request: ChargeRequest) -> list[FieldProblem]:
     """What PSP ``name`` would refuse about ``request``, by its adapter's own rules (``check_charge`` in the
     adapter package; none: nothing to check). Needs no settings and makes no call. LookupError: unknown name."""
     get_factory(name)
-    import importlib
 
     package = importlib.import_module(f"psp_adapters.{name}")
     rules = getattr(package, "check_charge", None)

@@ -16,34 +16,47 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from psp_adapters import registry
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
-from recon.config import EngineConfig, Settings, load_settings
+from recon.classify import classify_failure
+from recon.clock import SystemClock
+from recon.config import EngineConfig, Settings, load_settings, unknown
+from recon.console.config import ConsoleConfig
+from recon.counters import ProcessMetrics
 from recon.db.control_store import ControlStore
-from recon.db.database import Database, connect
+from recon.db.database import Database, connect, schema_revisions
 from recon.db.database import upgrade as apply_migrations
 from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
 from recon.db.report_store import ReportStore
+from recon.db.schedule_store import ScheduleStore
 from recon.db.sweep_store import SweepRunStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
+from recon.engine.periodic import Periodic
+from recon.engine.pruner import Pruner
 from recon.engine.retry import RetryPolicy
-from recon.engine.worker import Worker
+from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
+from recon.payments.charge import ChargeHandler
+from recon.payments.guard import Guard, PspGuard
+from recon.payments.instrumented import instrument
+from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
+from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
-
-if TYPE_CHECKING:  # imported where first used: a command that calls no PSP never loads them
-    from recon.metrics import ProcessMetrics
-    from recon.payments.guard import Guard
-    from recon.payments.psp_limits import GuardConfig
-    from recon.review import ReviewDesk
-    from recon.scheduler import Schedule
-    from recon.webhooks.config import WebhookConfig
+from recon.reconcile.handler import ReconcileHandler
+from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
+from recon.reconcile.window import WindowHandler
+from recon.redact import redact
+from recon.review import ReviewDesk
+from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
+from recon.webhooks.config import WebhookConfig
+from recon.webhooks.handler import WebhookHandler, report_sweep
 
 #: PSP name -> its adapter, not yet instrumented
 AdapterFactory = Callable[[str], PspAdapter]
@@ -86,10 +99,8 @@ class App:
                 settings = replace(settings, database_url=self._database_url)
             _check_psp_tables(settings)
             ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
-            from recon.webhooks.config import WebhookConfig
 
             WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
-            from recon.console.config import ConsoleConfig
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
             self._settings = settings
@@ -156,17 +167,12 @@ class App:
     @cached_property
     def webhook_config(self) -> WebhookConfig:
         """``[webhooks]`` of the config file, secrets from the environment (recon.webhooks.config)."""
-        from recon.webhooks.config import WebhookConfig
-
         return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source)
 
     @cached_property
     def schedules(self) -> list[Schedule]:
         """``[schedule.NAME]``: the periodic jobs every worker's scheduler queues (recon.scheduler), each
         built-in kind's payload checked."""
-        from recon.reconcile.periodic import check_payload
-        from recon.scheduler import load_schedules
-
         schedules = load_schedules(self.settings.extra.get("schedule"), source=self.settings.source,
                                    default_queue=self.settings.engine.default_queue)
         for s in schedules:
@@ -180,22 +186,16 @@ class App:
     def review(self) -> ReviewDesk:
         """The review desk: payments in needs_review, their resolution and recheck (``recon review``, the
         console). Its PSP calls go through this process's guard."""
-        from recon.review import ReviewDesk
-
         return ReviewDesk(self.payments, self.jobs, self.client(), self.adapter, self.guard,
                           reconcile_queue=self.reconcile_config.queue, psp_names=self.psp_names())
 
     # --- the PSPs -----------------------------------------------------------------------------------------
 
     def psp_names(self) -> tuple[str, ...]:
-        from psp_adapters import registry
-
         return registry.names()
 
     def check_charge(self, psp: str, request: ChargeRequest) -> list[FieldProblem]:
         """What PSP ``psp`` would refuse about ``request``, by its adapter's own rules; makes no call."""
-        from psp_adapters import registry
-
         return registry.check_charge(psp, request)
 
     def adapter(self, name: str) -> PspAdapter:
@@ -203,16 +203,12 @@ class App:
         call this concurrently: one adapter (one connection pool) per PSP per process."""
         with self._adapter_lock:
             if name not in self._adapters:
-                from recon.payments.instrumented import instrument
-
                 self._adapters[name] = instrument(self._adapter_factory(name), recorder=self.metrics)
             return self._adapters[name]
 
     def _registry_adapter(self, name: str) -> PspAdapter:
         """``[psp.NAME]`` in the config file (base_url, merchant_account, timeouts) over ``RECON_NAME_*``
         variables. Keys come only from the environment."""
-        from psp_adapters import registry
-
         if name not in registry.names():
             raise ConfigError(f"unknown PSP {name!r} (known: {', '.join(registry.names())})")
         try:
@@ -260,8 +256,6 @@ class App:
     @cached_property
     def guard_config(self) -> GuardConfig:
         """``[psp.NAME]``'s guard limits: rate limit, cool-down and breaker per PSP."""
-        from recon.payments.psp_limits import GuardConfig
-
         return GuardConfig.from_table(self.settings.extra.get("psp"), source=self.settings.source)
 
     @property
@@ -269,16 +263,12 @@ class App:
         """This process's guard, shared by both PSP-calling handlers: pause, cool-down, breaker and rate limit
         per PSP (recon.payments.guard.PspGuard, unless the App was given one)."""
         if self._guard is None:
-            from recon.payments.guard import PspGuard
-
             self._guard = PspGuard(self.controls, self.guard_config)
         return self._guard
 
     @cached_property
     def metrics(self) -> ProcessMetrics:
         """This process's counts: the workers' observer and the adapters' recorder."""
-        from recon.metrics import ProcessMetrics
-
         return ProcessMetrics()
 
     def close(self) -> None:
@@ -297,11 +287,6 @@ class App:
                                            "report")) -> Handlers:
         """The payment handlers (charge, reconcile, webhook), the periodic ones (sweep, report) plus any
         ``--handlers MODULE:ATTR``."""
-        from recon.clock import SystemClock
-        from recon.payments.charge import ChargeHandler
-        from recon.reconcile.handler import ReconcileHandler
-        from recon.webhooks.handler import WebhookHandler, report_sweep
-
         handlers = Handlers()
         if "charge" in kinds:
             handlers.register("charge", ChargeHandler(self.payments, self.adapter, guard=self.guard,
@@ -310,8 +295,6 @@ class App:
             handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
                                                             clock=SystemClock(), guard=self.guard))
         if "reconcile_window" in kinds:
-            from recon.reconcile.window import WindowHandler
-
             handlers.register("reconcile_window", WindowHandler(self.payments, self.adapter,
                                                                 config=self.reconcile_config, guard=self.guard))
         if "webhook" in kinds:
@@ -319,8 +302,6 @@ class App:
                 self.payments, self.client(), queue=self.reconcile_config.queue, listing_func=self._listing_psps,
                 config=self.reconcile_config), reconcile_queue=self.reconcile_config.queue))
         if "sweep" in kinds or "report" in kinds:
-            from recon.reconcile.periodic import ReportJob, SweepJob
-
             handlers.register("sweep", SweepJob(self.payments, self.client(), self.sweeps,
                                                 queue=self.reconcile_config.queue, psp_names=self.psp_names(),
                                                 listing_func=self._listing_psps, config=self.reconcile_config))
@@ -343,8 +324,6 @@ class App:
 
     def _report_file(self, psp: str, since: datetime, until: datetime, path: str, fmt: str) -> int:
         """The settlement report of ``psp`` for ``[since, until)`` into ``path``; its discrepancies."""
-        from recon.reconcile import settlement as st
-
         result = st.write_report(self.reports, self.adapter(psp), psp=psp, since=since, until=until, fmt=fmt,
                                  output=path, settlement_window=self.reconcile_config.settlement_window,
                                  unknown_events=self.webhooks.unknown_between(psp=psp, since=since, until=until))
@@ -381,23 +360,37 @@ class App:
         payment handlers), ``engine`` (default: the settings'), the retry policy and each queue's concurrency
         cap from the settings, recon's error classifier, this process's metrics as its observer; with
         ``wakeups``, woken by the database's notifications instead of polling alone. ``run(burst=True)`` on
-        the result works until no claimable job is left."""
-        from recon.classify import classify_failure
-
-        return Worker(self.jobs, self.handlers() if handlers is None else handlers,
-                      config=self.settings.engine if engine is None else engine,
+        the result works until no claimable job is left. Besides its own loops (heartbeat, presence, watcher),
+        the worker runs the pruner and the scheduler when the settings ask for them (``loops``)."""
+        engine = self.settings.engine if engine is None else engine
+        worker_id = redact(make_worker_id())
+        return Worker(self.jobs, self.handlers() if handlers is None else handlers, config=engine,
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
                       classify_func=classify_failure, wakeup_func=make_listener(self.db) if wakeups else None,
-                      observer=self.metrics)
+                      observer=self.metrics, worker_id=worker_id, loops=self.loops(engine, worker_id=worker_id))
+
+    def loops(self, engine: EngineConfig, *, worker_id: str) -> list[Periodic]:
+        """A worker's loops beyond its own: the pruner (``engine.prune_older_than`` set; recon.engine.pruner) and
+        the scheduler (``[schedule.NAME]`` set; recon.scheduler: each slot runs once across the pool; not in a
+        burst run)."""
+        loops = []
+        if engine.prune_after is not None:
+            pruner = Pruner(self.jobs, older_than=engine.prune_after, batch=engine.prune_batch_size)
+            loops.append(Periodic("pruner", pruner.run_once, interval=engine.prune_interval_seconds,
+                                  note=f"finished jobs older than {engine.prune_after} are deleted every "
+                                       f"{engine.prune_interval_seconds:g}s"))
+        if self.schedules:
+            scheduler = Scheduler(ScheduleStore(self.db), self.schedules, scheduler_id=worker_id,
+                                  max_depth={s.queue: self.settings.queue(s.queue).max_depth for s in self.schedules})
+            loops.append(Periodic("scheduler", lambda _stop: scheduler.run_once(), interval=TICK_SECONDS,
+                                  in_burst=False, note="; ".join(f"{s.name} ({s.kind}, {s.describe()})"
+                                                                 for s in self.schedules)))
+        return loops
 
 
 def _check_psp_tables(settings: Settings) -> None:
     """``[psp.NAME]``: a registered PSP, and only adapter settings (registry) or guard limits (psp_limits)."""
-    from psp_adapters import registry
-    from recon.config import unknown
-    from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
-
     tables = settings.extra.get("psp", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{settings.source}: psp: must be a table of [psp.NAME] tables")
@@ -414,8 +407,6 @@ def _check_psp_tables(settings: Settings) -> None:
 
 
 def _require_current_schema(db: Database) -> None:
-    from recon.db.database import schema_revisions
-
     current, head = schema_revisions(db)
     if current != head:
         have = f"at revision {current}" if current else "empty (no recon tables)"

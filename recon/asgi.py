@@ -6,16 +6,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from recon.params import freeze_heap, install_signal_handlers
 
 
 def serve(asgi_app: Any, *, host: str, port: int, on_ready_func: Callable[[str], None] | None = None) -> None:
     """Serve ``asgi_app`` on ``host:port`` until SIGINT or SIGTERM (the requests in flight finish first).
     ``on_ready_func`` gets the base URL once the socket is bound (port 0: the one chosen)."""
-    from recon.params import freeze_heap, install_signal_handlers
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family)
     bound = sock.getsockname()[1]
@@ -38,8 +39,6 @@ def background(asgi_app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iter
     """Serve ``asgi_app`` in a thread of this process for the ``with`` block (the demo's webhook endpoint);
     yields the base URL. No signal handling: the block's end stops the server and joins its thread.
     RuntimeError when it has not started within 15 s."""
-    import threading
-
     sock = socket.create_server((host, port))
     server = _server(asgi_app)
     logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, logging.getLogger().level))

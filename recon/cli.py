@@ -15,7 +15,8 @@ import click
 
 from recon.app import App
 from recon.commands import console, engine, jobs, payments, psp, reconcile, review, schedule, serve
-from recon.errors import ConfigError, ReconError, UsageError
+from recon.errors import ConfigError, InvalidJobState, JobNotFound, QueueFull, ReconError, UnknownJobKind, UsageError
+from recon.logs import configure
 from recon.params import EXIT_FAILED, EXIT_OK, EXIT_USAGE, say
 
 log = logging.getLogger("recon")
@@ -34,8 +35,6 @@ log = logging.getLogger("recon")
 def cli(ctx: click.Context, database_url: str | None, config_path: str | None, log_level: str,
         log_format: str) -> None:
     """recon: payments kept honest between our database and the PSPs."""
-    from recon.logs import configure
-
     configure(level=log_level.upper(), fmt=log_format, stream=sys.stderr)
     logging.getLogger("alembic").setLevel(max(logging.WARNING, logging.getLogger().level))
     # one INFO line per HTTP request from httpx drowns what recon says; its warnings still show
@@ -90,6 +89,4 @@ def _unexpected(exc: Exception, argv: list[str] | None) -> NoReturn:
 
 
 def _exit_code_for(exc: ReconError) -> int:
-    from recon.errors import InvalidJobState, JobNotFound, QueueFull, UnknownJobKind
-
     return EXIT_USAGE if isinstance(exc, JobNotFound | InvalidJobState | UnknownJobKind | QueueFull) else EXIT_FAILED

@@ -35,12 +35,14 @@ from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
+from recon.asgi import background
 from recon.config import BackoffConfig, Settings
 from recon.db.payment_store import NewPayment, PaymentStore
 from recon.payments.guard import Unguarded
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
 from recon.rows import Payment, PaymentStatus
+from recon.webhooks.config import WebhookConfig as Endpoint
 
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
                      pending_fraction=0.12, settle_after_seconds=3.0, pending_fail_fraction=0.25,
@@ -294,8 +296,6 @@ def _queue_done(app: App, queue: str) -> bool:
 def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> WebhookConfig:
     """recon's webhook endpoint for ``wire``'s PSP, served in a thread of this process with a per-run secret,
     and the sandbox's side of it: where it sends and what it signs with."""
-    from recon.asgi import background
-    from recon.webhooks.config import WebhookConfig as Endpoint
     from recon.webhooks.intake import Intake
     from recon.webhooks.server import create_app
 

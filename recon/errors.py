@@ -4,7 +4,14 @@
 ReconError
 ├── ConfigError             bad configuration file, key, value or database URL (CLI exit 2)
 ├── UsageError              bad input from a user: a duration, a file row, a filter (CLI exit 2)
+│   ├── DuplicateReference  a merchant reference of the new payments exists already: nothing written
+│   ├── ReviewRefused       the PSP's answer contradicts a resolution by hand (or it could not be asked)
+│   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
+│                           carries the importer's problems and their display rule)
 ├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
+├── IllegalTransition       the payment state machine (recon.rows) has no such move
+├── ChargeInFlight          reconciliation was about to fail a payment whose charge job just started
+├── PaymentKeptMoving       a payment changed under every decision of one webhook finish
 ├── EngineError
 │   ├── UnknownJobKind      no handler is registered for a job's kind
 │   ├── QueueFull           enqueue past a queue's max depth (backpressure)
@@ -44,6 +51,26 @@ class PspReferenceConflict(ReconError):
     A PSP reference, once stored, is never replaced (``recon.db.payment_store``): evidence naming another one
     is a discrepancy to reconcile or review (``recon.reconcile.decide``), never a write. Raised inside a job's
     finish, it rolls the finish back and the job runs again, deciding on what is stored now."""
+
+
+class DuplicateReference(UsageError):
+    """A merchant reference of the new payments exists already."""
+
+
+class ReviewRefused(UsageError):
+    """The PSP's answer contradicts the chosen resolution (or the PSP could not be asked); nothing changed."""
+
+
+class IllegalTransition(ReconError):
+    """The payment cannot move between these states."""
+
+
+class ChargeInFlight(ReconError):
+    """A charge job for this payment started while reconciliation was about to mark it failed."""
+
+
+class PaymentKeptMoving(ReconError):
+    """The payment changed under every decision of one finish; the job retries."""
 
 
 class EngineError(ReconError):

@@ -139,7 +139,7 @@ class TextFormatter(logging.Formatter):
 def lines_through(stream: TextIO | io.TextIOBase) -> Iterator[None]:
     """recon's log lines go to ``stream`` inside the ``with`` (every thread's), then back where they went.
 
-    ``recon.render.progress_while`` passes a stream that prints through its progress bar's console, so a line
+    ``recon.render.output.progress_while`` passes a stream that prints through its progress bar's console, so a line
     logged while the bar is drawn lands above the bar instead of in the middle of its line.
     """
     handlers = [h for h in logging.getLogger().handlers

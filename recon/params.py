@@ -5,9 +5,11 @@ composition root."""
 from __future__ import annotations
 
 import gc
+import getpass
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -94,9 +96,6 @@ def say(text: str, *, err: bool = False) -> None:
 
 def operator_name() -> str:
     """Who runs this command, for the records it leaves (replays, PSP pauses): user@host."""
-    import getpass
-    import socket
-
     try:
         user = getpass.getuser()
     except (OSError, KeyError):
@@ -125,8 +124,8 @@ def install_signal_handlers(stop: Callable[[], None]) -> None:
 def freeze_heap() -> None:
     """Everything a long-running command (``recon worker``, ``serve``, ``console``) built before its loop
     (modules, the application) lives as long as the process: moved out of the garbage collector's sight, a
-    full collection walks only what the loop allocates. ``recon serve`` with the console held 84,000 objects,
-    and a full collection of them took 45 ms: now and then a request of bench/webhooks.py's open loop waited
-    that long."""
+    full collection walks only what the loop allocates. A full collection of ``recon serve``'s start-up heap (the
+    console's included) held up whichever request arrived meanwhile, which set the webhook intake's p99
+    (docs/benchmarks.md, webhooks)."""
     gc.collect()
     gc.freeze()

@@ -60,9 +60,9 @@ _SECRET_KEYS = re.compile(r"(?i)^(?:password|passwd|pwd|api[_-]?key|secret|token
 
 #: what every pattern above needs somewhere in the text: a URL's ``://``, a scheme, key prefix or field name
 #: (case aside: it searches the text in lower case), or 13 digits with at most one space or dash between two. A
-#: text without any is returned as it is after this one search (1-3 µs for a PSP's reference or a timestamp,
-#: against 10-13 µs for the ten patterns; a case-insensitive search took twice as long); tests check that
-#: ``redact`` and ``_redact_all`` agree.
+#: text without any (a PSP's reference, a timestamp) is returned as it is after this one search, a fraction of
+#: what the ten patterns cost (docs/benchmarks.md, webhooks); it searches the lower-cased text because a
+#: case-insensitive search was slower. Tests check that ``redact`` and ``_redact_all`` agree.
 _MAYBE = re.compile(r"://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token|authorization"
                     r"|cv[cvn]|cid|csc|security|\d(?:[ -]?\d){12}")
 

@@ -27,10 +27,10 @@ from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore, Transition, charge_key
 from recon.engine.client import Client
 from recon.engine.outcome import Snooze
-from recon.errors import ConfigError, UsageError
+from recon.errors import ConfigError, ReviewRefused, UsageError
 from recon.payments.charge import outcome_details
 from recon.payments.guard import Guard
-from recon.payments.money import format_amount
+from recon.payments.money import check_currency, format_amount
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
 from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus
 
@@ -62,10 +62,6 @@ def review_kind(reason: str | None) -> ReviewKind:
         return ReviewKind(head)
     except ValueError:
         return ReviewKind.OTHER
-
-
-class ReviewRefused(UsageError):
-    """The PSP's answer contradicts the chosen resolution (or the PSP could not be asked); nothing changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +119,6 @@ class ReviewDesk:
         if psp is not None and psp not in self.psp_names:
             raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(self.psp_names)})")
         if currency is not None:
-            from recon.payments.money import check_currency
-
             currency = check_currency(currency)
         if not 1 <= limit <= LIST_MAX:
             raise UsageError(f"--limit: must be between 1 and {LIST_MAX}")
@@ -151,13 +145,6 @@ class ReviewDesk:
                                     age_seconds=max((now - since).total_seconds(), 0.0),
                                     psp_answer=evidence.get(p.id)))
         return items
-
-    def summary(self) -> dict[str, Any]:
-        """The ``review`` section of ``recon stats``: how many are in review and since when the oldest."""
-        count, oldest = self.payments.review_summary()
-        now = self.clock.now()
-        return {"needs_review": count, "oldest_since": oldest.isoformat() if oldest else None,
-                "oldest_age_seconds": round(max((now - oldest).total_seconds(), 0.0), 3) if oldest else None}
 
     def find(self, text: str) -> builtins.list[Payment]:
         """Payments by merchant reference or PSP reference, exactly."""

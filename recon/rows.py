@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from recon.errors import ReconError
+from recon.errors import IllegalTransition
 
 
 class JobState(StrEnum):
@@ -40,8 +40,8 @@ class Job:
 
     A value: nothing changes a Job after the store made it (a handler that wants another one asks the
     store). It is not ``frozen`` only because the claim loop builds one per claimed job, and a frozen
-    dataclass's ``__init__`` (one ``object.__setattr__`` per field) cost 2.5 µs of the worker's budget
-    where a plain one costs 0.4 (bench/compare.py).
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field) costs several times a plain one's on that
+    hot path (docs/benchmarks.md; bench/compare.py).
     """
 
     id: int
@@ -119,10 +119,6 @@ TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
     P.FAILED: frozenset({P.NEEDS_REVIEW}),
     P.NEEDS_REVIEW: frozenset({P.SUCCEEDED, P.FAILED}),  # only by hand
 }
-
-
-class IllegalTransition(ReconError):
-    """The payment cannot move between these states."""
 
 
 def check_transition(current: PaymentStatus, target: PaymentStatus) -> None:

@@ -26,7 +26,6 @@ slots follow the expression in ``timezone`` (DST handled by cronsim).
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,9 +35,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from recon.clock import Clock, SystemClock
+from recon.config import unknown
 from recon.db.schedule_store import ClaimedSlot, ScheduleStore, SlotJob
 from recon.durations import parse_duration
-from recon.errors import ConfigError, DatabaseUnavailable, ReconError, UsageError
+from recon.errors import ConfigError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,6 @@ class Schedule:
 def load_schedules(table: Mapping[str, Any] | None, *, source: str = "config",
                    default_queue: str = "default") -> list[Schedule]:
     """``[schedule.NAME]`` tables, each checked; ConfigError naming the file, schedule and key."""
-    from recon.config import unknown
-
     out = []
     for name, t in (table or {}).items():
         where = f"{source}: schedule.{name}"
@@ -162,8 +160,9 @@ class Fired:
 
 
 class Scheduler:
-    """One per worker process. ``run_once`` claims each schedule's latest due slot it has not seen claimed;
-    ``run_forever`` ticks every second (a tick that finds nothing new reads nothing)."""
+    """One per worker process. ``run_once`` claims each schedule's latest due slot it has not seen claimed; the
+    worker's ``scheduler`` loop (recon.engine.periodic, built by ``App.worker``; not in a burst run) calls it
+    every ``TICK_SECONDS`` (a tick that finds nothing new reads nothing)."""
 
     def __init__(self, store: ScheduleStore, schedules: Sequence[Schedule], *, scheduler_id: str,
                  clock: Clock | None = None, max_depth: Mapping[str, int] | None = None) -> None:
@@ -200,16 +199,6 @@ class Scheduler:
             else:
                 log.info("schedule %s: slot %s queued job %s (%s)", s.name, slot.isoformat(), job_id, s.kind)
         return fired
-
-    def run_forever(self, stop: threading.Event, *, interval: float = TICK_SECONDS) -> None:
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except DatabaseUnavailable as exc:  # the database away (its outage is logged once): next tick
-                log.debug("scheduler: %s", exc)
-            except ReconError as exc:
-                log.warning("scheduler: %s", exc)
-            stop.wait(interval)
 
 
 def status(schedules: Sequence[Schedule], latest: Mapping[str, ClaimedSlot], now: datetime) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ class _Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 keep-alive plumbing around ``_SandboxApp``."""
 
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes; Nagle would add 40 ms per answer
+    disable_nagle_algorithm = True  # headers and body are two writes; Nagle would hold the body for the peer's ACK
     timeout = 60  # an idle keep-alive connection is closed after this long
     server_version = "recon-psp-sandbox/1"
     sys_version = ""

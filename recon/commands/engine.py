@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import click
 
 from recon.app import App
-from recon.config import EngineConfig
-from recon.db.jobs_store import JobStore
+from recon.engine.periodic import Periodic
 from recon.engine.watcher import Watcher
 from recon.errors import UsageError
+from recon.overview import stats_document
 from recon.params import Duration, freeze_heap, install_signal_handlers, say
 from recon.redact import has_card_number
+from recon.render.stats import pool_tables, psp_controls_table, review_lines, stats_table
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -77,15 +77,11 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
                              f"(known: {', '.join(sorted(handlers.kinds()))}; add it with --handlers)")
     w = app.worker(queue_list, handlers=handlers, engine=engine, wakeups=True)
     install_signal_handlers(w.request_stop)
-    stop_pruner = _start_pruner(app.jobs, engine)
-    stop_scheduler = _start_scheduler(app, w.worker_id) if not burst else (lambda: None)
     metrics_server = _serve_metrics(app, metrics_port)
     freeze_heap()
     try:
         stats = w.run(burst=burst)
     finally:
-        stop_scheduler()
-        stop_pruner()
         if metrics_server is not None:
             metrics_server.close()
     click.echo(json.dumps({"worker": w.worker_id, **stats.to_dict()}), err=True)
@@ -120,7 +116,7 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
     stop = threading.Event()
     install_signal_handlers(stop.set)
     seconds = interval.total_seconds() if interval else app.settings.engine.watcher_interval_seconds
-    watcher.run_forever(stop, interval=seconds)
+    Periodic("watcher", watcher.run_once, interval=seconds).run(stop)
 
 
 @click.command()
@@ -133,9 +129,6 @@ def watch(app: App, interval: timedelta | None, once: bool, as_json: bool) -> No
 def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) -> None:
     """Queue depth, oldest runnable age, retries, deaths, lease expirations, durations, workers, PSPs and
     money at risk."""
-    from recon.overview import stats_document
-    from recon.render import pool_tables, psp_controls_table, review_lines, stats_table
-
     doc = stats_document(app, window=window, live_window=live_window)
     if as_json:
         click.echo(json.dumps(doc))
@@ -144,46 +137,3 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
         pool_tables(doc)
         psp_controls_table(doc["psp_controls"])
         review_lines(doc)
-
-
-def _start_scheduler(app: App, worker_id: str) -> Callable[[], None]:
-    """With ``[schedule.*]`` set, this worker's scheduler in a daemon thread (recon.scheduler: each slot runs
-    once across the pool); returns its stop."""
-    if not app.schedules:
-        return lambda: None
-    from recon.db.schedule_store import ScheduleStore
-    from recon.scheduler import Scheduler
-
-    scheduler = Scheduler(ScheduleStore(app.db), app.schedules, scheduler_id=worker_id,
-                          max_depth={s.queue: app.settings.queue(s.queue).max_depth for s in app.schedules})
-    stop = threading.Event()
-    thread = threading.Thread(target=scheduler.run_forever, args=(stop,), name="recon-scheduler", daemon=True)
-    thread.start()
-    log.info("scheduler: %s", "; ".join(f"{s.name} ({s.kind}, {s.describe()})" for s in app.schedules))
-
-    def halt() -> None:
-        stop.set()
-        thread.join(timeout=5)
-
-    return halt
-
-
-def _start_pruner(store: JobStore, engine: EngineConfig) -> Callable[[], None]:
-    """With engine.prune_older_than set, prune in a daemon thread next to the pool; returns its stop."""
-    from recon.engine.pruner import Pruner
-
-    age = engine.prune_after
-    if age is None:
-        return lambda: None
-    stop = threading.Event()
-    pruner = Pruner(store, older_than=age, batch=engine.prune_batch_size)
-    thread = threading.Thread(target=pruner.run_forever, args=(stop,), name="recon-pruner", daemon=True,
-                              kwargs={"interval": engine.prune_interval_seconds})
-    thread.start()
-    log.info("pruner: finished jobs older than %s are deleted every %ss", age, engine.prune_interval_seconds)
-
-    def halt() -> None:
-        stop.set()
-        thread.join(timeout=5)  # stops between batches; a batch in flight at exit rolls back
-
-    return halt

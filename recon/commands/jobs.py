@@ -10,8 +10,10 @@ from typing import Any
 import click
 
 from recon.app import App
+from recon.engine.pruner import Pruner
 from recon.engine.replay import job_filter, replay
 from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name, say
+from recon.render.jobs import job_detail, jobs_table, prune_summary, replay_summary
 from recon.rows import Job, JobState
 
 
@@ -45,7 +47,6 @@ def jobs_list(app: App, state: str | None, queue: str | None, kind: str | None, 
     if as_json:
         click.echo(json.dumps({"jobs": [j.to_dict() for j in found]}))
         return
-    from recon.render import jobs_table
 
     jobs_table(found)
 
@@ -63,7 +64,6 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
         click.echo(json.dumps({"job": job.to_dict(), "attempts": [a.to_dict() for a in attempts],
                                "replays": [r.to_dict() for r in replays]}))
         return
-    from recon.render import job_detail
 
     job_detail(job, attempts, replays)
 
@@ -113,8 +113,6 @@ def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str |
     is recorded in the job's history (recon jobs show). A job whose unique key an unfinished job holds
     stays dead and is reported as skipped. Batches commit one by one; running it again continues.
     """
-    from recon.render import replay_summary
-
     filters = job_filter(app.jobs, queue=queue, kind=kind, error_kind=error_kind, since=since)
     budget = budget or app.settings.engine.default_max_attempts
     run = replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run,
@@ -144,9 +142,6 @@ def jobs_prune(app: App, older_than: timedelta, batch: int, dry_run: bool, as_js
 
     Unfinished jobs are never touched; it is safe while workers run. Ctrl-C stops between batches.
     """
-    from recon.engine.pruner import Pruner
-    from recon.render import prune_summary
-
     doc: dict[str, Any] = {"dry_run": dry_run, "older_than_seconds": older_than.total_seconds()}
     if dry_run:
         by_state = app.jobs.dead_letters.count_prunable(older_than=older_than.total_seconds())

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from itertools import islice
 from typing import Any
 
 import click
 
 from recon.app import App
+from recon.db.payment_store import CHARGE_QUEUE
 from recon.errors import UsageError
 from recon.params import EXIT_USAGE, LIMIT, say
+from recon.payments.importer import ImportRejected, read_payments
+from recon.payments.money import format_amount
+from recon.render.payments import payment_detail, payments_table
 from recon.rows import Payment, PaymentStatus
 
 
@@ -34,8 +39,6 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     payment method: Stripe pm_..., Adyen storedPaymentMethodId) and customer_reference (Stripe cus_...,
     Adyen shopperReference). Each row is checked against what its PSP requires for a charge.
     """
-    from recon.payments.importer import ImportRejected, read_payments
-
     if merchant_account is not None and not merchant_account.strip():
         raise UsageError("--merchant-account: must not be empty")
     try:
@@ -47,7 +50,6 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
         for line in exc.lines():  # the first problem first, then the others and a count
             say(f"recon: {line}", err=True)
         sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
-    from recon.db.payment_store import CHARGE_QUEUE
 
     # the charge jobs respect the queue's max_depth like every enqueue (QueueFull: exit 2, nothing written)
     ids = app.payments.create(new, charge=not no_charge,
@@ -72,7 +74,6 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events]}))
         return
-    from recon.render import payment_detail
 
     payment_detail(payment, events)
 
@@ -85,21 +86,16 @@ def payments_show(app: App, reference: str, as_json: bool) -> None:
 @click.pass_obj
 def payments_list(app: App, status: str | None, psp: str | None, limit: int, as_json: bool) -> None:
     """List payments, oldest first."""
-    from itertools import islice
-
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
     found = list(islice(app.payments.iter_payments(status=status, psp=psp, page=min(limit, 500)), limit))
     if as_json:
         click.echo(json.dumps({"payments": [payment_doc(p) for p in found]}))
         return
-    from recon.render import payments_table
 
     payments_table(found)
 
 
 def payment_doc(payment: Payment) -> dict[str, Any]:
     """A payment as ``--json`` prints it: its row, and its amount in major units with the currency."""
-    from recon.payments.money import format_amount
-
     return {**payment.to_dict(), "amount_formatted": format_amount(payment.amount, payment.currency)}

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
+from psp_adapters.protocol import Secret
+from psp_adapters.sandbox.faults import FAULT_FLAGS, Faults
+from psp_adapters.sandbox.server import (
+    DEFAULT_API_KEYS,
+    DEFAULT_REPORT_PASSWORD,
+    DEFAULT_REPORT_USERNAME,
+    check_webhooks,
+    serve_forever,
+)
+from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.errors import UsageError
+from recon.overview import psp_controls_document
 from recon.params import install_signal_handlers, operator_name, say
+from recon.payments import guard
+from recon.render.stats import psp_controls_table
 
 
 @click.group()
@@ -32,8 +47,6 @@ def _known_psp(app: App, name: str) -> None:
 def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
     """Stop all traffic to PSP NAME without stopping workers: its jobs wait (snoozed, no attempt spent)
     until `recon psp resume NAME`. Running workers see it within a quarter of a second."""
-    from recon.payments import guard
-
     _known_psp(app, name)
     who = by or operator_name()
     guard.pause(app.controls, name, by=who, reason=reason)
@@ -45,8 +58,6 @@ def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
 @click.pass_obj
 def psp_resume(app: App, name: str) -> None:
     """Let traffic to PSP NAME flow again; the jobs the pause put to sleep are due at once."""
-    from recon.payments import guard
-
     _known_psp(app, name)
     was_paused, woken = guard.resume(app.controls, name)
     say(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
@@ -58,20 +69,15 @@ def psp_resume(app: App, name: str) -> None:
 @click.pass_obj
 def psp_status(app: App, as_json: bool) -> None:
     """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
-    from recon.payments import guard
-
-    doc = guard.status_document(app.controls, app.guard_config, app.psp_names())
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
     if as_json:
         click.echo(json.dumps(doc))
         return
-    from recon.render import psp_controls_table
 
     psp_controls_table(doc["psps"], at=doc["at"])
 
 
 def _sandbox_fault_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    from psp_adapters.sandbox.faults import FAULT_FLAGS
-
     for flag in reversed(FAULT_FLAGS):
         func = click.option(flag.flag, type=flag.type, default=None, help=flag.help)(func)
     return func
@@ -117,19 +123,6 @@ def psp_sandbox(port: int, host: str, state_file: str | None, api_key: str | Non
 
     Fresh in-memory state unless --state-file; keys always required (the flavour's documented test key unless
     --api-key); the first line it prints names the URL it listens on (with --port 0, the port chosen)."""
-    from zoneinfo import ZoneInfo
-
-    from psp_adapters.protocol import Secret
-    from psp_adapters.sandbox.faults import Faults
-    from psp_adapters.sandbox.server import (
-        DEFAULT_API_KEYS,
-        DEFAULT_REPORT_PASSWORD,
-        DEFAULT_REPORT_USERNAME,
-        check_webhooks,
-        serve_forever,
-    )
-    from psp_adapters.sandbox.webhooks import WebhookConfig
-
     try:
         parsed = Faults.from_options(**faults)
         if api_key is not None and not api_key.strip():
@@ -180,8 +173,6 @@ def demo(ctx: click.Context, count: int, directory: str | None, psp: str) -> Non
 
     Exit codes: 0 every payment ended final and none was charged twice; 1 some need review or stay unfinished;
     3 a payment was charged twice (or a charge belongs to no payment)."""
-    import logging
-
     from recon.demo import run_demo
 
     if logging.getLogger().level >= logging.INFO:  # the story is the output; the workers' start/stop lines are noise

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import click
 
+from psp_adapters.errors import PspError
 from recon.app import App
-from recon.errors import UsageError
+from recon.errors import ConfigError, ReconError, UsageError
 from recon.params import (
     EXIT_FAILED,
     EXIT_OK,
@@ -22,9 +22,12 @@ from recon.params import (
     operator_name,
     say,
 )
-
-if TYPE_CHECKING:
-    from recon.reconcile.sweep import ReportWriter, Selection
+from recon.reconcile import settlement as st
+from recon.reconcile import sweep as sw
+from recon.reconcile.sweep import ReportWriter, Selection
+from recon.reconcile.window import WindowHandler
+from recon.render.output import progress_while
+from recon.render.payments import sweep_dry_run, sweep_summary
 
 
 @click.command()
@@ -45,16 +48,12 @@ if TYPE_CHECKING:
 def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
           enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, as_json: bool) -> None:
     """Reconcile stale unfinished payments with their PSP and print what happened."""
-    from recon.reconcile import sweep as sw
-
     app: App = ctx.obj
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
     options = sw.SweepOptions(older_than=older_than, psp=psp, limit=limit)
     psps = {psp} if psp else set(app.psp_names()) & app.payments.psps_unfinished()
     if dry_run:
-        from recon.render import sweep_dry_run
-
         modes = _modes(app, psps, mode, strict=False)
         candidates = list(sw.iter_candidates(app.payments, options))
         if as_json:
@@ -94,16 +93,12 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     if as_json:
         click.echo(json.dumps(doc))
     else:
-        from recon.render import sweep_summary
-
         sweep_summary(doc)
     ctx.exit(summary.exit_code)
 
 
 def _record_failure(app: App, run_id: int) -> None:
     """The sweep ended by an error or an interrupt: its row says so (best effort: the database may be why)."""
-    from recon.errors import ReconError
-
     try:
         app.sweeps.finish(run_id, outcome="failed", exit_code=None, summary=None)
     except ReconError:
@@ -111,8 +106,6 @@ def _record_failure(app: App, run_id: int) -> None:
 
 
 def _open_report(path: str) -> ReportWriter:
-    from recon.reconcile import sweep as sw
-
     check_output_path(path, option="--report")
     try:
         return sw.ReportWriter(path)
@@ -124,8 +117,6 @@ def _modes(app: App, psps: set[str], mode: str, *, strict: bool) -> dict[str, st
     """Each PSP's sweep mode: bulk where its adapter lists payments (``auto``, ``bulk``), single otherwise.
     ``bulk`` for a PSP that cannot list is a usage error. A PSP whose settings are missing cannot be asked: it
     is single, unless ``strict`` (a sweep that will call it), where its ConfigError says what is missing."""
-    from recon.errors import ConfigError
-
     modes = {}
     for name in sorted(psps):
         if mode == "single":
@@ -161,8 +152,6 @@ def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | 
     worker = app.worker([app.reconcile_config.queue], handlers=handlers,
                         engine=app.engine_config(concurrency=concurrency))
     install_signal_handlers(worker.request_stop)
-    from recon.reconcile.window import WindowHandler
-    from recon.render import progress_while
 
     window = handlers.get("reconcile_window")
     windows = len(selection.window_job_ids)
@@ -194,9 +183,6 @@ def report(ctx: click.Context, psp: str, since: str, until: str, fmt: str, outpu
     consistent and not itemised. Exit 0: all matched or expected; 1: discrepancies; 2: bad usage; 3: the PSP
     listing (or the database) failed.
     """
-    from psp_adapters.errors import PspError
-    from recon.reconcile import settlement as st
-
     app: App = ctx.obj
     start, end = st.parse_bound(since, option="--since"), st.parse_bound(until, option="--until")
     if start >= end:

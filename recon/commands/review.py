@@ -8,7 +8,9 @@ from datetime import timedelta
 import click
 
 from recon.app import App
+from recon.commands.payments import payment_doc
 from recon.params import LIMIT, Duration, say
+from recon.render.payments import payment_detail, review_table
 from recon.review import ReviewKind
 
 
@@ -32,7 +34,6 @@ def review_list(app: App, kind: str | None, psp: str | None, older_than: timedel
     if as_json:
         click.echo(json.dumps({"payments": [i.to_dict() for i in items]}))
         return
-    from recon.render import review_table
 
     review_table(items)
 
@@ -45,15 +46,12 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
     """A payment with its whole audit trail (the PSP's evidence at each step), its jobs and their attempts."""
     detail = app.review.detail(reference)
     if as_json:
-        from recon.commands.payments import payment_doc
-
         click.echo(json.dumps({
             "payment": payment_doc(detail.payment),
             "events": [e.to_dict() for e in detail.events],
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
         }))
         return
-    from recon.render import payment_detail
 
     payment_detail(detail.payment, detail.events, detail.jobs)
 

@@ -7,6 +7,9 @@ import json
 import click
 
 from recon.app import App
+from recon.db.schedule_store import ScheduleStore
+from recon.render.jobs import schedule_table
+from recon.scheduler import status
 
 
 @click.group()
@@ -19,13 +22,9 @@ def schedule() -> None:
 @click.pass_obj
 def schedule_list(app: App, as_json: bool) -> None:
     """Each schedule: its kind, when, its last slot and how its job ended, and its next slot."""
-    from recon.db.schedule_store import ScheduleStore
-    from recon.scheduler import status
-
     rows = status(app.schedules, ScheduleStore(app.db).latest(), app.jobs.db_now())
     if as_json:
         click.echo(json.dumps({"schedules": rows}))
         return
-    from recon.render import schedule_table
 
     schedule_table(rows)

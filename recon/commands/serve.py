@@ -7,9 +7,11 @@ import os
 import click
 
 from recon.app import App
+from recon.asgi import serve as serve_asgi
 from recon.commands.console import TOKEN_VARIABLE
 from recon.errors import ConfigError
 from recon.params import say
+from recon.webhooks.config import ADYEN_KEY_VARIABLE, STRIPE_SECRET_VARIABLE
 
 
 @click.command()
@@ -26,9 +28,7 @@ def serve(ctx: click.Context, host: str, port: int, with_console: bool) -> None:
     webhook job, and answered; a `recon worker` on the webhooks queue applies it. Secrets come from the
     environment: RECON_STRIPE_WEBHOOK_SECRET, RECON_ADYEN_HMAC_KEY (comma-separated while rotating), and
     RECON_ADYEN_WEBHOOK_USERNAME/PASSWORD for basic auth. Runs until SIGINT or SIGTERM."""
-    from recon.asgi import serve as serve_asgi
     from recon.console.security import TOKEN_MIN_LENGTH, is_loopback
-    from recon.webhooks.config import ADYEN_KEY_VARIABLE, STRIPE_SECRET_VARIABLE
     from recon.webhooks.server import create_app
 
     app: App = ctx.obj

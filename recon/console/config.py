@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from recon.config import unknown
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
 
@@ -48,7 +49,6 @@ class ConsoleConfig:
         """``[console]`` checked: known keys, durations within their bounds. Raises ConfigError naming the key."""
         table = dict(table or {})
         where = f"{source}: console"
-        from recon.config import unknown
 
         for key in table:
             if key not in _KEYS:

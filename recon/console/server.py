@@ -18,6 +18,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from recon.asgi import serve
 from recon.console.config import ConsoleConfig
 from recon.console.pages import dead, jobs, login, overview, psps, review
 from recon.console.security import Csrf, Gatekeeper, TokenAuth
@@ -71,8 +72,6 @@ def run(app: App, *, host: str, port: int, token: str | None,
         on_ready_func: Callable[[str], None] | None = None) -> None:
     """Serve the console on ``host:port`` until SIGINT or SIGTERM (recon.asgi.serve). ``on_ready_func`` gets
     the URL once the socket is bound (port 0: the one chosen)."""
-    from recon.asgi import serve
-
     serve(create_app(app, token=token), host=host, port=port, on_ready_func=on_ready_func)
 
 

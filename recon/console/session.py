@@ -61,7 +61,8 @@ SESSION_COOKIE = "recon_session"
 _SID_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
 #: the label the session's CSRF token signs (a new label would retire every token at once)
 _CSRF_LABEL = b"recon console csrf v1"
-#: scrypt's cost for the token's fingerprint: 16 MiB and about 50 ms, once per console process
+#: scrypt's cost for the token's fingerprint: 16 MiB (128 * n * r bytes) and a noticeable pause, once per
+#: console process (docs/benchmarks.md)
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 16}
 
 

@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, Response
 
 from recon.console.security import csrf_accepts, plain_http_off_loopback
 from recon.errors import InvalidJobState, JobNotFound, UsageError
+from recon.payments.money import format_amount
 from recon.redact import redact, redact_value
 
 if TYPE_CHECKING:
@@ -188,8 +189,6 @@ def _redacted(value: Any) -> Any:
 
 
 def _money(minor: int, currency: str) -> str:
-    from recon.payments.money import format_amount
-
     return format_amount(int(minor), currency)
 
 

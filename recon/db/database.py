@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 
+import migrations
 from recon.clock import Clock, SystemClock
 from recon.db.availability import Outage, error_class
 from recon.db.libpq import connect_params
@@ -352,9 +353,9 @@ class DedicatedSqlite:
         conn = pooled.driver_connection
         try:
             # A checkpoint runs in the commit that takes the WAL past this many pages: at SQLite's 1,000 (4 MB)
-            # the drain's commits spent a quarter of their time checkpointing pages the next batch rewrites
-            # anyway. 10,000 pages (40 MB) lets one checkpoint write each hot page once for several batches;
-            # durability is the same (synchronous = NORMAL syncs the WAL at every checkpoint either way).
+            # the drain's commits spent much of their time checkpointing pages the next batch rewrites anyway
+            # (docs/benchmarks.md). 10,000 pages (40 MB) lets one checkpoint write each hot page once for several
+            # batches; durability is the same (synchronous = NORMAL syncs the WAL at every checkpoint either way).
             conn.execute(f"PRAGMA wal_autocheckpoint = {SQLITE_HOT_WAL_AUTOCHECKPOINT}")
         except self._db.dbapi.Error as exc:
             pooled.invalidate()
@@ -391,11 +392,12 @@ def _first_line(exc: BaseException | None) -> str:
 #: (``plan_cache_mode = force_custom_plan``). psycopg prepares a statement on its fifth run, and PostgreSQL
 #: then keeps a generic plan when it looks no dearer than the custom ones: a worker that started on an empty
 #: queue kept the sequential scans of a one-page ``jobs`` table for the rest of its life (its claims read the
-#: whole table once it held 40,000 rows; the webhook marks hash-joined a sequential scan of webhook_events),
+#: whole table as it grew; the webhook marks hash-joined a sequential scan of webhook_events),
 #: until an ANALYZE, which a server without autovacuum never runs. recon's statements are batched, so
 #: planning each run costs little; the prepared statements still save the parsing. The one exception is a
 #: producer's single enqueue (``Database.execute_driver(generic_plans=True)``, a pool of its own): one job a
-#: statement, where planning each run cost a quarter of the throughput, and a statement that reads no table.
+#: statement, where planning each run was a large share of its cost (docs/benchmarks.md), and a statement that
+#: reads no table.
 PG_SESSION_OPTIONS = "-c plan_cache_mode=force_custom_plan"
 
 
@@ -471,8 +473,6 @@ def schema_revisions(db: Database) -> tuple[str | None, str]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    import migrations
-
     head = ScriptDirectory(str(Path(migrations.__file__).parent)).get_current_head()
     assert head is not None  # nosec B101  # type narrowing, not a check
     with translate_errors(), db.engine.connect() as conn:
@@ -484,8 +484,6 @@ def upgrade(db: Database, revision: str = "head") -> None:
     """Apply the Alembic migrations up to ``revision``; a no-op when the schema is current."""
     from alembic import command
     from alembic.config import Config
-
-    import migrations
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))

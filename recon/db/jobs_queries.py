@@ -38,7 +38,7 @@ CLAIM_COLUMNS = (
     "progress, created_at, last_error_kind, free_attempts"
 )
 #: the same on PostgreSQL, with the JSON documents as text: psycopg's jsonb loader hands json.loads bytes,
-#: whose encoding detection made it 2.5 µs a job, where the store's own json.loads of text costs 1
+#: whose encoding detection cost more than twice the store's own json.loads of text (docs/benchmarks.md)
 CLAIM_COLUMNS_PG = CLAIM_COLUMNS.replace(" payload,", " CAST(payload AS text),").replace(
     " progress,", " CAST(progress AS text),")
 CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
@@ -169,8 +169,8 @@ job_claim_available = Query(
     "Run by a worker's claim loop: leases up to :n due jobs of its queues in one atomic statement.",
     # "= ANY(ARRAY(...))", not "IN (...)": the update then always finds its rows by primary key. With IN,
     # the plan that PostgreSQL caches for the prepared statement guesses that LIMIT :n means a tenth of the
-    # table and hash-joins a sequential scan of jobs (3.4 ms for 64 jobs of 20,000, against 0.5), so it
-    # kept planning every claim afresh (0.2-0.4 ms each).
+    # table and hash-joins a sequential scan of jobs, several times slower than the primary key, so it kept
+    # planning every claim afresh (docs/benchmarks.md, how recon got here).
     postgresql=f"""
         UPDATE jobs {_CLAIM_SET}
         WHERE id = ANY(ARRAY(
@@ -352,8 +352,8 @@ job_finish_succeeded_if_owner = Query(
     "job_finish_many_if_owner's effect on them, fenced the same way, in fewer steps.",
     # A success is never turned into canceled (_FINISH_STATE only turns retries, snoozes and releases) and
     # leaves run_after, the last error and the attempt budget alone: this statement writes only what changes
-    # and takes the batch as two arrays, not a JSON document to take apart (a quarter of the finish's
-    # server CPU, measured with 64-job batches)
+    # and takes the batch as two arrays, not a JSON document to take apart (which was a large share of the
+    # finish's server CPU: docs/benchmarks.md)
     postgresql="""
         WITH done AS (
             UPDATE jobs SET state = 'succeeded', finished_at = {now}, lease_owner = NULL, lease_until = NULL

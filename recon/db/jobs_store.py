@@ -27,7 +27,7 @@ from recon.db.database import Database, DedicatedConnection, DedicatedSqlite, js
 from recon.db.dead_letter_store import DeadLetterStore
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
-from recon.errors import StoreError
+from recon.errors import QueueFull, StoreError
 from recon.redact import redact, redact_json, redact_value
 from recon.rows import AttemptRecord, Job, JobState
 
@@ -187,8 +187,6 @@ class JobStore:
     def _enqueue_pg(self, conn: sa.Connection | None, rows: Sequence[EnqueueRow], *,
                     limits: list[dict[str, Any]]) -> list[int]:
         """``job_enqueue`` in ``conn``'s transaction, or (None) alone in autocommit through the driver."""
-        from recon.errors import QueueFull
-
         params = {"rows": self._enqueue_json(rows), "limits": _dumps(limits), "now": self.db.now_param()}
         result: Iterable[Any]
         if conn is None:
@@ -211,8 +209,6 @@ class JobStore:
         """Inside the caller's transaction, before it inserts jobs: raise QueueFull when ``adding[queue]`` more
         jobs would pass a queue's max depth. On PostgreSQL the queue's advisory lock is taken first and held
         until commit (``job_lock_queue``), so concurrent producers of the queue count one after another."""
-        from recon.errors import QueueFull
-
         for queue in sorted(adding):  # sorted: two producers of the same queues never deadlock
             limit = max_depth.get(queue, 0)
             if not limit:
@@ -299,8 +295,8 @@ class JobStore:
 
         ``finishing``: the finisher's, with nested loops off. Its only statement joins the batch's rows
         (``jsonb_to_recordset``) to the jobs found by primary key; the planner, which expects one leased
-        row, picks a nested loop that reads the whole batch again for every job: quadratic, 88 µs of server
-        CPU a job in batches of 1,024. A hash join is linear (11 µs a job in batches of 256)."""
+        row, picks a nested loop that reads the whole batch again for every job: quadratic in the batch. A hash
+        join is linear (docs/benchmarks.md has the figures)."""
         if not self.db.is_postgresql:
             return DedicatedSqlite(self.db)
         return DedicatedConnection(self.db, session={"enable_nestloop": "off"} if finishing else None)
@@ -594,8 +590,8 @@ class JobStore:
 
 def _claimed_sqlite(r: Any, worker: str, times: dict[int, datetime]) -> Job:
     """``JobStore._claimed`` for a row from a ``DedicatedSqlite`` claim: times are integer microseconds since
-    the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (a conversion costs
-    0.9 µs, three a job), and JSON documents are the compact text enqueue stored."""
+    the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (three conversions a
+    job were a visible share of the claim's hot path), and JSON documents are the compact text enqueue stored."""
     progress = r[11]
     run_after, lease_until, created_at = times.get(r[5]), times.get(r[8]), times.get(r[12])
     if run_after is None:

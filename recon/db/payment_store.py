@@ -25,16 +25,12 @@ import sqlalchemy as sa
 from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import EnqueueRow, JobStore
-from recon.errors import PspReferenceConflict, StoreError, UsageError
+from recon.errors import DuplicateReference, PspReferenceConflict, StoreError
 from recon.redact import redact_row, redact_value
 from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
 
 CHARGE_KIND = "charge"
 CHARGE_QUEUE = "charges"
-
-
-class DuplicateReference(UsageError):
-    """A merchant reference of the new payments exists already."""
 
 
 def charge_key(payment_id: int) -> str:

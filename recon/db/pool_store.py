@@ -93,7 +93,7 @@ class WorkerPresence:
     queues: tuple[str, ...]
     slots: int
     busy_slots: int
-    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.metrics's
+    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.counters's
     stopped: bool = False
 
 

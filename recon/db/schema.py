@@ -98,7 +98,7 @@ jobs = sa.Table(
 job_attempts = sa.Table(
     "job_attempts",
     metadata,
-    # No foreign key to jobs: its check costs a third of a grouped finish on PostgreSQL. Rows are
+    # No foreign key to jobs: its check was a large share of a grouped finish on PostgreSQL. Rows are
     # only inserted from a fenced UPDATE of their job in the same statement or transaction, and
     # pruning deletes a job's attempts with the job.
     sa.Column("job_id", Id, primary_key=True),
@@ -223,7 +223,7 @@ workers = sa.Table(
     sa.Column("started_at", Timestamp, nullable=False),
     sa.Column("last_seen_at", Timestamp, nullable=False),
     sa.Column("stopped_at", Timestamp, nullable=True),  #: set by a clean shutdown
-    sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.metrics)
+    sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.counters)
     sa.CheckConstraint("slots >= 0 AND busy_slots >= 0", name="workers_slots_valid"),
     sa.Index("workers_last_seen", "last_seen_at"),
 )

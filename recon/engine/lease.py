@@ -22,9 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
-from recon.errors import LeaseLost, StoreError
+from recon.errors import LeaseLost
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +115,10 @@ class Heartbeater:
     """Extends every lease a worker holds in one statement per beat.
 
     ``leases_func`` returns the leases currently running. A lease missing from the database's answer is
-    marked lost; a set ``cancel_requested`` is passed on. A failed beat (database down) is logged and
-    retried on the next interval: if the outage outlasts the TTL, the leases expire and fencing keeps the
-    worker's late results out.
+    marked lost; a set ``cancel_requested`` is passed on. ``beat_once`` is the pass of the worker's
+    ``heartbeat`` loop (recon.engine.periodic): a failed beat (database down) is retried after a backoff no
+    longer than the interval; if the outage outlasts the TTL, the leases expire and fencing keeps the worker's
+    late results out.
     """
 
     def __init__(self, store: JobStore, *, worker: str, ttl: float, leases_func: Callable[[], Sequence[Lease]]) -> None:
@@ -149,10 +149,3 @@ class Heartbeater:
                 lease.mark_lost()
             elif held[lease.job_id]:
                 lease.mark_cancel_requested()
-
-    def run_forever(self, stop: threading.Event, *, interval: float) -> None:
-        while not stop.wait(interval):
-            try:
-                self.beat_once()
-            except StoreError as exc:
-                log_failure(log, "heartbeat failed: %s", exc)

@@ -1,5 +1,5 @@
 """Observing a worker: the counters it keeps (``WorkerStats``, what ``Worker.run`` returns), what it tells its
-observer (recon.metrics implements ``WorkerObserver``), the logger and fields of every log line about a job,
+observer (recon.counters implements ``WorkerObserver``), the logger and fields of every log line about a job,
 and how often a worker publishes its row in the workers table."""
 
 from __future__ import annotations

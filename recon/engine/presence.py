@@ -6,7 +6,8 @@ The row carries the process's slots and busy slots, its queues, and cumulative c
 outages and their seconds: recon.db.availability; written once the database is back) over
 its observer's ``snapshot()`` (the finisher tells the observer of every committed finish, in memory).
 It is published when the worker starts (after forgetting workers unseen for ``WORKER_RETENTION``), every
-``interval`` seconds by the presence thread, and once more, ``stopped``, when the worker ends.
+``interval`` seconds by the worker's ``presence`` loop (``run_once``, recon.engine.periodic), and once more,
+``stopped``, when the worker ends.
 
 Publishing is never fatal: a worker without its row still works; only the pool's view of it is missing.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,11 +66,10 @@ class Presence:
         try:
             if start:
                 self._pool.prune_workers(older_than=WORKER_RETENTION)
-            self._pool.upsert_worker(self.snapshot(stopped=stopped))
+            self.run_once(stopped=stopped)
         except StoreError as exc:
             log_failure(log, "could not update this worker's row in the workers table: %s", exc)
 
-    def run_forever(self, halt: threading.Event) -> None:
-        """The presence thread: publish every ``interval`` seconds until ``halt`` is set."""
-        while not halt.wait(self.interval):
-            self.publish()
+    def run_once(self, *, stopped: bool = False) -> None:
+        """Upsert the row; raises StoreError (the presence loop's pass: its ``Periodic`` logs and backs off)."""
+        self._pool.upsert_worker(self.snapshot(stopped=stopped))

@@ -1,9 +1,10 @@
 """The pruner: finished jobs older than a cutoff are deleted with their history, a batch per transaction.
 
-``run_once()`` does all the work; ``run_forever(stop, interval)`` only waits and calls it. It runs in every
-worker process whose config sets ``engine.prune_older_than`` (a daemon thread next to the pool) and once as
-``recon jobs prune``. Only succeeded, dead and canceled jobs whose ``finished_at`` is older than the cutoff
-are deleted; an unfinished job is never selected, and the delete re-checks the state.
+``run_once()`` does all the work; a ``Periodic`` (recon.engine.periodic) runs it every
+``engine.prune_interval_seconds`` in every worker process whose config sets ``engine.prune_older_than``
+(``recon worker``, ``recon sweep``, the demo: ``App.worker``), and it runs once as ``recon jobs prune``. Only
+succeeded, dead and canceled jobs whose ``finished_at`` is older than the cutoff are deleted; an unfinished job
+is never selected, and the delete re-checks the state.
 
 Each batch is one short transaction (``engine.prune_batch_size`` jobs, 1,000 by default): on PostgreSQL
 its rows come from the ``jobs_finished_at`` partial index with FOR UPDATE SKIP LOCKED, so pruners on many
@@ -24,9 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
-from recon.errors import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +77,3 @@ class Pruner:
             log.info("pruner: deleted %d finished jobs and %d attempt rows in %d batches (%.1fs)",
                      result.jobs, result.attempts, result.batches, result.seconds)
         return result
-
-    def run_forever(self, stop: threading.Event, *, interval: float) -> None:
-        """``run_once`` now and then every ``interval`` seconds until ``stop`` is set; failures are logged
-        and retried at the next interval."""
-        while True:
-            try:
-                self.run_once(stop)
-            except StoreError as exc:
-                log_failure(log, "pruner failed, will retry: %s", exc)
-            if stop.wait(interval):
-                return

@@ -1,10 +1,10 @@
 """The stuck watcher: jobs whose lease expired go back to the queue, or to ``dead`` at max attempts.
 
-``run_once()`` does all the work; ``run_forever(stop)`` only waits and calls it. It runs in every worker
-process and alone as ``recon watch``. Its UPDATE re-checks ``state = 'leased' AND lease_until < now`` on
-every row (and takes rows with SKIP LOCKED on PostgreSQL), so any number of watchers on any number of hosts
-may run at once: each expired lease is rescued exactly once and gets exactly one ``lease_expired`` row in
-its attempt history.
+``run_once()`` does all the work; a ``Periodic`` (recon.engine.periodic) runs it every
+``engine.watcher_interval_seconds`` in every worker process, and alone as ``recon watch``. Its UPDATE
+re-checks ``state = 'leased' AND lease_until < now`` on every row (and takes rows with SKIP LOCKED on
+PostgreSQL), so any number of watchers on any number of hosts may run at once: each expired lease is rescued
+exactly once and gets exactly one ``lease_expired`` row in its attempt history.
 
 Hazard: a handler that runs longer than the TTL without heartbeats is rescued while it still runs, and the
 job may execute twice. Fencing keeps the first run's finish out, but its side effects outside the
@@ -17,9 +17,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from recon.db.availability import log_failure
 from recon.db.jobs_store import JobStore
-from recon.errors import StoreError
 from recon.rows import JobState
 
 log = logging.getLogger(__name__)
@@ -44,10 +42,11 @@ class Watcher:
         self._batch = batch
         self.lease_expirations = 0
 
-    def run_once(self) -> WatchResult:
-        """Rescue every expired lease, a batch per transaction, until none is left."""
+    def run_once(self, stop: threading.Event | None = None) -> WatchResult:
+        """Rescue every expired lease, a batch per transaction, until none is left (or ``stop`` is set between
+        batches)."""
         result = WatchResult()
-        while True:
+        while stop is None or not stop.is_set():
             rescued = self._store.rescue_expired(limit=self._batch)
             for job_id, state in rescued:
                 target = {JobState.DEAD: result.dead, JobState.CANCELED: result.canceled}.get(state, result.retryable)
@@ -59,12 +58,3 @@ class Watcher:
             log.warning("stuck watcher: %d expired leases rescued (%d retryable, %d dead, %d canceled)",
                         result.total, len(result.retryable), len(result.dead), len(result.canceled))
         return result
-
-    def run_forever(self, stop: threading.Event, *, interval: float) -> None:
-        while True:
-            try:
-                self.run_once()
-            except StoreError as exc:
-                log_failure(log, "stuck watcher failed, will retry: %s", exc)
-            if stop.wait(interval):
-                return

@@ -1,13 +1,15 @@
 """The worker pool: claim, run, take the handler's outcome, store the result.
 
 One process runs one claim loop (the calling thread), ``concurrency`` handler threads, a finisher thread
-that groups finishes into few transactions, a heartbeat thread, a presence thread, the stuck watcher, and
-on PostgreSQL a LISTEN thread for wake-ups. ``Worker`` composes the parts, one module each:
+that groups finishes into few transactions, its background loops, and on PostgreSQL a LISTEN thread for
+wake-ups. ``Worker`` composes the parts, one module each:
 
 - ``claimer``: the claim loop (free slots, prefetch, batched claims, idle and burst, wake-ups);
 - ``runners``: the handler threads (a job under its lease and log scope; exceptions become outcomes);
 - ``finisher``: grouped fenced finishes, single finishes with a domain write, stale finishes, releases;
-- ``presence``: this process's row in the ``workers`` table;
+- ``periodic``: the background loops, each a pass run by one ``Periodic`` under the same start, stop, error and
+  back-off rules: the heartbeat (``lease``), the presence (this process's row in the ``workers`` table), the
+  stuck watcher, and the ``loops`` the caller adds (``App.worker``: the pruner, the scheduler);
 - ``slots``: the book of slots and leases they share, and the hand-offs between them.
 
 Per job the hot path does little: one ``Job`` and ``Lease``, one queue hand-off to a runner and one back;
@@ -41,6 +43,7 @@ from recon.engine.handlers import Handlers
 from recon.engine.lease import Heartbeater
 from recon.engine.observe import PRESENCE_INTERVAL_SECONDS_DEFAULT, WORKER_LOGGER, WorkerObserver, WorkerStats
 from recon.engine.outcome import ClassifyFunc, classify_as_bug
+from recon.engine.periodic import Periodic
 from recon.engine.presence import Presence
 from recon.engine.retry import RetryPolicy
 from recon.engine.runners import Runners
@@ -55,8 +58,9 @@ log = logging.getLogger(WORKER_LOGGER)
 
 WakeupFunc = Callable[[threading.Event, Callable[[str], None]], None]
 
-#: the helper threads ``run`` waits for when it ends (runner threads may be stuck in a handler: not joined)
-_JOINED = ("recon-finisher", "recon-heartbeat", "recon-presence")
+#: how long ``run`` waits, when it ends, for the finisher and each loop (runner threads may be stuck in a
+#: handler: not joined)
+JOIN_SECONDS = 10.0
 
 
 def make_worker_id() -> str:
@@ -65,7 +69,11 @@ def make_worker_id() -> str:
 
 
 class Worker:
-    """A pool of handler threads fed by one claim loop. Use ``run()``; stop with ``request_stop()``."""
+    """A pool of handler threads fed by one claim loop. Use ``run()``; stop with ``request_stop()``.
+
+    ``loops``: background loops started and stopped with the worker's own (``App.worker``: the pruner and the
+    scheduler); a burst run leaves out those that are not ``in_burst``.
+    """
 
     def __init__(
         self,
@@ -82,6 +90,7 @@ class Worker:
         run_watcher: bool = True,
         observer: WorkerObserver | None = None,
         presence_interval: float | None = None,
+        loops: Sequence[Periodic] = (),
     ) -> None:
         self.store = store
         self.handlers = handlers
@@ -116,6 +125,7 @@ class Worker:
                                   concurrency=config.concurrency, slots=self._slots, stats=self.stats,
                                   heartbeater=self._heartbeater, watcher=self._watcher, observer=observer,
                                   interval=self.presence_interval)
+        self.loops = self._own_loops() + list(loops)
 
     # --- public ---------------------------------------------------------------------------------------
 
@@ -143,7 +153,10 @@ class Worker:
             except StoreError as exc:
                 log.warning("stuck watcher failed: %s", exc)
         self._presence.publish(start=True)
-        threads = self._start_threads()
+        finisher = self._start_threads()
+        loops = [loop for loop in self.loops if loop.in_burst or not burst]
+        for loop in loops:
+            loop.start(self._halt)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id, self.queues, self.config.concurrency)
         try:
             self._claimer.run(self._stop, burst=burst)
@@ -152,9 +165,9 @@ class Worker:
             self._halt.set()
             self._finisher.stop()
             self._runners.stop()
-            for t in threads:
-                if t.name.startswith(_JOINED):
-                    t.join(timeout=10)
+            finisher.join(timeout=JOIN_SECONDS)
+            for loop in loops:
+                loop.join(JOIN_SECONDS)
             self.stats.lease_expirations = self._watcher.lease_expirations
             self.stats.leases_lost = self._heartbeater.lost
             self._presence.publish(stopped=True)
@@ -163,23 +176,29 @@ class Worker:
 
     # --- threads --------------------------------------------------------------------------------------
 
-    def _start_threads(self) -> list[threading.Thread]:
+    def _own_loops(self) -> list[Periodic]:
+        """The heartbeat (first beat after one interval: the leases were just taken), the presence (published
+        at start) and, unless ``run_watcher`` is off, the stuck watcher."""
+        loops = [Periodic("heartbeat", lambda _stop: self._heartbeater.beat_once(),
+                          interval=self.config.heartbeat_interval_seconds, immediate=False),
+                 Periodic("presence", lambda _stop: self._presence.run_once(), interval=self.presence_interval,
+                          immediate=False)]
+        if self.run_watcher:
+            loops.append(Periodic("watcher", self._watcher.run_once, interval=self.config.watcher_interval_seconds))
+        return loops
+
+    def _start_threads(self) -> threading.Thread:
+        """The runners, the finisher (returned: ``run`` waits for it) and the LISTEN thread."""
         specs: list[tuple[str, Callable[[], None]]] = [(f"recon-runner-{i}", self._runners.run)
                                                         for i in range(self.config.concurrency)]
         specs.append(("recon-finisher", self._finisher.run))
-        specs.append(("recon-presence", lambda: self._presence.run_forever(self._halt)))
-        specs.append(("recon-heartbeat", lambda: self._heartbeater.run_forever(
-            self._halt, interval=self.config.heartbeat_interval_seconds)))
-        if self.run_watcher:
-            specs.append(("recon-watcher", lambda: self._watcher.run_forever(
-                self._halt, interval=self.config.watcher_interval_seconds)))
         if self.wakeup_func is not None:
             wakeup = self.wakeup_func
             specs.append(("recon-listener", lambda: wakeup(self._halt, self._on_notify)))
-        threads = [threading.Thread(target=fn, name=name, daemon=True) for name, fn in specs]
-        for t in threads:
+        threads = {name: threading.Thread(target=fn, name=name, daemon=True) for name, fn in specs}
+        for t in threads.values():
             t.start()
-        return threads
+        return threads["recon-finisher"]
 
     def _on_notify(self, queue: str) -> None:
         if queue == "*" or queue in self.queues:

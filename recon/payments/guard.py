@@ -44,14 +44,14 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from psp_adapters.errors import PspAuthError, PspError, PspRateLimited
 from recon.classify import ErrorKind, classify, error_text
-from recon.db.control_store import Admission, ControlStore, PspControl
+from recon.db.control_store import Admission, ControlStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Snooze
 from recon.errors import StoreError
@@ -313,7 +313,7 @@ class PspGuard:
 Guard = PspGuard | Unguarded
 
 
-# --- operators (`recon psp …`, `recon stats`) -----------------------------------------------------------
+# --- operators (`recon psp …`) --------------------------------------------------------------------------
 
 
 def pause(store: ControlStore, psp: str, *, by: str, reason: str | None) -> None:
@@ -324,30 +324,3 @@ def pause(store: ControlStore, psp: str, *, by: str, reason: str | None) -> None
 def resume(store: ControlStore, psp: str) -> tuple[bool, int]:
     """Let traffic to ``psp`` flow again and wake the jobs the pause put to sleep: (was paused, woken)."""
     return store.resume(psp, snooze_reason=pause_reason(psp))
-
-
-def status_document(store: ControlStore, config: GuardConfig, names: Sequence[str]) -> dict[str, Any]:
-    """Every PSP in ``names`` (and any other with a row): pause, cool-down, breaker, rate limit. The ``psp``
-    section of ``recon stats --json`` and the whole of ``recon psp status --json``."""
-    controls, now = store.list_controls()
-    by_name = {c.psp: c for c in controls}
-    psps = [_status(by_name.get(name) or PspControl(psp=name), config.for_psp(name), now)
-            for name in sorted(set(names) | set(by_name))]
-    return {"at": now.isoformat(), "psps": psps}
-
-
-def _status(c: PspControl, limits: PspLimits, now: datetime) -> dict[str, Any]:
-    def iso(value: datetime | None) -> str | None:
-        return value.isoformat() if value else None
-
-    left = (c.cooldown_until - now).total_seconds() if c.cooldown_until is not None else 0.0
-    cooling = left > 0
-    return {
-        "psp": c.psp, "paused": c.paused, "paused_by": c.paused_by, "paused_at": iso(c.paused_at),
-        "pause_reason": c.pause_reason,
-        "cooling_down": cooling, "cooldown_until": iso(c.cooldown_until) if cooling else None,
-        "cooldown_seconds_left": round(left, 3) if cooling else 0.0,
-        "breaker_state": c.breaker_state, "consecutive_failures": c.failures, "opened_at": iso(c.opened_at),
-        "next_probe_at": iso(c.probe_at) if c.breaker_state != "closed" else None,
-        "breaker_reason": c.breaker_reason, "rate_limit": limits.rate_limit,
-    }

@@ -3,7 +3,7 @@
 The composition root (``recon.app.App.adapter``, which the demo uses too) wraps each adapter it builds with
 ``instrument(adapter, recorder=…)``, so the charge and reconcile handlers are measured without knowing it.
 Each call reports to a ``PspRecorder``
-(``recon.metrics.ProcessMetrics`` in a worker): the PSP's name, the operation, the seconds it took, and
+(``recon.counters.ProcessMetrics`` in a worker): the PSP's name, the operation, the seconds it took, and
 whether the PSP rate limited us (``PspRateLimited``). Errors pass through unchanged.
 
 It also names the payment in the current job's log context (``recon.logs.bind``): the charge request's

@@ -35,7 +35,7 @@ from recon.db.jobs_store import EnqueueRow
 from recon.db.payment_store import PaymentStore, Transition
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
-from recon.errors import ConfigError, ReconError
+from recon.errors import ChargeInFlight, ConfigError
 from recon.payments.charge import config_dead, outcome_details
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
@@ -43,10 +43,6 @@ from recon.reconcile.decide import conflict, heal
 from recon.rows import EventSource, Job, Payment, PaymentStatus
 
 RECONCILE_KIND = "reconcile"
-
-
-class ChargeInFlight(ReconError):
-    """A charge job for this payment started while reconciliation was about to mark it failed."""
 
 
 #: how long a reconcile job waits while the payment's charge job holds a live lease (the charge decides first)

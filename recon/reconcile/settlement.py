@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -358,9 +360,6 @@ def write_report(store: ReportStore, adapter: PspAdapter, *, psp: str, since: da
                  unknown_events: Sequence[WebhookRecord] = ()) -> ReportResult:
     """Run the report into stdout, or into a temporary file renamed over ``output`` once complete (``recon
     report``, the scheduled ``report`` job): a reader never sees half a report."""
-    import os
-    import sys
-
     tmp: str | None = None
     out: TextIO
     if output:

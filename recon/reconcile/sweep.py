@@ -18,7 +18,9 @@ ids until their windows are cut), not payments.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
+import os
 from array import array
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
@@ -241,8 +243,6 @@ class ReportWriter:
               "job_id", "job_state", "last_error")
 
     def __init__(self, path: str) -> None:
-        import csv
-
         self.path = path
         self.tmp = f"{path}.tmp"
         self.json = path.endswith(".json")
@@ -266,15 +266,11 @@ class ReportWriter:
 
     def abort(self) -> None:
         """The sweep failed: no report, and no temporary file left behind."""
-        import os
-
         self.fh.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.tmp)
 
     def close(self, summary: SweepSummary) -> None:
-        import os
-
         if self.json:
             self.fh.write(f'\n], "summary": {json.dumps(summary.to_dict())}}}\n')
         self.fh.close()

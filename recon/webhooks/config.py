@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from psp_adapters.protocol import Secret
+from recon.config import unknown
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
 
@@ -35,8 +36,8 @@ MAX_BODY_DEFAULT = 256 * 1024
 MAX_BODY_LIMIT = 16 * 1024 * 1024
 TOLERANCE_DEFAULT = timedelta(minutes=5)
 QUEUE_DEFAULT = "webhooks"
-#: the group commit's gathering time (recon.webhooks.intake.GroupWriter): 2 ms cost a quarter of the CPU per
-#: event at 2,300 requests/s (docs/benchmarks.md), at most 2 ms more per answer
+#: the group commit's gathering time (recon.webhooks.intake.GroupWriter): under load it saves CPU per event
+#: (docs/benchmarks.md, webhooks) for at most this much more per answer
 COMMIT_WAIT_DEFAULT = timedelta(milliseconds=2)
 COMMIT_WAIT_MAX = timedelta(seconds=1)
 PATH_DEFAULTS = {"stripe_path": "/webhooks/stripe", "adyen_path": "/webhooks/adyen"}
@@ -60,7 +61,6 @@ class WebhookConfig:
     def load(cls, table: Mapping[str, Any] | None, env: Mapping[str, str], *, source: str = "config") -> WebhookConfig:
         table = dict(table or {})
         where = f"{source}: webhooks"
-        from recon.config import unknown
 
         for key in table:
             if key not in _KEYS:

@@ -38,8 +38,9 @@ from recon.db.webhook_store import WebhookStore, news_of
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
-from recon.errors import ReconError
+from recon.errors import PaymentKeptMoving
 from recon.payments.charge import outcome_details
+from recon.reconcile import sweep as sw
 from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
 from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, reversal
 from recon.reconcile.handler import reconcile_row
@@ -52,10 +53,6 @@ DECIDE_ROUNDS = 3
 log = logging.getLogger("recon.webhooks")
 
 News = PaymentOutcome | Reversed
-
-
-class PaymentKeptMoving(ReconError):
-    """The payment changed under every decision of one finish; the job retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +227,6 @@ def report_sweep(payments: PaymentStore, client: Client, *, queue: str,
     sweep --mode auto`` queues it: window jobs (one report download per account-day for each window) when the
     PSP's adapter lists payments (``listing_func``, App._listing_psps), else one reconcile job per payment
     (each of which would download the day's report again). Returns how many payments it queued work for."""
-    from recon.reconcile import sweep as sw
-
     def run(psp: str) -> int:
         bulk = {psp} & listing_func()
         return len(sw.enqueue(payments, client, sw.SweepOptions(older_than=timedelta(0), psp=psp), queue=queue,

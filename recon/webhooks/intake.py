@@ -207,9 +207,9 @@ class GroupWriter:
     with the load (up to ``max_batch`` requests). Before it writes, the writer lets requests gather until the
     oldest waiting one has waited ``commit_wait`` (no wait once ``max_batch`` are waiting, or when the oldest
     has waited that long already, behind the previous statement): each request waits at most that long for
-    company, and a busy server commits several requests at once rather than one or two. With 2 ms at 2,300
-    requests a second, that cost a quarter less CPU per event across the server, PostgreSQL and the worker
-    (docs/benchmarks.md); with 0 an idle server writes each request at once. A failed
+    company, and a busy server commits several requests at once rather than one or two. Under load, the default
+    wait cost markedly less CPU per event across the server, PostgreSQL and the worker (docs/benchmarks.md,
+    webhooks); with 0 an idle server writes each request at once. A failed
     statement fails every request of its batch (503: the PSPs deliver again) and stores nothing of it; the
     connection (``WebhookStore.async_session``, recon.db.libpq) is dropped when its server is gone or no
     longer takes writes, and opened again, through the URL's host list, for a later batch: while no primary
@@ -217,7 +217,7 @@ class GroupWriter:
     for the GIL (the 5 ms switch interval), which held a batch's answer back by milliseconds. Unlike recon's
     other sessions (recon.db.database.PG_SESSION_OPTIONS) this connection keeps PostgreSQL's cached generic
     plan: its one statement inserts rows and joins its own CTEs, with no scan whose plan depends on a table's
-    size, and planning it afresh cost PostgreSQL 0.24 ms of CPU per batch."""
+    size, and planning it afresh cost PostgreSQL CPU for every batch (docs/benchmarks.md)."""
 
     def __init__(self, store: WebhookStore, *, queue: str, max_attempts: int, max_batch: int = 256,
                  commit_wait: float = 0.0) -> None:

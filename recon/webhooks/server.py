@@ -1,9 +1,9 @@
 """``recon serve``'s ASGI application: the webhook endpoints, their counts at ``/metrics``, and optionally the
 console under ``/`` (one process hosting both).
 
-A webhook POST goes straight to its endpoint (``WebhookPaths``), past Starlette's router and middleware: at
-2,000 requests a second on a shared core those layers cost more of the server's CPU than the endpoint's own
-verification. Everything else (other methods and paths, lifespan) is Starlette's, as the routes say.
+A webhook POST goes straight to its endpoint (``WebhookPaths``), past Starlette's router and middleware: under
+load those layers cost more of the server's CPU than the endpoint's own verification (docs/benchmarks.md,
+webhooks). Everything else (other methods and paths, lifespan) is Starlette's, as the routes say.
 """
 
 from __future__ import annotations

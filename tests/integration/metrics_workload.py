@@ -43,9 +43,9 @@ from recon import (
 )
 from recon.classify import classify
 from recon.config import EngineConfig
+from recon.counters import ProcessMetrics
 from recon.db.database import Database
 from recon.db.payment_store import NewPayment, PaymentStore
-from recon.metrics import ProcessMetrics
 from recon.payments.instrumented import instrument
 
 ENGINE = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,

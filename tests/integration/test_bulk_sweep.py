@@ -21,11 +21,11 @@ from psp_adapters.protocol import PspAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon import Client, JobStore, Settings
+from recon.counters import ProcessMetrics
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.engine.handlers import Handlers
 from recon.engine.outcome import Snooze
-from recon.metrics import ProcessMetrics
 from recon.payments.guard import Permit
 from recon.payments.instrumented import instrument
 from recon.reconcile import sweep as sw

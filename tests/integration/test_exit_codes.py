@@ -30,7 +30,7 @@ ARGS = {
 # (every command that has one), the demo's story and the sandbox server.
 PLANT = """
 import contextlib, io, json, os, sys
-import recon.app, recon.cli, recon.demo, psp_adapters.sandbox.server as server
+import recon.app, recon.cli, recon.commands.psp, recon.demo
 
 os.environ["RECON_STRIPE_WEBHOOK_SECRET"] = "whsec_planted"  # recon serve gets past its own check
 
@@ -39,7 +39,7 @@ def crash(*_a, **_k):
 
 recon.app.connect = crash
 recon.demo.run_demo = crash
-server.serve_forever = crash
+recon.commands.psp.serve_forever = crash  # the sandbox server, as `recon psp-sandbox` starts it
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
     err = io.StringIO()

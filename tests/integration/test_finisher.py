@@ -422,14 +422,14 @@ def test_finisher__a_lease_waiting_behind_slow_finishes_keeps_its_heartbeat(db: 
     Its lease must keep being extended meanwhile: after a failover a worker finishes hundreds at once, and
     marked ``finishing`` (not heartbeated) all at once they outlived the TTL and were run twice."""
     from recon.engine.lease import Heartbeater
+    from recon.engine.periodic import Periodic
 
     s = Setup(db, 2)
     with db.begin() as conn:  # leases of one second
         conn.execute(sa.text("UPDATE jobs SET lease_until = now() + interval '1 second'"))
     heart = Heartbeater(s.store, worker="w1", ttl=1.0, leases_func=s.slots.leases)
     halt = threading.Event()
-    beating = threading.Thread(target=heart.run_forever, args=(halt,), kwargs={"interval": 0.2}, daemon=True)
-    beating.start()
+    beating = Periodic("heartbeat", lambda _stop: heart.beat_once(), interval=0.2, immediate=False).start(halt)
     rescued: list[Any] = []
 
     def slow_write(conn: sa.Connection) -> None:  # job 0's write, while job 1 waits its turn

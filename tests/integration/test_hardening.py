@@ -115,7 +115,7 @@ def test_import__a_reimported_file_prints_twenty_problems_and_a_count(db: Databa
 
 
 def test_import__a_reference_taken_by_a_concurrent_import_names_it(db: Database) -> None:
-    from recon.db.payment_store import DuplicateReference
+    from recon.errors import DuplicateReference
 
     ledger = PaymentStore(db)
     ledger.create([NewPayment("shop", "raced", 100, "EUR", "sandbox")], charge=False)

@@ -18,10 +18,10 @@ from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon import Handlers, JobStore, RetryPolicy, Worker
 from recon.classify import classify
+from recon.counters import ProcessMetrics
 from recon.db.database import Database
 from recon.db.payment_store import NewPayment, PaymentStore
 from recon.logs import configure
-from recon.metrics import ProcessMetrics
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument
 from recon.rows import PaymentStatus

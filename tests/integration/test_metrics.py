@@ -9,15 +9,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker
+from recon.app import App
+from recon.counters import ProcessMetrics
 from recon.db.database import Database
 from recon.db.pool_store import PoolStore, WorkerPresence
-from recon.metrics import ProcessMetrics, serve
+from recon.metrics import serve
+from recon.overview import stats_document
 from tests.integration.metrics_workload import ENGINE, run_workload
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -177,3 +182,37 @@ def _answers(port: int) -> Any:
         return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_metrics__the_gauges_recon_stats_also_shows_are_its_document_s_numbers(db: Database, db_url: str) -> None:
+    """The endpoint and `recon stats --json` read the same sections of one document (recon.overview): live
+    workers, utilisation (1 busy slot of 3 is 0.3333 in both, never 0.333333… in one of them), money at risk, the
+    unfinished payments, the review queue and the oldest runnable job's age."""
+    run_workload(db)
+    PoolStore(db).upsert_worker(WorkerPresence(id="h:1:x", host="h", pid=1, queues=("default",), slots=3,
+                                               busy_slots=1, counters={}))
+    with db.begin() as conn:
+        since = db.to_db(db.clock.now().replace(microsecond=123456) - timedelta(hours=3))
+        conn.execute(sa.text("UPDATE payments SET status = 'needs_review', review_since = :t "
+                             "WHERE merchant_reference = 'p-2h'"), {"t": since})
+    server = serve(db, port=0, refresh=0)
+    assert server is not None
+    app = App(database_url=db_url)
+    try:
+        doc = stats_document(app, window=timedelta(hours=1), live_window=timedelta(seconds=30))
+        m = scrape(server.port)
+    finally:
+        server.close()
+        app.close()
+    assert value(m, "recon_workers_live") == doc["workers"]["live"] == 1
+    assert value(m, "recon_worker_utilisation_ratio") == doc["workers"]["utilisation"] == 0.3333
+    for currency, amount in doc["payments"]["money_at_risk"].items():
+        assert value(m, "recon_money_at_risk_minor_units", currency=currency) == amount
+    for row in doc["payments"]["unfinished"]:
+        assert value(m, "recon_payments_unfinished", currency=row["currency"], age=row["age"]) == row["count"]
+    assert value(m, "recon_payments_needs_review") == doc["review"]["needs_review"] == 1
+    # the scrape came a moment after the document: the same age, rounded as the document rounds it
+    age = value(m, "recon_review_oldest_age_seconds")
+    assert age == round(age, 3) and 0 <= age - doc["review"]["oldest_age_seconds"] < 5
+    idle = value(m, "recon_queue_oldest_runnable_age_seconds", queue="idle")
+    assert 0 <= idle - doc["queues"]["idle"]["oldest_runnable_age_seconds"] < 5

@@ -18,6 +18,7 @@ from recon.db.database import Database
 from recon.db.pool_store import PoolStore, WorkerRecord
 from recon.engine.lease import Heartbeater, Lease
 from recon.engine.observe import WorkerStats
+from recon.engine.periodic import Periodic
 from recon.engine.presence import Presence
 from recon.engine.slots import Running, Slots
 from recon.engine.watcher import Watcher
@@ -101,8 +102,7 @@ def test_presence__the_loop_publishes_every_interval_until_halted(db: Database) 
     pool.upsert_worker = upsert  # type: ignore[method-assign]
     p = presence(db, pool=pool, interval=0.02)[0]
     halt = threading.Event()
-    t = threading.Thread(target=p.run_forever, args=(halt,))
-    t.start()
+    t = Periodic("presence", lambda _stop: p.run_once(), interval=p.interval, immediate=False).start(halt)
     deadline = time.monotonic() + 5
     while len(calls) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)

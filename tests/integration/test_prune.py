@@ -26,11 +26,13 @@ from recon import (
     Settings,
     connect,
 )
+from recon.app import App
 from recon.config import BackoffConfig, EngineConfig, load_settings
 from recon.db.database import Database
 from recon.db.dead_letter_store import JobFilter
 from recon.db.jobs_store import Finish
 from recon.engine.handlers import Handlers
+from recon.engine.periodic import Periodic
 from recon.engine.pruner import Pruner
 from recon.engine.worker import Worker
 from recon.errors import ConfigError
@@ -176,12 +178,11 @@ def test_prune__under_concurrent_workers_loses_no_unfinished_job(db: Database) -
     assert pruner.pruned == n
 
 
-def test_prune__run_forever_prunes_then_stops(db: Database, db_url: str) -> None:
+def test_prune__its_loop_prunes_then_stops(db: Database, db_url: str) -> None:
     finished_job(db_url, at=NOW - timedelta(hours=2), state="succeeded")
     pruner = Pruner(JobStore(db), older_than=timedelta(hours=1))
     stop = threading.Event()
-    thread = threading.Thread(target=pruner.run_forever, args=(stop,), kwargs={"interval": 0.05}, daemon=True)
-    thread.start()
+    thread = Periodic("pruner", pruner.run_once, interval=0.05).start(stop)
     deadline = time.monotonic() + 10
     while pruner.pruned == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -203,6 +204,34 @@ def test_prune__worker_command_prunes_when_configured(db: Database, db_url: str,
     assert r.returncode == 0, r.stderr
     assert store.get(old) is None
     job = store.get(sleeper)
+    assert job is not None and job.state is JobState.SUCCEEDED  # finished just now: younger than a day
+
+
+def test_prune__every_worker_the_app_builds_prunes_when_configured(db: Database, db_url: str, tmp_path: Path) -> None:
+    """`recon sweep` and the demo run their workers through App.worker, as `recon worker` does: each prunes when
+    ``engine.prune_older_than`` is set (only `recon worker` used to)."""
+    old = finished_job(db_url, at=NOW - timedelta(days=3), state="succeeded")
+    config = tmp_path / "recon.toml"
+    config.write_text('[engine]\nprune_older_than = "1d"\nprune_interval_seconds = 3600\n', encoding="utf-8")
+    store = JobStore(db)
+    handlers = Handlers()
+
+    @handlers.register("wait_for_prune")
+    def wait_for_prune(job: Job, lease: Lease) -> None:  # keeps the burst run alive until the pruner's first pass
+        deadline = time.monotonic() + 10
+        while store.get(old) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    waiter = Client(store, Settings()).enqueue("wait_for_prune", queue="sweep-like")
+    app = App(database_url=db_url, config_path=str(config))
+    try:
+        worker = app.worker(["sweep-like"], handlers=handlers)
+        assert [loop.name for loop in worker.loops] == ["heartbeat", "presence", "watcher", "pruner"]
+        worker.run(burst=True)
+    finally:
+        app.close()
+    assert store.get(old) is None
+    job = store.get(waiter)
     assert job is not None and job.state is JobState.SUCCEEDED  # finished just now: younger than a day
 
 

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from recon.app import App
 from recon.clock import FixedClock
 from recon.db.database import Database, connect
 from recon.db.payment_store import NewPayment, PaymentStore
 from recon.db.schedule_store import ScheduleStore
+from recon.engine.client import Client
+from recon.engine.handlers import Handlers
 from recon.scheduler import Schedule, Scheduler, load_schedules, status
 from tests.cli import Runner
 
@@ -165,3 +169,34 @@ def test_worker__refuses_a_schedule_whose_kind_it_cannot_run(tmp_path: Path, db_
     config.write_text('[schedule.x]\nevery = "1h"\nkind = "nightly_export"\n', encoding="utf-8")
     r = recon("--config", str(config), "worker", "--burst", db_url=db_url)
     assert r.returncode == 2 and "schedule.x: kind 'nightly_export' has no handler" in r.stderr
+
+
+def test_scheduler__the_app_s_workers_schedule_except_in_a_burst_run(tmp_path: Path, db_url: str,
+                                                                     db: Database) -> None:
+    """Every worker App.worker builds runs the scheduler of ``[schedule.NAME]`` in a background loop, but a burst
+    run (`recon sweep`, `recon worker --burst`) does not schedule (docs/operations.md)."""
+    config = tmp_path / "recon.toml"
+    config.write_text('[schedule.tick]\nevery = "1s"\nkind = "tick"\n', encoding="utf-8")
+    handlers = Handlers()
+    handlers.register("tick", lambda job, lease: None)
+    handlers.register("slow", lambda job, lease: time.sleep(1.5))  # a burst run long enough for a slot
+    app = App(database_url=db_url, config_path=str(config))
+    try:
+        Client(app.jobs, app.settings).enqueue("slow")
+        burst = app.worker(["default"], handlers=handlers)
+        assert [loop.name for loop in burst.loops][-1] == "scheduler"
+        burst.run(burst=True)
+        assert jobs_of(db, "tick") == [] and ScheduleStore(db).latest() == {}
+        worker = app.worker(["default"], handlers=handlers)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not any(state == "succeeded" for _, state in jobs_of(db, "tick")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker.request_stop()
+        thread.join(10)
+    finally:
+        app.close()
+    assert not thread.is_alive()
+    assert "succeeded" in [state for _, state in jobs_of(db, "tick")]
+    assert list(ScheduleStore(db).latest()) == ["tick"]

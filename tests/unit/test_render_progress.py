@@ -1,4 +1,4 @@
-"""recon.render.progress_while: the sweep's progress bar stays whole while the in-process worker logs.
+"""recon.render.output.progress_while: the sweep's progress bar stays whole while the in-process worker logs.
 
 A forced-terminal rich console writes into a buffer that recon's log handler writes into too, as both write
 to the same terminal in ``recon sweep``. Rich redraws its live bar with cursor controls: after stripping the
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from recon import render
 from recon.logs import configure
+from recon.render import output as render
 
 _CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LABEL = "reconciling"
@@ -74,8 +74,6 @@ def test_progress__log_lines_print_above_the_bar_not_inside_it(terminal: io.Stri
 def test_progress__the_check_bites_when_lines_bypass_the_bar(terminal: io.StringIO,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Control: log lines written straight to the terminal while the bar is up land on the bar's line."""
-    import recon.logs
-
-    monkeypatch.setattr(recon.logs, "lines_through", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(render, "lines_through", lambda stream: contextlib.nullcontext())
     run_logging_worker(terminal)
     assert any(LABEL in line and "worker line" in line for line in screen_lines(terminal))

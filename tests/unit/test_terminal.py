@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from rich.table import Table
 
-from recon import render
 from recon.logs import configure
+from recon.render import output as render
 from recon.terminal import json_line, shown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,9 +73,9 @@ def test_plain_console__escapes_control_characters_and_masks_card_numbers() -> N
 
 
 def test_plain_console__a_long_text_in_a_table_folds_never_loses_characters() -> None:
-    from recon.render import _Table
+    from recon.render.output import FoldTable
 
-    table = _Table(title="t")
+    table = FoldTable(title="t")
     table.add_column("reference")
     table.add_column("other")
     table.add_row("R" * 500 + "[/bold]", "x" * 150)
@@ -130,7 +130,7 @@ def test_logs__a_json_line_holds_nothing_a_terminal_acts_on_and_decodes_exactly(
 
 #: where the command line's output is written: every other module prints nothing
 PRINTING = sorted([*(REPO / "recon" / "commands").glob("*.py"), REPO / "recon" / "cli.py", REPO / "recon" / "demo.py",
-                   REPO / "recon" / "params.py", REPO / "recon" / "render.py"])
+                   REPO / "recon" / "params.py", *(REPO / "recon" / "render").glob("*.py")])
 
 
 def _printing_calls(path: Path, root: Path = REPO) -> list[str]:

@@ -68,11 +68,11 @@ from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.engine.watcher import Watcher
-from recon.errors import LeaseLost
+from recon.errors import LeaseLost, ReviewRefused
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Unguarded
 from recon.reconcile.handler import ReconcileHandler, reconcile_key
-from recon.review import ReviewDesk, ReviewRefused
+from recon.review import ReviewDesk
 from recon.rows import TRANSITIONS, Job, PaymentStatus, WebhookState
 from recon.webhooks.handler import WEBHOOK_QUEUE, WebhookHandler
 from tests.integration.payment_flow import reconcile_config

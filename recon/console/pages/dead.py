@@ -12,8 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from recon.classify import ErrorKind
 from recon.console.web import Fields, action, page, pages, recon_app
 from recon.db.dead_letter_store import JobFilter
+from recon.engine.replay import job_filter, replay
 from recon.errors import UsageError
 from recon.params import INT64_MAX, Since
 
@@ -34,8 +36,6 @@ class DeadFilters:
     since: timedelta | datetime | None
 
     def job_filter(self, request: Request) -> JobFilter:
-        from recon.engine.replay import job_filter
-
         return job_filter(recon_app(request).jobs, queue=self.typed.get("queue") or None,
                           kind=self.typed.get("kind") or None, error_kind=self.typed.get("error_kind") or None,
                           since=self.since)
@@ -67,8 +67,6 @@ def dead_page(request: Request) -> Response:
 
 
 def preview(request: Request) -> Response:
-    from recon.engine.replay import replay
-
     fields = Fields(request.query_params)
     try:
         filters = read_filters(fields)
@@ -83,8 +81,6 @@ def preview(request: Request) -> Response:
 
 
 def replay_dead(request: Request, fields: Fields) -> Response:
-    from recon.engine.replay import replay
-
     try:
         filters = read_filters(fields)
         operator = fields.operator()
@@ -101,8 +97,6 @@ def replay_dead(request: Request, fields: Fields) -> Response:
 
 
 def _render(request: Request, *, status: int = 200, typed: dict[str, str], **context: object) -> Response:
-    from recon.classify import ErrorKind
-
     context = {"jobs": None, "next_after": None, "preview": None, "more": False, "skipped": [], "replayed": None,
                "budget": None, "notice": None, "error": None, **context}
     return pages(request).render(request, "dead.html", status=status, filters=typed,

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from recon.console.charts import BUCKET_LABELS, BUCKETS, money_at_risk_chart, money_by_currency
 from recon.console.web import page, pages, recon_app
+from recon.overview import stats_document
 
 #: the windows of ``recon stats``' defaults: attempts over the last hour, workers seen within 30 s
 WINDOW = timedelta(hours=1)
@@ -21,8 +22,6 @@ STATES = ("pending", "runnable", "retryable", "leased", "dead")
 
 
 def overview(request: Request) -> Response:
-    from recon.overview import stats_document
-
     doc = stats_document(recon_app(request), window=WINDOW, live_window=LIVE_WINDOW, overview=True)
     return pages(request).render(request, "overview.html", doc=doc, figures=figures(doc), states=STATES,
                                  chart=money_at_risk_chart(doc["payments"]["unfinished"]),

@@ -11,16 +11,16 @@ from starlette.routing import Route
 
 from recon.console.web import Fields, PageError, action, page, pages, recon_app
 from recon.errors import UsageError
+from recon.overview import psp_controls_document
+from recon.payments import guard
 
 log = logging.getLogger("recon.console")
 
 
 def psp_page(request: Request, *, status: int = 200, notice: str | None = None,
              error: str | None = None) -> Response:
-    from recon.payments.guard import status_document
-
     app = recon_app(request)
-    doc = status_document(app.controls, app.guard_config, app.psp_names())
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
     return pages(request).render(request, "psps.html", status=status, doc=doc, notice=notice, error=error)
 
 
@@ -29,8 +29,6 @@ def psp_status(request: Request) -> Response:
 
 
 def pause(request: Request, fields: Fields) -> Response:
-    from recon.payments import guard
-
     name = _known(request)
     try:
         operator = fields.operator()
@@ -43,8 +41,6 @@ def pause(request: Request, fields: Fields) -> Response:
 
 
 def resume(request: Request, fields: Fields) -> Response:
-    from recon.payments import guard
-
     name = _known(request)
     try:
         operator = fields.operator()

@@ -13,7 +13,8 @@ from starlette.routing import Route
 
 from recon.console.web import Fields, PageError, action, page, pages, recon_app
 from recon.durations import parse_duration
-from recon.errors import UsageError
+from recon.errors import ReviewRefused, UsageError
+from recon.review import ReviewKind
 
 log = logging.getLogger("recon.console")
 
@@ -23,8 +24,6 @@ REVIEW_FILTERS = ("kind", "psp", "older_than", "currency")
 
 
 def review_queue(request: Request) -> Response:
-    from recon.review import ReviewKind
-
     fields = Fields(request.query_params)
     typed = {name: fields.raw(name).strip()[:100] for name in REVIEW_FILTERS}
     app = recon_app(request)
@@ -53,8 +52,6 @@ def show_payment(request: Request) -> Response:
 
 
 def resolve(request: Request, fields: Fields) -> Response:
-    from recon.review import ReviewRefused
-
     override = fields.flag("override")
     form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500],
                             "operator": fields.raw("operator")[:100], "override": override}

@@ -1,0 +1,118 @@
+"""`recon payments …`, `recon review …` and `recon sweep` for people: payments, a payment's audit trail, the
+review queue, the sweep's dry run and summary (printed through ``recon.render.output``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from recon.payments.money import format_amount
+from recon.render.output import FoldTable, age_text, stdout_console, timestamp
+from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
+
+
+def payments_table(payments: Sequence[Payment]) -> None:
+    table = FoldTable(title=f"{len(payments)} payments")
+    for col in ("id", "reference", "account", "psp", "amount", "status", "created", "updated"):
+        table.add_column(col, justify="right" if col in ("id", "amount") else "left")
+    for p in payments:
+        table.add_row(str(p.id), p.merchant_reference, p.merchant_account, p.psp,
+                      format_amount(p.amount, p.currency), str(p.status), timestamp(p.created_at),
+                      timestamp(p.updated_at))
+    stdout_console().print(table)
+
+
+def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
+                   jobs: Sequence[tuple[Job, Sequence[AttemptRecord]]] = ()) -> None:
+    console = stdout_console()
+    table = FoldTable("", "", show_header=False, title=f"payment {payment.merchant_reference}")
+    for key, value in payment.to_dict().items():
+        if key == "amount":
+            value = f"{format_amount(payment.amount, payment.currency)} ({payment.amount} minor units)"
+        if value is not None:
+            table.add_row(key, str(value))
+    console.print(table)
+    history = FoldTable(title="events")
+    for col in ("at", "from", "to", "source", "job", "attempt", "details"):
+        history.add_column(col)
+    for e in events:
+        history.add_row(timestamp(e.at), e.from_status or "", e.to_status, e.source,
+                        str(e.job_id) if e.job_id is not None else "",
+                        str(e.attempt) if e.attempt is not None else "", event_summary(e, width=160))
+    console.print(history)
+    for job, attempts in jobs:
+        console.print(f"job {job.id}: {job.kind} on {job.queue}, {job.state}, attempt {job.attempts}/"
+                      f"{job.max_attempts}" + (f", last error {job.last_error_kind}: {job.last_error}"[:160]
+                                                if job.last_error_kind else ""))
+        for a in attempts:
+            err = f" {a.error_kind}: {a.error}" if a.error_kind else ""
+            console.print(f"  attempt {a.attempt} by {a.worker} at {timestamp(a.finished_at)}: {a.outcome}{err}"[:180])
+
+
+def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
+    """One line for an audit event: a manual resolution in words (who, what, why, the PSP's answer, an
+    override), other events' details as sorted JSON; at most ``width`` characters."""
+    d = event.details or {}
+    if event.source == "manual" and "operator" in d:
+        ours = d.get("ours") or {}
+        psp = d.get("psp") or {}
+        text = f"resolved {event.to_status} by {d['operator']}: {d.get('reason', '')}"
+        if psp.get("amount") is not None and psp.get("currency") and ours:
+            text += (f" (ours {format_amount(ours['amount'], ours['currency'])}, PSP "
+                     f"{format_amount(psp['amount'], str(psp['currency']))})")
+        text += f"; PSP said {d['psp_status'] or d.get('psp_outcome')}" if d.get("psp_outcome") else \
+            f"; PSP not asked ({d.get('psp_not_asked')})"
+        if d.get("override"):
+            text += "; OVERRIDE"
+        return text[:width]
+    return json.dumps(d, sort_keys=True)[:width] if d else ""
+
+
+def review_table(items: Sequence[Any]) -> None:
+    """``recon review list``: recon.review.ReviewItem rows."""
+    table = FoldTable(title=f"{len(items)} payments in review")
+    for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
+        table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
+    for item in items:
+        p = item.payment
+        answer = item.psp_answer or {}
+        said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
+        if answer.get("psp_amount") is not None and answer.get("psp_currency"):
+            said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
+                      age_text(item.age_seconds), said, (p.review_reason or "")[:60])
+    stdout_console().print(table)
+
+
+def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = None) -> None:
+    how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
+    table = FoldTable(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))
+    for col in ("id", "reference", "psp", "amount", "status", "updated"):
+        table.add_column(col)
+    for p in payments[:50]:
+        table.add_row(str(p.id), p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(p.status),
+                      timestamp(p.updated_at))
+    console = stdout_console()
+    console.print(table)
+    if len(payments) > 50:
+        console.print(f"... and {len(payments) - 50} more")
+
+
+def sweep_summary(doc: dict[str, Any]) -> None:
+    console = stdout_console()
+    console.print(f"checked {doc['checked']}: healed->succeeded {doc['healed_succeeded']}, "
+                  f"healed->failed {doc['healed_failed']}, still pending {doc['still_pending']}, "
+                  f"needs review {doc['needs_review']}, errors {doc['errors']}, dead {doc['dead']}")
+    if "psp_calls" in doc:
+        how = ", ".join(f"{psp} {mode}" for psp, mode in sorted(doc.get("mode", {}).items())) or "nothing to ask"
+        by_psp = ", ".join(f"{psp} {n}" for psp, n in sorted(doc.get("psp_calls_by_psp", {}).items()))
+        console.print(f"PSP calls {doc['psp_calls']}" + (f" ({by_psp})" if by_psp else "")
+                      + f", 429s {doc.get('http_429', 0)}; mode: {how}; window jobs {doc.get('window_jobs', 0)}")
+    if doc["money_at_risk"]:
+        table = FoldTable(title="money at risk (unfinished payments)")
+        for col in ("currency", "age", "payments", "amount"):
+            table.add_column(col)
+        for row in doc["money_at_risk"]:
+            table.add_row(row["currency"], row["age"], str(row["count"]), format_amount(row["amount"], row["currency"]))
+        console.print(table)
