@@ -129,6 +129,36 @@ class Reversed(_Outcome):
     reason: str | None = None
 
 
+#: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
+_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
+                          ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
+_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
+                                             "action_required": ActionRequired, "unknown": Unknown}
+#: the kinds of ``Reversed`` news: money the PSP took back
+REVERSAL_KINDS = ("refund", "dispute")
+
+
+def news_kind(news: PaymentOutcome | Reversed) -> str:
+    """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
+    pending, action_required, unknown, or a reversal's kind (refund, dispute). ``news_from`` reads it back."""
+    return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
+
+
+def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
+              currency: str | None, raw_status: str | None, reason: str | None) -> PaymentOutcome | Reversed:
+    """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
+    was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
+    has one (Failed, Reversed)."""
+    common = {"psp_reference": psp_reference, "merchant_reference": merchant_reference, "amount": amount,
+              "currency": currency, "raw_status": raw_status}
+    if kind in REVERSAL_KINDS:
+        return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
+    cls = _OUTCOMES.get(kind, Unknown)
+    if cls is Failed:
+        return Failed(**common, reason=reason)  # type: ignore[arg-type]
+    return cls(**common)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookEvent:
     """One event a PSP pushed, verified and parsed by that PSP's ``webhook`` module.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -31,10 +31,11 @@ from recon.db.report_store import ReportStore
 from recon.db.sweep_store import SweepRunStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
-from recon.engine.handlers import Handlers
+from recon.engine.handlers import Handlers, JobHandler
 from recon.engine.retry import RetryPolicy
 from recon.engine.worker import Worker
 from recon.errors import ConfigError, UsageError
+from recon.payments.config import PaymentsConfig
 from recon.reconcile.config import ReconcileConfig
 
 if TYPE_CHECKING:  # imported where first used: a command that calls no PSP never loads them
@@ -86,6 +87,7 @@ class App:
                 settings = replace(settings, database_url=self._database_url)
             _check_psp_tables(settings)
             ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
+            PaymentsConfig.from_table(settings.extra.get("payments"), source=settings.source)
             from recon.webhooks.config import WebhookConfig
 
             WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
@@ -117,6 +119,11 @@ class App:
         if self._reconcile_config is not None:
             return self._reconcile_config
         return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source)
+
+    @cached_property
+    def payments_config(self) -> PaymentsConfig:
+        """``[payments]`` of the config file: the charge jobs' queue (recon.payments.config)."""
+        return PaymentsConfig.from_table(self.settings.extra.get("payments"), source=self.settings.source)
 
     # --- the stores ---------------------------------------------------------------------------------------
 
@@ -292,42 +299,41 @@ class App:
 
     # --- handlers and workers -----------------------------------------------------------------------------
 
-    def handlers(self, extra: tuple[str, ...] = (), *,
-                 kinds: tuple[str, ...] = ("charge", "reconcile", "reconcile_window", "webhook", "sweep",
-                                           "report")) -> Handlers:
-        """The payment handlers (charge, reconcile, webhook), the periodic ones (sweep, report) plus any
-        ``--handlers MODULE:ATTR``."""
-        from recon.clock import SystemClock
-        from recon.payments.charge import ChargeHandler
-        from recon.reconcile.handler import ReconcileHandler
-        from recon.webhooks.handler import WebhookHandler, report_sweep
-
+    def handlers(self, extra: tuple[str, ...] = (), *, kinds: Collection[str] | None = None,
+                 queues: Collection[str] | None = None) -> Handlers:
+        """recon's job handlers, each added by the kind and queue it declares (``JobHandler``): the payment ones
+        (charge, reconcile, reconcile_window, webhook) and the periodic ones (sweep, report); only those of
+        ``kinds``, or of ``queues``, when given; plus any ``--handlers MODULE:ATTR``."""
         handlers = Handlers()
-        if "charge" in kinds:
-            handlers.register("charge", ChargeHandler(self.payments, self.adapter, guard=self.guard,
-                                                      clock=SystemClock()))
-        if "reconcile" in kinds:
-            handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
-                                                            clock=SystemClock(), guard=self.guard))
-        if "reconcile_window" in kinds:
-            from recon.reconcile.window import WindowHandler
-
-            handlers.register("reconcile_window", WindowHandler(self.payments, self.adapter,
-                                                                config=self.reconcile_config, guard=self.guard))
-        if "webhook" in kinds:
-            handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
-                self.payments, self.client(), queue=self.reconcile_config.queue, listing_func=self._listing_psps,
-                config=self.reconcile_config), reconcile_queue=self.reconcile_config.queue))
-        if "sweep" in kinds or "report" in kinds:
-            from recon.reconcile.periodic import ReportJob, SweepJob
-
-            handlers.register("sweep", SweepJob(self.payments, self.client(), self.sweeps,
-                                                queue=self.reconcile_config.queue, psp_names=self.psp_names(),
-                                                listing_func=self._listing_psps, config=self.reconcile_config))
-            handlers.register("report", ReportJob(self._report_file, psp_names=self.psp_names()))
+        for handler in self._job_handlers():
+            if (kinds is None or handler.kind in kinds) and (queues is None or handler.queue in queues):
+                handlers.add(handler)
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
+
+    def _job_handlers(self) -> list[JobHandler]:
+        from recon.clock import SystemClock
+        from recon.payments.charge import ChargeHandler
+        from recon.reconcile.handler import ReconcileHandler
+        from recon.reconcile.periodic import ReportJob, SweepJob
+        from recon.reconcile.window import WindowHandler
+        from recon.webhooks.handler import WebhookHandler, report_sweep
+
+        rc = self.reconcile_config
+        sweep_func = report_sweep(self.payments, self.client(), queue=rc.queue, listing_func=self._listing_psps,
+                                  config=rc)
+        return [
+            ChargeHandler(self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
+                          queue=self.payments_config.queue),
+            ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
+            WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
+            WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
+                           queue=self.webhook_config.queue),
+            SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
+                     listing_func=self._listing_psps, config=rc),
+            ReportJob(self._report_file, psp_names=self.psp_names()),
+        ]
 
     def _listing_psps(self) -> set[str]:
         """The PSPs with unfinished payments whose adapters list payments (bulk reconciliation); a PSP that

@@ -36,11 +36,11 @@ from psp_adapters.sandbox.server import SandboxServer
 from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.config import BackoffConfig, Settings
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.payments.guard import Unguarded
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
-from recon.rows import Payment, PaymentStatus
+from recon.rows import NewPayment, Payment, PaymentStatus
 
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
                      pending_fraction=0.12, settle_after_seconds=3.0, pending_fail_fraction=0.25,
@@ -142,13 +142,13 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
             stack.enter_context(_worker_in_background(app, app.webhook_config.queue))
         ledger = app.payments
         new = _payments(wire, n)
-        ledger.create(new)
+        ledger.create(new, queue=app.payments_config.queue)
         accounts = len({p.merchant_account for p in new})
         say(f"created {n} payments in {len({p.currency for p in new})} currencies"
             + (f" and {accounts} merchant accounts" if accounts > 1 else "") + ", each with a charge job"
             + (f" (each carries what {wire.label} needs; {wire.psp}.check_charge accepts all)" if wire.check else ""))
 
-        charged = _run_until_done(app, queue="charges", timeout=40)
+        charged = _run_until_done(app, queue=app.payments_config.queue, timeout=40)
         counts = _statuses(ledger)
         say(f"charge workers: {charged['succeeded']} charge jobs done first time or after retries; "
             f"payments now {_fmt(counts)}")

@@ -50,9 +50,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
-from recon.db.pool_store import PoolStore, WorkerRecord
+from recon.db.pool_store import PoolStore
 from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
+from recon.pool_rows import WorkerRecord
 from recon.rows import Job
 
 log = logging.getLogger(__name__)

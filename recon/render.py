@@ -21,9 +21,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from recon.db.dead_letter_store import ReplayRecord
 from recon.redact import redact
-from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
+from recon.rows import AttemptRecord, Job, Payment, PaymentEvent, ReplayRecord
 from recon.terminal import shown
 
 

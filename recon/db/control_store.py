@@ -15,58 +15,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from recon.control_rows import Admission, FailureRecord, PspControl
 from recon.db import control_queries as cq
 from recon.db.database import Database
 from recon.db.sql import Query
 from recon.redact import redact_row
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """One admission statement's answer: the PSP's state and how many rate-limit tokens were taken."""
-
-    paused: bool
-    cooldown_until: datetime | None
-    breaker_state: str  #: closed | open | half_open
-    probe_at: datetime | None
-    failures: int
-    granted: int  #: tokens taken (0 when blocked or when fewer than the batch were available)
-    tokens: float  #: tokens left in the bucket
-    now: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class FailureRecord:
-    breaker_state: str
-    failures: int
-    probe_at: datetime | None
-    opened: bool  #: this failure opened the breaker
-
-
-@dataclass(frozen=True, slots=True)
-class PspControl:
-    """One PSP's controls as ``recon psp status`` shows them."""
-
-    psp: str
-    paused: bool = False
-    paused_by: str | None = None
-    paused_at: datetime | None = None
-    pause_reason: str | None = None
-    cooldown_until: datetime | None = None
-    breaker_state: str = "closed"
-    failures: int = 0
-    opened_at: datetime | None = None
-    probe_at: datetime | None = None
-    breaker_reason: str | None = None
-    updated_at: datetime | None = None
 
 
 class ControlStore:

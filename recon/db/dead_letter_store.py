@@ -5,8 +5,6 @@ only code that executes ``recon.db.dead_letter_queries``."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +14,7 @@ from recon.db.database import Database
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
 from recon.redact import redact_row
-from recon.rows import Job
+from recon.rows import Job, JobFilter, PruneCount, ReplayBatch, ReplayRecord
 
 
 class DeadLetterStore:
@@ -129,48 +127,3 @@ class DeadLetterStore:
     def _filter_params(self, filters: JobFilter) -> dict[str, Any]:
         return {"queue": filters.queue, "kind": filters.kind, "error_kind": filters.error_kind,
                 "since": self.db.to_db(filters.finished_since)}
-
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs `recon jobs list` and `recon jobs replay` select; None matches anything."""
-
-    queue: str | None = None
-    kind: str | None = None
-    error_kind: str | None = None  #: the job's last_error_kind
-    finished_since: datetime | None = None  #: finished at or after this instant (aware UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayBatch:
-    """What one replay transaction looked at and did."""
-
-    jobs: list[Job]  #: the matching dead jobs of the batch, as they were before the replay
-    replayed: list[int]  #: ids made runnable (with dry_run: that would be)
-    skipped: list[int]  #: ids left dead: an unfinished job (or one replayed earlier in the run) holds the key
-    last_id: int  #: the id cursor for the next batch
-    keys: frozenset[str]  #: unique keys taken so far in this run (pass them to the next batch)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRecord:
-    """One row of ``job_replays``: a dead job made runnable again, after attempt ``attempt``."""
-
-    job_id: int
-    attempt: int  #: the job's attempts when it was replayed; the next claim is attempt + 1
-    replayed_at: datetime
-    max_attempts_before: int
-    max_attempts_after: int
-    error_kind: str | None  #: the error kind that had killed the job
-    replayed_by: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: (getattr(self, name).isoformat() if isinstance(getattr(self, name), datetime)
-                       else getattr(self, name)) for name in self.__slots__}
-
-
-@dataclass(frozen=True, slots=True)
-class PruneCount:
-    jobs: int = 0
-    attempts: int = 0

@@ -4,9 +4,10 @@ types (``Job``, ``AttemptRecord``), never driver rows.
 Every write after a claim is fenced by ``id + lease_owner + attempts``: the attempt number is a monotonic
 fencing token, so a worker whose lease expired and was re-claimed can change nothing.
 
-The storage boundary (``recon.redact``): a job as it is enqueued (``EnqueueRow.redacted``: queue, kind, payload,
-unique key, tenant) and an attempt as it ends (``Finish``: error kind and text, when it is made) are redacted in
-one place each, whichever statement then writes them; a checkpoint's progress too. The worker id (lease owner,
+The storage boundary (``recon.redact``): a job as it is enqueued (``_redacted``: queue, kind, payload, unique
+key, tenant) and an attempt as it ends (``_redact_finishes``: error kind and text, in place, as ``finish`` and
+``finish_together`` receive them) are redacted in one place each, whichever statement then writes them; a
+checkpoint's progress too. The worker id (lease owner,
 attempt history) is redacted once, where the worker gets it (``recon.engine.worker.Worker``): it is compared by
 every fenced write, so it is never changed statement by statement.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,81 +29,12 @@ from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
 from recon.errors import StoreError
 from recon.redact import redact, redact_json, redact_value
-from recon.rows import AttemptRecord, Job, JobState
+from recon.rows import AttemptRecord, EnqueueRow, Finish, Job, JobState
 
 ENQUEUE_CHUNK = 5000
 
 #: a hot loop's connection of its own: PostgreSQL's or SQLite's (``JobStore.dedicated``)
 Dedicated = DedicatedConnection | DedicatedSqlite
-
-
-@dataclass(slots=True)
-class Finish:
-    """How one attempt ends: the job's next state and the attempt-history row (a value; not frozen for
-    the same reason as ``Job``: one is made per finished job)."""
-
-    id: int
-    attempt: int
-    state: str  #: the job's next state
-    outcome: str  #: the attempt's outcome (schema.ATTEMPT_OUTCOMES)
-    delay: float | None = None  #: seconds until run_after, for retryable/pending/runnable
-    error_kind: str | None = None
-    error: str | None = None
-    bump: int = 0  #: 1 when the attempt is not spent (snooze, release)
-
-    def __post_init__(self) -> None:
-        # the storage boundary of error texts (jobs.last_error(_kind), job_attempts.error(_kind)), for every path
-        # that writes them: never a card number or key
-        if self.error:
-            self.error = redact(self.error)
-        if self.error_kind:
-            self.error_kind = redact_value(self.error_kind)
-
-    def row(self) -> dict[str, Any]:
-        return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
-                "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
-
-    @property
-    def plain_success(self) -> bool:
-        """A success with nothing more to record: no error text or kind, no delay, the attempt spent."""
-        return (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
-                and self.error_kind is None and self.delay is None and not self.bump)
-
-    def row_json(self) -> str:
-        """``row()`` as JSON; a plain success (most finishes) is formatted directly, without the encoder."""
-        if (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
-                and self.error_kind is None and self.delay is None):
-            return _SUCCEEDED_ROW % (self.id, self.attempt, self.bump)
-        return _dumps(self.row())
-
-
-#: the finish row of a plain success; absent keys are NULL in jsonb_to_recordset
-_SUCCEEDED_ROW = '{"id":%d,"attempt":%d,"state":"succeeded","outcome":"succeeded","bump":%d}'
-
-
-@dataclass(frozen=True, slots=True)
-class EnqueueRow:
-    queue: str
-    kind: str
-    payload_json: str
-    priority: int
-    run_at: datetime | None
-    delay: float
-    max_attempts: int
-    unique_key: str | None
-    tenant: str | None
-
-    def redacted(self) -> EnqueueRow:
-        """This row at the storage boundary: its texts and its payload's strings redacted (clean short strings are
-        remembered: a queue, kind or tenant costs a set lookup; a payload one search)."""
-        queue, kind, payload = redact_value(self.queue), redact_value(self.kind), redact_json(self.payload_json)
-        key = redact_value(self.unique_key) if self.unique_key else self.unique_key
-        tenant = redact_value(self.tenant) if self.tenant else self.tenant
-        if (queue, kind, key, tenant, payload) == (self.queue, self.kind, self.unique_key, self.tenant,
-                                                   self.payload_json):
-            return self
-        return EnqueueRow(queue=queue, kind=kind, payload_json=payload, priority=self.priority, run_at=self.run_at,
-                          delay=self.delay, max_attempts=self.max_attempts, unique_key=key, tenant=tenant)
 
 
 class JobStore:
@@ -141,7 +72,7 @@ class JobStore:
         """
         if not rows:
             return []
-        rows = [r.redacted() for r in rows]  # the storage boundary, once, before any statement sees them
+        rows = [_redacted(r) for r in rows]  # the storage boundary, once, before any statement sees them
         if (conn is None and self.db.is_postgresql and len(rows) <= ENQUEUE_CHUNK
                 and not any(max_depth.get(r.queue, 0) for r in rows)):
             if len(rows) == 1:
@@ -381,6 +312,7 @@ class JobStore:
         """
         if not finishes:
             return set()
+        _redact_finishes(finishes)
         if write is not None and len(finishes) != 1:
             raise ValueError("a finish with a domain write must be alone in its transaction")
         if write is None and isinstance(via, DedicatedSqlite):
@@ -419,6 +351,7 @@ class JobStore:
         there are some) and writes only for them; its exception rolls everything back."""
         if not finishes:
             return set()
+        _redact_finishes(finishes)
         with self._write_transaction() as conn:
             matched = self._finish_in(conn, worker, finishes)
             if matched:
@@ -592,6 +525,30 @@ class JobStore:
         return job_from_row(self.db, r)
 
 
+def _redacted(r: EnqueueRow) -> EnqueueRow:
+    """A row to enqueue at the storage boundary: its texts and its payload's strings redacted (clean short strings
+    are remembered: a queue, kind or tenant costs a set lookup; a payload one search); the same row when none
+    changes."""
+    queue, kind, payload = redact_value(r.queue), redact_value(r.kind), redact_json(r.payload_json)
+    key = redact_value(r.unique_key) if r.unique_key else r.unique_key
+    tenant = redact_value(r.tenant) if r.tenant else r.tenant
+    if (queue, kind, key, tenant, payload) == (r.queue, r.kind, r.unique_key, r.tenant, r.payload_json):
+        return r
+    return EnqueueRow(queue=queue, kind=kind, payload_json=payload, priority=r.priority, run_at=r.run_at,
+                      delay=r.delay, max_attempts=r.max_attempts, unique_key=key, tenant=tenant)
+
+
+def _redact_finishes(finishes: Sequence[Finish]) -> None:
+    """The storage boundary of error texts (jobs.last_error(_kind), job_attempts.error(_kind)), for every path
+    that writes them: never a card number or key. In place (a Finish is a mutable value): what the worker
+    counts and logs after the finish is what was written. A plain success carries none and costs two tests."""
+    for f in finishes:
+        if f.error:
+            f.error = redact(f.error)
+        if f.error_kind:
+            f.error_kind = redact_value(f.error_kind)
+
+
 def _claimed_sqlite(r: Any, worker: str, times: dict[int, datetime]) -> Job:
     """``JobStore._claimed`` for a row from a ``DedicatedSqlite`` claim: times are integer microseconds since
     the epoch (``recon.db.schema``), converted once per value and batch through ``times`` (a conversion costs
@@ -632,15 +589,3 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 #: json.loads without its two Python-level frames, for documents PostgreSQL printed (jsonb as text: no
 #: leading whitespace, nothing after the value): (value, end)
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-
-def iter_all_jobs(store: JobStore, *, page: int = 500, **filters: Any) -> Iterable[Job]:
-    """Every job matching ``filters``, paged through an id cursor."""
-    after = 0
-    while True:
-        batch = store.list_jobs(after_id=after, limit=page, **filters)
-        yield from batch
-        if len(batch) < page:
-            return
-        after = batch[-1].id

@@ -5,7 +5,7 @@ transaction. Writes made by a job handler run inside the job's finish transactio
 so a worker that lost its lease changes nothing.
 
 The storage boundary (``recon.redact``), one place per kind of row: new payments as ``create`` receives them
-(``NewPayment.redacted``; the import refuses a reference that would change, so none does in practice), a
+(``_redacted``; the import refuses a reference that would change, so none does in practice), a
 transition's texts (``_transition_row``), an audit event (``_events``). A PSP reference is stored exactly as the
 PSP gave it: it is the PSP's own identifier, compared by every lookup, and Adyen's are often 16 digits
 (``8515208516304269`` in its webhook examples), one in ten of which pass the Luhn check.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,12 +23,24 @@ import sqlalchemy as sa
 
 from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
-from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.jobs_store import JobStore
 from recon.errors import PspReferenceConflict, StoreError, UsageError
 from recon.redact import redact_row, redact_value
-from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
+from recon.rows import (
+    EnqueueRow,
+    EventSource,
+    NewPayment,
+    Note,
+    Payment,
+    PaymentEvent,
+    PaymentStatus,
+    Transition,
+    check_transition,
+)
 
+#: the charge job's kind (``recon.payments.charge.ChargeHandler.kind``): created here, with its payment
 CHARGE_KIND = "charge"
+#: the charge jobs' queue unless ``[payments] queue`` says otherwise (``recon.payments.config``)
 CHARGE_QUEUE = "charges"
 
 
@@ -42,74 +53,26 @@ def charge_key(payment_id: int) -> str:
     return f"charge:{payment_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class NewPayment:
-    merchant_account: str
-    merchant_reference: str
-    amount: int  #: minor units, > 0
-    currency: str  #: ISO-4217, upper case
-    psp: str
-    created_at: datetime | None = None
-    payment_method: str | None = None
-    customer_reference: str | None = None
-
-    def redacted(self) -> NewPayment:
-        """This payment at the storage boundary: every text redacted (the same payment when none changes)."""
-        clean = NewPayment(merchant_account=redact_value(self.merchant_account),
-                           merchant_reference=redact_value(self.merchant_reference), amount=self.amount,
-                           currency=redact_value(self.currency), psp=redact_value(self.psp),
-                           created_at=self.created_at, payment_method=redact_value(self.payment_method),
-                           customer_reference=redact_value(self.customer_reference))
-        return self if clean == self else clean
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One compare-and-set status change with its audit event."""
-
-    payment_id: int
-    from_status: PaymentStatus
-    to_status: PaymentStatus
-    source: EventSource
-    details: dict[str, Any] | None = None
-    job_id: int | None = None
-    attempt: int | None = None
-    psp_reference: str | None = None
-    failure_reason: str | None = None
-    review_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """One audit event without a status change (``PaymentStore.note``), compare-and-set on ``status``."""
-
-    payment_id: int
-    status: PaymentStatus
-    source: EventSource
-    details: dict[str, Any] | None = None
-    job_id: int | None = None
-    attempt: int | None = None
-
-
 class PaymentStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
     # --- creation --------------------------------------------------------------------------------------
 
-    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, max_attempts: int = 12,
-               max_depth: dict[str, int] | None = None) -> list[int]:
+    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, queue: str = CHARGE_QUEUE,
+               max_attempts: int = 12, max_depth: dict[str, int] | None = None) -> list[int]:
         """Insert payments (status ``created``) with their creation events and, with ``charge``, one charge
-        job each, all in one transaction. Returns the ids in order.
+        job each on ``queue``, all in one transaction. Returns the ids in order.
 
         ``max_depth`` (queue -> limit) applies to the charge jobs like to every enqueue: past it, QueueFull and
         nothing is written. A merchant reference that another writer took meanwhile raises
         DuplicateReference naming it, and nothing is written."""
         if not payments:
             return []
-        payments = [p.redacted() for p in payments]  # the storage boundary, before any statement sees them
+        payments = [_redacted(p) for p in payments]  # the storage boundary, before any statement sees them
         try:
-            return self._create(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth or {})
+            return self._create(payments, charge=charge, queue=queue, max_attempts=max_attempts,
+                                max_depth=max_depth or {})
         except StoreError as exc:
             if not isinstance(exc.__cause__, sa.exc.IntegrityError):
                 raise
@@ -119,16 +82,17 @@ class PaymentStore:
             raise DuplicateReference(f"merchant_reference {taken[0]!r} already exists (written by another import "
                                      f"meanwhile); nothing imported") from None
 
-    def _create(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+    def _create(self, payments: Sequence[NewPayment], *, charge: bool, queue: str, max_attempts: int,
                 max_depth: dict[str, int]) -> list[int]:
         if self.db.is_postgresql:
-            return self._create_pg(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth)
+            return self._create_pg(payments, charge=charge, queue=queue, max_attempts=max_attempts,
+                                   max_depth=max_depth)
         with self.db.begin() as conn:
             ids = self._insert(conn, payments)
             job_ids: list[int | None] = [None] * len(ids)
             if charge:
                 jobs = JobStore(self.db)
-                rows = [EnqueueRow(queue=CHARGE_QUEUE, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
+                rows = [EnqueueRow(queue=queue, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=charge_key(i), tenant=p.merchant_account)
                         for i, p in zip(ids, payments, strict=True)]
@@ -138,29 +102,29 @@ class PaymentStore:
                                      job_id=j, attempt=None, details=None) for i, j in zip(ids, job_ids, strict=True)])
         return ids
 
-    def _create_pg(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+    def _create_pg(self, payments: Sequence[NewPayment], *, charge: bool, queue: str, max_attempts: int,
                    max_depth: dict[str, int]) -> list[int]:
         """PostgreSQL: payments, charge jobs, creation events and NOTIFY in one statement per 5,000 payments
         (``payment_create_with_charge_jobs``). Up to 5,000 payments for a charge queue without a max depth:
         that statement alone in autocommit, one round trip. Otherwise one transaction; with a max depth, the
         queue's lock and count come first (``JobStore.check_depth``: the lock must be granted before the
         snapshot that counts)."""
-        limit = max_depth.get(CHARGE_QUEUE, 0) if charge else 0
+        limit = max_depth.get(queue, 0) if charge else 0
         if len(payments) <= 5000 and not limit:
             with self.db.autocommit() as conn:
-                return self._create_chunk(conn, payments, charge=charge, max_attempts=max_attempts)
+                return self._create_chunk(conn, payments, charge=charge, queue=queue, max_attempts=max_attempts)
         with self.db.begin() as conn:
             if limit:
-                JobStore(self.db).check_depth(conn, {CHARGE_QUEUE: len(payments)}, max_depth=max_depth)
+                JobStore(self.db).check_depth(conn, {queue: len(payments)}, max_depth=max_depth)
             ids: list[int] = []
             for start in range(0, len(payments), 5000):
-                ids.extend(self._create_chunk(conn, payments[start:start + 5000], charge=charge,
+                ids.extend(self._create_chunk(conn, payments[start:start + 5000], charge=charge, queue=queue,
                                               max_attempts=max_attempts))
             return ids
 
-    def _create_chunk(self, conn: sa.Connection, payments: Sequence[NewPayment], *, charge: bool,
+    def _create_chunk(self, conn: sa.Connection, payments: Sequence[NewPayment], *, charge: bool, queue: str,
                       max_attempts: int) -> list[int]:
-        params = {"rows": json.dumps(self._payment_rows(payments)), "charge": charge, "queue": CHARGE_QUEUE,
+        params = {"rows": json.dumps(self._payment_rows(payments)), "charge": charge, "queue": queue,
                   "kind": CHARGE_KIND, "max_attempts": max_attempts, "now": self.db.now_param()}
         returned = {ref: int(i) for i, ref, _job, _woken in
                     conn.execute(self._q(lq.payment_create_with_charge_jobs), params)}
@@ -527,6 +491,16 @@ class PaymentStore:
                        review_reason=r[12], payment_method=r[13], customer_reference=r[14],
                        key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None,
                        review_since=t(r[17]) if r[17] is not None else None)
+
+
+def _redacted(p: NewPayment) -> NewPayment:
+    """A new payment at the storage boundary: every text redacted (the same payment when none changes)."""
+    clean = NewPayment(merchant_account=redact_value(p.merchant_account),
+                       merchant_reference=redact_value(p.merchant_reference), amount=p.amount,
+                       currency=redact_value(p.currency), psp=redact_value(p.psp), created_at=p.created_at,
+                       payment_method=redact_value(p.payment_method),
+                       customer_reference=redact_value(p.customer_reference))
+    return p if clean == p else clean
 
 
 def _transition_row(t: Transition) -> dict[str, Any]:

@@ -4,7 +4,6 @@ one metrics endpoint and `recon stats` read (recon.metrics). SQL in ``recon.db.p
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +13,7 @@ from recon.db import jobs_queries as q
 from recon.db import pool_queries as pq
 from recon.db.database import Database, json_from_db
 from recon.db.sql import Query
+from recon.pool_rows import WorkerPresence, WorkerRecord
 from recon.redact import redact_row
 
 
@@ -83,36 +83,5 @@ class PoolStore:
         return query.for_dialect(self.db.dialect)
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerPresence:
-    """What a worker process writes about itself every few seconds (``PoolStore.upsert_worker``)."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    slots: int
-    busy_slots: int
-    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.metrics's
-    stopped: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """One row of ``workers``. Datetimes are aware UTC."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    slots: int
-    busy_slots: int
-    started_at: datetime
-    last_seen_at: datetime
-    stopped_at: datetime | None
-    counters: dict[str, Any]
-
-
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
-

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,51 +33,12 @@ from sqlalchemy.pool import NullPool
 from psp_adapters.protocol import SettlementLine
 from recon.db import report_queries as rq
 from recon.db.database import Database, translate_errors
+from recon.report_rows import LineMatch, UnlistedPayment
 
 BATCH_DEFAULT = 5000
 YIELD_PER_DEFAULT = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
-
-
-@dataclass(frozen=True, slots=True)
-class LineMatch:
-    """One PSP reference of the listing (its lines merged) and the payment of ours it matched, if any.
-
-    ``rank`` 1 is the line that stands for its payment (or merchant reference); a higher rank is a further
-    PSP charge for the same one. ``in_window``: the payment was created after ``until - settlement_window``.
-    """
-
-    psp_reference: str
-    psp_merchant_reference: str | None
-    psp_amount: int
-    psp_currency: str
-    psp_status: str
-    lines: int
-    rank: int
-    payment_id: int | None
-    merchant_reference: str | None
-    our_psp_reference: str | None
-    amount: int | None
-    currency: str | None
-    status: str | None
-    in_window: bool
-    fee: int | None = None  #: the PSP's fee for this payment, minor units of ``settlement_currency``
-    net: int | None = None  #: what the PSP pays out for it after fees, same units
-    settlement_currency: str | None = None  #: None: the line's own currency
-
-
-@dataclass(frozen=True, slots=True)
-class UnlistedPayment:
-    """A payment of the period that no PSP line stands for."""
-
-    payment_id: int
-    merchant_reference: str
-    psp_reference: str | None
-    amount: int
-    currency: str
-    status: str
-    in_window: bool
 
 
 class ReportStore:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,30 +10,10 @@ import sqlalchemy as sa
 
 from recon.db import schedule_queries as sq
 from recon.db.database import Database
-from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.jobs_store import JobStore
 from recon.redact import redact_row
-
-
-@dataclass(frozen=True, slots=True)
-class SlotJob:
-    """The job a slot queues (None: the slot is recorded as skipped)."""
-
-    queue: str
-    kind: str
-    payload: dict[str, Any]
-    max_attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedSlot:
-    schedule: str
-    slot_at: datetime
-    enqueued_at: datetime
-    job_id: int | None
-    scheduler: str
-    job_state: str | None
-    job_error: str | None
-    job_finished_at: datetime | None
+from recon.rows import EnqueueRow
+from recon.schedule_rows import ClaimedSlot, SlotJob
 
 
 class ScheduleStore:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
@@ -53,12 +53,12 @@ from psp_adapters.protocol import (
 )
 from recon.classify import ErrorKind, classify
 from recon.clock import Clock, SystemClock
-from recon.db.payment_store import PaymentStore, Transition
+from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
 from recon.errors import ConfigError, LeaseLost
 from recon.payments.guard import Guard, Unguarded
-from recon.rows import EventSource, Job, Payment, PaymentStatus
+from recon.rows import EventSource, Job, Payment, PaymentStatus, Transition
 
 AdapterFunc = Callable[[str], PspAdapter]
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
@@ -110,10 +110,14 @@ def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
 
 
 class ChargeHandler:
-    """Job kind ``charge``, payload ``{"payment_id": N}``."""
+    """Job kind ``charge``, payload ``{"payment_id": N}``, on ``queue`` (``[payments] queue``). The payment store
+    creates these jobs with their payments (``PaymentStore.create``), hence its constants."""
+
+    kind: ClassVar[str] = CHARGE_KIND
 
     def __init__(self, ledger: PaymentStore, adapter_func: AdapterFunc, *, guard: Guard | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, queue: str = CHARGE_QUEUE) -> None:
+        self.queue = queue
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.guard = guard or Unguarded()

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from psp_adapters.protocol import Secret
+from recon.db.webhook_store import WEBHOOK_QUEUE
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
 
@@ -34,7 +35,7 @@ ADYEN_PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a vari
 MAX_BODY_DEFAULT = 256 * 1024
 MAX_BODY_LIMIT = 16 * 1024 * 1024
 TOLERANCE_DEFAULT = timedelta(minutes=5)
-QUEUE_DEFAULT = "webhooks"
+QUEUE_DEFAULT = WEBHOOK_QUEUE
 #: the group commit's gathering time (recon.webhooks.intake.GroupWriter): 2 ms cost a quarter of the CPU per
 #: event at 2,300 requests/s (docs/benchmarks.md), at most 2 ms more per answer
 COMMIT_WAIT_DEFAULT = timedelta(milliseconds=2)

@@ -40,9 +40,9 @@ from psp_adapters.adyen import webhook as adyen
 from psp_adapters.errors import WebhookRejected
 from psp_adapters.protocol import WebhookEvent
 from psp_adapters.stripe import webhook as stripe
-from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
 from recon.errors import DatabaseUnavailable, QueueFull, ReconError
+from recon.webhook_rows import StoredEvent as Stored
 from recon.webhooks.config import WebhookConfig
 
 log = logging.getLogger(__name__)

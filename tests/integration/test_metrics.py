@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker
 from recon.db.database import Database
-from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.pool_store import PoolStore
 from recon.metrics import ProcessMetrics, serve
+from recon.pool_rows import WorkerPresence
 from tests.integration.metrics_workload import ENGINE, run_workload
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from recon import JobState, JobStore, QueueFull
 from recon.db.database import Database
-from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, DuplicateReference, NewPayment, PaymentStore, charge_key
+from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, DuplicateReference, PaymentStore, charge_key
+from recon.rows import NewPayment
 
 
 def new(ref: str, amount: int = 1000) -> NewPayment:

@@ -12,8 +12,9 @@ import sqlalchemy as sa
 
 from recon.clock import FixedClock
 from recon.db.database import Database, connect
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.db.schedule_store import ScheduleStore
+from recon.rows import NewPayment
 from recon.scheduler import Schedule, Scheduler, load_schedules, status
 from tests.cli import Runner
 

@@ -20,8 +20,8 @@ from Adyen import util as adyen_util
 
 from recon.app import App
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
 from tests.adapters.adyen_schema import SPECS_DIR

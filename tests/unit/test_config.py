@@ -6,6 +6,7 @@ import pytest
 
 from recon.config import Settings, load_settings
 from recon.errors import ConfigError
+from recon.payments.config import PaymentsConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +18,7 @@ def test_config__repository_file_mirrors_the_builtin_defaults() -> None:
     assert loaded.engine == defaults.engine
     assert dict(loaded.queues) == dict(defaults.queues)
     assert dict(loaded.retry) == dict(defaults.retry)
+    assert PaymentsConfig.from_table(loaded.extra["payments"]) == PaymentsConfig()
 
 
 def test_config__env_overrides_file(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.console.web import Fields, action, page, pages, recon_app
-from recon.db.dead_letter_store import JobFilter
 from recon.errors import UsageError
 from recon.params import INT64_MAX, Since
+from recon.rows import JobFilter
 
 log = logging.getLogger("recon.console")
 
