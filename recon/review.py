@@ -28,9 +28,9 @@ from recon.db.payment_store import PaymentStore, charge_key
 from recon.engine.client import Client
 from recon.engine.outcome import Snooze
 from recon.errors import ConfigError, UsageError
-from recon.payments.charge import outcome_details
 from recon.payments.guard import Guard
 from recon.payments.money import format_amount
+from recon.reconcile.decide import outcome_details
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
 from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus, Transition
 

@@ -35,10 +35,10 @@ from recon.db.payment_store import PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError, ReconError
-from recon.payments.charge import config_dead, outcome_details
+from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import conflict, heal
+from recon.reconcile.decide import conflict, heal, outcome_details
 from recon.rows import EnqueueRow, EventSource, Job, Payment, PaymentStatus, Transition
 
 RECONCILE_KIND = "reconcile"

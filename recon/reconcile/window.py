@@ -58,10 +58,10 @@ from recon.db.payment_store import PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError
-from recon.payments.charge import config_dead, outcome_details
+from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import accounts_agree, conflict_details, heal
+from recon.reconcile.decide import accounts_agree, conflict_details, heal, outcome_details
 from recon.reconcile.handler import reconcile_row
 from recon.rows import EventSource, Job, Note, Payment, Transition
 

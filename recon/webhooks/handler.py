@@ -39,9 +39,8 @@ from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import ReconError
-from recon.payments.charge import outcome_details
 from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
-from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, reversal
+from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, outcome_details, reversal
 from recon.reconcile.handler import reconcile_row
 from recon.rows import EventSource, Job, Note, Payment, PaymentStatus, Transition
 from recon.webhook_rows import WebhookRecord, WebhookState
