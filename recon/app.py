@@ -88,9 +88,10 @@ class App:
             _check_psp_tables(settings)
             ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
             PaymentsConfig.from_table(settings.extra.get("payments"), source=settings.source)
-            from recon.webhooks.config import WebhookConfig
+            from psp_adapters import registry
+            from recon.webhooks import config as webhooks
 
-            WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
+            webhooks.check(settings.extra.get("webhooks"), source=settings.source, psps=registry.names())
             from recon.console.config import ConsoleConfig
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
@@ -116,9 +117,13 @@ class App:
 
     @cached_property
     def reconcile_config(self) -> ReconcileConfig:
+        """``[reconcile]``, each PSP's defaults from its adapter (``search_lag``, ``listing_window``)."""
         if self._reconcile_config is not None:
             return self._reconcile_config
-        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source)
+        from psp_adapters import registry
+
+        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source,
+                                          adapters={name: registry.adapter_class(name) for name in registry.names()})
 
     @cached_property
     def payments_config(self) -> PaymentsConfig:
@@ -162,10 +167,19 @@ class App:
 
     @cached_property
     def webhook_config(self) -> WebhookConfig:
-        """``[webhooks]`` of the config file, secrets from the environment (recon.webhooks.config)."""
+        """``[webhooks]`` of the config file, with a receiver for each PSP whose secrets are in the environment
+        (recon.webhooks.config)."""
+        from psp_adapters import registry
         from recon.webhooks.config import WebhookConfig
 
-        return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source)
+        return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source,
+                                  factories=registry.webhook_factories())
+
+    def webhook_secret_hint(self) -> str:
+        """Which variables turn the PSPs' webhook endpoints on, for a message: "A (stripe) or B (adyen)"."""
+        from psp_adapters import registry
+
+        return " or ".join(f"{registry.webhook_secrets(name)[0]} ({name})" for name in registry.webhook_factories())
 
     @cached_property
     def schedules(self) -> list[Schedule]:
@@ -317,8 +331,8 @@ class App:
         from recon.payments.charge import ChargeHandler
         from recon.reconcile.handler import ReconcileHandler
         from recon.reconcile.periodic import ReportJob, SweepJob
+        from recon.reconcile.webhook import WebhookHandler, report_sweep
         from recon.reconcile.window import WindowHandler
-        from recon.webhooks.handler import WebhookHandler, report_sweep
 
         rc = self.reconcile_config
         sweep_func = report_sweep(self.payments, self.client(), queue=rc.queue, listing_func=self._listing_psps,

@@ -294,18 +294,20 @@ def _queue_done(app: App, queue: str) -> bool:
 def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> WebhookConfig:
     """recon's webhook endpoint for ``wire``'s PSP, served in a thread of this process with a per-run secret,
     and the sandbox's side of it: where it sends and what it signs with."""
+    from psp_adapters import registry
     from recon.asgi import background
     from recon.webhooks.config import WebhookConfig as Endpoint
+    from recon.webhooks.config import default_path
     from recon.webhooks.intake import Intake
     from recon.webhooks.server import create_app
 
     secret = ("whsec_" if wire.psp == "stripe" else "") + secrets.token_hex(32)
-    endpoint = Endpoint(stripe_secrets=(Secret(secret),) if wire.psp == "stripe" else (),
-                        adyen_hmac_keys=(Secret(secret),) if wire.psp == "adyen" else ())
+    # the PSP's receiver as `recon serve` builds it, from the variable that turns its endpoint on
+    endpoint = Endpoint.load(None, {registry.webhook_secrets(wire.psp)[0]: secret},
+                             factories={wire.psp: registry.webhook_factories()[wire.psp]})
     intake = Intake(app.webhooks, endpoint, max_attempts=app.settings.engine.default_max_attempts)
     base = stack.enter_context(background(create_app(app, intake=intake)))
-    path = endpoint.stripe_path if wire.psp == "stripe" else endpoint.adyen_path
-    return WebhookConfig(url=base.rstrip("/") + path, secret=Secret(secret), backoff_seconds=0.2)
+    return WebhookConfig(url=base.rstrip("/") + default_path(wire.psp), secret=Secret(secret), backoff_seconds=0.2)
 
 
 @contextlib.contextmanager

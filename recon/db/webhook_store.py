@@ -29,7 +29,7 @@ from recon.redact import redact_row, redact_value
 from recon.rows import EnqueueRow
 from recon.webhook_rows import StoredEvent, WebhookRecord, WebhookState
 
-#: the webhook job's kind (the job handler's, recon.webhooks.handler): created here, with its event
+#: the webhook job's kind (the job handler's, recon.reconcile.webhook): created here, with its event
 WEBHOOK_KIND = "webhook"
 #: the webhook jobs' queue unless ``[webhooks] queue`` says otherwise (``recon.webhooks.config``)
 WEBHOOK_QUEUE = "webhooks"

@@ -72,11 +72,11 @@ from recon.errors import LeaseLost
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Unguarded
 from recon.reconcile.handler import ReconcileHandler, reconcile_key
+from recon.reconcile.webhook import WebhookHandler
 from recon.review import ReviewDesk, ReviewRefused
 from recon.rows import TRANSITIONS, EnqueueRow, Finish, Job, NewPayment, PaymentStatus
 from recon.webhook_rows import WebhookState
 from recon.webhooks.config import QUEUE_DEFAULT as WEBHOOK_QUEUE
-from recon.webhooks.handler import WebhookHandler
 from tests.integration.payment_flow import reconcile_config
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
