@@ -64,7 +64,7 @@ class DeadLetterStore:
             picked: list[Job] = []
             skipped: list[int] = []
             for job, row in zip(jobs, rows, strict=True):
-                if job.unique_key is not None and (row[-1] or job.unique_key in keys):
+                if job.unique_key is not None and (row._mapping["held"] or job.unique_key in keys):
                     skipped.append(job.id)
                     continue
                 if job.unique_key is not None:
@@ -77,13 +77,13 @@ class DeadLetterStore:
             done = conn.execute(self._q(dq.job_replay_dead),
                                 {"ids": [j.id for j in picked], "budget": budget, "now": now}).all()
             before = {j.id: j for j in picked}
-            history = [redact_row({"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
-                                   "max_attempts_before": before[int(r[0])].max_attempts,
-                                   "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
-                                   "now": now}) for r in done]  # the storage boundary (recon.redact)
+            history = [redact_row({"job_id": int(job_id), "attempt": int(attempts), "max_attempts_after": int(most),
+                                   "max_attempts_before": before[int(job_id)].max_attempts,
+                                   "error_kind": before[int(job_id)].last_error_kind, "replayed_by": replayed_by,
+                                   "now": now}) for job_id, attempts, most in done]  # the storage boundary
             if history:
                 conn.execute(self._q(dq.job_replay_insert), history)
-        return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped,
+        return ReplayBatch(jobs=jobs, replayed=sorted(int(job_id) for job_id, _, _ in done), skipped=skipped,
                            last_id=last_id, keys=frozenset(keys))
 
     def replays(self, job_id: int) -> list[ReplayRecord]:
@@ -91,9 +91,11 @@ class DeadLetterStore:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(dq.job_replays_for), {"id": job_id}).all()
         at = self.db.from_db
-        return [ReplayRecord(job_id=int(r[0]), attempt=int(r[1]), replayed_at=at(r[2]),  # type: ignore[arg-type]
-                             max_attempts_before=int(r[3]), max_attempts_after=int(r[4]), error_kind=r[5],
-                             replayed_by=r[6]) for r in rows]
+        return [ReplayRecord(job_id=int(m["job_id"]), attempt=int(m["attempt"]),
+                             replayed_at=at(m["replayed_at"]),  # type: ignore[arg-type]
+                             max_attempts_before=int(m["max_attempts_before"]),
+                             max_attempts_after=int(m["max_attempts_after"]), error_kind=m["error_kind"],
+                             replayed_by=m["replayed_by"]) for m in (r._mapping for r in rows)]
 
     def prune_finished(self, *, older_than: float, limit: int) -> PruneCount:
         """Delete up to ``limit`` jobs that finished (succeeded, dead, canceled) more than ``older_than``
@@ -109,7 +111,7 @@ class DeadLetterStore:
             if self.db.is_postgresql:
                 jobs, attempts = conn.execute(self._q(dq.job_prune_finished), params).one()
                 return PruneCount(jobs=int(jobs), attempts=int(attempts))
-            ids = [int(r[0]) for r in conn.execute(self._q(dq.job_select_prunable), params)]
+            ids = [int(job_id) for (job_id,) in conn.execute(self._q(dq.job_select_prunable), params)]
             if not ids:
                 return PruneCount()
             payload = json.dumps(ids)
@@ -122,7 +124,7 @@ class DeadLetterStore:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(dq.job_count_prunable),
                                 {"older_than": older_than, "now": self.db.now_param()}).all()
-        return {r[0]: int(r[1]) for r in rows}
+        return {state: int(n) for state, n in rows}
 
     def _filter_params(self, filters: JobFilter) -> dict[str, Any]:
         return {"queue": filters.queue, "kind": filters.kind, "error_kind": filters.error_kind,

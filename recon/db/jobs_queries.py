@@ -20,27 +20,29 @@ JOB_COLUMNS = (
 
 
 def job_from_row(db: Database, r: Any) -> Job:
-    """A ``Job`` from a row of ``JOB_COLUMNS``, in that order (the contract between the two)."""
-    t = db.from_db
+    """A ``Job`` from a row of ``JOB_COLUMNS``, read by name."""
+    m, t = r._mapping, db.from_db
     return Job(
-        id=int(r[0]), queue=r[1], kind=r[2], payload=json_from_db(r[3]) or {}, state=JobState(r[4]),
-        priority=int(r[5]), run_after=t(r[6]), attempts=int(r[7]), max_attempts=int(r[8]),  # type: ignore[arg-type]
-        lease_owner=r[9], lease_until=t(r[10]), heartbeat_at=t(r[11]), attempted_at=t(r[12]),
-        unique_key=r[13], last_error_kind=r[14], last_error=r[15], tenant=r[16], progress=json_from_db(r[17]),
-        created_at=t(r[18]), finished_at=t(r[19]), cancel_requested=bool(r[20]),  # type: ignore[arg-type]
-        free_attempts=int(r[21]),
+        id=int(m["id"]), queue=m["queue"], kind=m["kind"], payload=json_from_db(m["payload"]) or {},
+        state=JobState(m["state"]), priority=int(m["priority"]), run_after=t(m["run_after"]),  # type: ignore[arg-type]
+        attempts=int(m["attempts"]), max_attempts=int(m["max_attempts"]), lease_owner=m["lease_owner"],
+        lease_until=t(m["lease_until"]), heartbeat_at=t(m["heartbeat_at"]), attempted_at=t(m["attempted_at"]),
+        unique_key=m["unique_key"], last_error_kind=m["last_error_kind"], last_error=m["last_error"],
+        tenant=m["tenant"], progress=json_from_db(m["progress"]), created_at=t(m["created_at"]),  # type: ignore[arg-type]
+        finished_at=t(m["finished_at"]), cancel_requested=bool(m["cancel_requested"]),
+        free_attempts=int(m["free_attempts"]),
     )
 
 
-#: what a claim returns: only what a handler may read (the rest is known: state leased, owner = the worker)
-CLAIM_COLUMNS = (
-    "id, queue, kind, payload, priority, run_after, attempts, max_attempts, lease_until, unique_key, tenant, "
-    "progress, created_at, last_error_kind, free_attempts"
-)
+#: what a claim returns: only what a handler may read (the rest is known: state leased, owner = the worker). The
+#: claim loop unpacks its rows by these names, in this order (``recon.db.jobs_store.claimed_job``)
+CLAIM_FIELDS = ("id", "queue", "kind", "payload", "priority", "run_after", "attempts", "max_attempts", "lease_until",
+                "unique_key", "tenant", "progress", "created_at", "last_error_kind", "free_attempts")
+CLAIM_COLUMNS = ", ".join(CLAIM_FIELDS)
 #: the same on PostgreSQL, with the JSON documents as text: psycopg's jsonb loader hands json.loads bytes,
 #: whose encoding detection made it 2.5 µs a job, where the store's own json.loads of text costs 1
-CLAIM_COLUMNS_PG = CLAIM_COLUMNS.replace(" payload,", " CAST(payload AS text),").replace(
-    " progress,", " CAST(progress AS text),")
+CLAIM_COLUMNS_PG = CLAIM_COLUMNS.replace(" payload,", " CAST(payload AS text) AS payload,").replace(
+    " progress,", " CAST(progress AS text) AS progress,")
 CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
 FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
 UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"

@@ -192,7 +192,7 @@ payment_money_at_risk = Query(
     sql=f"""SELECT currency,
                    CASE WHEN created_at >= :t_1h THEN 'lt_1h' WHEN created_at >= :t_1d THEN '1h_1d'
                         WHEN created_at >= :t_7d THEN '1d_7d' ELSE 'gt_7d' END AS bucket,
-                   count(*), sum(amount)
+                   count(*) AS n, sum(amount) AS amount
             FROM payments WHERE {UNFINISHED}
             GROUP BY currency, bucket ORDER BY currency, bucket""",  # nosec B608  # constant SQL, values bound
 )
@@ -235,6 +235,7 @@ payment_get_with_charge_lease = Query(
     "now (one round trip for the two reads every reconcile attempt makes).",
     sql=f"""SELECT {PAYMENT_COLUMNS},
                    EXISTS (SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {{now}})
+                   AS charge_leased
             FROM payments WHERE id = :id""",  # nosec B608  # constant SQL, values bound
 )
 
@@ -267,7 +268,7 @@ payment_review_summary = Query(
     "payment_review_summary",
     "Run by `recon stats` and the console's overview: how many payments are in needs_review and since when "
     "the oldest (partial index payments_review).",
-    sql="SELECT count(*), min(review_since) FROM payments WHERE status = 'needs_review'",
+    sql="SELECT count(*) AS n, min(review_since) AS oldest FROM payments WHERE status = 'needs_review'",
 )
 
 payment_latest_evidence = Query(
@@ -275,15 +276,15 @@ payment_latest_evidence = Query(
     "Run by the review queue: each listed payment's latest event carrying a PSP answer (its details), one "
     "probe per payment through payment_events_payment.",
     postgresql="""
-        SELECT p.id, e.details FROM unnest(CAST(:ids AS bigint[])) AS p(id)
+        SELECT p.id AS payment_id, e.details FROM unnest(CAST(:ids AS bigint[])) AS p(id)
         CROSS JOIN LATERAL (SELECT details FROM payment_events
                             WHERE payment_id = p.id AND details ? 'psp_outcome'
                             ORDER BY id DESC LIMIT 1) AS e
     """,
     sqlite="""
-        SELECT j.value, (SELECT details FROM payment_events
+        SELECT j.value AS payment_id, (SELECT details FROM payment_events
                          WHERE payment_id = j.value AND json_extract(details, '$.psp_outcome') IS NOT NULL
-                         ORDER BY id DESC LIMIT 1)
+                         ORDER BY id DESC LIMIT 1) AS details
         FROM json_each(:ids_json) AS j
     """,
 )
@@ -293,15 +294,16 @@ payment_resolutions = Query(
     "Run by `recon stats` and the metrics endpoint: manual resolutions out of needs_review since :since, per "
     "UTC day, operator and status (partial index payment_events_resolutions).",
     postgresql="""
-        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator', to_status,
-               count(*), count(*) FILTER (WHERE (details ->> 'override') = 'true')
+        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator' AS operator, to_status,
+               count(*) AS n, count(*) FILTER (WHERE (details ->> 'override') = 'true') AS overrides
         FROM payment_events
         WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     """,
     sqlite="""
-        SELECT strftime('%Y-%m-%d', at / 1000000, 'unixepoch') AS day, json_extract(details, '$.operator'),
-               to_status, count(*), sum(CASE WHEN json_extract(details, '$.override') THEN 1 ELSE 0 END)
+        SELECT strftime('%Y-%m-%d', at / 1000000, 'unixepoch') AS day,
+               json_extract(details, '$.operator') AS operator, to_status, count(*) AS n,
+               sum(CASE WHEN json_extract(details, '$.override') THEN 1 ELSE 0 END) AS overrides
         FROM payment_events
         WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
@@ -394,7 +396,7 @@ payment_window_candidates = Query(
     "job holds a live lease on it now (probes of the partial unique index over unfinished keys).",
     sql=f"""SELECT {PAYMENT_COLUMNS},
                    EXISTS (SELECT 1 FROM jobs WHERE jobs.unique_key = 'charge:' || CAST(payments.id AS TEXT)
-                           AND jobs.state = 'leased' AND jobs.lease_until > {{now}})
+                           AND jobs.state = 'leased' AND jobs.lease_until > {{now}}) AS charge_leased
             FROM payments WHERE id IN :ids AND {UNFINISHED} ORDER BY id""",  # nosec B608  # constant SQL, values bound
     expanding=("ids",),
 )

@@ -152,7 +152,7 @@ class PaymentStore:
         found: set[str] = set()
         with self.db.begin() as conn:
             for start in range(0, len(refs), 1000):
-                found.update(r[0] for r in conn.execute(self._q(lq.payment_existing_references),
+                found.update(ref for (ref,) in conn.execute(self._q(lq.payment_existing_references),
                                                         {"refs": list(refs[start:start + 1000])}))
         return found
 
@@ -188,7 +188,7 @@ class PaymentStore:
         for start in range(0, len(transitions), 5000):
             chunk = transitions[start:start + 5000]
             rows = [_transition_row(t) for t in chunk]
-            done = {int(r[0]) for r in conn.execute(self._q(lq.payment_transition_many_if_status),
+            done = {int(pid) for (pid,) in conn.execute(self._q(lq.payment_transition_many_if_status),
                                                     {"rows": json.dumps(rows), "now": self.db.now_param()})}
             self._refuse_conflicts(conn, [t for t in chunk if t.payment_id not in done])
             self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status),
@@ -205,7 +205,8 @@ class PaymentStore:
         if not named:
             return
         for row in conn.execute(self._q(lq.payment_get_many), {"ids": sorted(named)}):
-            p, t = self._payment(row), named[int(row[0])]
+            p = self._payment(row)
+            t = named[p.id]
             if p.status is t.from_status and p.psp_reference and p.psp_reference != t.psp_reference:
                 raise PspReferenceConflict(
                     f"payment {p.id}: a {t.source} transition to {t.to_status} names PSP reference "
@@ -234,7 +235,7 @@ class PaymentStore:
         others changed status meanwhile and get no event."""
         if not notes:
             return set()
-        done = {int(r[0]) for r in conn.execute(self._q(lq.payment_touch_many_if_status), {
+        done = {int(pid) for (pid,) in conn.execute(self._q(lq.payment_touch_many_if_status), {
             "rows": json.dumps([{"id": n.payment_id, "status": str(n.status)} for n in notes]),
             "now": self.db.now_param()})}
         self._events(conn, [dict(payment_id=n.payment_id, from_status=str(n.status), to_status=str(n.status),
@@ -321,7 +322,7 @@ class PaymentStore:
             yield from (self._payment(r) for r in rows)
             if len(rows) < page:
                 return
-            after = int(rows[-1][0])
+            after = int(rows[-1]._mapping["id"])
 
     def iter_stale(self, *, older_than: timedelta, psp: str | None, page: int = 1000) -> Iterator[Payment]:
         """Unfinished payments not updated for ``older_than``, oldest id first, a page per transaction."""
@@ -334,25 +335,26 @@ class PaymentStore:
             yield from (self._payment(r) for r in rows)
             if len(rows) < page:
                 return
-            after = int(rows[-1][0])
+            after = int(rows[-1]._mapping["id"])
 
     def psps_unfinished(self) -> set[str]:
         """The PSPs of unfinished payments: those a charge or reconcile job may call."""
         with self.db.begin() as conn:
-            return {str(r[0]) for r in conn.execute(self._q(lq.payment_psps_unfinished))}
+            return {str(psp) for (psp,) in conn.execute(self._q(lq.payment_psps_unfinished))}
 
     def events(self, payment_id: int) -> list[PaymentEvent]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_events_for), {"id": payment_id}).all()
-        return [PaymentEvent(id=int(r[0]), payment_id=int(r[1]), from_status=r[2], to_status=r[3], source=r[4],
-                             at=self.db.from_db(r[5]), job_id=r[6], attempt=r[7],  # type: ignore[arg-type]
-                             details=json_from_db(r[8])) for r in rows]
+        return [PaymentEvent(id=int(m["id"]), payment_id=int(m["payment_id"]), from_status=m["from_status"],
+                             to_status=m["to_status"], source=m["source"], at=self.db.from_db(m["at"]),  # type: ignore[arg-type]
+                             job_id=m["job_id"], attempt=m["attempt"], details=json_from_db(m["details"]))
+                for m in (r._mapping for r in rows)]
 
     def touch_unfinished(self, conn: sa.Connection, *, payment_id: int) -> PaymentStatus | None:
         """Lock the payment row if it is still unfinished (its status), else None."""
         row = conn.execute(self._q(lq.payment_touch_if_unfinished),
                            {"id": payment_id, "now": self.db.now_param()}).first()
-        return PaymentStatus(row[0]) if row else None
+        return PaymentStatus(row._mapping["status"]) if row else None
 
     def next_key_generation(self, conn: sa.Connection, payment: Payment, *, job_id: int | None,
                             attempt: int | None, details: dict[str, Any]) -> int | None:
@@ -363,7 +365,7 @@ class PaymentStore:
                             "now": self.db.now_param()}).first()
         if row is None:
             return None
-        generation = int(row[0])
+        generation = int(row._mapping["key_generation"])
         status = str(payment.status)
         self._events(conn, [dict(payment_id=payment.id, from_status=status, to_status=status, source="charge",
                                  job_id=job_id, attempt=attempt,
@@ -384,7 +386,7 @@ class PaymentStore:
                                {"id": payment_id, "key": charge_key(payment_id), "now": self.db.now_param()}).first()
         if row is None:
             return None, False
-        return self._payment(row), bool(row[-1])
+        return self._payment(row), bool(row._mapping["charge_leased"])
 
     def window_candidates(self, ids: Sequence[int]) -> list[tuple[Payment, bool]]:
         """The unfinished payments among ``ids``, each with whether a charge job holds a live lease on it now."""
@@ -393,7 +395,7 @@ class PaymentStore:
             for start in range(0, len(ids), 1000):
                 rows = conn.execute(self._q(lq.payment_window_candidates),
                                     {"ids": list(ids[start:start + 1000]), "now": self.db.now_param()}).all()
-                out.extend((self._payment(r), bool(r[-1])) for r in rows)
+                out.extend((self._payment(r), bool(r._mapping["charge_leased"])) for r in rows)
         return out
 
     def reconcile_jobs(self, payment_ids: Sequence[int], *, after_job_id: int) -> dict[int, int]:
@@ -412,7 +414,7 @@ class PaymentStore:
                         found[wanted[key]] = int(job_id)
                 if len(rows) < 5000:
                     break
-                after = int(rows[-1][0])
+                after = int(rows[-1]._mapping["id"])
             missing = [k for k, i in wanted.items() if i not in found]
             for start in range(0, len(missing), 1000):
                 for job_id, key in conn.execute(self._q(lq.job_reconcile_unfinished_by_keys),
@@ -453,20 +455,20 @@ class PaymentStore:
         params = {"ids": list(ids)} if self.db.is_postgresql else {"ids_json": json.dumps(list(ids))}
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_latest_evidence), params).all()
-        return {int(r[0]): json_from_db(r[1]) for r in rows if r[1] is not None}
+        return {int(pid): json_from_db(details) for pid, details in rows if details is not None}
 
     def resolutions(self, *, since: datetime) -> list[dict[str, Any]]:
         """Manual resolutions out of needs_review since ``since``: per UTC day, operator and new status, with
         how many were overrides of the PSP's answer."""
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_resolutions), {"since": self.db.to_db(since)}).all()
-        return [{"day": r[0], "operator": r[1], "status": r[2], "count": int(r[3]), "overrides": int(r[4] or 0)}
-                for r in rows]
+        return [{"day": m["day"], "operator": m["operator"], "status": m["to_status"], "count": int(m["n"]),
+                 "overrides": int(m["overrides"] or 0)} for m in (r._mapping for r in rows)]
 
     def job_ids(self, payment_id: int, *, keys: Sequence[str]) -> list[int]:
         """The jobs of a payment: those its events name, and unfinished or dead ones holding one of ``keys``."""
         with self.db.begin() as conn:
-            return [int(r[0]) for r in conn.execute(self._q(lq.payment_job_ids),
+            return [int(job_id) for (job_id,) in conn.execute(self._q(lq.payment_job_ids),
                                                     {"id": payment_id, "keys": list(keys)})]
 
     def money_at_risk(self) -> list[dict[str, Any]]:
@@ -476,7 +478,8 @@ class PaymentStore:
                   (("1h", timedelta(hours=1)), ("1d", timedelta(days=1)), ("7d", timedelta(days=7)))}
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_money_at_risk), params).all()
-        return [{"currency": r[0], "age": r[1], "count": int(r[2]), "amount": int(r[3])} for r in rows]
+        return [{"currency": m["currency"], "age": m["bucket"], "count": int(m["n"]), "amount": int(m["amount"])}
+                for m in (r._mapping for r in rows)]
 
     # --- plumbing ----------------------------------------------------------------------------------------
 
@@ -484,13 +487,16 @@ class PaymentStore:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
 
     def _payment(self, r: Any) -> Payment:
-        t = self.db.from_db
-        return Payment(id=int(r[0]), merchant_account=r[1], merchant_reference=r[2], amount=int(r[3]), currency=r[4],
-                       psp=r[5], idempotency_key=r[6], status=PaymentStatus(r[7]), created_at=t(r[8]),  # type: ignore[arg-type]
-                       updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
-                       review_reason=r[12], payment_method=r[13], customer_reference=r[14],
-                       key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None,
-                       review_since=t(r[17]) if r[17] is not None else None)
+        """A ``Payment`` from a row of ``PAYMENT_COLUMNS``, read by name."""
+        m, t = r._mapping, self.db.from_db
+        return Payment(id=int(m["id"]), merchant_account=m["merchant_account"],
+                       merchant_reference=m["merchant_reference"], amount=int(m["amount"]), currency=m["currency"],
+                       psp=m["psp"], idempotency_key=m["idempotency_key"], status=PaymentStatus(m["status"]),
+                       created_at=t(m["created_at"]), updated_at=t(m["updated_at"]),  # type: ignore[arg-type]
+                       psp_reference=m["psp_reference"], failure_reason=m["failure_reason"],
+                       review_reason=m["review_reason"], payment_method=m["payment_method"],
+                       customer_reference=m["customer_reference"], key_generation=int(m["key_generation"] or 0),
+                       key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]))
 
 
 def _redacted(p: NewPayment) -> NewPayment:

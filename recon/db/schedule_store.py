@@ -44,11 +44,12 @@ class ScheduleStore:
             rows = conn.execute(self._q(sq.slot_latest)).all()
         t = self.db.from_db
         out = {}
-        for r in rows:
-            error = f"{r[6]}: {r[7]}" if r[6] else None
-            out[r[0]] = ClaimedSlot(schedule=r[0], slot_at=t(r[1]), enqueued_at=t(r[2]),  # type: ignore[arg-type]
-                                    job_id=r[3], scheduler=r[4], job_state=r[5], job_error=error,
-                                    job_finished_at=t(r[8]))
+        for m in (r._mapping for r in rows):
+            error = f"{m['last_error_kind']}: {m['last_error']}" if m["last_error_kind"] else None
+            out[m["schedule"]] = ClaimedSlot(schedule=m["schedule"], slot_at=t(m["slot_at"]),  # type: ignore[arg-type]
+                                             enqueued_at=t(m["enqueued_at"]), job_id=m["job_id"],  # type: ignore[arg-type]
+                                             scheduler=m["scheduler"], job_state=m["state"], job_error=error,
+                                             job_finished_at=t(m["finished_at"]))
         return out
 
     def _q(self, query: Any) -> sa.TextClause:

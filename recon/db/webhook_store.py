@@ -65,7 +65,7 @@ class WebhookStore:
                 if row is None:
                     out.append(StoredEvent(event.event_id, stored=False, webhook_id=None, job_id=None))
                 else:
-                    new.append((event, int(row[0])))
+                    new.append((event, int(row._mapping["id"])))
             if new:
                 rows = [EnqueueRow(queue=queue, kind=WEBHOOK_KIND, payload_json=json.dumps(job_payload(i, e)),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
@@ -116,7 +116,8 @@ class WebhookStore:
         except self.db.dbapi.Error as exc:
             raise await session.failed(exc, conn) from exc
         session.succeeded(epoch)
-        stored = {(r[0], r[1]): (int(r[2]), int(r[3])) for r in returned}
+        stored = {(psp, event_id): (int(webhook_id), int(job_id))
+                  for psp, event_id, webhook_id, job_id, _woken in returned}
         out: list[list[StoredEvent]] = []
         for events in requests:
             results = []
@@ -152,13 +153,13 @@ class WebhookStore:
         if not marks:
             return set()
         rows = json.dumps([{"id": i, "state": str(state), "payment_id": pid} for i, state, pid in marks])
-        return {int(r[0]) for r in conn.execute(self._q(wq.webhook_mark_many_if_received),
-                                                {"rows": rows, "now": self.db.now_param()})}
+        return {int(webhook_id) for (webhook_id,) in conn.execute(self._q(wq.webhook_mark_many_if_received),
+                                                                  {"rows": rows, "now": self.db.now_param()})}
 
     def counts(self, *, since: datetime) -> list[dict[str, Any]]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(wq.webhook_counts), {"since": self.db.to_db(since)}).all()
-        return [{"psp": r[0], "state": r[1], "events": int(r[2])} for r in rows]
+        return [{"psp": psp, "state": state, "events": int(n)} for psp, state, n in rows]
 
     def unknown_between(self, *, psp: str, since: datetime, until: datetime) -> list[WebhookRecord]:
         with self.db.begin() as conn:
@@ -186,12 +187,16 @@ class WebhookStore:
                           keep=_VERBATIM)
 
     def _record(self, r: Any) -> WebhookRecord:
-        t = self.db.from_db
-        return WebhookRecord(id=int(r[0]), psp=r[1], event_id=r[2], event_type=r[3], occurred_at=t(r[4]),
-                             received_at=t(r[5]), psp_reference=r[6], merchant_reference=r[7],  # type: ignore[arg-type]
-                             merchant_account=r[8], amount=int(r[9]) if r[9] is not None else None, currency=r[10],
-                             news=r[11], psp_status=r[12], reason=r[13], report=r[14], body=json_from_db(r[15]),
-                             state=WebhookState(r[16]), payment_id=r[17], applied_at=t(r[18]))
+        """A ``WebhookRecord`` from a row of ``WEBHOOK_COLUMNS``, read by name."""
+        m, t = r._mapping, self.db.from_db
+        return WebhookRecord(id=int(m["id"]), psp=m["psp"], event_id=m["event_id"], event_type=m["event_type"],
+                             occurred_at=t(m["occurred_at"]), received_at=t(m["received_at"]),  # type: ignore[arg-type]
+                             psp_reference=m["psp_reference"], merchant_reference=m["merchant_reference"],
+                             merchant_account=m["merchant_account"],
+                             amount=int(m["amount"]) if m["amount"] is not None else None, currency=m["currency"],
+                             news=m["news"], psp_status=m["psp_status"], reason=m["reason"], report=m["report"],
+                             body=json_from_db(m["body"]), state=WebhookState(m["state"]),
+                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]))
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
