@@ -1,5 +1,5 @@
-"""The claim loop reads its rows by unpacking them into the names of ``jobs_queries.CLAIM_FIELDS`` (its hot path:
-recon.db.jobs_store.claimed_job): every value of a row built from those names lands in the Job field its column
+"""The claim loop reads its rows by unpacking them into the names of ``lease_queries.CLAIM_FIELDS`` (its hot path:
+recon.db.lease_store.claimed_job): every value of a row built from those names lands in the Job field its column
 names, on the PostgreSQL and the SQLite path, so a column added, dropped or moved in the list breaks here, not
 silently in a worker."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from recon.db.jobs_queries import CLAIM_COLUMNS, CLAIM_COLUMNS_PG, CLAIM_FIELDS
-from recon.db.jobs_store import _claimed_sqlite, claimed_job
+from recon.db.lease_queries import CLAIM_COLUMNS, CLAIM_COLUMNS_PG, CLAIM_FIELDS
+from recon.db.lease_store import _claimed_sqlite, claimed_job
 from recon.rows import Job, JobState
 
 RUN_AFTER = datetime(2026, 12, 1, 9, tzinfo=UTC)
