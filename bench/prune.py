@@ -125,7 +125,7 @@ def table_rows(url: str) -> dict[str, int]:
         db.dispose()
 
 
-# The claim's row selection (recon.db.jobs_queries.job_claim_available), for EXPLAIN: how many pages one claim of
+# The claim's row selection (recon.db.lease_queries.job_claim_available), for EXPLAIN: how many pages one claim of
 # 32 due jobs reads is the noise-free figure next to jobs/s (PostgreSQL; rolled back, so nothing is claimed).
 CLAIM_PROBE_PG = """
     EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)

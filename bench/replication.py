@@ -52,7 +52,8 @@ import sqlalchemy as sa  # noqa: E402
 
 from recon import Client, JobStore, Settings  # noqa: E402
 from recon.db.database import connect, upgrade  # noqa: E402
-from recon.db.payment_store import NewPayment, PaymentStore  # noqa: E402
+from recon.db.payment_store import PaymentStore  # noqa: E402
+from recon.rows import NewPayment  # noqa: E402
 from tests import pgcluster  # noqa: E402
 
 SETUPS = ("primary", "async", "sync")

@@ -65,9 +65,10 @@ from psp_adapters.sandbox.records import sandbox_fee  # noqa: E402
 from psp_adapters.sandbox.wire import PaymentStatus  # noqa: E402
 from recon.db.control_store import ControlStore  # noqa: E402
 from recon.db.database import Database, connect, upgrade  # noqa: E402
-from recon.db.payment_store import NewPayment, PaymentStore  # noqa: E402
+from recon.db.payment_store import PaymentStore  # noqa: E402
 from recon.payments.guard import Permit, PspGuard  # noqa: E402
 from recon.payments.psp_limits import GuardConfig, PspLimits  # noqa: E402
+from recon.rows import NewPayment  # noqa: E402
 
 PG_URL_DEFAULT = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 AMOUNT, CURRENCY = 1250, "EUR"

@@ -1,15 +1,19 @@
-"""The PspAdapter protocol and its typed results: all an adapter author needs.
+"""The PspAdapter and WebhookReceiver protocols, their typed results, and what a PSP's package registers
+(``PspPackage``): all an adapter author needs.
 
 One method per question we ask a PSP, not one per endpoint. Amounts are integer minor units plus an
 ISO-4217 currency code; conversion from a PSP's wire format happens only in that adapter's ``wire.py``.
+A PSP is one package, ``psp_adapters/<name>/``, whose ``__init__`` exports ``PSP = PspPackage(...)``, and one
+line in ``psp_adapters.registry``: recon finds its adapter, its charge rules, its webhooks and its defaults
+there, and names no PSP itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 class Secret:
@@ -129,6 +133,36 @@ class Reversed(_Outcome):
     reason: str | None = None
 
 
+#: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
+_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
+                          ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
+_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
+                                             "action_required": ActionRequired, "unknown": Unknown}
+#: the kinds of ``Reversed`` news: money the PSP took back
+REVERSAL_KINDS = ("refund", "dispute")
+
+
+def news_kind(news: PaymentOutcome | Reversed) -> str:
+    """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
+    pending, action_required, unknown, or a reversal's kind (refund, dispute). ``news_from`` reads it back."""
+    return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
+
+
+def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
+              currency: str | None, raw_status: str | None, reason: str | None) -> PaymentOutcome | Reversed:
+    """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
+    was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
+    has one (Failed, Reversed)."""
+    common = {"psp_reference": psp_reference, "merchant_reference": merchant_reference, "amount": amount,
+              "currency": currency, "raw_status": raw_status}
+    if kind in REVERSAL_KINDS:
+        return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
+    cls = _OUTCOMES.get(kind, Unknown)
+    if cls is Failed:
+        return Failed(**common, reason=reason)  # type: ignore[arg-type]
+    return cls(**common)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookEvent:
     """One event a PSP pushed, verified and parsed by that PSP's ``webhook`` module.
@@ -207,6 +241,11 @@ class PspAdapter(Protocol):
     idempotency_retention: ClassVar[timedelta | None]
     #: whether ``iter_payments`` answers: recon reconciles in bulk only where it does
     lists_payments: ClassVar[bool]
+    #: how long after a charge the PSP may still not find it by our reference (its search lags): recon's grace
+    #: period before "never reached the PSP" is at least this (``[reconcile]`` grace_period; zero: no lag)
+    search_lag: ClassVar[timedelta]
+    #: the bulk sweep's window that fits how the PSP lists (a daily report: a day); None: ``[reconcile] window``
+    listing_window: ClassVar[timedelta | None]
 
     def create_payment(self, request: ChargeRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
@@ -232,3 +271,63 @@ class PspAdapter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAnswer:
+    """What a PSP expects back once a request's events are stored (or were already: a redelivery); anything
+    else makes it deliver the request again."""
+
+    body: bytes
+    media_type: str
+    status: int = 200
+
+
+@runtime_checkable
+class WebhookReceiver(Protocol):
+    """One PSP's webhooks as recon receives them (``psp_adapters/<name>/webhook.py``), built by its package's
+    webhook factory from the configured secrets. ``recon serve`` answers ``POST`` on the PSP's path with it:
+    ``verify``, store the events with one job each, then answer ``accepted``.
+
+    ``verify`` is the only way to the events: nothing parses a request before it is verified. It raises only
+    ``psp_adapters.errors.WebhookRejected``, whose ``reason`` recon counts: ``no_signature``, ``bad_signature``,
+    ``stale_timestamp``, ``malformed`` (answered 400) or ``unauthorized`` (401); nothing of the request is stored.
+    """
+
+    name: ClassVar[str]
+    #: the answer once the request's events are stored
+    accepted: ClassVar[WebhookAnswer]
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: float) -> list[WebhookEvent]:
+        """The request's events, once ``headers`` and ``body`` (the raw bytes, as received) are verified against
+        the configured secrets. ``headers`` is looked up by lower-case name; ``now`` is Unix seconds."""
+        ...
+
+
+class WebhookFactory(Protocol):
+    """A PSP's webhook receiver from the environment (its secrets come from there only, never from a file): None
+    when its secret is not set (the PSP has no endpoint). ``tolerance``: the seconds a signed timestamp may be
+    from now (``[webhooks] tolerance``). ValueError names a variable that is set but wrong."""
+
+    def __call__(self, environ: Mapping[str, str], *, tolerance: float) -> WebhookReceiver | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PspPackage:
+    """What a PSP's package gives recon: its ``__init__``'s ``PSP``, read through ``psp_adapters.registry``.
+
+    - ``adapter``: the adapter class; recon reads its ClassVars (``search_lag``, ``listing_window``) without a key
+    - ``create``: settings -> a ready adapter (``psp_adapters.settings`` reads them; ``MissingSetting`` names a
+      required one that is missing)
+    - ``base_url``: the API root when none is configured
+    - ``check_charge``: what the PSP would refuse about a charge, checked at import (None: nothing to check)
+    - ``webhook``: its webhook receiver's factory (None: no webhooks), with ``webhook_secrets``, the environment
+      variables its secrets come from (the first turns the endpoint on; messages name them)
+    """
+
+    adapter: type[PspAdapter]
+    create: Callable[[Mapping[str, Any]], PspAdapter]
+    base_url: str | None = None
+    check_charge: Callable[[ChargeRequest], Sequence[FieldProblem]] | None = None
+    webhook: WebhookFactory | None = None
+    webhook_secrets: tuple[str, ...] = ()

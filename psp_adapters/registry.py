@@ -1,6 +1,11 @@
-"""Adapter name -> factory. Only the composition root (``recon.cli``) imports this module.
+"""PSP name -> its package. Only the composition roots (``recon.app``, ``recon.demo``) import this module.
 
-A factory takes a settings mapping and returns a ready ``PspAdapter``. Keys it reads:
+Adding a PSP is one folder, ``psp_adapters/<name>/``, whose ``__init__`` exports ``PSP``, a
+``psp_adapters.protocol.PspPackage`` (its adapter class and factory, default base URL, charge rules, webhook
+receiver), and one line in ``PACKAGES``. A package is imported when recon first needs it, so a PSP being
+written breaks nothing until it is used.
+
+A factory (``get_factory``) takes a settings mapping and returns a ready ``PspAdapter``. Keys it reads:
 
 - ``base_url`` (str): the PSP's API root; ``report_base_url`` (str, Adyen only): the report host
 - ``api_key`` (``Secret``): required for stripe and adyen
@@ -13,8 +18,7 @@ A factory takes a settings mapping and returns a ready ``PspAdapter``. Keys it r
 - ``timeout`` (``httpx.Timeout``, optional; all four phases set) and ``transport`` (tests only)
 
 ``settings_from_env`` builds that mapping from ``RECON_<NAME>_*`` variables. Base URLs may default to the
-PSP's public host; keys never have a default and never live in code. Each adapter module is imported only
-when its factory runs, so the registry works while an adapter is still being written.
+PSP's public host; keys never have a default and never live in code.
 """
 
 from __future__ import annotations
@@ -26,17 +30,16 @@ from typing import Any
 import httpx
 
 from psp_adapters.http import DEFAULT_TIMEOUT, timeout_from_seconds
-from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secret
+from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, PspPackage, Secret, WebhookFactory
+from psp_adapters.settings import MissingSetting
 
 AdapterFactory = Callable[[Mapping[str, Any]], PspAdapter]
 
-#: the sandbox server's default address (``psp_adapters.sandbox.server.SANDBOX_PORT_DEFAULT``)
-SANDBOX_BASE_URL_DEFAULT = "http://127.0.0.1:8787"
-_DEFAULT_BASE_URLS = {
-    # the adapters' own defaults, repeated here so that reading settings imports no adapter
-    "stripe": "https://api.stripe.com",
-    "adyen": "https://checkout-test.adyen.com",
-    "sandbox": SANDBOX_BASE_URL_DEFAULT,
+#: the registered PSPs: name -> the package whose ``PSP`` describes it
+PACKAGES: dict[str, str] = {
+    "adyen": "psp_adapters.adyen",
+    "sandbox": "psp_adapters.sandbox",
+    "stripe": "psp_adapters.stripe",
 }
 _TIMEOUT_PHASES = ("connect", "read", "write", "pool")
 #: settings read from RECON_<NAME>_<KEY> (and, for PLAIN_KEYS, from the config file's [psp.NAME] table)
@@ -49,91 +52,57 @@ TIMEOUT_KEYS = tuple(f"{phase}_timeout" for phase in _TIMEOUT_PHASES)
 #: the longest timeout accepted for a phase
 TIMEOUT_MAX_SECONDS = 600.0
 
-
-def _stripe(settings: Mapping[str, Any]) -> PspAdapter:
-    from psp_adapters.stripe.adapter import StripeAdapter
-
-    return StripeAdapter(
-        _text(settings, "base_url", required=True),
-        api_key=_secret(settings, "api_key", required=True),
-        api_version=_text(settings, "api_version") or None,  # None: the adapter's pinned API_VERSION
-        timeout=_timeout(settings),
-        transport=settings.get("transport"),
-    )
-
-
-def _adyen(settings: Mapping[str, Any]) -> PspAdapter:
-    """The Adyen adapter. ``merchant_account`` is only the default (a payment may name its own); the report
-    user's credentials (``report_api_key``, or ``report_username`` with ``report_password``) are required and
-    never fall back to ``api_key``: the adapter's ValueError names them and their variables."""
-    from psp_adapters.adyen.adapter import DEFAULT_REPORT_BASE_URL, AdyenAdapter
-    from psp_adapters.adyen.charge import DEFAULT_RECURRING_PROCESSING_MODEL, DEFAULT_RETURN_URL
-    from psp_adapters.adyen.wire import DEFAULT_API_VERSION
-
-    return AdyenAdapter(
-        _text(settings, "base_url", required=True),
-        api_key=_secret(settings, "api_key", required=True),
-        merchant_account=_text(settings, "merchant_account") or None,
-        api_version=_text(settings, "api_version") or DEFAULT_API_VERSION,
-        return_url=_text(settings, "return_url") or DEFAULT_RETURN_URL,
-        recurring_processing_model=_text(settings, "recurring_processing_model") or DEFAULT_RECURRING_PROCESSING_MODEL,
-        report_base_url=_text(settings, "report_base_url") or DEFAULT_REPORT_BASE_URL,
-        report_api_key=_secret(settings, "report_api_key") or None,
-        report_username=_text(settings, "report_username") or None,
-        report_password=_secret(settings, "report_password") or None,
-        report_timezone=_text(settings, "report_timezone") or "UTC",
-        timeout=_timeout(settings),
-        transport=settings.get("transport"),
-    )
-
-
-def _sandbox(settings: Mapping[str, Any]) -> PspAdapter:
-    from psp_adapters.sandbox.adapter import SandboxAdapter
-
-    return SandboxAdapter(
-        _text(settings, "base_url", required=True),
-        api_key=_secret(settings, "api_key") or None,
-        timeout=_timeout(settings),
-        transport=settings.get("transport"),
-    )
-
-
-_FACTORIES: dict[str, AdapterFactory] = {"adyen": _adyen, "sandbox": _sandbox, "stripe": _stripe}
+__all__ = ["PACKAGES", "AdapterFactory", "MissingSetting", "adapter_class", "check_charge", "get_factory", "names",
+           "package", "settings_from_env", "settings_from_table", "webhook_factories", "webhook_secrets"]
 
 
 def names() -> tuple[str, ...]:
-    """The registered adapter names, sorted."""
-    return tuple(sorted(_FACTORIES))
+    """The registered PSP names, sorted."""
+    return tuple(sorted(PACKAGES))
+
+
+def package(name: str) -> PspPackage:
+    """What PSP ``name``'s package registers. Raises LookupError naming the known PSPs when there is none, and
+    ImportError when its package cannot be imported or exports no ``PSP``."""
+    try:
+        path = PACKAGES[name]
+    except KeyError:
+        raise LookupError(f"unknown PSP adapter {name!r}; known: {', '.join(names())}") from None
+    found = getattr(importlib.import_module(path), "PSP", None)
+    if not isinstance(found, PspPackage):
+        raise ImportError(f"{path} exports no PSP (a psp_adapters.protocol.PspPackage)")
+    return found
 
 
 def get_factory(name: str) -> AdapterFactory:
     """The factory for ``name``. Raises LookupError naming the known adapters when there is none.
 
-    A factory raises ValueError when a required setting is missing or malformed, and ImportError when
-    its adapter module cannot be imported.
+    A factory raises ValueError when a required setting is missing (``MissingSetting``) or malformed, and
+    ImportError when its adapter module cannot be imported.
     """
-    try:
-        return _FACTORIES[name]
-    except KeyError:
-        raise LookupError(f"unknown PSP adapter {name!r}; known: {', '.join(names())}") from None
+    return package(name).create
+
+
+def adapter_class(name: str) -> type[PspAdapter]:
+    """PSP ``name``'s adapter class: its ClassVars (``search_lag``, ``listing_window``, …) need no settings."""
+    return package(name).adapter
 
 
 def check_charge(name: str, request: ChargeRequest) -> list[FieldProblem]:
-    """What PSP ``name`` would refuse about ``request``, by its adapter's own rules (``check_charge`` in the
-    adapter package; none: nothing to check). Needs no settings and makes no call. LookupError: unknown name."""
-    get_factory(name)
-
-    package = importlib.import_module(f"psp_adapters.{name}")
-    rules = getattr(package, "check_charge", None)
+    """What PSP ``name`` would refuse about ``request``, by its adapter's own rules (``PspPackage.check_charge``;
+    none: nothing to check). Needs no settings and makes no call. LookupError: unknown name."""
+    rules = package(name).check_charge
     return list(rules(request)) if rules is not None else []
 
 
-class MissingSetting(ValueError):
-    """A required setting of an adapter is not set; ``key`` names it."""
+def webhook_factories() -> dict[str, WebhookFactory]:
+    """Each registered PSP that has webhooks, with its receiver's factory."""
+    return {name: p.webhook for name in names() if (p := package(name)).webhook is not None}
 
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(f"setting {key!r} is required")
+
+def webhook_secrets(name: str) -> tuple[str, ...]:
+    """The environment variables PSP ``name``'s webhook secrets come from (the first turns its endpoint on)."""
+    return package(name).webhook_secrets
 
 
 def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -145,9 +114,9 @@ def settings_from_env(name: str, environ: Mapping[str, str]) -> dict[str, Any]:
     Unset variables are left out (the factory then reports what is missing). Raises LookupError for an
     unknown name and ValueError for a timeout that is not a positive number.
     """
-    get_factory(name)
+    default = package(name).base_url
     prefix = f"RECON_{name.upper()}_"
-    settings: dict[str, Any] = {"base_url": environ.get(prefix + "BASE_URL") or _DEFAULT_BASE_URLS.get(name)}
+    settings: dict[str, Any] = {"base_url": environ.get(prefix + "BASE_URL") or default}
     for key in PLAIN_KEYS:
         value = environ.get(prefix + key.upper())
         if value:
@@ -191,35 +160,4 @@ def _seconds(environ: Mapping[str, str], variable: str) -> float | None:
         raise ValueError(f"{variable} must be a number of seconds, got {raw!r}") from None
     if not 0 < value <= TIMEOUT_MAX_SECONDS:  # also false for nan
         raise ValueError(f"{variable} must be a number of seconds in (0, {TIMEOUT_MAX_SECONDS:g}], got {raw!r}")
-    return value
-
-
-def _text(settings: Mapping[str, Any], key: str, *, required: bool = False) -> str:
-    value = settings.get(key)
-    if value is None or value == "":
-        if required:
-            raise MissingSetting(key)
-        return ""
-    if not isinstance(value, str):
-        raise ValueError(f"setting {key!r} must be a string")
-    return value
-
-
-def _secret(settings: Mapping[str, Any], key: str, *, required: bool = False) -> Secret:
-    value = settings.get(key)
-    if value is None or not value:
-        if required:
-            raise MissingSetting(key)
-        return Secret("")
-    if not isinstance(value, Secret):
-        raise ValueError(f"setting {key!r} must be a Secret")  # a bare str would end up in reprs and logs
-    return value
-
-
-def _timeout(settings: Mapping[str, Any]) -> httpx.Timeout:
-    value = settings.get("timeout")
-    if value is None:
-        return DEFAULT_TIMEOUT
-    if not isinstance(value, httpx.Timeout):
-        raise ValueError("setting 'timeout' must be an httpx.Timeout")
     return value

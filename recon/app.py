@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -37,13 +37,14 @@ from recon.db.schedule_store import ScheduleStore
 from recon.db.sweep_store import SweepRunStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
-from recon.engine.handlers import Handlers
+from recon.engine.handlers import Handlers, JobHandler
 from recon.engine.periodic import Periodic
 from recon.engine.pruner import Pruner
 from recon.engine.retry import RetryPolicy
 from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
 from recon.payments.charge import ChargeHandler
+from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
 from recon.payments.instrumented import instrument
 from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
@@ -51,12 +52,13 @@ from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
+from recon.reconcile.webhook import WebhookHandler, report_sweep
 from recon.reconcile.window import WindowHandler
 from recon.redact import redact
 from recon.review import ReviewDesk
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
 from recon.webhooks.config import WebhookConfig
-from recon.webhooks.handler import WebhookHandler, report_sweep
+from recon.webhooks.config import check as check_webhooks
 
 #: PSP name -> its adapter, not yet instrumented
 AdapterFactory = Callable[[str], PspAdapter]
@@ -99,8 +101,8 @@ class App:
                 settings = replace(settings, database_url=self._database_url)
             _check_psp_tables(settings)
             ReconcileConfig.from_table(settings.extra.get("reconcile"), source=settings.source)
-
-            WebhookConfig.load(settings.extra.get("webhooks"), os.environ, source=settings.source)
+            PaymentsConfig.from_table(settings.extra.get("payments"), source=settings.source)
+            check_webhooks(settings.extra.get("webhooks"), source=settings.source, psps=registry.names())
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
             self._settings = settings
@@ -125,9 +127,16 @@ class App:
 
     @cached_property
     def reconcile_config(self) -> ReconcileConfig:
+        """``[reconcile]``, each PSP's defaults from its adapter (``search_lag``, ``listing_window``)."""
         if self._reconcile_config is not None:
             return self._reconcile_config
-        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source)
+        return ReconcileConfig.from_table(self.settings.extra.get("reconcile"), source=self.settings.source,
+                                          adapters={name: registry.adapter_class(name) for name in registry.names()})
+
+    @cached_property
+    def payments_config(self) -> PaymentsConfig:
+        """``[payments]`` of the config file: the charge jobs' queue (recon.payments.config)."""
+        return PaymentsConfig.from_table(self.settings.extra.get("payments"), source=self.settings.source)
 
     # --- the stores ---------------------------------------------------------------------------------------
 
@@ -166,8 +175,14 @@ class App:
 
     @cached_property
     def webhook_config(self) -> WebhookConfig:
-        """``[webhooks]`` of the config file, secrets from the environment (recon.webhooks.config)."""
-        return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source)
+        """``[webhooks]`` of the config file, with a receiver for each PSP whose secrets are in the environment
+        (recon.webhooks.config)."""
+        return WebhookConfig.load(self.settings.extra.get("webhooks"), os.environ, source=self.settings.source,
+                                  factories=registry.webhook_factories())
+
+    def webhook_secret_hint(self) -> str:
+        """Which variables turn the PSPs' webhook endpoints on, for a message: "A (stripe) or B (adyen)"."""
+        return " or ".join(f"{registry.webhook_secrets(name)[0]} ({name})" for name in registry.webhook_factories())
 
     @cached_property
     def schedules(self) -> list[Schedule]:
@@ -282,33 +297,34 @@ class App:
 
     # --- handlers and workers -----------------------------------------------------------------------------
 
-    def handlers(self, extra: tuple[str, ...] = (), *,
-                 kinds: tuple[str, ...] = ("charge", "reconcile", "reconcile_window", "webhook", "sweep",
-                                           "report")) -> Handlers:
-        """The payment handlers (charge, reconcile, webhook), the periodic ones (sweep, report) plus any
-        ``--handlers MODULE:ATTR``."""
+    def handlers(self, extra: tuple[str, ...] = (), *, kinds: Collection[str] | None = None,
+                 queues: Collection[str] | None = None) -> Handlers:
+        """recon's job handlers, each added by the kind and queue it declares (``JobHandler``): the payment ones
+        (charge, reconcile, reconcile_window, webhook) and the periodic ones (sweep, report); only those of
+        ``kinds``, or of ``queues``, when given; plus any ``--handlers MODULE:ATTR``."""
         handlers = Handlers()
-        if "charge" in kinds:
-            handlers.register("charge", ChargeHandler(self.payments, self.adapter, guard=self.guard,
-                                                      clock=SystemClock()))
-        if "reconcile" in kinds:
-            handlers.register("reconcile", ReconcileHandler(self.payments, self.adapter, config=self.reconcile_config,
-                                                            clock=SystemClock(), guard=self.guard))
-        if "reconcile_window" in kinds:
-            handlers.register("reconcile_window", WindowHandler(self.payments, self.adapter,
-                                                                config=self.reconcile_config, guard=self.guard))
-        if "webhook" in kinds:
-            handlers.register("webhook", WebhookHandler(self.payments, self.webhooks, sweep_func=report_sweep(
-                self.payments, self.client(), queue=self.reconcile_config.queue, listing_func=self._listing_psps,
-                config=self.reconcile_config), reconcile_queue=self.reconcile_config.queue))
-        if "sweep" in kinds or "report" in kinds:
-            handlers.register("sweep", SweepJob(self.payments, self.client(), self.sweeps,
-                                                queue=self.reconcile_config.queue, psp_names=self.psp_names(),
-                                                listing_func=self._listing_psps, config=self.reconcile_config))
-            handlers.register("report", ReportJob(self._report_file, psp_names=self.psp_names()))
+        for handler in self._job_handlers():
+            if (kinds is None or handler.kind in kinds) and (queues is None or handler.queue in queues):
+                handlers.add(handler)
         for ref in extra:
             _merge_handlers(handlers, _import_ref(ref))
         return handlers
+
+    def _job_handlers(self) -> list[JobHandler]:
+        rc = self.reconcile_config
+        sweep_func = report_sweep(self.payments, self.client(), queue=rc.queue, listing_func=self._listing_psps,
+                                  config=rc)
+        return [
+            ChargeHandler(self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
+                          queue=self.payments_config.queue),
+            ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
+            WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
+            WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
+                           queue=self.webhook_config.queue),
+            SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
+                     listing_func=self._listing_psps, config=rc),
+            ReportJob(self._report_file, psp_names=self.psp_names()),
+        ]
 
     def _listing_psps(self) -> set[str]:
         """The PSPs with unfinished payments whose adapters list payments (bulk reconciliation); a PSP that

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
-from psp_adapters import adyen, stripe
+from psp_adapters import adyen, registry, stripe
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secret
 from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
@@ -37,12 +37,13 @@ from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.asgi import background
 from recon.config import BackoffConfig, Settings
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.payments.guard import Unguarded
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
-from recon.rows import Payment, PaymentStatus
+from recon.rows import NewPayment, Payment, PaymentStatus
 from recon.webhooks.config import WebhookConfig as Endpoint
+from recon.webhooks.config import default_path
 
 DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_hang=0.04, hang_seconds=1.5,
                      pending_fraction=0.12, settle_after_seconds=3.0, pending_fail_fraction=0.25,
@@ -144,13 +145,13 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
             stack.enter_context(_worker_in_background(app, app.webhook_config.queue))
         ledger = app.payments
         new = _payments(wire, n)
-        ledger.create(new)
+        ledger.create(new, queue=app.payments_config.queue)
         accounts = len({p.merchant_account for p in new})
         say(f"created {n} payments in {len({p.currency for p in new})} currencies"
             + (f" and {accounts} merchant accounts" if accounts > 1 else "") + ", each with a charge job"
             + (f" (each carries what {wire.label} needs; {wire.psp}.check_charge accepts all)" if wire.check else ""))
 
-        charged = _run_until_done(app, queue="charges", timeout=40)
+        charged = _run_until_done(app, queue=app.payments_config.queue, timeout=40)
         counts = _statuses(ledger)
         say(f"charge workers: {charged['succeeded']} charge jobs done first time or after retries; "
             f"payments now {_fmt(counts)}")
@@ -300,12 +301,12 @@ def _webhook_endpoint(app: App, wire: Wire, stack: contextlib.ExitStack) -> Webh
     from recon.webhooks.server import create_app
 
     secret = ("whsec_" if wire.psp == "stripe" else "") + secrets.token_hex(32)
-    endpoint = Endpoint(stripe_secrets=(Secret(secret),) if wire.psp == "stripe" else (),
-                        adyen_hmac_keys=(Secret(secret),) if wire.psp == "adyen" else ())
+    # the PSP's receiver as `recon serve` builds it, from the variable that turns its endpoint on
+    endpoint = Endpoint.load(None, {registry.webhook_secrets(wire.psp)[0]: secret},
+                             factories={wire.psp: registry.webhook_factories()[wire.psp]})
     intake = Intake(app.webhooks, endpoint, max_attempts=app.settings.engine.default_max_attempts)
     base = stack.enter_context(background(create_app(app, intake=intake)))
-    path = endpoint.stripe_path if wire.psp == "stripe" else endpoint.adyen_path
-    return WebhookConfig(url=base.rstrip("/") + path, secret=Secret(secret), backoff_seconds=0.2)
+    return WebhookConfig(url=base.rstrip("/") + default_path(wire.psp), secret=Secret(secret), backoff_seconds=0.2)
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from prometheus_client.registry import CollectorRegistry
 from recon.counters import series
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
-from recon.db.pool_store import PoolStore, WorkerRecord
+from recon.db.pool_store import PoolStore
 from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
 from recon.overview import (
@@ -46,6 +46,7 @@ from recon.overview import (
     review_section,
     workers_section,
 )
+from recon.pool_rows import WorkerRecord
 
 log = logging.getLogger(__name__)
 

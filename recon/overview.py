@@ -19,10 +19,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from recon.control_rows import PspControl
 from recon.counters import ENGINE_COUNTERS, quantile, series
-from recon.db.control_store import ControlStore, PspControl
-from recon.db.pool_store import WorkerRecord
+from recon.db.control_store import ControlStore
 from recon.payments.psp_limits import GuardConfig, PspLimits
+from recon.pool_rows import WorkerRecord
 
 if TYPE_CHECKING:
     from recon.app import App

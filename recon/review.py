@@ -24,15 +24,15 @@ from psp_adapters.errors import PspError
 from psp_adapters.protocol import Failed, NotFound, PaymentOutcome, PspAdapter, PspRef, Succeeded
 from recon.clock import Clock, SystemClock
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import PaymentStore, Transition, charge_key
+from recon.db.payment_store import PaymentStore, charge_key
 from recon.engine.client import Client
 from recon.engine.outcome import Snooze
 from recon.errors import ConfigError, ReviewRefused, UsageError
-from recon.payments.charge import outcome_details
 from recon.payments.guard import Guard
 from recon.payments.money import check_currency, format_amount
+from recon.reconcile.decide import outcome_details
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
-from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus
+from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus, Transition
 
 #: bounds of what a person types
 REASON_MAX = 500

@@ -1,8 +1,12 @@
-"""The values that cross between the stores and everything above them: jobs and their attempts, payments and
-their audit events, and the payment state machine the payment store enforces.
+"""The values that cross between the stores and everything above them, for jobs and payments: jobs, their
+attempts, what is enqueued and how an attempt ends, the dead-letter set's filters and replays; payments, their
+audit events, new payments, transitions and notes, and the payment state machine the payment store enforces.
 
 A leaf module (it imports nothing of recon but ``recon.errors``), so ``recon.db`` depends on no engine or
-payments module: the stores return these rows, the engine and the handlers read them.
+payments module: the stores take and return these rows, the engine and the handlers build and read them. The
+other table groups' rows are its siblings, leaves too: ``recon.webhook_rows``, ``recon.pool_rows``,
+``recon.control_rows``, ``recon.schedule_rows``, ``recon.report_rows``, ``recon.console_rows``. Nothing here
+redacts: each store does, at its one row builder (``recon.redact``), whatever built the row.
 
 ``Job.attempts`` is both the claim counter and the fencing token: every claim increments it, and every write
 made under a lease is conditional on it. Payments move by the transitions of ``TRANSITIONS``
@@ -12,6 +16,7 @@ transition is an error, never a silent write.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -86,6 +91,103 @@ class AttemptRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRow:
+    """One job to insert (``JobStore.enqueue``): its payload already JSON (``recon.engine.client`` encodes it)."""
+
+    queue: str
+    kind: str
+    payload_json: str
+    priority: int
+    run_at: datetime | None
+    delay: float
+    max_attempts: int
+    unique_key: str | None
+    tenant: str | None
+
+
+@dataclass(slots=True)
+class Finish:
+    """How one attempt ends: the job's next state and the attempt-history row (a value; not frozen for
+    the same reason as ``Job``: one is made per finished job). ``JobStore.finish`` redacts its texts in place
+    before any statement sees them (the storage boundary), so what the caller reads afterwards is what was
+    written."""
+
+    id: int
+    attempt: int
+    state: str  #: the job's next state
+    outcome: str  #: the attempt's outcome (schema.ATTEMPT_OUTCOMES)
+    delay: float | None = None  #: seconds until run_after, for retryable/pending/runnable
+    error_kind: str | None = None
+    error: str | None = None
+    bump: int = 0  #: 1 when the attempt is not spent (snooze, release)
+
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, "attempt": self.attempt, "state": self.state, "delay": self.delay,
+                "outcome": self.outcome, "error_kind": self.error_kind, "error": self.error, "bump": self.bump}
+
+    @property
+    def plain_success(self) -> bool:
+        """A success with nothing more to record: no error text or kind, no delay, the attempt spent."""
+        return (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
+                and self.error_kind is None and self.delay is None and not self.bump)
+
+    def row_json(self) -> str:
+        """``row()`` as JSON; a plain success (most finishes) is formatted directly, without the encoder."""
+        if (self.state == "succeeded" and self.outcome == "succeeded" and self.error is None
+                and self.error_kind is None and self.delay is None):
+            return _SUCCEEDED_ROW % (self.id, self.attempt, self.bump)
+        return _dumps(self.row())
+
+
+#: the finish row of a plain success; absent keys are NULL in jsonb_to_recordset
+_SUCCEEDED_ROW = '{"id":%d,"attempt":%d,"state":"succeeded","outcome":"succeeded","bump":%d}'
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs `recon jobs list` and `recon jobs replay` select; None matches anything."""
+
+    queue: str | None = None
+    kind: str | None = None
+    error_kind: str | None = None  #: the job's last_error_kind
+    finished_since: datetime | None = None  #: finished at or after this instant (aware UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBatch:
+    """What one replay transaction looked at and did."""
+
+    jobs: list[Job]  #: the matching dead jobs of the batch, as they were before the replay
+    replayed: list[int]  #: ids made runnable (with dry_run: that would be)
+    skipped: list[int]  #: ids left dead: an unfinished job (or one replayed earlier in the run) holds the key
+    last_id: int  #: the id cursor for the next batch
+    keys: frozenset[str]  #: unique keys taken so far in this run (pass them to the next batch)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRecord:
+    """One row of ``job_replays``: a dead job made runnable again, after attempt ``attempt``."""
+
+    job_id: int
+    attempt: int  #: the job's attempts when it was replayed; the next claim is attempt + 1
+    replayed_at: datetime
+    max_attempts_before: int
+    max_attempts_after: int
+    error_kind: str | None  #: the error kind that had killed the job
+    replayed_by: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneCount:
+    jobs: int = 0
+    attempts: int = 0
 
 
 class PaymentStatus(StrEnum):
@@ -179,55 +281,46 @@ class PaymentEvent:
         return _as_dict(self)
 
 
-class WebhookState(StrEnum):
-    RECEIVED = "received"  #: stored; its job has not applied it yet
-    APPLIED = "applied"  #: changed the payment, or joined its audit trail as evidence
-    UNKNOWN_PAYMENT = "unknown_payment"  #: no payment of ours matches (a missing_locally candidate)
-    STALE = "stale"  #: nothing new: a redelivery, or older news than the payment's final state
-    IGNORED = "ignored"  #: concerns no payment (a report became available: reconcile jobs were queued)
-
-
 @dataclass(frozen=True, slots=True)
-class WebhookRecord:
-    """One row of ``webhook_events``: an event a PSP pushed and what it says about one payment."""
+class NewPayment:
+    """A payment to create (``PaymentStore.create``), with status ``created``."""
 
-    id: int
+    merchant_account: str
+    merchant_reference: str
+    amount: int  #: minor units, > 0
+    currency: str  #: ISO-4217, upper case
     psp: str
-    event_id: str
-    event_type: str
-    occurred_at: datetime | None
-    received_at: datetime
-    psp_reference: str | None
-    merchant_reference: str | None
-    merchant_account: str | None
-    amount: int | None
-    currency: str | None
-    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute; None: no payment news
-    psp_status: str | None
-    reason: str | None
-    report: str | None
-    body: dict[str, Any] | None
-    state: WebhookState
-    payment_id: int | None
-    applied_at: datetime | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _as_dict(self)
+    created_at: datetime | None = None
+    payment_method: str | None = None
+    customer_reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ConsoleSession:
-    """One row of ``console_sessions``: a console login, as the store read it (recon.console.session decides
-    whether it still serves). ``checked_at`` is the time of that read, by the clock the store's SQL uses."""
+class Transition:
+    """One compare-and-set status change with its audit event (``PaymentStore.apply``)."""
 
-    id: int
-    principal: str  #: who logged in: "access-token/<fingerprint>" (the access token's holder)
-    operator_id: int | None  #: a named operator (issue 27); None until they exist
-    created_at: datetime
-    last_seen_at: datetime
-    expires_at: datetime  #: the absolute deadline set at login
-    revoked_at: datetime | None
-    checked_at: datetime
+    payment_id: int
+    from_status: PaymentStatus
+    to_status: PaymentStatus
+    source: EventSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+    psp_reference: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One audit event without a status change (``PaymentStore.note``), compare-and-set on ``status``."""
+
+    payment_id: int
+    status: PaymentStatus
+    source: EventSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
 
 
 def _as_dict(row: Any) -> dict[str, Any]:
@@ -238,3 +331,4 @@ def _as_dict(row: Any) -> dict[str, Any]:
         out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
             value, StrEnum) else value
     return out
+

@@ -36,9 +36,10 @@ from cronsim import CronSim, CronSimError
 
 from recon.clock import Clock, SystemClock
 from recon.config import unknown
-from recon.db.schedule_store import ClaimedSlot, ScheduleStore, SlotJob
+from recon.db.schedule_store import ScheduleStore
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
+from recon.schedule_rows import ClaimedSlot, SlotJob
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,6 @@ class Fired:
     schedule: str
     slot_at: datetime
     job_id: int | None  #: None: skipped (late, catch_up skip)
-    late_seconds: float
 
 
 class Scheduler:
@@ -193,7 +193,7 @@ class Scheduler:
             if result is False:
                 continue  # another scheduler claimed it
             job_id = result if isinstance(result, int) and not isinstance(result, bool) else None
-            fired.append(Fired(s.name, slot, job_id, late))
+            fired.append(Fired(s.name, slot, job_id))
             if job_id is None:
                 log.info("schedule %s: slot %s skipped (%.0fs late, catch_up skip)", s.name, slot.isoformat(), late)
             else:

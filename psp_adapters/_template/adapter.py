@@ -45,6 +45,10 @@ class TemplateAdapter:
     idempotency_retention: ClassVar[timedelta | None] = None
     #: True once ``iter_payments`` lists the PSP's payments by creation time (bulk reconciliation)
     lists_payments: ClassVar[bool] = False
+    #: how long the PSP's lookup by our reference may lag behind a charge (its documentation); zero: none
+    search_lag: ClassVar[timedelta] = timedelta(0)
+    #: the bulk sweep's window that fits how the PSP lists (e.g. a day for daily reports); None: recon's
+    listing_window: ClassVar[timedelta | None] = None
 
     def __init__(
         self,

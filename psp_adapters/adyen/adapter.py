@@ -124,6 +124,9 @@ class AdyenAdapter:
     #: (docs.adyen.com/development-resources/api-idempotency, "Key scope and validity time")
     idempotency_retention: ClassVar[timedelta | None] = timedelta(days=7)
     lists_payments: ClassVar[bool] = True
+    search_lag: ClassVar[timedelta] = timedelta(0)
+    #: the listing is the daily report file: an hour's window would download the same file 24 times
+    listing_window: ClassVar[timedelta | None] = timedelta(days=1)
 
     def __init__(
         self,

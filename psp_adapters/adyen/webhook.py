@@ -1,4 +1,7 @@
-"""Adyen webhooks (standard notifications, JSON): each item's HMAC signature and the events recon acts on.
+"""Adyen webhooks (standard notifications, JSON): each item's HMAC signature and the events recon acts on;
+``AdyenWebhook`` is recon's receiver (``psp_adapters.protocol.WebhookReceiver``), built by ``receiver`` from
+``RECON_ADYEN_HMAC_KEY`` (hex; several, comma-separated, while rotating) and, when Adyen is set up to send basic
+auth, ``RECON_ADYEN_WEBHOOK_USERNAME`` with ``RECON_ADYEN_WEBHOOK_PASSWORD`` (checked before the signatures).
 
 Verification, as Adyen documents it (docs.adyen.com/development-resources/webhooks/verify-hmac-signatures):
 each ``NotificationRequestItem`` carries ``additionalData.hmacSignature``, the base64 of an HMAC-SHA256 over
@@ -32,13 +35,18 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import Failed, PaymentOutcome, Reversed, Succeeded, WebhookEvent
+from psp_adapters.protocol import Failed, PaymentOutcome, Reversed, Secret, Succeeded, WebhookAnswer, WebhookEvent
+
+KEY_VARIABLE = "RECON_ADYEN_HMAC_KEY"
+USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
+PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a variable's name, not a secret
 
 #: the body Adyen expects once the notification is stored; anything else makes it retry
 ACCEPTED = "[accepted]"
@@ -46,6 +54,57 @@ SIGNED_FIELDS = ("pspReference", "originalReference", "merchantAccountCode", "me
                  "currency", "eventCode", "success")
 
 _json = JsonFields(PSP_NAME)
+
+
+class AdyenWebhook:
+    """recon's receiver of Adyen's notifications: ``verify`` checks the basic auth (when configured), then every
+    item's HMAC signature, and parses the items. Its repr names no secret."""
+
+    name: ClassVar[str] = PSP_NAME
+    accepted: ClassVar[WebhookAnswer] = WebhookAnswer(ACCEPTED.encode(), "text/plain")
+
+    def __init__(self, keys: Sequence[bytes], *, username: str | None = None, password: Secret | None = None) -> None:
+        self._keys = list(keys)
+        self._basic = (username.encode(), password.reveal().encode()) if username and password else None
+
+    def __repr__(self) -> str:
+        return f"AdyenWebhook({len(self._keys)} keys, basic auth {'on' if self._basic else 'off'})"
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: float) -> list[WebhookEvent]:
+        if self._basic is not None and not self._basic_auth_ok(headers.get("authorization")):
+            raise WebhookRejected("unauthorized", "basic auth missing or wrong")
+        return parse_verified(body, self._keys)
+
+    def _basic_auth_ok(self, header: str | None) -> bool:
+        assert self._basic is not None  # nosec B101  # type narrowing: called only with basic auth on
+        scheme, _, value = (header or "").partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        # both compared, whatever the first says: the time taken tells nothing about which one was wrong
+        return hmac.compare_digest(user.encode(), self._basic[0]) & hmac.compare_digest(password.encode(),
+                                                                                         self._basic[1])
+
+
+def receiver(environ: Mapping[str, str], *, tolerance: float) -> AdyenWebhook | None:
+    """The receiver for the keys in ``RECON_ADYEN_HMAC_KEY`` (None when it is unset or empty) with the basic auth
+    of ``RECON_ADYEN_WEBHOOK_USERNAME``/``_PASSWORD``; ValueError naming the variable for a key that is not hex
+    or one of the two without the other. Adyen's signatures carry no timestamp: ``tolerance`` is not used."""
+    values = [part.strip() for part in (environ.get(KEY_VARIABLE) or "").split(",") if part.strip()]
+    try:
+        keys = hmac_keys(values)
+    except ValueError as exc:
+        raise ValueError(f"{KEY_VARIABLE}: {exc}") from None
+    username = (environ.get(USERNAME_VARIABLE) or "").strip() or None
+    password = environ.get(PASSWORD_VARIABLE) or None
+    if bool(username) != bool(password):
+        raise ValueError(f"{USERNAME_VARIABLE} and {PASSWORD_VARIABLE}: set both or neither")
+    if not keys:
+        return None
+    return AdyenWebhook(keys, username=username, password=Secret(password) if password else None)
 
 
 def hmac_keys(values: Sequence[str]) -> list[bytes]:

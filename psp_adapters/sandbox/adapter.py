@@ -54,6 +54,8 @@ class SandboxAdapter:
     #: the sandbox keeps its keys for as long as its state file lives
     idempotency_retention: ClassVar[timedelta | None] = None
     lists_payments: ClassVar[bool] = True
+    search_lag: ClassVar[timedelta] = timedelta(0)
+    listing_window: ClassVar[timedelta | None] = None
 
     def __init__(
         self,

@@ -89,6 +89,10 @@ class StripeAdapter:
     #: makes a new request (https://docs.stripe.com/api/idempotent_requests)
     idempotency_retention: ClassVar[timedelta | None] = timedelta(hours=24)
     lists_payments: ClassVar[bool] = True
+    #: Stripe's search, which finds a PaymentIntent by our reference after a lost answer, is eventually consistent:
+    #: "data is typically searchable in under a minute; during outages, up to an hour" (docs.stripe.com/search)
+    search_lag: ClassVar[timedelta] = timedelta(hours=1)
+    listing_window: ClassVar[timedelta | None] = None
 
     def __init__(
         self,

@@ -1,4 +1,6 @@
-"""Stripe webhooks: the ``Stripe-Signature`` check and the events recon acts on.
+"""Stripe webhooks: the ``Stripe-Signature`` check and the events recon acts on; ``StripeWebhook`` is recon's
+receiver (``psp_adapters.protocol.WebhookReceiver``), built by ``receiver`` from ``RECON_STRIPE_WEBHOOK_SECRET``
+(the endpoint's ``whsec_…``; several, comma-separated, while rolling a secret).
 
 Verification, as Stripe documents it (docs.stripe.com/webhooks, "Verify webhook signatures manually"): the
 header is ``t=<unix seconds>,v1=<hex>[,v1=<hex>…][,v0=…]``; the signed payload is ``"{t}.{raw body}"``; the
@@ -29,14 +31,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import PaymentOutcome, Reversed, WebhookEvent
+from psp_adapters.protocol import PaymentOutcome, Reversed, WebhookAnswer, WebhookEvent
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
+SECRET_VARIABLE = "RECON_STRIPE_WEBHOOK_SECRET"  # nosec B105  # a variable's name, not a secret
 SIGNATURE_HEADER = "Stripe-Signature"
 #: Stripe's default tolerance in its SDKs: five minutes
 DEFAULT_TOLERANCE_SECONDS = 300
@@ -48,6 +52,32 @@ REFUNDED = "charge.refunded"
 DISPUTE_CREATED = "charge.dispute.created"
 
 _json = JsonFields(PSP_NAME)
+
+
+class StripeWebhook:
+    """recon's receiver of Stripe's webhooks: ``verify`` checks Stripe-Signature against the endpoint secrets,
+    then parses the event. Its repr names no secret."""
+
+    name: ClassVar[str] = PSP_NAME
+    #: what Stripe's own libraries answer: 200 with {"received": true}
+    accepted: ClassVar[WebhookAnswer] = WebhookAnswer(b'{"received":true}', "application/json")
+
+    def __init__(self, secrets: Sequence[str], *, tolerance: float = DEFAULT_TOLERANCE_SECONDS) -> None:
+        self._secrets = [s for s in secrets if s]
+        self._tolerance = tolerance
+
+    def __repr__(self) -> str:
+        return f"StripeWebhook({len(self._secrets)} secrets)"
+
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: float) -> list[WebhookEvent]:
+        verify(body, headers.get(SIGNATURE_HEADER.lower()), self._secrets, now=now, tolerance=self._tolerance)
+        return [parse(body)]
+
+
+def receiver(environ: Mapping[str, str], *, tolerance: float) -> StripeWebhook | None:
+    """The receiver for the secrets in ``RECON_STRIPE_WEBHOOK_SECRET``; None when it is unset or empty."""
+    secrets = [part.strip() for part in (environ.get(SECRET_VARIABLE) or "").split(",") if part.strip()]
+    return StripeWebhook(secrets, tolerance=tolerance) if secrets else None
 
 
 def verify(payload: bytes, header: str | None, secrets: Sequence[str], *, now: float,

@@ -60,17 +60,17 @@ def worker(app: App, queues: str | None, concurrency: int | None, prefetch: int 
     """Claim and run jobs until SIGTERM/SIGINT (or, with --burst, until the queues are empty)."""
     engine = app.engine_config(concurrency=concurrency, prefetch=prefetch, lease_ttl=lease_ttl, heartbeat=heartbeat,
                                drain_timeout=drain_timeout, poll_interval=poll_interval)
-    default_queues = ",".join([engine.default_queue, "charges", app.reconcile_config.queue,
-                               app.webhook_config.queue])
+    handlers = app.handlers(handler_refs)
+    # without --queues: the default queue (the schedules' jobs) and every queue a handler declares
+    default_queues = ",".join(dict.fromkeys([engine.default_queue, *handlers.queues()]))
     queue_list = [q.strip() for q in (queues or default_queues).split(",") if q.strip()]
     if not queue_list:
         raise UsageError("--queues: no queue named")
     if any(has_card_number(q) for q in queue_list):  # it would be stored (workers.queues) and printed
         raise UsageError("--queues: a queue name holds a card number; recon stores none")
-    if {"charges", app.reconcile_config.queue} & set(queue_list):
+    if {app.payments_config.queue, app.reconcile_config.queue} & set(queue_list):
         # before any work: a worker never claims a payment job for a PSP it cannot call
         app.require_psps(set(app.psp_names()) & app.payments.psps_unfinished())
-    handlers = app.handlers(handler_refs)
     for schedule in app.schedules:  # before any work: every slot's job can be run by this pool's handlers
         if schedule.kind not in handlers.kinds():
             raise UsageError(f"schedule.{schedule.name}: kind {schedule.kind!r} has no handler in this worker "

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from recon.app import App
-from recon.db.payment_store import CHARGE_QUEUE
 from recon.errors import UsageError
 from recon.params import EXIT_USAGE, LIMIT, say
 from recon.payments.importer import ImportRejected, read_payments
@@ -50,10 +49,10 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
         for line in exc.lines():  # the first problem first, then the others and a count
             say(f"recon: {line}", err=True)
         sys.exit(EXIT_USAGE)  # not ctx.exit: main() runs click with standalone_mode=False
-
     # the charge jobs respect the queue's max_depth like every enqueue (QueueFull: exit 2, nothing written)
-    ids = app.payments.create(new, charge=not no_charge,
-                              max_depth={CHARGE_QUEUE: app.settings.queue(CHARGE_QUEUE).max_depth})
+    queue = app.payments_config.queue
+    ids = app.payments.create(new, charge=not no_charge, queue=queue,
+                              max_depth={queue: app.settings.queue(queue).max_depth})
     queued = 0 if no_charge else len(ids)
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))

@@ -148,12 +148,12 @@ def _calls_since(before: dict[str, tuple[int, int]], after: dict[str, tuple[int,
 def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | None, show_progress: bool) -> None:
     """A worker on the reconcile queue alone, in this process, until the sweep's jobs are done. The progress
     bar counts payments: those window jobs healed, then each finished per-payment job."""
-    handlers = app.handlers(kinds=("reconcile", "reconcile_window"))
+    handlers = app.handlers(queues=(app.reconcile_config.queue,))
     worker = app.worker([app.reconcile_config.queue], handlers=handlers,
                         engine=app.engine_config(concurrency=concurrency))
     install_signal_handlers(worker.request_stop)
 
-    window = handlers.get("reconcile_window")
+    window = handlers.get(WindowHandler.kind)
     windows = len(selection.window_job_ids)
 
     def done() -> int:

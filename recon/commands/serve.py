@@ -11,7 +11,6 @@ from recon.asgi import serve as serve_asgi
 from recon.commands.console import TOKEN_VARIABLE
 from recon.errors import ConfigError
 from recon.params import say
-from recon.webhooks.config import ADYEN_KEY_VARIABLE, STRIPE_SECRET_VARIABLE
 
 
 @click.command()
@@ -22,20 +21,19 @@ from recon.webhooks.config import ADYEN_KEY_VARIABLE, STRIPE_SECRET_VARIABLE
               help=f"Also serve the console under / (any but a loopback address then needs {TOKEN_VARIABLE}).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, with_console: bool) -> None:
-    """Receive the PSPs' webhooks: POST /webhooks/stripe and /webhooks/adyen (paths: [webhooks] in the config).
+    """Receive the PSPs' webhooks: POST /webhooks/NAME for each PSP with webhooks ([webhooks.NAME] path).
 
-    Each request is verified (Stripe-Signature; Adyen's HMAC signature and basic auth), stored once with a
-    webhook job, and answered; a `recon worker` on the webhooks queue applies it. Secrets come from the
-    environment: RECON_STRIPE_WEBHOOK_SECRET, RECON_ADYEN_HMAC_KEY (comma-separated while rotating), and
-    RECON_ADYEN_WEBHOOK_USERNAME/PASSWORD for basic auth. Runs until SIGINT or SIGTERM."""
+    Each request is verified by its PSP's receiver (Stripe-Signature; Adyen's HMAC signature and basic auth),
+    stored once with a webhook job, and answered; a `recon worker` on the webhooks queue applies it. Secrets
+    come from the environment: RECON_STRIPE_WEBHOOK_SECRET, RECON_ADYEN_HMAC_KEY (comma-separated while
+    rotating), and RECON_ADYEN_WEBHOOK_USERNAME/PASSWORD for basic auth. Runs until SIGINT or SIGTERM."""
     from recon.console.security import TOKEN_MIN_LENGTH, is_loopback
     from recon.webhooks.server import create_app
 
     app: App = ctx.obj
     config = app.webhook_config
-    if not config.stripe_secrets and not config.adyen_hmac_keys:
-        raise ConfigError(f"no webhook secret is configured: set {STRIPE_SECRET_VARIABLE} (Stripe's whsec_...) or "
-                          f"{ADYEN_KEY_VARIABLE} (Adyen's hex HMAC key)")
+    if not config.receivers:
+        raise ConfigError(f"no webhook secret is configured: set {app.webhook_secret_hint()}")
     token = os.environ.get(TOKEN_VARIABLE) or None
     if with_console:
         if token is None and not is_loopback(host):
@@ -44,8 +42,7 @@ def serve(ctx: click.Context, host: str, port: int, with_console: bool) -> None:
         if token is not None and len(token) < TOKEN_MIN_LENGTH:
             raise click.UsageError(f"{TOKEN_VARIABLE}: must be at least {TOKEN_MIN_LENGTH} characters", ctx=ctx)
     app.db  # noqa: B018  # the schema is checked before the socket is bound
-    paths = [p for p, on in ((config.stripe_path, config.stripe_secrets), (config.adyen_path, config.adyen_hmac_keys))
-             if on]
+    paths = [path for psp, path in config.paths.items() if psp in config.receivers]
 
     def ready(url: str) -> None:
         say(f"webhooks on {', '.join(url.rstrip('/') + p for p in paths)}"

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("recon.console")
 
 CSRF_COOKIE = "recon_csrf"
-CSRF_FIELD = "csrf"
 #: paths served without the access token: the login form and its POST
 OPEN_PATHS = frozenset({"/login"})
 #: the shortest RECON_CONSOLE_TOKEN accepted (a guessable token is no protection)

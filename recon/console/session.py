@@ -51,8 +51,8 @@ from datetime import timedelta
 from enum import StrEnum
 
 from recon.console.config import ConsoleConfig
+from recon.console_rows import ConsoleSession
 from recon.db.console_session_store import ConsoleSessionStore
-from recon.rows import ConsoleSession
 
 log = logging.getLogger("recon.console")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from recon.console_rows import ConsoleSession
 from recon.db import console_session_queries as q
 from recon.db.database import Database
 from recon.redact import redact
-from recon.rows import ConsoleSession
 
 
 class ConsoleSessionStore:

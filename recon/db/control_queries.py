@@ -50,7 +50,7 @@ def _admit(d: dict[str, str]) -> str:
             tokens_at = {{now}},
             last_grant = {grant}
         WHERE psp = :psp
-        RETURNING paused, cooldown_until, breaker_state, probe_at, failures, last_grant, tokens, {{now}}
+        RETURNING paused, cooldown_until, breaker_state, probe_at, failures, last_grant, tokens, {{now}} AS db_now
     """  # nosec B608  # constant SQL, values bound
 
 
@@ -93,7 +93,7 @@ psp_control_record_failure = Query(
             breaker_reason = CASE WHEN {_OPENS} THEN :reason ELSE breaker_reason END,
             updated_at = {{now}}
         WHERE psp = :psp
-        RETURNING breaker_state, failures, probe_at, opened_at, {{now}}
+        RETURNING breaker_state, failures, probe_at, opened_at, {{now}} AS db_now
     """,  # nosec B608  # constant SQL, values bound
 )
 
@@ -172,7 +172,7 @@ job_wake_snoozed_for = Query(
 psp_control_list = Query(
     "psp_control_list",
     "Run by `recon psp status` and `recon stats`: every PSP's controls, with the database's now.",
-    sql=f"SELECT {_COLUMNS}, {{now}} FROM psp_controls ORDER BY psp",  # nosec B608  # constant SQL, values bound
+    sql=f"SELECT {_COLUMNS}, {{now}} AS db_now FROM psp_controls ORDER BY psp",  # nosec B608  # constant SQL, values bound
 )
 
 psp_control_db_now = Query(

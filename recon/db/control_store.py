@@ -15,58 +15,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from recon.control_rows import Admission, FailureRecord, PspControl
 from recon.db import control_queries as cq
 from recon.db.database import Database
 from recon.db.sql import Query
 from recon.redact import redact_row
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """One admission statement's answer: the PSP's state and how many rate-limit tokens were taken."""
-
-    paused: bool
-    cooldown_until: datetime | None
-    breaker_state: str  #: closed | open | half_open
-    probe_at: datetime | None
-    failures: int
-    granted: int  #: tokens taken (0 when blocked or when fewer than the batch were available)
-    tokens: float  #: tokens left in the bucket
-    now: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class FailureRecord:
-    breaker_state: str
-    failures: int
-    probe_at: datetime | None
-    opened: bool  #: this failure opened the breaker
-
-
-@dataclass(frozen=True, slots=True)
-class PspControl:
-    """One PSP's controls as ``recon psp status`` shows them."""
-
-    psp: str
-    paused: bool = False
-    paused_by: str | None = None
-    paused_at: datetime | None = None
-    pause_reason: str | None = None
-    cooldown_until: datetime | None = None
-    breaker_state: str = "closed"
-    failures: int = 0
-    opened_at: datetime | None = None
-    probe_at: datetime | None = None
-    breaker_reason: str | None = None
-    updated_at: datetime | None = None
 
 
 class ControlStore:
@@ -91,12 +51,12 @@ class ControlStore:
             psp=psp, rate=rate, cap=capacity, k=batch)).first())
         if row is None:
             return None
-        t = self.db.from_db
-        now = t(row[7])
+        m, t = row._mapping, self.db.from_db
+        now = t(m["db_now"])
         assert now is not None  # nosec B101  # type narrowing, not a check
-        return Admission(paused=bool(row[0]), cooldown_until=t(row[1]), breaker_state=row[2],
-                         probe_at=t(row[3]), failures=int(row[4]), granted=int(row[5]), tokens=float(row[6]),
-                         now=now)
+        return Admission(paused=bool(m["paused"]), cooldown_until=t(m["cooldown_until"]),
+                         breaker_state=m["breaker_state"], probe_at=t(m["probe_at"]), failures=int(m["failures"]),
+                         granted=int(m["last_grant"]), tokens=float(m["tokens"]), now=now)
 
     def claim_probe(self, psp: str, *, probe_for: float) -> datetime | None:
         """Win the half-open probe slot (its expiry, the probe's token), or None when another worker has it
@@ -111,9 +71,9 @@ class ControlStore:
         closed, or at once with ``force`` (auth) from closed or half-open."""
         row = self._on_row(psp, lambda conn: conn.execute(self._q(cq.psp_control_record_failure), self._p(
             psp=psp, threshold=threshold, force=1 if force else 0, open_for=open_for, reason=reason)).first())
-        opened_at, now = self.db.from_db(row[3]), self.db.from_db(row[4])
-        return FailureRecord(breaker_state=row[0], failures=int(row[1]), probe_at=self.db.from_db(row[2]),
-                             opened=row[0] == "open" and opened_at == now)
+        m, t = row._mapping, self.db.from_db
+        return FailureRecord(breaker_state=m["breaker_state"], failures=int(m["failures"]), probe_at=t(m["probe_at"]),
+                             opened=m["breaker_state"] == "open" and t(m["opened_at"]) == t(m["db_now"]))
 
     def reopen_if_probe(self, psp: str, *, token: datetime, open_for: float, reason: str) -> datetime | None:
         """A failed probe re-opens the breaker (returns the next probe time), if the slot ``token`` is
@@ -158,15 +118,17 @@ class ControlStore:
         """Every PSP row, and the database's now."""
         def run(conn: sa.Connection) -> tuple[list[Any], Any]:
             rows = conn.execute(self._q(cq.psp_control_list), self._p()).all()
-            now = rows[0][-1] if rows else conn.execute(self._q(cq.psp_control_db_now), self._p()).scalar()
+            now = rows[0]._mapping["db_now"] if rows else conn.execute(self._q(cq.psp_control_db_now),
+                                                                        self._p()).scalar()
             return list(rows), now
         rows, now = self._run(run)
         t = self.db.from_db
-        controls = [PspControl(psp=r[0], paused=bool(r[1]), paused_by=r[2], paused_at=t(r[3]),
-                               pause_reason=r[4], cooldown_until=t(r[5]), breaker_state=r[6],
-                               failures=int(r[7]), opened_at=t(r[8]), probe_at=t(r[9]), breaker_reason=r[10],
-                               updated_at=t(r[11]))
-                    for r in rows]
+        controls = [PspControl(psp=m["psp"], paused=bool(m["paused"]), paused_by=m["paused_by"],
+                               paused_at=t(m["paused_at"]), pause_reason=m["pause_reason"],
+                               cooldown_until=t(m["cooldown_until"]), breaker_state=m["breaker_state"],
+                               failures=int(m["failures"]), opened_at=t(m["opened_at"]), probe_at=t(m["probe_at"]),
+                               breaker_reason=m["breaker_reason"], updated_at=t(m["updated_at"]))
+                    for m in (r._mapping for r in rows)]
         now_dt = t(now)
         assert now_dt is not None  # nosec B101  # type narrowing, not a check
         return controls, now_dt

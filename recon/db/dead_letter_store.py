@@ -5,8 +5,6 @@ only code that executes ``recon.db.dead_letter_queries``."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +14,7 @@ from recon.db.database import Database
 from recon.db.jobs_queries import job_from_row
 from recon.db.sql import Query
 from recon.redact import redact_row
-from recon.rows import Job
+from recon.rows import Job, JobFilter, PruneCount, ReplayBatch, ReplayRecord
 
 
 class DeadLetterStore:
@@ -66,7 +64,7 @@ class DeadLetterStore:
             picked: list[Job] = []
             skipped: list[int] = []
             for job, row in zip(jobs, rows, strict=True):
-                if job.unique_key is not None and (row[-1] or job.unique_key in keys):
+                if job.unique_key is not None and (row._mapping["held"] or job.unique_key in keys):
                     skipped.append(job.id)
                     continue
                 if job.unique_key is not None:
@@ -79,13 +77,13 @@ class DeadLetterStore:
             done = conn.execute(self._q(dq.job_replay_dead),
                                 {"ids": [j.id for j in picked], "budget": budget, "now": now}).all()
             before = {j.id: j for j in picked}
-            history = [redact_row({"job_id": int(r[0]), "attempt": int(r[1]), "max_attempts_after": int(r[2]),
-                                   "max_attempts_before": before[int(r[0])].max_attempts,
-                                   "error_kind": before[int(r[0])].last_error_kind, "replayed_by": replayed_by,
-                                   "now": now}) for r in done]  # the storage boundary (recon.redact)
+            history = [redact_row({"job_id": int(job_id), "attempt": int(attempts), "max_attempts_after": int(most),
+                                   "max_attempts_before": before[int(job_id)].max_attempts,
+                                   "error_kind": before[int(job_id)].last_error_kind, "replayed_by": replayed_by,
+                                   "now": now}) for job_id, attempts, most in done]  # the storage boundary
             if history:
                 conn.execute(self._q(dq.job_replay_insert), history)
-        return ReplayBatch(jobs=jobs, replayed=sorted(int(r[0]) for r in done), skipped=skipped,
+        return ReplayBatch(jobs=jobs, replayed=sorted(int(job_id) for job_id, _, _ in done), skipped=skipped,
                            last_id=last_id, keys=frozenset(keys))
 
     def replays(self, job_id: int) -> list[ReplayRecord]:
@@ -93,9 +91,11 @@ class DeadLetterStore:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(dq.job_replays_for), {"id": job_id}).all()
         at = self.db.from_db
-        return [ReplayRecord(job_id=int(r[0]), attempt=int(r[1]), replayed_at=at(r[2]),  # type: ignore[arg-type]
-                             max_attempts_before=int(r[3]), max_attempts_after=int(r[4]), error_kind=r[5],
-                             replayed_by=r[6]) for r in rows]
+        return [ReplayRecord(job_id=int(m["job_id"]), attempt=int(m["attempt"]),
+                             replayed_at=at(m["replayed_at"]),  # type: ignore[arg-type]
+                             max_attempts_before=int(m["max_attempts_before"]),
+                             max_attempts_after=int(m["max_attempts_after"]), error_kind=m["error_kind"],
+                             replayed_by=m["replayed_by"]) for m in (r._mapping for r in rows)]
 
     def prune_finished(self, *, older_than: float, limit: int) -> PruneCount:
         """Delete up to ``limit`` jobs that finished (succeeded, dead, canceled) more than ``older_than``
@@ -111,7 +111,7 @@ class DeadLetterStore:
             if self.db.is_postgresql:
                 jobs, attempts = conn.execute(self._q(dq.job_prune_finished), params).one()
                 return PruneCount(jobs=int(jobs), attempts=int(attempts))
-            ids = [int(r[0]) for r in conn.execute(self._q(dq.job_select_prunable), params)]
+            ids = [int(job_id) for (job_id,) in conn.execute(self._q(dq.job_select_prunable), params)]
             if not ids:
                 return PruneCount()
             payload = json.dumps(ids)
@@ -124,53 +124,8 @@ class DeadLetterStore:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(dq.job_count_prunable),
                                 {"older_than": older_than, "now": self.db.now_param()}).all()
-        return {r[0]: int(r[1]) for r in rows}
+        return {state: int(n) for state, n in rows}
 
     def _filter_params(self, filters: JobFilter) -> dict[str, Any]:
         return {"queue": filters.queue, "kind": filters.kind, "error_kind": filters.error_kind,
                 "since": self.db.to_db(filters.finished_since)}
-
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs `recon jobs list` and `recon jobs replay` select; None matches anything."""
-
-    queue: str | None = None
-    kind: str | None = None
-    error_kind: str | None = None  #: the job's last_error_kind
-    finished_since: datetime | None = None  #: finished at or after this instant (aware UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayBatch:
-    """What one replay transaction looked at and did."""
-
-    jobs: list[Job]  #: the matching dead jobs of the batch, as they were before the replay
-    replayed: list[int]  #: ids made runnable (with dry_run: that would be)
-    skipped: list[int]  #: ids left dead: an unfinished job (or one replayed earlier in the run) holds the key
-    last_id: int  #: the id cursor for the next batch
-    keys: frozenset[str]  #: unique keys taken so far in this run (pass them to the next batch)
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRecord:
-    """One row of ``job_replays``: a dead job made runnable again, after attempt ``attempt``."""
-
-    job_id: int
-    attempt: int  #: the job's attempts when it was replayed; the next claim is attempt + 1
-    replayed_at: datetime
-    max_attempts_before: int
-    max_attempts_after: int
-    error_kind: str | None  #: the error kind that had killed the job
-    replayed_by: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: (getattr(self, name).isoformat() if isinstance(getattr(self, name), datetime)
-                       else getattr(self, name)) for name in self.__slots__}
-
-
-@dataclass(frozen=True, slots=True)
-class PruneCount:
-    jobs: int = 0
-    attempts: int = 0

@@ -1,4 +1,6 @@
-"""Every SQL statement about payments, named ``<table>_<verb>[_<guard>]``, with who runs it and why.
+"""Every SQL statement about payments but their changes: creation, lookups, listings, the review desk's and
+the stats' reads. Named ``<table>_<verb>[_<guard>]``, with who runs it and why; a payment's changes after its
+creation (compare-and-set transitions, notes, the audit trail) are ``recon.db.transition_queries``'s.
 
 Placeholders as in ``recon.db.sql`` (``{now}``, ``{secs:…}``, ``{json:…}``); only ``recon.db.payment_store``
 executes these.
@@ -94,51 +96,6 @@ payment_create_with_charge_jobs = Query(
     """,  # nosec B608  # constant SQL, values bound
 )
 
-payment_event_insert_many = Query(
-    "payment_event_insert_many",
-    "Run with every payment change: the audit trail, one row per status change.",
-    postgresql="""
-        INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
-        SELECT r.payment_id, r.from_status, r.to_status, r.source, r.job_id, r.attempt, r.details, {now}
-        FROM jsonb_to_recordset({json:rows}) AS r(payment_id bigint, from_status text, to_status text,
-             source text, job_id bigint, attempt int, details jsonb)
-    """,
-    sqlite="""
-        INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
-        SELECT value ->> '$.payment_id', value ->> '$.from_status', value ->> '$.to_status', value ->> '$.source',
-               value ->> '$.job_id', value ->> '$.attempt', json_extract(value, '$.details'), :now
-        FROM json_each(:rows) ORDER BY key
-    """,
-)
-
-# A PSP reference, once stored, is never replaced: a transition naming another one matches no row (it does not
-# move the payment) and the store tells that apart from a lost compare-and-set (PspReferenceConflict).
-_SAME_REFERENCE = "({stored} IS NULL OR {given} IS NULL OR {stored} = {given})"
-
-payment_transition_if_status = Query(
-    "payment_transition_if_status",
-    "Run by charge and reconcile handlers: compare-and-set of a payment's status (no row: it changed, or the "
-    "transition names another PSP reference than the one stored).",
-    sql=f"""
-        UPDATE payments SET status = :to_status, updated_at = {{now}},
-            psp_reference = coalesce(psp_reference, :psp_reference),
-            failure_reason = coalesce(:failure_reason, failure_reason),
-            review_reason = coalesce(:review_reason, review_reason),
-            review_since = CASE WHEN :to_status = 'needs_review' THEN {{now}} ELSE review_since END
-        WHERE id = :id AND status = :from_status
-          AND {_SAME_REFERENCE.format(stored="psp_reference", given="CAST(:psp_reference AS TEXT)")}
-        RETURNING id
-    """,  # nosec B608  # constant SQL, values bound
-)
-
-payment_set_psp_reference_if_status = Query(
-    "payment_set_psp_reference_if_status",
-    "Run by the charge and webhook jobs when the PSP answered pending: keep its reference for reconciliation "
-    "(only where none is stored: a stored reference is never replaced).",
-    sql="""UPDATE payments SET psp_reference = :psp_reference, updated_at = {now}
-           WHERE id = :id AND status = :status AND psp_reference IS NULL RETURNING id""",
-)
-
 payment_get = Query("payment_get", "Run by handlers and `recon payments show`: one payment.",
                     sql=f"SELECT {PAYMENT_COLUMNS} FROM payments WHERE id = :id")  # nosec B608
 
@@ -192,34 +149,9 @@ payment_money_at_risk = Query(
     sql=f"""SELECT currency,
                    CASE WHEN created_at >= :t_1h THEN 'lt_1h' WHEN created_at >= :t_1d THEN '1h_1d'
                         WHEN created_at >= :t_7d THEN '1d_7d' ELSE 'gt_7d' END AS bucket,
-                   count(*), sum(amount)
+                   count(*) AS n, sum(amount) AS amount
             FROM payments WHERE {UNFINISHED}
             GROUP BY currency, bucket ORDER BY currency, bucket""",  # nosec B608  # constant SQL, values bound
-)
-
-payment_touch_if_unfinished = Query(
-    "payment_touch_if_unfinished",
-    "Run by the charge handler right before each send: locks the payment row and proves it is still "
-    "unfinished, so a concurrent 'failed, never reached the PSP' heal and a send cannot both happen; "
-    "stamps when the current idempotency key was first sent (PSPs count a key's retention from its first use).",
-    sql=f"""UPDATE payments SET updated_at = {{now}}, key_sent_at = coalesce(key_sent_at, {{now}})
-            WHERE id = :id AND {UNFINISHED} RETURNING status""",  # nosec B608  # constant SQL, values bound
-)
-
-payment_touch_if_status = Query(
-    "payment_touch_if_status",
-    "Run before an audit event without a status change (new PSP evidence for a pending payment): locks the "
-    "row and proves the status is still :status, so the event never lands after a concurrent change.",
-    sql="UPDATE payments SET updated_at = {now} WHERE id = :id AND status = :status RETURNING id",
-)
-
-payment_next_key_generation_if = Query(
-    "payment_next_key_generation_if",
-    "Run by the charge handler when the PSP has forgotten the current key and has no payment for it: the "
-    "next charge uses a new key generation (compare-and-set on the generation; no row: someone else did).",
-    sql=f"""UPDATE payments SET key_generation = key_generation + 1, key_sent_at = NULL, updated_at = {{now}}
-            WHERE id = :id AND key_generation = :generation AND {UNFINISHED}
-            RETURNING key_generation""",  # nosec B608  # constant SQL, values bound
 )
 
 job_unfinished_by_key = Query(
@@ -235,6 +167,7 @@ payment_get_with_charge_lease = Query(
     "now (one round trip for the two reads every reconcile attempt makes).",
     sql=f"""SELECT {PAYMENT_COLUMNS},
                    EXISTS (SELECT 1 FROM jobs WHERE unique_key = :key AND state = 'leased' AND lease_until > {{now}})
+                   AS charge_leased
             FROM payments WHERE id = :id""",  # nosec B608  # constant SQL, values bound
 )
 
@@ -267,7 +200,7 @@ payment_review_summary = Query(
     "payment_review_summary",
     "Run by `recon stats` and the console's overview: how many payments are in needs_review and since when "
     "the oldest (partial index payments_review).",
-    sql="SELECT count(*), min(review_since) FROM payments WHERE status = 'needs_review'",
+    sql="SELECT count(*) AS n, min(review_since) AS oldest FROM payments WHERE status = 'needs_review'",
 )
 
 payment_latest_evidence = Query(
@@ -275,15 +208,15 @@ payment_latest_evidence = Query(
     "Run by the review queue: each listed payment's latest event carrying a PSP answer (its details), one "
     "probe per payment through payment_events_payment.",
     postgresql="""
-        SELECT p.id, e.details FROM unnest(CAST(:ids AS bigint[])) AS p(id)
+        SELECT p.id AS payment_id, e.details FROM unnest(CAST(:ids AS bigint[])) AS p(id)
         CROSS JOIN LATERAL (SELECT details FROM payment_events
                             WHERE payment_id = p.id AND details ? 'psp_outcome'
                             ORDER BY id DESC LIMIT 1) AS e
     """,
     sqlite="""
-        SELECT j.value, (SELECT details FROM payment_events
+        SELECT j.value AS payment_id, (SELECT details FROM payment_events
                          WHERE payment_id = j.value AND json_extract(details, '$.psp_outcome') IS NOT NULL
-                         ORDER BY id DESC LIMIT 1)
+                         ORDER BY id DESC LIMIT 1) AS details
         FROM json_each(:ids_json) AS j
     """,
 )
@@ -293,15 +226,16 @@ payment_resolutions = Query(
     "Run by `recon stats` and the metrics endpoint: manual resolutions out of needs_review since :since, per "
     "UTC day, operator and status (partial index payment_events_resolutions).",
     postgresql="""
-        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator', to_status,
-               count(*), count(*) FILTER (WHERE (details ->> 'override') = 'true')
+        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, details ->> 'operator' AS operator, to_status,
+               count(*) AS n, count(*) FILTER (WHERE (details ->> 'override') = 'true') AS overrides
         FROM payment_events
         WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     """,
     sqlite="""
-        SELECT strftime('%Y-%m-%d', at / 1000000, 'unixepoch') AS day, json_extract(details, '$.operator'),
-               to_status, count(*), sum(CASE WHEN json_extract(details, '$.override') THEN 1 ELSE 0 END)
+        SELECT strftime('%Y-%m-%d', at / 1000000, 'unixepoch') AS day,
+               json_extract(details, '$.operator') AS operator, to_status, count(*) AS n,
+               sum(CASE WHEN json_extract(details, '$.override') THEN 1 ELSE 0 END) AS overrides
         FROM payment_events
         WHERE source = 'manual' AND from_status = 'needs_review' AND at >= :since
         GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
@@ -337,64 +271,13 @@ payment_get_by_references = Query(
     expanding=("refs",),
 )
 
-payment_touch_many_if_status = Query(
-    "payment_touch_many_if_status",
-    "Run before audit events without a status change for several payments at once (webhook jobs' finish): "
-    "each a compare-and-set on its payment's status, as payment_touch_if_status; returns the ids still there.",
-    postgresql="""
-        UPDATE payments AS p SET updated_at = {now}
-        FROM jsonb_to_recordset({json:rows}) AS r(id bigint, status text)
-        WHERE p.id = r.id AND p.status = r.status
-        RETURNING p.id
-    """,
-    sqlite="""
-        UPDATE payments SET updated_at = :now
-        FROM (SELECT value ->> '$.id' AS id, value ->> '$.status' AS status FROM json_each(:rows)) AS r
-        WHERE payments.id = r.id AND payments.status = r.status
-        RETURNING payments.id
-    """,
-)
-
-payment_transition_many_if_status = Query(
-    "payment_transition_many_if_status",
-    "Run in the fenced finish of reconcile window jobs and webhook jobs: their transitions, each a "
-    "compare-and-set on its own payment's status (and, as payment_transition_if_status, never replacing a stored "
-    "PSP reference), in one statement; returns the ids that moved (the others changed meanwhile, or conflict).",
-    postgresql=f"""
-        UPDATE payments AS p SET status = r.to_status, updated_at = {{now}},
-            psp_reference = coalesce(p.psp_reference, r.psp_reference),
-            failure_reason = coalesce(r.failure_reason, p.failure_reason),
-            review_reason = coalesce(r.review_reason, p.review_reason),
-            review_since = CASE WHEN r.to_status = 'needs_review' THEN {{now}} ELSE p.review_since END
-        FROM jsonb_to_recordset({{json:rows}}) AS r(id bigint, from_status text, to_status text, psp_reference text,
-             failure_reason text, review_reason text)
-        WHERE p.id = r.id AND p.status = r.from_status
-          AND {_SAME_REFERENCE.format(stored="p.psp_reference", given="r.psp_reference")}
-        RETURNING p.id
-    """,  # nosec B608  # constant SQL, values bound
-    sqlite=f"""
-        UPDATE payments SET status = r.to_status, updated_at = :now,
-            psp_reference = coalesce(payments.psp_reference, r.psp_reference),
-            failure_reason = coalesce(r.failure_reason, payments.failure_reason),
-            review_reason = coalesce(r.review_reason, payments.review_reason),
-            review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END
-        FROM (SELECT value ->> '$.id' AS id, value ->> '$.from_status' AS from_status,
-                     value ->> '$.to_status' AS to_status, value ->> '$.psp_reference' AS psp_reference,
-                     value ->> '$.failure_reason' AS failure_reason, value ->> '$.review_reason' AS review_reason
-              FROM json_each(:rows)) AS r
-        WHERE payments.id = r.id AND payments.status = r.from_status
-          AND {_SAME_REFERENCE.format(stored="payments.psp_reference", given="r.psp_reference")}
-        RETURNING payments.id
-    """,  # nosec B608  # constant SQL, values bound
-)
-
 payment_window_candidates = Query(
     "payment_window_candidates",
     "Run by a reconcile window job, first: the window's payments still unfinished, each with whether a charge "
     "job holds a live lease on it now (probes of the partial unique index over unfinished keys).",
     sql=f"""SELECT {PAYMENT_COLUMNS},
                    EXISTS (SELECT 1 FROM jobs WHERE jobs.unique_key = 'charge:' || CAST(payments.id AS TEXT)
-                           AND jobs.state = 'leased' AND jobs.lease_until > {{now}})
+                           AND jobs.state = 'leased' AND jobs.lease_until > {{now}}) AS charge_leased
             FROM payments WHERE id IN :ids AND {UNFINISHED} ORDER BY id""",  # nosec B608  # constant SQL, values bound
     expanding=("ids",),
 )

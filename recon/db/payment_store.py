@@ -1,14 +1,13 @@
-"""PaymentStore: payments and their audit trail. The only code that executes ``ledger_queries``.
+"""PaymentStore: payments, the only code that executes ``recon.db.payment_queries``: their creation (with their
+charge jobs and creation events), lookups and listings, and the review desk's and the stats' reads. Their
+changes after creation (transitions, notes, the audit trail) are ``recon.db.transition_store.TransitionStore``'s,
+which it is.
 
-Every status change is a compare-and-set (``WHERE status = :from``) plus a payment event, in one
-transaction. Writes made by a job handler run inside the job's finish transaction (``Outcome.write``),
-so a worker that lost its lease changes nothing.
-
-The storage boundary (``recon.redact``), one place per kind of row: new payments as ``create`` receives them
-(``NewPayment.redacted``; the import refuses a reference that would change, so none does in practice), a
-transition's texts (``_transition_row``), an audit event (``_events``). A PSP reference is stored exactly as the
-PSP gave it: it is the PSP's own identifier, compared by every lookup, and Adyen's are often 16 digits
-(``8515208516304269`` in its webhook examples), one in ten of which pass the Luhn check.
+The storage boundary (``recon.redact``): new payments as ``create`` receives them (``_redacted``; the import
+refuses a reference that would change, so none does in practice), their creation events (``_events``). A PSP
+reference is stored exactly as the PSP gave it: it is the PSP's own identifier, compared by every lookup, and
+Adyen's are often 16 digits (``8515208516304269`` in its webhook examples), one in ten of which pass the Luhn
+check.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,12 +22,21 @@ import sqlalchemy as sa
 
 from recon.db import payment_queries as lq
 from recon.db.database import Database, json_from_db
-from recon.db.jobs_store import EnqueueRow, JobStore
-from recon.errors import DuplicateReference, PspReferenceConflict, StoreError
-from recon.redact import redact_row, redact_value
-from recon.rows import EventSource, Payment, PaymentEvent, PaymentStatus, check_transition
+from recon.db.jobs_store import JobStore
+from recon.db.transition_store import TransitionStore
+from recon.errors import DuplicateReference, StoreError
+from recon.redact import redact_value
+from recon.rows import (
+    EnqueueRow,
+    NewPayment,
+    Payment,
+    PaymentEvent,
+    PaymentStatus,
+)
 
+#: the charge job's kind (``recon.payments.charge.ChargeHandler.kind``): created here, with its payment
 CHARGE_KIND = "charge"
+#: the charge jobs' queue unless ``[payments] queue`` says otherwise (``recon.payments.config``)
 CHARGE_QUEUE = "charges"
 
 
@@ -38,74 +45,26 @@ def charge_key(payment_id: int) -> str:
     return f"charge:{payment_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class NewPayment:
-    merchant_account: str
-    merchant_reference: str
-    amount: int  #: minor units, > 0
-    currency: str  #: ISO-4217, upper case
-    psp: str
-    created_at: datetime | None = None
-    payment_method: str | None = None
-    customer_reference: str | None = None
-
-    def redacted(self) -> NewPayment:
-        """This payment at the storage boundary: every text redacted (the same payment when none changes)."""
-        clean = NewPayment(merchant_account=redact_value(self.merchant_account),
-                           merchant_reference=redact_value(self.merchant_reference), amount=self.amount,
-                           currency=redact_value(self.currency), psp=redact_value(self.psp),
-                           created_at=self.created_at, payment_method=redact_value(self.payment_method),
-                           customer_reference=redact_value(self.customer_reference))
-        return self if clean == self else clean
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One compare-and-set status change with its audit event."""
-
-    payment_id: int
-    from_status: PaymentStatus
-    to_status: PaymentStatus
-    source: EventSource
-    details: dict[str, Any] | None = None
-    job_id: int | None = None
-    attempt: int | None = None
-    psp_reference: str | None = None
-    failure_reason: str | None = None
-    review_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """One audit event without a status change (``PaymentStore.note``), compare-and-set on ``status``."""
-
-    payment_id: int
-    status: PaymentStatus
-    source: EventSource
-    details: dict[str, Any] | None = None
-    job_id: int | None = None
-    attempt: int | None = None
-
-
-class PaymentStore:
+class PaymentStore(TransitionStore):
     def __init__(self, db: Database) -> None:
         self.db = db
 
     # --- creation --------------------------------------------------------------------------------------
 
-    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, max_attempts: int = 12,
-               max_depth: dict[str, int] | None = None) -> list[int]:
+    def create(self, payments: Sequence[NewPayment], *, charge: bool = True, queue: str = CHARGE_QUEUE,
+               max_attempts: int = 12, max_depth: dict[str, int] | None = None) -> list[int]:
         """Insert payments (status ``created``) with their creation events and, with ``charge``, one charge
-        job each, all in one transaction. Returns the ids in order.
+        job each on ``queue``, all in one transaction. Returns the ids in order.
 
         ``max_depth`` (queue -> limit) applies to the charge jobs like to every enqueue: past it, QueueFull and
         nothing is written. A merchant reference that another writer took meanwhile raises
         DuplicateReference naming it, and nothing is written."""
         if not payments:
             return []
-        payments = [p.redacted() for p in payments]  # the storage boundary, before any statement sees them
+        payments = [_redacted(p) for p in payments]  # the storage boundary, before any statement sees them
         try:
-            return self._create(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth or {})
+            return self._create(payments, charge=charge, queue=queue, max_attempts=max_attempts,
+                                max_depth=max_depth or {})
         except StoreError as exc:
             if not isinstance(exc.__cause__, sa.exc.IntegrityError):
                 raise
@@ -115,16 +74,17 @@ class PaymentStore:
             raise DuplicateReference(f"merchant_reference {taken[0]!r} already exists (written by another import "
                                      f"meanwhile); nothing imported") from None
 
-    def _create(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+    def _create(self, payments: Sequence[NewPayment], *, charge: bool, queue: str, max_attempts: int,
                 max_depth: dict[str, int]) -> list[int]:
         if self.db.is_postgresql:
-            return self._create_pg(payments, charge=charge, max_attempts=max_attempts, max_depth=max_depth)
+            return self._create_pg(payments, charge=charge, queue=queue, max_attempts=max_attempts,
+                                   max_depth=max_depth)
         with self.db.begin() as conn:
             ids = self._insert(conn, payments)
             job_ids: list[int | None] = [None] * len(ids)
             if charge:
                 jobs = JobStore(self.db)
-                rows = [EnqueueRow(queue=CHARGE_QUEUE, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
+                rows = [EnqueueRow(queue=queue, kind=CHARGE_KIND, payload_json=json.dumps({"payment_id": i}),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=charge_key(i), tenant=p.merchant_account)
                         for i, p in zip(ids, payments, strict=True)]
@@ -134,29 +94,29 @@ class PaymentStore:
                                      job_id=j, attempt=None, details=None) for i, j in zip(ids, job_ids, strict=True)])
         return ids
 
-    def _create_pg(self, payments: Sequence[NewPayment], *, charge: bool, max_attempts: int,
+    def _create_pg(self, payments: Sequence[NewPayment], *, charge: bool, queue: str, max_attempts: int,
                    max_depth: dict[str, int]) -> list[int]:
         """PostgreSQL: payments, charge jobs, creation events and NOTIFY in one statement per 5,000 payments
         (``payment_create_with_charge_jobs``). Up to 5,000 payments for a charge queue without a max depth:
         that statement alone in autocommit, one round trip. Otherwise one transaction; with a max depth, the
         queue's lock and count come first (``JobStore.check_depth``: the lock must be granted before the
         snapshot that counts)."""
-        limit = max_depth.get(CHARGE_QUEUE, 0) if charge else 0
+        limit = max_depth.get(queue, 0) if charge else 0
         if len(payments) <= 5000 and not limit:
             with self.db.autocommit() as conn:
-                return self._create_chunk(conn, payments, charge=charge, max_attempts=max_attempts)
+                return self._create_chunk(conn, payments, charge=charge, queue=queue, max_attempts=max_attempts)
         with self.db.begin() as conn:
             if limit:
-                JobStore(self.db).check_depth(conn, {CHARGE_QUEUE: len(payments)}, max_depth=max_depth)
+                JobStore(self.db).check_depth(conn, {queue: len(payments)}, max_depth=max_depth)
             ids: list[int] = []
             for start in range(0, len(payments), 5000):
-                ids.extend(self._create_chunk(conn, payments[start:start + 5000], charge=charge,
+                ids.extend(self._create_chunk(conn, payments[start:start + 5000], charge=charge, queue=queue,
                                               max_attempts=max_attempts))
             return ids
 
-    def _create_chunk(self, conn: sa.Connection, payments: Sequence[NewPayment], *, charge: bool,
+    def _create_chunk(self, conn: sa.Connection, payments: Sequence[NewPayment], *, charge: bool, queue: str,
                       max_attempts: int) -> list[int]:
-        params = {"rows": json.dumps(self._payment_rows(payments)), "charge": charge, "queue": CHARGE_QUEUE,
+        params = {"rows": json.dumps(self._payment_rows(payments)), "charge": charge, "queue": queue,
                   "kind": CHARGE_KIND, "max_attempts": max_attempts, "now": self.db.now_param()}
         returned = {ref: int(i) for i, ref, _job, _woken in
                     conn.execute(self._q(lq.payment_create_with_charge_jobs), params)}
@@ -184,109 +144,9 @@ class PaymentStore:
         found: set[str] = set()
         with self.db.begin() as conn:
             for start in range(0, len(refs), 1000):
-                found.update(r[0] for r in conn.execute(self._q(lq.payment_existing_references),
+                found.update(ref for (ref,) in conn.execute(self._q(lq.payment_existing_references),
                                                         {"refs": list(refs[start:start + 1000])}))
         return found
-
-    # --- transitions -------------------------------------------------------------------------------------
-
-    def apply(self, conn: sa.Connection, t: Transition) -> bool:
-        """Compare-and-set inside the caller's transaction; False when the status was no longer
-        ``from_status`` (someone else changed it first). Raises IllegalTransition for a move the state
-        machine forbids, and PspReferenceConflict (nothing written) when ``t.psp_reference`` is not the PSP
-        reference the payment holds: a stored reference is never replaced, and such a transition never moves
-        the payment, whoever builds it (evidence naming another reference is ``recon.reconcile.decide``'s
-        conflict, kept as evidence and resolved by a reconcile job or review)."""
-        check_transition(t.from_status, t.to_status)
-        row = conn.execute(self._q(lq.payment_transition_if_status),
-                           {**_transition_row(t), "now": self.db.now_param()}).first()
-        if row is None:
-            self._refuse_conflicts(conn, [t])
-            return False
-        self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status), to_status=str(t.to_status),
-                                 source=str(t.source), job_id=t.job_id, attempt=t.attempt, details=t.details)])
-        return True
-
-    def apply_many(self, conn: sa.Connection, transitions: Sequence[Transition]) -> set[int]:
-        """``apply`` for many payments in the caller's transaction: each a compare-and-set on its own payment's
-        status with its own audit event (its own evidence), in two statements per 5,000. Returns the ids that
-        moved; the others had changed meanwhile and get no event. Raises IllegalTransition first, writing
-        nothing, when one move is one the state machine forbids; PspReferenceConflict (as ``apply``) when one
-        names another PSP reference than its payment holds (the caller's transaction is then to be rolled
-        back: the other moves of the batch are written in it already)."""
-        for t in transitions:
-            check_transition(t.from_status, t.to_status)
-        moved: set[int] = set()
-        for start in range(0, len(transitions), 5000):
-            chunk = transitions[start:start + 5000]
-            rows = [_transition_row(t) for t in chunk]
-            done = {int(r[0]) for r in conn.execute(self._q(lq.payment_transition_many_if_status),
-                                                    {"rows": json.dumps(rows), "now": self.db.now_param()})}
-            self._refuse_conflicts(conn, [t for t in chunk if t.payment_id not in done])
-            self._events(conn, [dict(payment_id=t.payment_id, from_status=str(t.from_status),
-                                     to_status=str(t.to_status), source=str(t.source), job_id=t.job_id,
-                                     attempt=t.attempt, details=t.details) for t in chunk if t.payment_id in done])
-            moved |= done
-        return moved
-
-    def _refuse_conflicts(self, conn: sa.Connection, unmoved: Sequence[Transition]) -> None:
-        """Raise PspReferenceConflict when one of ``unmoved`` (transitions that matched no row) failed only
-        because it names another PSP reference than its payment holds; a lost compare-and-set raises nothing.
-        One read, and only of transitions that carry a reference and did not move (rare)."""
-        named = {t.payment_id: t for t in unmoved if t.psp_reference}
-        if not named:
-            return
-        for row in conn.execute(self._q(lq.payment_get_many), {"ids": sorted(named)}):
-            p, t = self._payment(row), named[int(row[0])]
-            if p.status is t.from_status and p.psp_reference and p.psp_reference != t.psp_reference:
-                raise PspReferenceConflict(
-                    f"payment {p.id}: a {t.source} transition to {t.to_status} names PSP reference "
-                    f"{t.psp_reference!r}, the payment holds {p.psp_reference!r}; a stored PSP reference is never "
-                    "replaced: not moved")
-
-    def enqueue_reconcile(self, conn: sa.Connection, rows: Sequence[EnqueueRow]) -> list[int]:
-        """Reconcile jobs in the caller's transaction (a window job's fall-backs, with its finish); a row whose
-        unique key an unfinished job holds gets that job. No queue limit: these replace work already queued."""
-        return JobStore(self.db).enqueue(rows, max_depth={}, conn=conn)
-
-    def note(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus, source: EventSource,
-             details: dict[str, Any], job_id: int | None, attempt: int | None) -> bool:
-        """An audit event without a status change (``from`` = ``to`` = ``status``): new PSP evidence for a payment
-        whose status stays. Compare-and-set on the status; False (nothing written) when it changed meanwhile."""
-        row = conn.execute(self._q(lq.payment_touch_if_status),
-                           {"id": payment_id, "status": str(status), "now": self.db.now_param()}).first()
-        if row is None:
-            return False
-        self._events(conn, [dict(payment_id=payment_id, from_status=str(status), to_status=str(status),
-                                 source=str(source), job_id=job_id, attempt=attempt, details=details)])
-        return True
-
-    def note_many(self, conn: sa.Connection, notes: Sequence[Note]) -> set[int]:
-        """``note`` for many payments in the caller's transaction, in two statements: returns the ids noted; the
-        others changed status meanwhile and get no event."""
-        if not notes:
-            return set()
-        done = {int(r[0]) for r in conn.execute(self._q(lq.payment_touch_many_if_status), {
-            "rows": json.dumps([{"id": n.payment_id, "status": str(n.status)} for n in notes]),
-            "now": self.db.now_param()})}
-        self._events(conn, [dict(payment_id=n.payment_id, from_status=str(n.status), to_status=str(n.status),
-                                 source=str(n.source), job_id=n.job_id, attempt=n.attempt, details=n.details)
-                            for n in notes if n.payment_id in done])
-        return done
-
-    def remember_psp_reference(self, conn: sa.Connection, *, payment_id: int, status: PaymentStatus,
-                               psp_reference: str) -> bool:
-        return conn.execute(self._q(lq.payment_set_psp_reference_if_status),
-                            {"id": payment_id, "status": str(status), "psp_reference": psp_reference,
-                             "now": self.db.now_param()}).first() is not None
-
-    def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
-        # the storage boundary of PSP evidence and operators' notes: details quote PSP texts, which may carry
-        # card data or keys
-        events = [redact_row(e) for e in events]
-        for start in range(0, len(events), 5000):
-            conn.execute(self._q(lq.payment_event_insert_many),
-                         {"rows": json.dumps(events[start:start + 5000]), "now": self.db.now_param()})
 
     # --- reads -------------------------------------------------------------------------------------------
 
@@ -353,7 +213,7 @@ class PaymentStore:
             yield from (self._payment(r) for r in rows)
             if len(rows) < page:
                 return
-            after = int(rows[-1][0])
+            after = int(rows[-1]._mapping["id"])
 
     def iter_stale(self, *, older_than: timedelta, psp: str | None, page: int = 1000) -> Iterator[Payment]:
         """Unfinished payments not updated for ``older_than``, oldest id first, a page per transaction."""
@@ -366,41 +226,20 @@ class PaymentStore:
             yield from (self._payment(r) for r in rows)
             if len(rows) < page:
                 return
-            after = int(rows[-1][0])
+            after = int(rows[-1]._mapping["id"])
 
     def psps_unfinished(self) -> set[str]:
         """The PSPs of unfinished payments: those a charge or reconcile job may call."""
         with self.db.begin() as conn:
-            return {str(r[0]) for r in conn.execute(self._q(lq.payment_psps_unfinished))}
+            return {str(psp) for (psp,) in conn.execute(self._q(lq.payment_psps_unfinished))}
 
     def events(self, payment_id: int) -> list[PaymentEvent]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_events_for), {"id": payment_id}).all()
-        return [PaymentEvent(id=int(r[0]), payment_id=int(r[1]), from_status=r[2], to_status=r[3], source=r[4],
-                             at=self.db.from_db(r[5]), job_id=r[6], attempt=r[7],  # type: ignore[arg-type]
-                             details=json_from_db(r[8])) for r in rows]
-
-    def touch_unfinished(self, conn: sa.Connection, *, payment_id: int) -> PaymentStatus | None:
-        """Lock the payment row if it is still unfinished (its status), else None."""
-        row = conn.execute(self._q(lq.payment_touch_if_unfinished),
-                           {"id": payment_id, "now": self.db.now_param()}).first()
-        return PaymentStatus(row[0]) if row else None
-
-    def next_key_generation(self, conn: sa.Connection, payment: Payment, *, job_id: int | None,
-                            attempt: int | None, details: dict[str, Any]) -> int | None:
-        """Move ``payment`` to its next idempotency key generation (compare-and-set on the generation) with an
-        audit event (status unchanged, ``details.key_generation``); None when it had moved already."""
-        row = conn.execute(self._q(lq.payment_next_key_generation_if),
-                           {"id": payment.id, "generation": payment.key_generation,
-                            "now": self.db.now_param()}).first()
-        if row is None:
-            return None
-        generation = int(row[0])
-        status = str(payment.status)
-        self._events(conn, [dict(payment_id=payment.id, from_status=status, to_status=status, source="charge",
-                                 job_id=job_id, attempt=attempt,
-                                 details={**details, "key_generation": generation})])
-        return generation
+        return [PaymentEvent(id=int(m["id"]), payment_id=int(m["payment_id"]), from_status=m["from_status"],
+                             to_status=m["to_status"], source=m["source"], at=self.db.from_db(m["at"]),  # type: ignore[arg-type]
+                             job_id=m["job_id"], attempt=m["attempt"], details=json_from_db(m["details"]))
+                for m in (r._mapping for r in rows)]
 
     def charge_unfinished(self, payment_id: int, conn: sa.Connection | None = None) -> bool:
         """Is the payment's charge job unfinished (running, or waiting to retry): may it still send?"""
@@ -416,7 +255,7 @@ class PaymentStore:
                                {"id": payment_id, "key": charge_key(payment_id), "now": self.db.now_param()}).first()
         if row is None:
             return None, False
-        return self._payment(row), bool(row[-1])
+        return self._payment(row), bool(row._mapping["charge_leased"])
 
     def window_candidates(self, ids: Sequence[int]) -> list[tuple[Payment, bool]]:
         """The unfinished payments among ``ids``, each with whether a charge job holds a live lease on it now."""
@@ -425,7 +264,7 @@ class PaymentStore:
             for start in range(0, len(ids), 1000):
                 rows = conn.execute(self._q(lq.payment_window_candidates),
                                     {"ids": list(ids[start:start + 1000]), "now": self.db.now_param()}).all()
-                out.extend((self._payment(r), bool(r[-1])) for r in rows)
+                out.extend((self._payment(r), bool(r._mapping["charge_leased"])) for r in rows)
         return out
 
     def reconcile_jobs(self, payment_ids: Sequence[int], *, after_job_id: int) -> dict[int, int]:
@@ -444,7 +283,7 @@ class PaymentStore:
                         found[wanted[key]] = int(job_id)
                 if len(rows) < 5000:
                     break
-                after = int(rows[-1][0])
+                after = int(rows[-1]._mapping["id"])
             missing = [k for k, i in wanted.items() if i not in found]
             for start in range(0, len(missing), 1000):
                 for job_id, key in conn.execute(self._q(lq.job_reconcile_unfinished_by_keys),
@@ -485,20 +324,20 @@ class PaymentStore:
         params = {"ids": list(ids)} if self.db.is_postgresql else {"ids_json": json.dumps(list(ids))}
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_latest_evidence), params).all()
-        return {int(r[0]): json_from_db(r[1]) for r in rows if r[1] is not None}
+        return {int(pid): json_from_db(details) for pid, details in rows if details is not None}
 
     def resolutions(self, *, since: datetime) -> list[dict[str, Any]]:
         """Manual resolutions out of needs_review since ``since``: per UTC day, operator and new status, with
         how many were overrides of the PSP's answer."""
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_resolutions), {"since": self.db.to_db(since)}).all()
-        return [{"day": r[0], "operator": r[1], "status": r[2], "count": int(r[3]), "overrides": int(r[4] or 0)}
-                for r in rows]
+        return [{"day": m["day"], "operator": m["operator"], "status": m["to_status"], "count": int(m["n"]),
+                 "overrides": int(m["overrides"] or 0)} for m in (r._mapping for r in rows)]
 
     def job_ids(self, payment_id: int, *, keys: Sequence[str]) -> list[int]:
         """The jobs of a payment: those its events name, and unfinished or dead ones holding one of ``keys``."""
         with self.db.begin() as conn:
-            return [int(r[0]) for r in conn.execute(self._q(lq.payment_job_ids),
+            return [int(job_id) for (job_id,) in conn.execute(self._q(lq.payment_job_ids),
                                                     {"id": payment_id, "keys": list(keys)})]
 
     def money_at_risk(self) -> list[dict[str, Any]]:
@@ -508,7 +347,8 @@ class PaymentStore:
                   (("1h", timedelta(hours=1)), ("1d", timedelta(days=1)), ("7d", timedelta(days=7)))}
         with self.db.begin() as conn:
             rows = conn.execute(self._q(lq.payment_money_at_risk), params).all()
-        return [{"currency": r[0], "age": r[1], "count": int(r[2]), "amount": int(r[3])} for r in rows]
+        return [{"currency": m["currency"], "age": m["bucket"], "count": int(m["n"]), "amount": int(m["amount"])}
+                for m in (r._mapping for r in rows)]
 
     # --- plumbing ----------------------------------------------------------------------------------------
 
@@ -516,17 +356,23 @@ class PaymentStore:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
 
     def _payment(self, r: Any) -> Payment:
-        t = self.db.from_db
-        return Payment(id=int(r[0]), merchant_account=r[1], merchant_reference=r[2], amount=int(r[3]), currency=r[4],
-                       psp=r[5], idempotency_key=r[6], status=PaymentStatus(r[7]), created_at=t(r[8]),  # type: ignore[arg-type]
-                       updated_at=t(r[9]), psp_reference=r[10], failure_reason=r[11],  # type: ignore[arg-type]
-                       review_reason=r[12], payment_method=r[13], customer_reference=r[14],
-                       key_generation=int(r[15] or 0), key_sent_at=t(r[16]) if r[16] is not None else None,
-                       review_since=t(r[17]) if r[17] is not None else None)
+        """A ``Payment`` from a row of ``PAYMENT_COLUMNS``, read by name."""
+        m, t = r._mapping, self.db.from_db
+        return Payment(id=int(m["id"]), merchant_account=m["merchant_account"],
+                       merchant_reference=m["merchant_reference"], amount=int(m["amount"]), currency=m["currency"],
+                       psp=m["psp"], idempotency_key=m["idempotency_key"], status=PaymentStatus(m["status"]),
+                       created_at=t(m["created_at"]), updated_at=t(m["updated_at"]),  # type: ignore[arg-type]
+                       psp_reference=m["psp_reference"], failure_reason=m["failure_reason"],
+                       review_reason=m["review_reason"], payment_method=m["payment_method"],
+                       customer_reference=m["customer_reference"], key_generation=int(m["key_generation"] or 0),
+                       key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]))
 
 
-def _transition_row(t: Transition) -> dict[str, Any]:
-    """A transition's parameters at the storage boundary: its reasons redacted; the PSP's reference exactly."""
-    return redact_row({"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-                       "psp_reference": t.psp_reference, "failure_reason": t.failure_reason,
-                       "review_reason": t.review_reason}, keep=("psp_reference",))
+def _redacted(p: NewPayment) -> NewPayment:
+    """A new payment at the storage boundary: every text redacted (the same payment when none changes)."""
+    clean = NewPayment(merchant_account=redact_value(p.merchant_account),
+                       merchant_reference=redact_value(p.merchant_reference), amount=p.amount,
+                       currency=redact_value(p.currency), psp=redact_value(p.psp), created_at=p.created_at,
+                       payment_method=redact_value(p.payment_method),
+                       customer_reference=redact_value(p.customer_reference))
+    return p if clean == p else clean

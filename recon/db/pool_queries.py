@@ -39,7 +39,7 @@ worker_list_seen_since = Query(
 job_stats_depth_detail = Query(
     "job_stats_depth_detail",
     "Run by the metrics endpoint and `recon stats`: unfinished jobs per queue, kind, tenant, priority, state",
-    sql="""SELECT queue, kind, coalesce(tenant, ''), priority, state, count(*) FROM jobs
+    sql="""SELECT queue, kind, coalesce(tenant, '') AS tenant, priority, state, count(*) AS n FROM jobs
            WHERE state IN ('pending', 'runnable', 'retryable', 'leased')
            GROUP BY queue, kind, coalesce(tenant, ''), priority, state ORDER BY 1, 2, 3, 4, 5""",
 )
@@ -47,7 +47,7 @@ job_stats_depth_detail = Query(
 job_attempt_stats_by_kind = Query(
     "job_attempt_stats_by_kind",
     "Run by `recon stats`: attempts ended since :since per kind and outcome, with their attempt numbers.",
-    sql="""SELECT j.kind, a.outcome, count(*), sum(a.attempt), max(a.attempt)
+    sql="""SELECT j.kind, a.outcome, count(*) AS n, sum(a.attempt) AS attempts, max(a.attempt) AS most
            FROM job_attempts a JOIN jobs j ON j.id = a.job_id
            WHERE a.finished_at >= :since GROUP BY j.kind, a.outcome ORDER BY 1, 2""",
 )
@@ -65,8 +65,8 @@ _ATTEMPT_DURATIONS = """
                count(*) OVER (PARTITION BY kind) AS n
         FROM d
     )
-    SELECT kind, max(n), max(CASE WHEN rn = (50 * n + 99) / 100 THEN secs END),
-           max(CASE WHEN rn = (95 * n + 99) / 100 THEN secs END), max(secs), sum(secs)
+    SELECT kind, max(n) AS n, max(CASE WHEN rn = (50 * n + 99) / 100 THEN secs END) AS p50,
+           max(CASE WHEN rn = (95 * n + 99) / 100 THEN secs END) AS p95, max(secs) AS most, sum(secs) AS total
     FROM ranked GROUP BY kind ORDER BY kind
 """
 

@@ -4,7 +4,6 @@ one metrics endpoint and `recon stats` read (recon.metrics). SQL in ``recon.db.p
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,6 +13,7 @@ from recon.db import jobs_queries as q
 from recon.db import pool_queries as pq
 from recon.db.database import Database, json_from_db
 from recon.db.sql import Query
+from recon.pool_rows import WorkerPresence, WorkerRecord
 from recon.redact import redact_row
 
 
@@ -48,12 +48,13 @@ class PoolStore:
             now_param = self.db.now_param()
             now = self.db.from_db(conn.execute(self._q(q.job_db_now), {"now": now_param}).scalar_one())
             assert now is not None  # nosec B101  # type narrowing, not a check
-            depth = [(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]))
-                     for r in conn.execute(self._q(pq.job_stats_depth_detail))] if depth_detail else []
+            depth = [(m["queue"], m["kind"], m["tenant"], int(m["priority"]), m["state"], int(m["n"]))
+                     for m in (r._mapping for r in conn.execute(self._q(pq.job_stats_depth_detail)))] \
+                if depth_detail else []
             oldest = {}
             if oldest_due:
-                oldest = {r[0]: self.db.from_db(r[1])
-                          for r in conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
+                oldest = {queue: self.db.from_db(due) for queue, due in
+                          conn.execute(self._q(q.job_stats_oldest_runnable), {"now": now_param})}
             since = (now - workers_within if workers_within is not None
                      else datetime.fromtimestamp(0, now.tzinfo))
             workers = [self._worker(r) for r in conn.execute(self._q(pq.worker_list_seen_since),
@@ -65,54 +66,25 @@ class PoolStore:
         per kind the duration count, p50, p95, max and sum in seconds (claim to finish commit)."""
         with self.db.begin() as conn:
             params = {"since": self.db.to_db(since)}
-            by_kind = [(r[0], r[1], int(r[2]), int(r[3] or 0), int(r[4] or 0))
-                       for r in conn.execute(self._q(pq.job_attempt_stats_by_kind), params)]
-            durations = {r[0]: {"count": int(r[1]), "p50": _float(r[2]), "p95": _float(r[3]),
-                                "max": _float(r[4]), "sum": _float(r[5])}
-                         for r in conn.execute(self._q(pq.job_attempt_stats_durations), params)}
+            by_kind = [(m["kind"], m["outcome"], int(m["n"]), int(m["attempts"] or 0), int(m["most"] or 0))
+                       for m in (r._mapping for r in conn.execute(self._q(pq.job_attempt_stats_by_kind), params))]
+            durations = {m["kind"]: {"count": int(m["n"]), "p50": _float(m["p50"]), "p95": _float(m["p95"]),
+                                     "max": _float(m["most"]), "sum": _float(m["total"])}
+                         for m in (r._mapping for r in
+                                   conn.execute(self._q(pq.job_attempt_stats_durations), params))}
         return {"by_kind": by_kind, "durations": durations}
 
     def _worker(self, r: Any) -> WorkerRecord:
-        t = self.db.from_db
-        return WorkerRecord(id=r[0], host=r[1], pid=int(r[2]), queues=tuple(json_from_db(r[3]) or ()),
-                            slots=int(r[4]), busy_slots=int(r[5]),
-                            started_at=t(r[6]), last_seen_at=t(r[7]),  # type: ignore[arg-type]
-                            stopped_at=t(r[8]), counters=json_from_db(r[9]) or {})
+        m, t = r._mapping, self.db.from_db
+        return WorkerRecord(id=m["id"], host=m["host"], pid=int(m["pid"]),
+                            queues=tuple(json_from_db(m["queues"]) or ()), slots=int(m["slots"]),
+                            busy_slots=int(m["busy_slots"]),
+                            started_at=t(m["started_at"]), last_seen_at=t(m["last_seen_at"]),  # type: ignore[arg-type]
+                            stopped_at=t(m["stopped_at"]), counters=json_from_db(m["counters"]) or {})
 
     def _q(self, query: Query) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerPresence:
-    """What a worker process writes about itself every few seconds (``PoolStore.upsert_worker``)."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    slots: int
-    busy_slots: int
-    counters: dict[str, Any]  #: cumulative since the process started; the shape is recon.counters's
-    stopped: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerRecord:
-    """One row of ``workers``. Datetimes are aware UTC."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    slots: int
-    busy_slots: int
-    started_at: datetime
-    last_seen_at: datetime
-    stopped_at: datetime | None
-    counters: dict[str, Any]
-
-
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
-

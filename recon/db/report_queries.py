@@ -143,15 +143,17 @@ report_lines_matched = Query(
     "report_lines_matched",
     "Run by the report: every merged PSP line with the payment it matched (if any), in listing order.",
     sql="""
-        SELECT l.psp_reference, l.merchant_reference, l.amount, l.currency, l.status, l.lines,
-               p.id, p.merchant_reference, p.psp_reference, p.amount, p.currency, p.status,
-               CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END, l.fee, l.net, l.settlement_currency,
+        SELECT l.psp_reference, l.merchant_reference AS psp_merchant_reference, l.amount AS psp_amount,
+               l.currency AS psp_currency, l.status AS psp_status, l.lines,
+               p.id AS payment_id, p.merchant_reference, p.psp_reference AS our_psp_reference, p.amount, p.currency,
+               p.status, CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END AS in_window, l.fee, l.net,
+               l.settlement_currency,
                row_number() OVER (
                    PARTITION BY p.id,
                        CASE WHEN p.id IS NULL
                             THEN coalesce('m:' || l.merchant_reference, 'r:' || l.psp_reference) END
                    ORDER BY CASE WHEN l.psp_reference = p.psp_reference THEN 0 ELSE 1 END,
-                            CASE WHEN l.status = 'succeeded' THEN 0 ELSE 1 END, l.first_at, l.psp_reference)
+                            CASE WHEN l.status = 'succeeded' THEN 0 ELSE 1 END, l.first_at, l.psp_reference) AS rank
         FROM report_lines l LEFT JOIN payments p ON p.id = l.payment_id
         ORDER BY l.seq
     """,
@@ -168,8 +170,8 @@ report_payments_unlisted = Query(
     "report_payments_unlisted",
     "Run by the report: our payments of the period that no PSP line stands for (payments_psp_created).",
     sql="""
-        SELECT p.id, p.merchant_reference, p.psp_reference, p.amount, p.currency, p.status,
-               CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END
+        SELECT p.id AS payment_id, p.merchant_reference, p.psp_reference, p.amount, p.currency, p.status,
+               CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END AS in_window
         FROM payments p
         WHERE p.psp = :psp AND p.created_at >= :since AND p.created_at < :until
           AND NOT EXISTS (SELECT 1 FROM report_lines l WHERE l.payment_id = p.id

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,51 +33,12 @@ from sqlalchemy.pool import NullPool
 from psp_adapters.protocol import SettlementLine
 from recon.db import report_queries as rq
 from recon.db.database import Database, translate_errors
+from recon.report_rows import LineMatch, UnlistedPayment
 
 BATCH_DEFAULT = 5000
 YIELD_PER_DEFAULT = 2000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
-
-
-@dataclass(frozen=True, slots=True)
-class LineMatch:
-    """One PSP reference of the listing (its lines merged) and the payment of ours it matched, if any.
-
-    ``rank`` 1 is the line that stands for its payment (or merchant reference); a higher rank is a further
-    PSP charge for the same one. ``in_window``: the payment was created after ``until - settlement_window``.
-    """
-
-    psp_reference: str
-    psp_merchant_reference: str | None
-    psp_amount: int
-    psp_currency: str
-    psp_status: str
-    lines: int
-    rank: int
-    payment_id: int | None
-    merchant_reference: str | None
-    our_psp_reference: str | None
-    amount: int | None
-    currency: str | None
-    status: str | None
-    in_window: bool
-    fee: int | None = None  #: the PSP's fee for this payment, minor units of ``settlement_currency``
-    net: int | None = None  #: what the PSP pays out for it after fees, same units
-    settlement_currency: str | None = None  #: None: the line's own currency
-
-
-@dataclass(frozen=True, slots=True)
-class UnlistedPayment:
-    """A payment of the period that no PSP line stands for."""
-
-    payment_id: int
-    merchant_reference: str
-    psp_reference: str | None
-    amount: int
-    currency: str
-    status: str
-    in_window: bool
 
 
 class ReportStore:
@@ -145,17 +105,19 @@ class ReportSession:
     def matched_lines(self, *, cutoff: datetime) -> Iterator[LineMatch]:
         """Every merged PSP line with its payment, in listing order, streamed."""
         for r in self._stream(rq.report_lines_matched, {"cutoff": self.db.to_db(cutoff)}):
-            yield LineMatch(psp_reference=r[0], psp_merchant_reference=r[1], psp_amount=int(r[2]),
-                            psp_currency=r[3], psp_status=r[4], lines=int(r[5]), payment_id=r[6],
-                            merchant_reference=r[7], our_psp_reference=r[8],
-                            amount=None if r[9] is None else int(r[9]), currency=r[10], status=r[11],
-                            in_window=bool(r[12]), fee=None if r[13] is None else int(r[13]),
-                            net=None if r[14] is None else int(r[14]), settlement_currency=r[15],
-                            rank=int(r[16]))
+            m = r._mapping
+            yield LineMatch(psp_reference=m["psp_reference"], psp_merchant_reference=m["psp_merchant_reference"],
+                            psp_amount=int(m["psp_amount"]), psp_currency=m["psp_currency"],
+                            psp_status=m["psp_status"], lines=int(m["lines"]), payment_id=m["payment_id"],
+                            merchant_reference=m["merchant_reference"], our_psp_reference=m["our_psp_reference"],
+                            amount=_int(m["amount"]), currency=m["currency"], status=m["status"],
+                            in_window=bool(m["in_window"]), fee=_int(m["fee"]), net=_int(m["net"]),
+                            settlement_currency=m["settlement_currency"], rank=int(m["rank"]))
 
     def merchant_accounts(self) -> list[str]:
         """The merchant accounts of our payments of this PSP (Adyen lists settlements per account)."""
-        return [str(r[0]) for r in self.conn.execute(self.q(rq.report_merchant_accounts), {"psp": self.psp})]
+        return [str(account) for (account,) in self.conn.execute(self.q(rq.report_merchant_accounts),
+                                                                 {"psp": self.psp})]
 
     def unlisted_payments(self, *, since: datetime, until: datetime,
                           cutoff: datetime) -> Iterator[UnlistedPayment]:
@@ -163,8 +125,10 @@ class ReportSession:
         params = {"psp": self.psp, "since": self.db.to_db(since), "until": self.db.to_db(until),
                   "cutoff": self.db.to_db(cutoff)}
         for r in self._stream(rq.report_payments_unlisted, params):
-            yield UnlistedPayment(payment_id=int(r[0]), merchant_reference=r[1], psp_reference=r[2],
-                                  amount=int(r[3]), currency=r[4], status=r[5], in_window=bool(r[6]))
+            m = r._mapping
+            yield UnlistedPayment(payment_id=int(m["payment_id"]), merchant_reference=m["merchant_reference"],
+                                  psp_reference=m["psp_reference"], amount=int(m["amount"]), currency=m["currency"],
+                                  status=m["status"], in_window=bool(m["in_window"]))
 
     def q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
@@ -181,6 +145,10 @@ class ReportSession:
                 yield from result
             finally:
                 result.close()
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _line_row(line: SettlementLine, seq: int) -> dict[str, Any]:

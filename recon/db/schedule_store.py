@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,30 +10,10 @@ import sqlalchemy as sa
 
 from recon.db import schedule_queries as sq
 from recon.db.database import Database
-from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.jobs_store import JobStore
 from recon.redact import redact_row
-
-
-@dataclass(frozen=True, slots=True)
-class SlotJob:
-    """The job a slot queues (None: the slot is recorded as skipped)."""
-
-    queue: str
-    kind: str
-    payload: dict[str, Any]
-    max_attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedSlot:
-    schedule: str
-    slot_at: datetime
-    enqueued_at: datetime
-    job_id: int | None
-    scheduler: str
-    job_state: str | None
-    job_error: str | None
-    job_finished_at: datetime | None
+from recon.rows import EnqueueRow
+from recon.schedule_rows import ClaimedSlot, SlotJob
 
 
 class ScheduleStore:
@@ -65,11 +44,12 @@ class ScheduleStore:
             rows = conn.execute(self._q(sq.slot_latest)).all()
         t = self.db.from_db
         out = {}
-        for r in rows:
-            error = f"{r[6]}: {r[7]}" if r[6] else None
-            out[r[0]] = ClaimedSlot(schedule=r[0], slot_at=t(r[1]), enqueued_at=t(r[2]),  # type: ignore[arg-type]
-                                    job_id=r[3], scheduler=r[4], job_state=r[5], job_error=error,
-                                    job_finished_at=t(r[8]))
+        for m in (r._mapping for r in rows):
+            error = f"{m['last_error_kind']}: {m['last_error']}" if m["last_error_kind"] else None
+            out[m["schedule"]] = ClaimedSlot(schedule=m["schedule"], slot_at=t(m["slot_at"]),  # type: ignore[arg-type]
+                                             enqueued_at=t(m["enqueued_at"]), job_id=m["job_id"],  # type: ignore[arg-type]
+                                             scheduler=m["scheduler"], job_state=m["state"], job_error=error,
+                                             job_finished_at=t(m["finished_at"]))
         return out
 
     def _q(self, query: Any) -> sa.TextClause:

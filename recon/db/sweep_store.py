@@ -36,12 +36,12 @@ class SweepRunStore:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(sq.sweep_run_latest), {"n": n}).all()
         out = []
-        for r in rows:
-            started, finished = self.db.from_db(r[1]), self.db.from_db(r[2])
-            out.append({"id": int(r[0]), "started_at": started.isoformat() if started else None,
-                        "finished_at": finished.isoformat() if finished else None, "operator": r[3],
-                        "options": json_from_db(r[4]), "outcome": r[5], "exit_code": r[6],
-                        "summary": json_from_db(r[7])})
+        for m in (r._mapping for r in rows):
+            started, finished = self.db.from_db(m["started_at"]), self.db.from_db(m["finished_at"])
+            out.append({"id": int(m["id"]), "started_at": started.isoformat() if started else None,
+                        "finished_at": finished.isoformat() if finished else None, "operator": m["operator"],
+                        "options": json_from_db(m["options"]), "outcome": m["outcome"], "exit_code": m["exit_code"],
+                        "summary": json_from_db(m["summary"])})
         return out
 
     def _q(self, query: Any) -> sa.TextClause:

@@ -14,51 +14,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
 
-from psp_adapters.protocol import (
-    ActionRequired,
-    Failed,
-    NotFound,
-    PaymentOutcome,
-    Pending,
-    Reversed,
-    Succeeded,
-    Unknown,
-    WebhookEvent,
-)
+from psp_adapters.protocol import WebhookEvent, news_kind
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
-from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.jobs_store import JobStore
 from recon.db.libpq import AsyncSession
 from recon.redact import redact_row, redact_value
-from recon.rows import WebhookRecord, WebhookState
+from recon.rows import EnqueueRow
+from recon.webhook_rows import StoredEvent, WebhookRecord, WebhookState
 
+#: the webhook job's kind (the job handler's, recon.reconcile.webhook): created here, with its event
 WEBHOOK_KIND = "webhook"
+#: the webhook jobs' queue unless ``[webhooks] queue`` says otherwise (``recon.webhooks.config``)
+WEBHOOK_QUEUE = "webhooks"
 #: a stored event document is cut to this many characters of JSON (the columns keep what recon acts on)
 BODY_MAX_CHARS = 32_768
 
-_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
-                          ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
 #: the columns ``_params`` stores exactly as given (module docstring); ``body`` is redacted as a document first
 _VERBATIM = frozenset({"event_id", "psp_reference", "body"})
-_OUTCOMES: dict[str, type] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
-                              "action_required": ActionRequired, "unknown": Unknown}
-
-
-@dataclass(frozen=True, slots=True)
-class Intake:
-    """What one event of a request became: ``stored`` False for a redelivery (nothing written)."""
-
-    event_id: str
-    stored: bool
-    webhook_id: int | None
-    job_id: int | None
 
 
 def webhook_key(webhook_id: int) -> str:
@@ -76,23 +55,23 @@ class WebhookStore:
         self.db = db
 
     def intake(self, events: Sequence[WebhookEvent], *, queue: str, max_attempts: int,
-               max_depth: int = 0) -> list[Intake]:
+               max_depth: int = 0) -> list[StoredEvent]:
         """Store the new events of one request and queue one job each, in one transaction."""
-        out: list[Intake] = []
+        out: list[StoredEvent] = []
         with self.db.begin() as conn:
             new: list[tuple[WebhookEvent, int]] = []
             for event in events:
                 row = conn.execute(self._q(wq.webhook_insert), self._params(event)).first()
                 if row is None:
-                    out.append(Intake(event.event_id, stored=False, webhook_id=None, job_id=None))
+                    out.append(StoredEvent(event.event_id, stored=False, webhook_id=None, job_id=None))
                 else:
-                    new.append((event, int(row[0])))
+                    new.append((event, int(row._mapping["id"])))
             if new:
                 rows = [EnqueueRow(queue=queue, kind=WEBHOOK_KIND, payload_json=json.dumps(job_payload(i, e)),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
                                    unique_key=webhook_key(i), tenant=e.merchant_account) for e, i in new]
                 job_ids = JobStore(self.db).enqueue(rows, max_depth={queue: max_depth}, conn=conn)
-                out.extend(Intake(e.event_id, stored=True, webhook_id=i, job_id=j)
+                out.extend(StoredEvent(e.event_id, stored=True, webhook_id=i, job_id=j)
                            for (e, i), j in zip(new, job_ids, strict=True))
         return out
 
@@ -101,7 +80,7 @@ class WebhookStore:
         return AsyncSession(self.db.url, outage=self.db.outage)
 
     async def intake_batch(self, requests: Sequence[Sequence[WebhookEvent]], *, queue: str, max_attempts: int,
-                           session: AsyncSession) -> list[list[Intake]]:
+                           session: AsyncSession) -> list[list[StoredEvent]]:
         """``intake`` for the events of several requests at once, on PostgreSQL, for a queue without
         ``max_depth``, on ``session``'s connection (``async_session``): one statement
         (``webhook_intake_batch``) inserts the new events and their jobs and notifies the workers, so the whole
@@ -137,13 +116,14 @@ class WebhookStore:
         except self.db.dbapi.Error as exc:
             raise await session.failed(exc, conn) from exc
         session.succeeded(epoch)
-        stored = {(r[0], r[1]): (int(r[2]), int(r[3])) for r in returned}
-        out: list[list[Intake]] = []
+        stored = {(psp, event_id): (int(webhook_id), int(job_id))
+                  for psp, event_id, webhook_id, job_id, _woken in returned}
+        out: list[list[StoredEvent]] = []
         for events in requests:
             results = []
             for e in events:
                 ids = stored.pop((e.psp, e.event_id), None)  # popped: a second copy is the redelivery
-                results.append(Intake(e.event_id, stored=ids is not None, webhook_id=ids[0] if ids else None,
+                results.append(StoredEvent(e.event_id, stored=ids is not None, webhook_id=ids[0] if ids else None,
                                       job_id=ids[1] if ids else None))
             out.append(results)
         return out
@@ -173,13 +153,13 @@ class WebhookStore:
         if not marks:
             return set()
         rows = json.dumps([{"id": i, "state": str(state), "payment_id": pid} for i, state, pid in marks])
-        return {int(r[0]) for r in conn.execute(self._q(wq.webhook_mark_many_if_received),
-                                                {"rows": rows, "now": self.db.now_param()})}
+        return {int(webhook_id) for (webhook_id,) in conn.execute(self._q(wq.webhook_mark_many_if_received),
+                                                                  {"rows": rows, "now": self.db.now_param()})}
 
     def counts(self, *, since: datetime) -> list[dict[str, Any]]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(wq.webhook_counts), {"since": self.db.to_db(since)}).all()
-        return [{"psp": r[0], "state": r[1], "events": int(r[2])} for r in rows]
+        return [{"psp": psp, "state": state, "events": int(n)} for psp, state, n in rows]
 
     def unknown_between(self, *, psp: str, since: datetime, until: datetime) -> list[WebhookRecord]:
         with self.db.begin() as conn:
@@ -191,7 +171,7 @@ class WebhookStore:
 
     def _params(self, e: WebhookEvent) -> dict[str, Any]:
         news = e.news
-        kind = None if news is None else news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
+        kind = None if news is None else news_kind(news)
         body = _dumps(redact_value(e.body))
         if len(body) > BODY_MAX_CHARS:
             body = json.dumps({"truncated": True, "chars": len(body)})
@@ -207,12 +187,16 @@ class WebhookStore:
                           keep=_VERBATIM)
 
     def _record(self, r: Any) -> WebhookRecord:
-        t = self.db.from_db
-        return WebhookRecord(id=int(r[0]), psp=r[1], event_id=r[2], event_type=r[3], occurred_at=t(r[4]),
-                             received_at=t(r[5]), psp_reference=r[6], merchant_reference=r[7],  # type: ignore[arg-type]
-                             merchant_account=r[8], amount=int(r[9]) if r[9] is not None else None, currency=r[10],
-                             news=r[11], psp_status=r[12], reason=r[13], report=r[14], body=json_from_db(r[15]),
-                             state=WebhookState(r[16]), payment_id=r[17], applied_at=t(r[18]))
+        """A ``WebhookRecord`` from a row of ``WEBHOOK_COLUMNS``, read by name."""
+        m, t = r._mapping, self.db.from_db
+        return WebhookRecord(id=int(m["id"]), psp=m["psp"], event_id=m["event_id"], event_type=m["event_type"],
+                             occurred_at=t(m["occurred_at"]), received_at=t(m["received_at"]),  # type: ignore[arg-type]
+                             psp_reference=m["psp_reference"], merchant_reference=m["merchant_reference"],
+                             merchant_account=m["merchant_account"],
+                             amount=int(m["amount"]) if m["amount"] is not None else None, currency=m["currency"],
+                             news=m["news"], psp_status=m["psp_status"], reason=m["reason"], report=m["report"],
+                             body=json_from_db(m["body"]), state=WebhookState(m["state"]),
+                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]))
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
@@ -221,17 +205,3 @@ class WebhookStore:
 def _dumps(value: Any) -> str:
     """Compact JSON: orjson, a fifth of the stdlib's time for an event body (the intake's hot path)."""
     return orjson.dumps(value, default=str).decode()
-
-
-def news_of(record: WebhookRecord) -> PaymentOutcome | Reversed | None:
-    """What a stored event says about its payment, as the outcome the PSP module parsed."""
-    if record.news is None:
-        return None
-    common: dict[str, Any] = {"psp_reference": record.psp_reference, "merchant_reference": record.merchant_reference,
-                              "amount": record.amount, "currency": record.currency, "raw_status": record.psp_status}
-    if record.news in ("refund", "dispute"):
-        return Reversed(**common, kind=record.news, reason=record.reason)
-    cls = _OUTCOMES.get(record.news, Unknown)
-    if cls is Failed:
-        return Failed(**common, reason=record.reason)
-    return cls(**common)  # type: ignore[no-any-return]

@@ -13,10 +13,10 @@ from datetime import UTC, timedelta
 from typing import Any
 
 from recon.config import Settings
-from recon.db.jobs_store import EnqueueRow, JobStore
+from recon.db.jobs_store import JobStore
 from recon.engine.jobs import JobSpec
 from recon.errors import InvalidJobState, JobNotFound, UnknownJobKind, UsageError
-from recon.rows import AttemptRecord, Job
+from recon.rows import AttemptRecord, EnqueueRow, Job
 
 #: json.dumps(payload, separators=(",", ":"), allow_nan=False) without building an encoder per job
 _encode_payload = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode

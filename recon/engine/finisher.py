@@ -43,7 +43,7 @@ from functools import partial
 from typing import Any
 
 from recon.db.availability import Backoff, log_failure
-from recon.db.jobs_store import Dedicated, Finish, JobStore
+from recon.db.jobs_store import Dedicated, JobStore
 from recon.engine.observe import WORKER_LOGGER, WorkerObserver, WorkerStats, job_log_fields
 from recon.engine.outcome import (
     BatchWrite,
@@ -60,7 +60,7 @@ from recon.engine.outcome import (
 from recon.engine.retry import RetryPolicy
 from recon.engine.slots import Done, Running, Slots
 from recon.errors import DatabaseTransientError, DatabaseUnavailable, StoreError
-from recon.rows import Job
+from recon.rows import Finish, Job
 
 log = logging.getLogger(WORKER_LOGGER)
 

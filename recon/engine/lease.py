@@ -126,7 +126,6 @@ class Heartbeater:
         self._worker = worker
         self._ttl = ttl
         self._leases_func = leases_func
-        self.beats = 0
         self.lost = 0
 
     def beat_once(self) -> None:
@@ -139,7 +138,6 @@ class Heartbeater:
         pairs = [(lease.job_id, lease.attempt) for lease in leases]
         held = self._store.extend_leases(worker=self._worker, leases=pairs,
                                          ttl=self._ttl)
-        self.beats += 1
         for lease in leases:
             if lease.job_id not in held:
                 if lease.finishing:

@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from recon.db.availability import log_failure
-from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.pool_store import PoolStore
 from recon.engine.lease import Heartbeater
 from recon.engine.observe import WORKER_LOGGER, WORKER_RETENTION, WorkerObserver, WorkerStats
 from recon.engine.slots import Slots
 from recon.engine.watcher import Watcher
 from recon.errors import StoreError
+from recon.pool_rows import WorkerPresence
 
 log = logging.getLogger(WORKER_LOGGER)
 

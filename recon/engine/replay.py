@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from recon.db.dead_letter_store import JobFilter
 from recon.db.jobs_store import JobStore
-from recon.rows import Job
+from recon.rows import Job, JobFilter
 
 
 @dataclass(slots=True)

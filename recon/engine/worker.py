@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from recon.config import EngineConfig
 from recon.db.jobs_store import JobStore
-from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.pool_store import PoolStore
 from recon.engine.claimer import Claimer
 from recon.engine.finisher import Finisher
 from recon.engine.handlers import Handlers
@@ -50,6 +50,7 @@ from recon.engine.runners import Runners
 from recon.engine.slots import Slots
 from recon.engine.watcher import Watcher
 from recon.errors import StoreError
+from recon.pool_rows import WorkerPresence
 from recon.redact import redact
 
 __all__ = ["ClassifyFunc", "WakeupFunc", "Worker", "WorkerStats", "classify_as_bug", "make_worker_id"]

@@ -33,35 +33,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
 from psp_adapters.errors import PspError, PspRejectedError
 from psp_adapters.protocol import (
-    ActionRequired,
     ChargeRequest,
-    Failed,
     NotFound,
     PaymentOutcome,
-    Pending,
     PspAdapter,
     PspRef,
-    Reversed,
-    Succeeded,
-    Unknown,
 )
 from recon.classify import ErrorKind, classify
 from recon.clock import Clock, SystemClock
-from recon.db.payment_store import PaymentStore, Transition
+from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
 from recon.errors import ConfigError, LeaseLost
 from recon.payments.guard import Guard, Unguarded
-from recon.rows import EventSource, Job, Payment, PaymentStatus
+from recon.reconcile.decide import charged, outcome_details, reference_conflict
+from recon.rows import EventSource, Job, Payment, PaymentStatus, Transition
 
 AdapterFunc = Callable[[str], PspAdapter]
-AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 #: a key is treated as forgotten this long before the PSP's retention ends (clocks and queues drift)
 KEY_RETENTION_MARGIN = timedelta(hours=1)
 
@@ -70,19 +64,8 @@ _MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKin
                   ErrorKind.CONFLICT}
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed) -> dict[str, Any]:
-    """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
-    details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
-                               "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
-                               "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed):
-        details["reason"] = outcome.reason
-    return details
 
 
-def authentication_reason(outcome: PaymentOutcome) -> str:
-    """The review reason of an ActionRequired answer."""
-    return f"{AUTHENTICATION_REQUIRED} (PSP status {outcome.raw_status or 'unknown'})"
 
 
 def config_dead(exc: ConfigError) -> Dead:
@@ -90,30 +73,19 @@ def config_dead(exc: ConfigError) -> Dead:
     return Dead(error_kind="config", error=f"ConfigError: {exc}")
 
 
-def reference_conflict(payment: Payment, named: str | None, *, what: str) -> str | None:
-    """The review reason when ``named`` (a PSP reference some evidence gives) is not the PSP reference the
-    payment holds; None when it holds none, the evidence names none, or they agree. ``what``: the evidence and
-    what it says, for the reason ("the PSP's webhook says succeeded")."""
-    if not (payment.psp_reference and named) or named == payment.psp_reference:
-        return None
-    return (f"reference_conflict: ours is {payment.psp_reference}, {what} about {named} under our reference "
-            f"(a second charge, or not ours: a person looks)")
 
 
-def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
-    """Why the PSP's amount or currency differs from ours, or None when they agree (or it did not say)."""
-    if outcome.currency is not None and outcome.currency.upper() != payment.currency:
-        return f"currency_mismatch: ours {payment.currency}, PSP {outcome.currency.upper()}"
-    if outcome.amount is not None and outcome.amount != payment.amount:
-        return f"amount_mismatch: ours {payment.amount} {payment.currency}, PSP {outcome.amount}"
-    return None
 
 
 class ChargeHandler:
-    """Job kind ``charge``, payload ``{"payment_id": N}``."""
+    """Job kind ``charge``, payload ``{"payment_id": N}``, on ``queue`` (``[payments] queue``). The payment store
+    creates these jobs with their payments (``PaymentStore.create``), hence its constants."""
+
+    kind: ClassVar[str] = CHARGE_KIND
 
     def __init__(self, ledger: PaymentStore, adapter_func: AdapterFunc, *, guard: Guard | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, queue: str = CHARGE_QUEUE) -> None:
+        self.queue = queue
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.guard = guard or Unguarded()
@@ -218,19 +190,10 @@ class ChargeHandler:
         if conflict and payment.psp_reference and ref:  # one key, two PSP references: never ours replaced
             details["psp_reference_conflict"] = {"ours": payment.psp_reference, "theirs": [ref]}
             return self._transition(payment, job, PaymentStatus.NEEDS_REVIEW, details, review_reason=conflict)
-        match answer:
-            case Succeeded():
-                problem = mismatch(payment, answer)
-                target = PaymentStatus.NEEDS_REVIEW if problem else PaymentStatus.SUCCEEDED
-                return self._transition(payment, job, target, details, psp_reference=ref, review_reason=problem)
-            case ActionRequired():
-                return self._transition(payment, job, PaymentStatus.NEEDS_REVIEW, details, psp_reference=ref,
-                                        review_reason=authentication_reason(answer))
-            case Failed(reason=reason):
-                return self._transition(payment, job, PaymentStatus.FAILED, details, psp_reference=ref,
-                                        failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
-            case Pending() | Unknown() | NotFound():
-                return self._pending(payment, job, details, psp_reference=ref)
+        decision = charged(payment, answer)  # recon.reconcile.decide's table of a charge's answers
+        if decision.target is PaymentStatus.PENDING:
+            return self._pending(payment, job, details, psp_reference=ref)
+        return self._transition(payment, job, decision.target, details, **decision.fields())
 
     def _on_error(self, payment: Payment, job: Job, exc: PspError) -> Outcome:
         result = classify(exc)

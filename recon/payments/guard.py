@@ -51,7 +51,8 @@ from typing import Any, TypeVar
 
 from psp_adapters.errors import PspAuthError, PspError, PspRateLimited
 from recon.classify import ErrorKind, classify, error_text
-from recon.db.control_store import Admission, ControlStore
+from recon.control_rows import Admission
+from recon.db.control_store import ControlStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Snooze
 from recon.errors import StoreError

@@ -35,10 +35,10 @@ from typing import IO
 
 from psp_adapters.protocol import ChargeRequest, FieldProblem
 from recon.clock import parse_instant
-from recon.db.payment_store import NewPayment
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
 from recon.redact import CARD_MASK, KEY_MASK, MASK, redact
+from recon.rows import NewPayment
 
 REQUIRED_COLUMNS = ("merchant_reference", "amount", "currency", "psp")
 OPTIONAL_COLUMNS = ("created_at", "merchant_account", "payment_method", "customer_reference")

@@ -36,7 +36,9 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
     if cls is None:
         made = type(f"InstrumentedAdapter[{inner.name}]", (InstrumentedAdapter,),
                     {"name": inner.name, "idempotency_retention": inner.idempotency_retention,
-                     "lists_payments": bool(getattr(inner, "lists_payments", False))})
+                     "lists_payments": bool(getattr(inner, "lists_payments", False)),
+                     "search_lag": getattr(inner, "search_lag", timedelta(0)),
+                     "listing_window": getattr(inner, "listing_window", None)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -47,6 +49,8 @@ class InstrumentedAdapter:
     name: ClassVar[str] = "instrumented"
     idempotency_retention: ClassVar[timedelta | None] = None
     lists_payments: ClassVar[bool] = False
+    search_lag: ClassVar[timedelta] = timedelta(0)
+    listing_window: ClassVar[timedelta | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner

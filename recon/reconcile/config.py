@@ -14,12 +14,11 @@ window_max_payments = 2000    # a window job holds at most this many payments (i
 schedule = ["1m", "5m", "30m"]
 ```
 
-Built-in per-PSP defaults (``PSP_GRACE_DEFAULTS``) apply where the PSP's own table does not set a grace
-period: Stripe's search, which finds a PaymentIntent by our reference after a lost answer, is eventually
-consistent ("data is typically searchable in under a minute; during outages, up to an hour",
-docs.stripe.com/search), so a Stripe payment is called "never reached the PSP" only after an hour.
-Adyen's window defaults to a day (``PSP_WINDOW_DEFAULTS``): its listing is the daily report file, so an
-hour's window would download the same file 24 times.
+Each PSP's adapter declares its own defaults (``PspAdapter.search_lag``, ``listing_window``), which apply where
+the PSP's own table does not say: the grace period is at least the PSP's search lag (Stripe's search, which
+finds a PaymentIntent by our reference after a lost answer, can lag an hour: a Stripe payment is called "never
+reached the PSP" only after an hour), and the window is the PSP's listing window (Adyen's listing is the
+daily report file: a day, or an hour's window would download the same file 24 times).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from psp_adapters.protocol import PspAdapter
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
 
@@ -36,14 +36,10 @@ SCHEDULE_DEFAULT = ("5m", "15m", "1h", "6h", "1d", "1d", "1d")
 GRACE_PERIOD_DEFAULT = "30m"
 SETTLEMENT_WINDOW_DEFAULT = "2d"
 QUEUE_DEFAULT = "reconcile"
-#: grace periods that cover a PSP's own lag in finding a payment by our reference (see the module docstring)
-PSP_GRACE_DEFAULTS: Mapping[str, timedelta] = {"stripe": timedelta(hours=1)}
 WINDOW_DEFAULT = "1h"
 WINDOW_SLACK_DEFAULT = "2m"
 WINDOW_MAX_PAYMENTS_DEFAULT = 2000
 WINDOW_MAX_PAYMENTS_LIMIT = 10_000
-#: listing windows that fit how a PSP lists (see the module docstring)
-PSP_WINDOW_DEFAULTS: Mapping[str, timedelta] = {"adyen": timedelta(days=1)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +62,10 @@ class ReconcileConfig:
         return self.per_psp.get(psp, self.default)
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any] | None, *, source: str = "config") -> ReconcileConfig:
+    def from_table(cls, table: Mapping[str, Any] | None, *, source: str = "config",
+                   adapters: Mapping[str, type[PspAdapter]] | None = None) -> ReconcileConfig:
+        """``[reconcile]``, each PSP of ``adapters`` (name -> adapter class: ``psp_adapters.registry``) starting
+        from its adapter's ``search_lag`` and ``listing_window`` (module docstring)."""
         table = dict(table or {})
         where = f"{source}: reconcile"
         per_psp_tables = table.pop("psp", {})
@@ -79,10 +78,9 @@ class ReconcileConfig:
                                                       parse_duration(WINDOW_DEFAULT)))
         if not isinstance(per_psp_tables, dict):
             raise ConfigError(f"{where}.psp: must be a table")
-        per_psp = {name: PspSchedule(default.schedule,
-                                     max(default.grace_period, PSP_GRACE_DEFAULTS.get(name, default.grace_period)),
-                                     PSP_WINDOW_DEFAULTS.get(name, default.window))
-                   for name in sorted({*PSP_GRACE_DEFAULTS, *PSP_WINDOW_DEFAULTS})}
+        per_psp = {name: PspSchedule(default.schedule, max(default.grace_period, adapter.search_lag),
+                                     adapter.listing_window or default.window)
+                   for name, adapter in sorted((adapters or {}).items())}
         for name, sub in per_psp_tables.items():
             if not isinstance(sub, dict) or set(sub) - {"schedule", "grace_period", "window"}:
                 raise ConfigError(f"{where}.psp.{name}: only schedule, grace_period and window may be set")

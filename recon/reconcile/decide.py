@@ -1,4 +1,6 @@
-"""What the PSP's word means for one of our payments: one table for reconciliation, listings and webhooks.
+"""What the PSP's word means for one of our payments: every rule that turns PSP evidence into a transition, one
+room for the charge, reconciliation, listings and webhooks (docs/design.md). Its callers add only when to ask
+and what to do while the PSP cannot say yet (schedules, grace periods: recon.reconcile.handler).
 
 First, whether the evidence is about the payment at all, and whether it agrees with what we hold:
 
@@ -8,11 +10,13 @@ First, whether the evidence is about the payment at all, and whether it agrees w
   events and listings; a payment stored without one, ``recon.rows.NO_ACCOUNT``) agrees with any.
 - ``conflict``: a PSP reference, once stored, is never replaced. Evidence naming another PSP reference than
   the one the payment holds (a second PaymentIntent carrying our reference, a listing with another charge under
-  it) is kept as evidence naming both, and resolved visibly, never healed from.
+  it) is kept as evidence naming both, and resolved visibly, never healed from (``reference_conflict`` words
+  its review reason).
 
-Then ``heal`` is the part of the table in recon.reconcile.handler that ends an unfinished payment; ``reversal``
-and ``late_news`` are what a webhook adds about a payment that is final already. They return the target
-status with the fields its transition sets, or None when nothing changes.
+Then ``heal`` is the part of the table that ends an unfinished payment (``mismatch``: amount or currency;
+``authentication_reason``: the customer must act); ``reversal`` and ``late_news`` are what a webhook adds
+about a payment that is final already. They return the target status with the fields its transition sets,
+or None when nothing changes. ``outcome_details`` is how every answer joins the audit trail.
 
 | the PSP says                              | ours               | becomes                                         |
 | ----------------------------------------- | ------------------ | ----------------------------------------------- |
@@ -24,7 +28,7 @@ status with the fields its transition sets, or None when nothing changes.
 | succeeded, same amount and currency       | unfinished         | succeeded                                       |
 | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
 | customer action required                  | unfinished         | needs_review (authentication_required)          |
-| failed / canceled                         | unfinished         | failed                                          |
+| failed / canceled                         | unfinished         | failed ("psp: " and the PSP's reason)           |
 | refunded or disputed                      | unfinished, succeeded, failed | needs_review (psp_reversed)          |
 | succeeded                                 | failed             | needs_review (status_mismatch)                  |
 | anything else                             | final              | nothing (a redelivery, or older news)           |
@@ -35,8 +39,20 @@ answer to our charge, or to the reconcile job's lookup: no later job would settl
 hearing of a success under another reference may have been charged twice: a person looks. (4) "under another
 PSP reference": naming our merchant reference and a PSP reference other than the one we hold (``conflict``).
 
+The answer to our own charge (``charged``, recon.payments.charge), once ``conflict`` found it names the
+reference we hold or none:
+
+| our charge's answer                       | becomes                                                          |
+| ----------------------------------------- | ---------------------------------------------------------------- |
+| succeeded, same amount and currency       | succeeded                                                        |
+| succeeded, other amount or currency       | needs_review (amount_mismatch / currency_mismatch)               |
+| customer action required                  | needs_review (authentication_required)                           |
+| declined                                  | failed ("declined: " and the PSP's reason)                       |
+| pending, cannot say, not found            | pending: reconciliation decides                                  |
+
 The first rows come first: a transition built from evidence naming another PSP reference would not move the
 payment anyway (``PaymentStore.apply`` refuses it: PspReferenceConflict), but the decision never builds one.
+tests/unit/test_decide.py has a case for every row of both tables.
 """
 
 from __future__ import annotations
@@ -45,8 +61,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psp_adapters.protocol import ActionRequired, Failed, PaymentOutcome, Reversed, Succeeded
-from recon.payments.charge import authentication_reason, mismatch, reference_conflict
+from psp_adapters.protocol import (
+    ActionRequired,
+    Failed,
+    NotFound,
+    PaymentOutcome,
+    Pending,
+    Reversed,
+    Succeeded,
+    Unknown,
+)
 from recon.payments.money import format_amount
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
@@ -80,6 +104,43 @@ class Conflict:
 def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
     """The audit trail's record of evidence naming other PSP references than ours: both sides, by name."""
     return {"psp_reference_conflict": {"ours": ours, "theirs": sorted(set(theirs))}}
+
+
+AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
+
+
+def outcome_details(outcome: PaymentOutcome | Reversed) -> dict[str, Any]:
+    """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
+    details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
+                               "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
+                               "psp_currency": outcome.currency}
+    if isinstance(outcome, Failed):
+        details["reason"] = outcome.reason
+    return details
+
+
+def authentication_reason(outcome: PaymentOutcome) -> str:
+    """The review reason of an ActionRequired answer."""
+    return f"{AUTHENTICATION_REQUIRED} (PSP status {outcome.raw_status or 'unknown'})"
+
+
+def mismatch(payment: Payment, outcome: PaymentOutcome) -> str | None:
+    """Why the PSP's amount or currency differs from ours, or None when they agree (or it did not say)."""
+    if outcome.currency is not None and outcome.currency.upper() != payment.currency:
+        return f"currency_mismatch: ours {payment.currency}, PSP {outcome.currency.upper()}"
+    if outcome.amount is not None and outcome.amount != payment.amount:
+        return f"amount_mismatch: ours {payment.amount} {payment.currency}, PSP {outcome.amount}"
+    return None
+
+
+def reference_conflict(payment: Payment, named: str | None, *, what: str) -> str | None:
+    """The review reason when ``named`` (a PSP reference some evidence gives) is not the PSP reference the
+    payment holds; None when it holds none, the evidence names none, or they agree. ``what``: the evidence and
+    what it says, for the reason ("the PSP's webhook says succeeded")."""
+    if not (payment.psp_reference and named) or named == payment.psp_reference:
+        return None
+    return (f"reference_conflict: ours is {payment.psp_reference}, {what} about {named} under our reference "
+            f"(a second charge, or not ours: a person looks)")
 
 
 def accounts_agree(ours: str | None, theirs: str | None) -> bool:
@@ -127,6 +188,22 @@ def heal(payment: Payment, answer: PaymentOutcome) -> Heal | None:
             return Heal(PaymentStatus.FAILED, psp_reference=ref,
                         failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
     return None
+
+
+def charged(payment: Payment, answer: PaymentOutcome) -> Heal:
+    """What the answer to our own charge makes of the payment (the second table): ``heal``'s, but a refusal is
+    "declined", and an answer that is not final leaves the payment pending for reconciliation. The caller has
+    checked ``conflict`` first."""
+    ref = answer.psp_reference
+    match answer:
+        case Failed(reason=reason):
+            return Heal(PaymentStatus.FAILED, psp_reference=ref,
+                        failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
+        case Pending() | Unknown() | NotFound():
+            return Heal(PaymentStatus.PENDING, psp_reference=ref)
+    decision = heal(payment, answer)
+    assert decision is not None  # nosec B101  # succeeded and action required always end it: type narrowing
+    return decision
 
 
 def reversal(payment: Payment, news: Reversed) -> Heal:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
@@ -31,16 +31,15 @@ from psp_adapters.errors import PspError
 from psp_adapters.protocol import NotFound, PaymentOutcome, PspAdapter, PspRef
 from recon.classify import classify
 from recon.clock import Clock
-from recon.db.jobs_store import EnqueueRow
-from recon.db.payment_store import PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ChargeInFlight, ConfigError
-from recon.payments.charge import config_dead, outcome_details
+from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import conflict, heal
-from recon.rows import EventSource, Job, Payment, PaymentStatus
+from recon.reconcile.decide import conflict, heal, outcome_details
+from recon.rows import EnqueueRow, EventSource, Job, Payment, PaymentStatus, Transition
 
 RECONCILE_KIND = "reconcile"
 
@@ -70,8 +69,11 @@ class ReconcileHandler:
     """Job kind ``reconcile``, payload ``{"payment_id": N}``; ``job.progress["checks"]`` counts the pending
     answers so far, so the schedule survives crashes and restarts."""
 
+    kind: ClassVar[str] = RECONCILE_KIND
+
     def __init__(self, ledger: PaymentStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
                  clock: Clock, guard: Guard | None = None) -> None:
+        self.queue = config.queue
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.config = config

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, time, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from psp_adapters.errors import PspError
 from recon.classify import classify
@@ -39,20 +39,25 @@ ReportFunc = Callable[[str, datetime, datetime, str, str], int]
 def check_payload(kind: str, payload: Mapping[str, Any], where: str, *, psp_names: tuple[str, ...]) -> None:
     """ConfigError naming ``where`` when a built-in kind's payload is wrong (other kinds are their handlers')."""
     try:
-        if kind == "sweep":
+        if kind == SweepJob.kind:
             _sweep_options(payload, psp_names)
-        elif kind == "report":
+        elif kind == ReportJob.kind:
             _report_options(payload, psp_names)
     except UsageError as exc:
         raise ConfigError(f"{where}.payload: {exc}") from None
 
 
 class SweepJob:
-    def __init__(self, payments: PaymentStore, client: Client, sweeps: SweepRunStore, *, queue: str,
+    """Job kind ``sweep``: its jobs are on their schedule's queue; it queues reconcile work on ``reconcile_queue``."""
+
+    kind: ClassVar[str] = "sweep"
+    queue: ClassVar[str | None] = None
+
+    def __init__(self, payments: PaymentStore, client: Client, sweeps: SweepRunStore, *, reconcile_queue: str,
                  psp_names: tuple[str, ...], listing_func: Callable[[], set[str]] = set,
                  config: ReconcileConfig | None = None) -> None:
         self.payments, self.client, self.sweeps = payments, client, sweeps
-        self.queue, self.psp_names = queue, psp_names
+        self.reconcile_queue, self.psp_names = reconcile_queue, psp_names
         #: the PSPs whose adapters list payments (their stale payments go into window jobs)
         self.listing_func, self.config = listing_func, config
 
@@ -63,7 +68,7 @@ class SweepJob:
             return Dead(error_kind="validation", error=str(exc))
         run = self.sweeps.start(operator="schedule", options={**job.payload, "enqueue_only": True})
         bulk = set() if job.payload.get("mode") == "single" else self.listing_func()
-        selection = sw.enqueue(self.payments, self.client, options, queue=self.queue, bulk_psps=bulk,
+        selection = sw.enqueue(self.payments, self.client, options, queue=self.reconcile_queue, bulk_psps=bulk,
                                config=self.config)
         self.sweeps.finish(run, outcome="finished", exit_code=0,
                            summary={"enqueue_only": True, "enqueued": len(selection)})
@@ -71,6 +76,11 @@ class SweepJob:
 
 
 class ReportJob:
+    """Job kind ``report``: its jobs are on their schedule's queue."""
+
+    kind: ClassVar[str] = "report"
+    queue: ClassVar[str | None] = None
+
     def __init__(self, report_func: ReportFunc, *, psp_names: tuple[str, ...], clock: Clock | None = None) -> None:
         self.report_func, self.psp_names = report_func, psp_names
         self.clock = clock or SystemClock()

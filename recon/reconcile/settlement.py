@@ -56,11 +56,12 @@ from typing import Any, Protocol, TextIO
 from psp_adapters.protocol import PspAdapter
 from recon.clock import parse_instant
 from recon.db.report_queries import CONFLICTING
-from recon.db.report_store import LineMatch, ReportStore, UnlistedPayment
+from recon.db.report_store import ReportStore
 from recon.errors import UsageError
 from recon.payments.money import format_amount
-from recon.rows import WebhookRecord
+from recon.report_rows import LineMatch, UnlistedPayment
 from recon.spreadsheet import safe_cell
+from recon.webhook_rows import WebhookRecord
 
 
 class Category(StrEnum):

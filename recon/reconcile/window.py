@@ -47,23 +47,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
 from psp_adapters.errors import PspError, PspProtocolError
 from psp_adapters.protocol import ListedPayment, PaymentPage, PspAdapter
 from recon.classify import classify
-from recon.db.payment_store import Note, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError
-from recon.payments.charge import config_dead, outcome_details
+from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import accounts_agree, conflict_details, heal
+from recon.reconcile.decide import accounts_agree, conflict_details, heal, outcome_details
 from recon.reconcile.handler import reconcile_row
-from recon.rows import EventSource, Job, Payment
+from recon.rows import EventSource, Job, Note, Payment, Transition
 
 WINDOW_KIND = "reconcile_window"
 
@@ -163,8 +163,11 @@ class WindowHandler:
     """Job kind ``reconcile_window`` (see the module docstring). ``healed`` counts the payments this process's
     window jobs handed to their finish as heals (a progress figure; the finish may still lose some)."""
 
+    kind: ClassVar[str] = WINDOW_KIND
+
     def __init__(self, ledger: PaymentStore, adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig,
                  guard: Guard | None = None) -> None:
+        self.queue = config.queue
         self.ledger = ledger
         self.adapter_func = adapter_func
         self.config = config

@@ -8,9 +8,8 @@ from typing import Any
 
 from rich.table import Table
 
-from recon.db.dead_letter_store import ReplayRecord
 from recon.render.output import FoldTable, duration_text, stdout_console, timestamp
-from recon.rows import AttemptRecord, Job
+from recon.rows import AttemptRecord, Job, ReplayRecord
 
 
 def jobs_table(jobs: Sequence[Job]) -> None:

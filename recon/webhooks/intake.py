@@ -1,15 +1,16 @@
 """The webhook endpoints: verify, store, answer. Nothing else happens in the request.
 
-``POST {stripe_path}`` and ``POST {adyen_path}`` (recon.webhooks.config). A request is read up to
-``max_body_bytes`` (a larger one is refused with 413 before the rest is read, ``Content-Length`` first),
-verified by its PSP's module (psp_adapters.stripe.webhook / psp_adapters.adyen.webhook), and its events are
-stored with one job each in one transaction (recon.db.webhook_store). The answer goes out after that commit
-and before any PSP call: Stripe gets 200 ``{"received": true}``, Adyen ``[accepted]``; a redelivery gets the
-same answer and stores nothing. A rejected request (no or bad signature, stale timestamp, wrong basic auth,
-malformed body) gets 400 (401 for basic auth), stores nothing, is counted in ``recon_webhooks_total`` and
-logged in one line without the payload. The database unavailable (no primary reachable: a failover) or the
-queue full: 503, so the PSP delivers again later (both PSPs retry non-2xx answers); never a 2xx for an event
-no commit holds.
+``POST {path}`` for every PSP with webhooks (recon.webhooks.config: ``[webhooks.NAME] path``, default
+``/webhooks/NAME``); the intake names no PSP. A request is read up to ``max_body_bytes`` (a larger one is refused
+with 413 before the rest is read, ``Content-Length`` first), verified by its PSP's receiver
+(``psp_adapters.protocol.WebhookReceiver``: psp_adapters/<name>/webhook.py), and its events are stored with one
+job each in one transaction (recon.db.webhook_store). The answer goes out after that commit and before any PSP
+call: the receiver's ``accepted`` (Stripe 200 ``{"received": true}``, Adyen ``[accepted]``); a redelivery gets
+the same answer and stores nothing. A rejected request (no or bad signature, stale timestamp, wrong basic auth,
+malformed body) gets 400 (401 for ``unauthorized``), stores nothing, is counted in ``recon_webhooks_total`` and
+logged in one line without the payload. A PSP whose secret is not configured has no receiver: 404. The database
+unavailable (no primary reachable: a failover) or the queue full: 503, so the PSP delivers again later (both
+PSPs retry non-2xx answers); never a 2xx for an event no commit holds.
 
 On PostgreSQL, for a queue without ``max_depth`` (the default), the requests' events go through a group
 commit (``GroupWriter``): one task on the event loop, with an asyncio connection of its own, takes every
@@ -22,27 +23,24 @@ lock and the depth count that make QueueFull exact), run in the thread pool.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hmac
 import logging
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from functools import partial
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from psp_adapters.adyen import webhook as adyen
 from psp_adapters.errors import WebhookRejected
 from psp_adapters.protocol import WebhookEvent
-from psp_adapters.stripe import webhook as stripe
-from recon.db.webhook_store import Intake as Stored
 from recon.db.webhook_store import WebhookStore
 from recon.errors import DatabaseUnavailable, QueueFull, ReconError
+from recon.webhook_rows import StoredEvent as Stored
 from recon.webhooks.config import WebhookConfig
 
 log = logging.getLogger(__name__)
@@ -81,9 +79,9 @@ class Intake:
         self.max_depth = max_depth
         self.counts = counts or WebhookCounts()
         self.clock = clock
-        self._adyen_keys = adyen.hmac_keys([k.reveal() for k in config.adyen_hmac_keys])
-        self._stripe_secrets = [s.reveal() for s in config.stripe_secrets]
-        self._tolerance = config.tolerance.total_seconds()
+        #: each receiver's answer, built once: a Response is sent without being changed
+        self._accepted = {psp: Response(r.accepted.body, status_code=r.accepted.status,
+                                        media_type=r.accepted.media_type) for psp, r in config.receivers.items()}
         #: the group commit, on PostgreSQL for a queue without max_depth (module docstring)
         self.writer = GroupWriter(store, queue=config.queue, max_attempts=max_attempts,
                                   commit_wait=config.commit_wait.total_seconds()) \
@@ -99,40 +97,22 @@ class Intake:
 
     def endpoints(self) -> dict[str, Callable[[Request], Awaitable[Response]]]:
         """Each webhook path with its ``POST`` endpoint."""
-        return {self.config.stripe_path: self.stripe, self.config.adyen_path: self.adyen}
+        return {path: partial(self.receive, psp) for psp, path in self.config.paths.items()}
 
-    async def stripe(self, request: Request) -> Response:
-        if not self.config.stripe_secrets:
-            return PlainTextResponse("no Stripe webhook secret is configured\n", status_code=404)
-        body = await self._body(request, "stripe")
+    async def receive(self, psp: str, request: Request) -> Response:
+        """One request to PSP ``psp``'s endpoint: verified by its receiver, its events stored, then answered."""
+        receiver = self.config.receivers.get(psp)
+        if receiver is None:
+            return PlainTextResponse(f"no {psp} webhook secret is configured\n", status_code=404)
+        body = await self._body(request, psp)
         if body is None:
             return _too_large()
         try:
-            stripe.verify(body, request.headers.get(stripe.SIGNATURE_HEADER), self._stripe_secrets,
-                          now=self.clock(), tolerance=self._tolerance)
-            event = stripe.parse(body)
+            events = receiver.verify(request.headers, body, now=self.clock())
         except WebhookRejected as exc:
-            return self._rejected("stripe", exc)
-        failed = await self._store("stripe", [event])
-        return failed or _STRIPE_RECEIVED
-
-    async def adyen(self, request: Request) -> Response:
-        if not self._adyen_keys:
-            return PlainTextResponse("no Adyen HMAC key is configured\n", status_code=404)
-        if self.config.adyen_username and not self._basic_auth_ok(request.headers.get("authorization")):
-            self.counts.add("adyen", "unauthorized")
-            log.warning("webhook adyen refused: basic auth missing or wrong")
-            return PlainTextResponse("unauthorized\n", status_code=401,
-                                     headers={"WWW-Authenticate": 'Basic realm="recon webhooks"'})
-        body = await self._body(request, "adyen")
-        if body is None:
-            return _too_large()
-        try:
-            events = adyen.parse_verified(body, self._adyen_keys)
-        except WebhookRejected as exc:
-            return self._rejected("adyen", exc)
-        failed = await self._store("adyen", events)
-        return failed or _ADYEN_ACCEPTED
+            return self._rejected(psp, exc)
+        failed = await self._store(psp, events)
+        return failed or self._accepted[psp]
 
     # --- plumbing -------------------------------------------------------------------------------------
 
@@ -157,6 +137,9 @@ class Intake:
     def _rejected(self, psp: str, exc: WebhookRejected) -> Response:
         self.counts.add(psp, exc.reason)
         log.warning("webhook %s refused: %s: %s", psp, exc.reason, exc)
+        if exc.reason == "unauthorized":
+            return PlainTextResponse("unauthorized\n", status_code=401,
+                                     headers={"WWW-Authenticate": 'Basic realm="recon webhooks"'})
         return PlainTextResponse(f"{exc.reason}\n", status_code=400)
 
     async def _store(self, psp: str, events: Sequence[WebhookEvent]) -> Response | None:
@@ -185,18 +168,6 @@ class Intake:
         if len(results) - stored:
             self.counts.add(psp, "duplicate", len(results) - stored)
         return None
-
-    def _basic_auth_ok(self, header: str | None) -> bool:
-        scheme, _, value = (header or "").partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        expected = self.config.adyen_password.reveal() if self.config.adyen_password else ""
-        return hmac.compare_digest(user.encode(), (self.config.adyen_username or "").encode()) & \
-            hmac.compare_digest(password.encode(), expected.encode())
 
 
 class GroupWriter:
@@ -287,11 +258,6 @@ class GroupWriter:
                         future.set_result(results[i])
         finally:
             await session.close()
-
-
-#: the answers to a stored (or redelivered) event, built once: a Response is sent without being changed
-_STRIPE_RECEIVED = JSONResponse({"received": True})
-_ADYEN_ACCEPTED = PlainTextResponse(adyen.ACCEPTED)
 
 
 def _too_large() -> Response:

@@ -38,7 +38,8 @@ import pytest
 import sqlalchemy as sa
 
 from recon.db.database import Database, connect
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
+from recon.rows import NewPayment
 from tests.chaos import invariants
 from tests.chaos.harness import (
     MERCHANT_ACCOUNT,

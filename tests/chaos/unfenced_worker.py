@@ -14,10 +14,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db.jobs_store import Finish, JobStore
-from recon.db.payment_store import PaymentStore, Transition
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore
 from recon.db.sql import Query
-from recon.rows import check_transition
+from recon.rows import Finish, Transition, check_transition
 
 job_finish_one_unfenced = Query(
     "job_finish_one_unfenced",

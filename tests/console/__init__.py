@@ -17,7 +17,7 @@ from recon import Client, JobStore, Settings
 from recon.app import App
 from recon.clock import Clock
 from recon.console.server import create_app
-from recon.db.jobs_store import Finish
+from recon.rows import Finish
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*httpx2.*")

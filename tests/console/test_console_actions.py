@@ -14,8 +14,8 @@ import pytest
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.console import console, csrf_token, make_dead
 from tests.integration.payment_flow import create

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.console import attribute, console, make_dead, stats
 

@@ -18,10 +18,10 @@ import pytest
 from recon.clock import FixedClock
 from recon.console.config import ConsoleConfig
 from recon.console.session import SessionState, state_of
+from recon.console_rows import ConsoleSession
 from recon.db.database import Database
 from recon.errors import ConfigError
 from recon.redact import redact
-from recon.rows import ConsoleSession
 from tests.cli import Runner
 from tests.console import BASE_URL, TestClient, console, csrf_token
 

@@ -45,8 +45,9 @@ from recon.classify import classify
 from recon.config import EngineConfig
 from recon.counters import ProcessMetrics
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.payments.instrumented import instrument
+from recon.rows import NewPayment
 
 ENGINE = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,
                       poll_interval_seconds=0.02, concurrency=4, drain_timeout_seconds=5)

@@ -18,11 +18,12 @@ from recon.classify import classify
 from recon.clock import SystemClock
 from recon.config import BackoffConfig
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.payments.charge import ChargeHandler
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
+from recon.rows import NewPayment
 
 FAST_RETRY = BackoffConfig(base_seconds=0.05, cap_seconds=0.3, max_attempts=15)
 

@@ -28,14 +28,14 @@ from recon import Client, FixedClock, JobState, JobStore, Settings
 from recon.clock import SystemClock
 from recon.db.control_store import ControlStore
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.engine.handlers import Handlers
 from recon.errors import ConfigError
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.reconcile.handler import ReconcileHandler
-from recon.rows import EventSource, PaymentStatus
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.integration.payment_flow import drain, reconcile_config
 
 Answer = PaymentOutcome | PspError
@@ -258,8 +258,7 @@ def test_charge__a_key_is_aged_from_its_first_send_as_the_psps_count(db: Databas
 
 
 def test_charge__a_payment_healed_before_it_is_marked_processing_is_never_sent(db: Database) -> None:
-    from recon.db.payment_store import Transition
-    from recon.rows import EventSource
+    from recon.rows import EventSource, Transition
 
     pid = one_payment(db)
     payment = PaymentStore(db).get(pid)

@@ -14,11 +14,11 @@ import pytest
 from recon import Client, JobSpec, JobState, JobStore, Settings
 from recon.config import EngineConfig
 from recon.db.database import Database
-from recon.db.jobs_store import Finish
 from recon.engine.claimer import Claimer
 from recon.engine.observe import WorkerStats
 from recon.engine.slots import Running, Slots
 from recon.errors import StoreError
+from recon.rows import Finish
 
 CONFIG = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, poll_interval_seconds=0.02,
                       concurrency=2, prefetch=2, claim_batch_size=3)

@@ -25,7 +25,7 @@ def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str, recon: Runn
     a = client.enqueue("charge", {"payment": 1}, max_attempts=1)
     b = client.enqueue("charge", {"payment": 2})
     [_job] = store.claim(worker="w", queues=["default"], n=1, ttl=30)
-    from recon.db.jobs_store import Finish
+    from recon.rows import Finish
 
     store.finish(worker="w", finishes=[Finish(id=a, attempt=1, state="dead", outcome="dead", error_kind="validation",
                                               error="amount must be positive")])

@@ -8,7 +8,7 @@ import pytest
 from recon import Client, FixedClock, JobSpec, JobState, JobStore, QueueFull, Settings, UnknownJobKind, UsageError
 from recon.config import QueueConfig
 from recon.db.database import Database
-from recon.db.jobs_store import Finish
+from recon.rows import Finish
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

@@ -11,8 +11,7 @@ import pytest
 
 from recon import Client, FixedClock, JobState, JobStore, Settings, connect
 from recon.db.database import Database
-from recon.db.dead_letter_store import JobFilter
-from recon.db.jobs_store import Finish
+from recon.rows import Finish, JobFilter
 from tests.cli import Runner, run
 
 DEFAULT_BUDGET = Settings().engine.default_max_attempts

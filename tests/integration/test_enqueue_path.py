@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from recon import Client, JobSpec, JobStore, QueueFull, Settings
 from recon.config import QueueConfig
-from recon.db import jobs_queries as q
+from recon.db import enqueue_queries as q
 from recon.db.database import Database
 from recon.errors import StoreError
 

@@ -202,7 +202,7 @@ def test_claim_whose_answer_was_lost__its_jobs_are_given_back_at_the_next_round(
 
     def finish(r: Any) -> None:  # a runner and the finisher at once: succeed, then free the slot
         ran.append((r.job.id, r.job.attempts))
-        from recon.db.jobs_store import Finish
+        from recon.rows import Finish
         store.finish(worker="w1", finishes=[Finish(r.job.id, r.job.attempts, "succeeded", "succeeded")])
         slots.release([r.job])
 

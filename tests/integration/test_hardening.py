@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from recon.db.database import Database
-from recon.db.jobs_store import JobStore, iter_all_jobs
-from recon.db.payment_store import CHARGE_KIND, NewPayment, PaymentStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import CHARGE_KIND, PaymentStore
 from recon.reconcile.settlement import Category, CsvWriter, Item, Totals
+from recon.rows import NewPayment
 from recon.spreadsheet import safe_cell
 from tests.cli import Result, Runner
+from tests.jobs import iter_all_jobs
 
 HEADER = "merchant_reference,amount,currency,psp\n"
 

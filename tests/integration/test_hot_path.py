@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
 from recon.db.database import Database, DedicatedConnection, connect
-from recon.db.jobs_store import Finish
 from recon.errors import DatabaseTransientError, StoreError
+from recon.rows import Finish
 
 FAST = EngineConfig(lease_ttl_seconds=30, heartbeat_interval_seconds=5, watcher_interval_seconds=5,
                     poll_interval_seconds=0.02, concurrency=1, drain_timeout_seconds=5)

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 from recon import Client, FixedClock, JobState, JobStore, Settings
 from recon.db.database import Database
-from recon.db.jobs_store import Finish
 from recon.engine.lease import Heartbeater, Lease
+from recon.rows import Finish
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

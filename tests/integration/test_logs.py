@@ -20,11 +20,11 @@ from recon import Handlers, JobStore, RetryPolicy, Worker
 from recon.classify import classify
 from recon.counters import ProcessMetrics
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.logs import configure
 from recon.payments.charge import ChargeHandler
 from recon.payments.instrumented import instrument
-from recon.rows import PaymentStatus
+from recon.rows import NewPayment, PaymentStatus
 from tests.integration.payment_flow import fast_settings
 
 KEY = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"

@@ -20,9 +20,10 @@ from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Wo
 from recon.app import App
 from recon.counters import ProcessMetrics
 from recon.db.database import Database
-from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.pool_store import PoolStore
 from recon.metrics import serve
 from recon.overview import stats_document
+from recon.pool_rows import WorkerPresence
 from tests.integration.metrics_workload import ENGINE, run_workload
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -21,10 +21,10 @@ import pytest
 
 from recon.clock import FixedClock
 from recon.db.database import Database, connect
-from recon.db.jobs_store import Finish, JobStore
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import PaymentStore
 from recon.db.sweep_store import SweepRunStore
-from recon.rows import EventSource, PaymentStatus
+from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Result, Runner
 
 #: rich markup and emoji codes: printed as these very characters

@@ -9,8 +9,9 @@ import sqlalchemy as sa
 
 from recon import JobState, JobStore, QueueFull
 from recon.db.database import Database
-from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, NewPayment, PaymentStore, charge_key
+from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, PaymentStore, charge_key
 from recon.errors import DuplicateReference
+from recon.rows import NewPayment
 
 
 def new(ref: str, amount: int = 1000) -> NewPayment:

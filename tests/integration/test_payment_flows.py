@@ -202,8 +202,7 @@ def test_stale_charge_worker_cannot_overwrite_what_reconciliation_healed(db: Dat
     payment = ledger.get(pid)
     assert payment is not None and payment.status is PaymentStatus.PROCESSING
     with db.begin() as conn:
-        from recon.db.payment_store import Transition
-        from recon.rows import EventSource
+        from recon.rows import EventSource, Transition
 
         ledger.apply(conn, Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW,
                                       EventSource.RECONCILE, review_reason="constructed"))
@@ -295,8 +294,7 @@ def test_reconcile__not_found_while_charge_may_still_send_is_not_failed(db: Data
                                                                         sandbox: SandboxServer) -> None:
     """Found by the chaos suite: a charge waiting to retry after a 5xx, a sweep finding nothing at the PSP,
     then the retry charging. The payment must not be marked failed while its charge job is unfinished."""
-    from recon.db.payment_store import Transition
-    from recon.rows import EventSource
+    from recon.rows import EventSource, Transition
 
     [pid] = create(db, 1)  # its charge job is runnable: it may still send
     ledger = PaymentStore(db)
@@ -335,8 +333,7 @@ def test_sweep_cli__needs_review_exits_1(db: Database, db_url: str, sandbox: San
 
 def test_reconcile__snoozes_while_a_charge_job_holds_a_live_lease(db: Database, sandbox: SandboxServer) -> None:
     """The payment and its charge lease are read in one statement; a live lease means: the charge decides."""
-    from recon.db.payment_store import Transition
-    from recon.rows import EventSource
+    from recon.rows import EventSource, Transition
 
     [pid] = create(db, 1)
     ledger, store = PaymentStore(db), JobStore(db)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.errors import PspReferenceConflict
-from recon.rows import EventSource, Payment, PaymentStatus
+from recon.rows import EventSource, NewPayment, Payment, PaymentStatus, Transition
 
 P = PaymentStatus
 

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from recon.config import Settings
 from recon.db.database import Database
-from recon.db.jobs_store import JobStore, iter_all_jobs
-from recon.db.payment_store import CHARGE_KIND, NewPayment, PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import CHARGE_KIND, PaymentStore
+from recon.engine.client import Client
+from recon.engine.jobs import JobSpec
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
+from tests.jobs import iter_all_jobs
 
 HEADER = "merchant_reference,amount,currency,psp\n"
 
@@ -213,3 +217,20 @@ def test_payments_list__filters_limit_json_and_table(db: Database, db_url: str, 
 def test_payments_list__bad_status_exits_2(db_url: str, recon: Runner) -> None:
     r = recon("payments", "list", "--status", "lost", db_url=db_url)
     assert r.returncode == 2 and "Invalid value for '--status'" in r.stderr
+
+
+def test_payments_import__charge_jobs_go_to_the_configured_queue_which_a_default_worker_works(
+        db: Database, db_url: str, tmp_path: Path, recon: Runner, subprocess_env: dict[str, str]) -> None:
+    config = tmp_path / "recon.toml"
+    config.write_text('[payments]\nqueue = "pay"\n', encoding="utf-8")
+    path = write(tmp_path, HEADER + "q-1,1.00,EUR,sandbox\n")
+    r = recon("--config", str(config), "payments", "import", str(path), db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    assert [(j.queue, j.kind) for j in iter_all_jobs(JobStore(db))] == [("pay", "charge")]
+    # a worker started without --queues works the charge jobs' queue as configured (here a job it can run)
+    log = tmp_path / "runs.log"
+    [job_id] = Client(JobStore(db), Settings()).enqueue_many([JobSpec("record", {"log": str(log)}, queue="pay")])
+    r = recon("--config", str(config), "worker", "--burst", "--handlers", "tests.integration.handlers",
+              db_url=db_url, env={**subprocess_env, "RECON_SANDBOX_BASE_URL": "http://127.0.0.1:9"})
+    assert r.returncode == 0, r.stderr
+    assert [int(line.split()[0]) for line in log.read_text().splitlines()] == [job_id]

@@ -15,7 +15,7 @@ import pytest
 
 from recon import FixedClock, JobStore
 from recon.db.database import Database
-from recon.db.pool_store import PoolStore, WorkerRecord
+from recon.db.pool_store import PoolStore
 from recon.engine.lease import Heartbeater, Lease
 from recon.engine.observe import WorkerStats
 from recon.engine.periodic import Periodic
@@ -23,6 +23,7 @@ from recon.engine.presence import Presence
 from recon.engine.slots import Running, Slots
 from recon.engine.watcher import Watcher
 from recon.errors import DatabaseUnavailable, StoreError
+from recon.pool_rows import WorkerRecord
 from recon.rows import Job, JobState
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

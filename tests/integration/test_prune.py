@@ -29,13 +29,12 @@ from recon import (
 from recon.app import App
 from recon.config import BackoffConfig, EngineConfig, load_settings
 from recon.db.database import Database
-from recon.db.dead_letter_store import JobFilter
-from recon.db.jobs_store import Finish
 from recon.engine.handlers import Handlers
 from recon.engine.periodic import Periodic
 from recon.engine.pruner import Pruner
 from recon.engine.worker import Worker
 from recon.errors import ConfigError
+from recon.rows import Finish, JobFilter
 from tests.cli import Runner
 
 NOW = datetime.now(UTC)

@@ -17,11 +17,11 @@ from recon import Client, Handlers, JobState, JobStore, RetryPolicy, Settings, W
 from recon.classify import classify
 from recon.db.control_store import ControlStore
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import PspGuard
 from recon.payments.psp_limits import GuardConfig
-from recon.rows import PaymentStatus
+from recon.rows import NewPayment, PaymentStatus
 from tests.cli import Runner, run
 from tests.integration.payment_flow import admin, fast_settings, sandbox_adapter
 

@@ -19,8 +19,8 @@ from psp_adapters.protocol import Secret
 from psp_adapters.stripe.adapter import StripeAdapter
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import PaymentStore, Transition
-from recon.rows import EventSource, JobState, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, JobState, PaymentStatus, Transition
 from tests.adapters import adyen_schema
 from tests.adapters.conftest import fixture_json
 from tests.adapters.stripe_oracle import canonical, search_result

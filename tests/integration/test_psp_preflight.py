@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import NewPayment, PaymentStore
-from recon.rows import JobState, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import JobState, NewPayment, PaymentStatus
 from tests.cli import Runner
 
 

@@ -14,10 +14,11 @@ from psp_adapters.errors import PspRejectedError, PspTransientError
 from psp_adapters.protocol import Failed, Pending, Unknown
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.engine.handlers import Handlers
 from recon.payments.charge import ChargeHandler
 from recon.redact import redact, redact_value
+from recon.rows import NewPayment
 from tests.cli import Runner
 from tests.integration.payment_flow import drain
 from tests.integration.test_charge_decisions import ScriptedPsp

@@ -27,7 +27,7 @@ from psp_adapters.sandbox.adapter import SandboxAdapter
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.db.report_store import ReportStore
 from recon.reconcile.settlement import (
     COLUMNS,
@@ -39,7 +39,7 @@ from recon.reconcile.settlement import (
     Totals,
     run_report,
 )
-from recon.rows import EventSource, PaymentStatus
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.adapters.stripe_oracle import canonical
 from tests.adapters.stripe_oracle import listing as stripe_list
 from tests.cli import Runner

@@ -14,8 +14,8 @@ import pytest
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
-from recon.db.payment_store import PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.integration.payment_flow import admin, create, drain, handlers_for, sandbox_adapter, sweep_now
 

@@ -14,10 +14,11 @@ import sqlalchemy as sa
 from recon.app import App
 from recon.clock import FixedClock
 from recon.db.database import Database, connect
-from recon.db.payment_store import NewPayment, PaymentStore
+from recon.db.payment_store import PaymentStore
 from recon.db.schedule_store import ScheduleStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
+from recon.rows import NewPayment
 from recon.scheduler import Schedule, Scheduler, load_schedules, status
 from tests.cli import Runner
 

@@ -9,7 +9,8 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from recon.db.database import Database
-from recon.db.pool_store import PoolStore, WorkerPresence
+from recon.db.pool_store import PoolStore
+from recon.pool_rows import WorkerPresence
 from tests.cli import Runner
 from tests.integration.metrics_workload import run_workload
 

@@ -42,11 +42,11 @@ from recon import Client, Dead, Handlers, Job, Lease
 from recon.app import App
 from recon.db import schema
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.schema import Json
 from recon.engine.worker import make_worker_id
-from recon.rows import EventSource, PaymentStatus
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.scheduler import Schedule, Scheduler
 from tests.adapters.stripe_oracle import canonical
 from tests.cli import Runner

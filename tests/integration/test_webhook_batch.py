@@ -15,10 +15,11 @@ import sqlalchemy as sa
 from psp_adapters.protocol import ActionRequired, Failed, Pending, Reversed, Succeeded, Unknown, WebhookEvent
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
-from recon.db.webhook_store import WebhookStore, news_of
-from recon.rows import EventSource, Job, PaymentStatus, WebhookState
-from recon.webhooks.handler import WebhookHandler
+from recon.db.payment_store import PaymentStore
+from recon.db.webhook_store import WebhookStore
+from recon.reconcile.webhook import WebhookHandler, news_of
+from recon.rows import EventSource, Job, NewPayment, PaymentStatus, Transition
+from recon.webhook_rows import WebhookState
 
 P = PaymentStatus
 STATUSES = [P.CREATED, P.PROCESSING, P.PENDING, P.SUCCEEDED, P.FAILED, P.NEEDS_REVIEW]

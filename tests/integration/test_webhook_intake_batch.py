@@ -114,7 +114,7 @@ def test_group_writer__concurrent_requests_share_commits_and_each_is_stored_and_
     assert statuses == [200] * 41
     assert rows(db, "SELECT count(*) FROM webhook_events")[0][0] == 40
     assert rows(db, "SELECT count(*) FROM jobs WHERE kind = 'webhook'")[0][0] == 40
-    intake = asgi.endpoints["/webhooks/stripe"].__self__  # type: ignore[attr-defined]
+    intake = asgi.endpoints["/webhooks/stripe"].func.__self__  # type: ignore[attr-defined]
     if db.is_postgresql:
         writer = intake.writer
         assert writer is not None and writer.requests == 41 and 1 <= writer.batches <= 41

@@ -20,8 +20,8 @@ from Adyen import util as adyen_util
 
 from recon.app import App
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
 from tests.adapters.adyen_schema import SPECS_DIR
@@ -512,10 +512,10 @@ def test_serve__webhook_posts_go_straight_to_their_endpoint_and_everything_else_
     assert client.post("/webhooks/elsewhere").status_code == 404
     intake = Intake(app.webhooks, app.webhook_config, max_attempts=5)
 
-    async def broken(request: Any) -> Any:
+    async def broken(psp: str, request: Any) -> Any:
         raise RuntimeError("the endpoint broke")
 
-    intake.stripe = broken  # type: ignore[method-assign]
+    intake.receive = broken  # type: ignore[method-assign]
     with TestClient(create_app(app, intake=intake), base_url="http://127.0.0.1") as c, \
             caplog.at_level(logging.ERROR, logger="recon.webhooks"):
         answer = c.post("/webhooks/stripe", content=b"{}")
@@ -524,8 +524,8 @@ def test_serve__webhook_posts_go_straight_to_their_endpoint_and_everything_else_
 
 
 def test_adyen__report_available_queues_window_jobs_where_the_adapter_lists_payments(app: App, db: Database) -> None:
+    from recon.reconcile.webhook import report_sweep
     from recon.reconcile.window import WINDOW_KIND
-    from recon.webhooks.handler import report_sweep
 
     adyen = [payment(db, f"order-{n}", psp="adyen", status=PaymentStatus.PENDING, psp_reference=f"PSP{n}")
              for n in range(3)]

@@ -30,12 +30,12 @@ from psp_adapters.stripe import StripeAdapter
 from recon import Client, JobStore, Settings
 from recon.clock import SystemClock
 from recon.db.database import Database
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
+from recon.db.payment_store import PaymentStore
 from recon.engine.handlers import Handlers
 from recon.reconcile import sweep as sw
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.window import WINDOW_KIND, WindowHandler
-from recon.rows import EventSource, JobState, PaymentStatus
+from recon.rows import EventSource, JobState, NewPayment, PaymentStatus, Transition
 from tests.adapters.stripe_oracle import canonical, listing
 from tests.adapters.test_adyen import csv_report
 from tests.cli import Runner

@@ -56,7 +56,7 @@ def test_processes__several_workers_run_every_job_exactly_once(db: Database, db_
     counts = Counter(job_id for job_id, _, _ in runs)
     assert len(counts) == n and set(counts.values()) == {1}
     assert len({pid for _, _, pid in runs}) >= 2  # the work really was shared
-    from recon.db.jobs_store import iter_all_jobs
+    from tests.jobs import iter_all_jobs
 
     assert {j.state for j in iter_all_jobs(store)} == {JobState.SUCCEEDED}
     with db.begin() as conn:

@@ -4,8 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from psp_adapters import registry
 from recon.config import Settings, load_settings
 from recon.errors import ConfigError
+from recon.payments.config import PaymentsConfig
+from recon.webhooks.config import WebhookConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,6 +20,10 @@ def test_config__repository_file_mirrors_the_builtin_defaults() -> None:
     assert loaded.engine == defaults.engine
     assert dict(loaded.queues) == dict(defaults.queues)
     assert dict(loaded.retry) == dict(defaults.retry)
+    assert PaymentsConfig.from_table(loaded.extra["payments"]) == PaymentsConfig()
+    factories = registry.webhook_factories()
+    assert WebhookConfig.load(loaded.extra["webhooks"], {}, factories=factories) == \
+        WebhookConfig.load(None, {}, factories=factories)
 
 
 def test_config__env_overrides_file(tmp_path: Path) -> None:

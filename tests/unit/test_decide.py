@@ -1,6 +1,11 @@
-"""recon.reconcile.decide: whose evidence it is, and evidence naming another PSP reference than ours.
+"""recon.reconcile.decide: every row of its tables, and whose evidence it is (evidence naming another PSP
+reference than ours).
 
-The expected rows are docs/design.md's rules, written out here ("Evidence never overwrites what we know"):
+``test_decide__every_row_of_the_table`` has a case for every row of the module docstring's two tables (the
+table and the cases are checked to match, row for row), its expected decisions written out here, from
+docs/design.md's tables, never computed by the module (procrastinate's retry.py and test_retry.py).
+
+The conflict cases are docs/design.md's rules, written out here ("Evidence never overwrites what we know"):
 evidence from another merchant account is not ours; a side naming no account (Stripe; a payment stored with
 the import's "default" label) agrees with any; evidence naming another PSP reference than the one we hold is
 never a heal: pushed or listed, it is a note naming both (and, for an unfinished payment, its reconcile job);
@@ -10,23 +15,45 @@ under another reference goes to review; anything else about a final payment is a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from psp_adapters.protocol import Failed, PaymentOutcome, Pending, Reversed, Succeeded
+from psp_adapters.protocol import (
+    ActionRequired,
+    Failed,
+    NotFound,
+    PaymentOutcome,
+    Pending,
+    Reversed,
+    Succeeded,
+    Unknown,
+)
 from recon.payments.importer import DEFAULT_ACCOUNT
-from recon.reconcile.decide import accounts_agree, conflict
+from recon.reconcile import decide
+from recon.reconcile.decide import (
+    Conflict,
+    Heal,
+    accounts_agree,
+    charged,
+    conflict,
+    heal,
+    late_news,
+    outcome_details,
+    reversal,
+)
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
 P = PaymentStatus
 T = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def payment(status: PaymentStatus, psp_reference: str | None) -> Payment:
+def payment(status: PaymentStatus, psp_reference: str | None, failure_reason: str | None = None) -> Payment:
     return Payment(id=7, merchant_account="AcmeShopEU", merchant_reference="order-7", amount=1000, currency="EUR",
                    psp="stripe", idempotency_key="k", status=status, created_at=T, updated_at=T,
-                   psp_reference=psp_reference)
+                   psp_reference=psp_reference, failure_reason=failure_reason)
 
 
 SUCCEEDED_B = Succeeded(psp_reference="pi_B", amount=1000, currency="EUR", raw_status="succeeded",
@@ -87,3 +114,117 @@ def test_conflict__evidence_naming_another_psp_reference_is_never_a_heal(
         assert found.review.psp_reference is None, "a review never carries the other reference"
         reason = found.review.review_reason or ""
         assert reason.startswith("reference_conflict:") and "pi_A" in reason and "pi_B" in reason
+
+
+# --- the module docstring's tables, row by row -----------------------------------------------------------------
+
+SUCCEEDED_A = Succeeded(psp_reference="pi_A", amount=1000, currency="EUR", raw_status="succeeded",
+                        merchant_reference="order-7")
+LESS_A = Succeeded(psp_reference="pi_A", amount=900, currency="EUR", raw_status="succeeded")
+DOLLARS_A = Succeeded(psp_reference="pi_A", amount=1000, currency="usd", raw_status="succeeded")
+ACTION_A = ActionRequired(psp_reference="pi_A", raw_status="requires_action")
+DECLINED_A = Failed(psp_reference="pi_A", raw_status="requires_payment_method", reason="card_declined")
+CANCELED_A = Failed(psp_reference="pi_A", raw_status="canceled")
+REFUND_A = Reversed(psp_reference="pi_A", amount=1000, currency="EUR", raw_status="refunded", kind="refund")
+DISPUTE_A = Reversed(psp_reference="pi_A", amount=250, currency="EUR", kind="dispute", reason="fraudulent")
+P_PENDING, P_SUCCEEDED = payment(P.PENDING, None), payment(P.SUCCEEDED, "pi_A")
+WHY_CONFLICT = "(a second charge, or not ours: a person looks)"
+REVIEW = P.NEEDS_REVIEW
+
+#: (the row, as its cells but the last: what the PSP says | ours), the call, the decision the row gives
+TABLE: list[tuple[str, Callable[[], Any], Any]] = [
+    ("anything, from another merchant account | any", lambda: accounts_agree("AcmeShopEU", "AcmeShopUS"), False),
+    ("anything under another PSP reference (4), pushed or listed | unfinished",
+     lambda: conflict(payment(P.PENDING, "pi_A"), SUCCEEDED_B), Conflict("pi_A", "pi_B")),
+    ("anything under another PSP reference (4), pushed or listed | unfinished",
+     lambda: conflict(payment(P.PROCESSING, "pi_A"), REFUND_B), Conflict("pi_A", "pi_B")),
+    ("anything under another PSP reference, answering our question (3) | unfinished",
+     lambda: conflict(payment(P.PENDING, "pi_A"), SUCCEEDED_B, asked=True),
+     Conflict("pi_A", "pi_B", Heal(REVIEW, review_reason="reference_conflict: ours is pi_A, the PSP says succeeded "
+                                                         f"about pi_B under our reference {WHY_CONFLICT}"))),
+    ("succeeded, refunded, disputed under another PSP reference | succeeded, failed",
+     lambda: conflict(payment(P.FAILED, "pi_A"), SUCCEEDED_B),
+     Conflict("pi_A", "pi_B", Heal(REVIEW, review_reason="reference_conflict: ours is pi_A, the PSP says succeeded "
+                                                         f"about pi_B under our reference {WHY_CONFLICT}"))),
+    ("succeeded, refunded, disputed under another PSP reference | succeeded, failed",
+     lambda: conflict(payment(P.SUCCEEDED, "pi_A"), REFUND_B),
+     Conflict("pi_A", "pi_B", Heal(REVIEW, review_reason="reference_conflict: ours is pi_A, the PSP reports a "
+                                                         f"refund about pi_B under our reference {WHY_CONFLICT}"))),
+    ("anything else under another PSP reference | final",
+     lambda: conflict(payment(P.SUCCEEDED, "pi_A"), FAILED_B), Conflict("pi_A", "pi_B")),
+    ("anything else under another PSP reference | final",
+     lambda: conflict(payment(P.NEEDS_REVIEW, "pi_A"), SUCCEEDED_B), Conflict("pi_A", "pi_B")),
+    ("succeeded, same amount and currency | unfinished", lambda: heal(P_PENDING, SUCCEEDED_A),
+     Heal(P.SUCCEEDED, psp_reference="pi_A")),
+    ("succeeded, other amount or currency | unfinished", lambda: heal(P_PENDING, LESS_A),
+     Heal(REVIEW, psp_reference="pi_A", review_reason="amount_mismatch: ours 1000 EUR, PSP 900")),
+    ("succeeded, other amount or currency | unfinished", lambda: heal(payment(P.PROCESSING, "pi_A"), DOLLARS_A),
+     Heal(REVIEW, psp_reference="pi_A", review_reason="currency_mismatch: ours EUR, PSP USD")),
+    ("customer action required | unfinished", lambda: heal(P_PENDING, ACTION_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="authentication_required: customer authentication required (PSP status requires_action)")),
+    ("failed / canceled | unfinished", lambda: heal(P_PENDING, DECLINED_A),
+     Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: card_declined")),
+    ("failed / canceled | unfinished", lambda: heal(payment(P.CREATED, None), CANCELED_A),
+     Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: canceled")),
+    ("refunded or disputed | unfinished, succeeded, failed", lambda: reversal(P_PENDING, REFUND_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was pending")),
+    ("refunded or disputed | unfinished, succeeded, failed", lambda: late_news(P_SUCCEEDED, DISPUTE_A),
+     Heal(REVIEW, psp_reference="pi_A", review_reason="psp_reversed: disputed (chargeback) 2.50 EUR at the PSP "
+                                                      "while ours was succeeded, reason fraudulent")),
+    ("refunded or disputed | unfinished, succeeded, failed", lambda: late_news(payment(P.FAILED, "pi_A"), REFUND_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was failed")),
+    ("succeeded | failed", lambda: late_news(payment(P.FAILED, "pi_A", "declined: card_declined"), SUCCEEDED_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="status_mismatch: ours failed (declined: card_declined), the PSP says succeeded")),
+    ("anything else | final", lambda: late_news(P_SUCCEEDED, SUCCEEDED_A), None),
+    ("anything else | final", lambda: late_news(payment(P.FAILED, "pi_A"), DECLINED_A), None),
+    ("anything else | final", lambda: late_news(payment(P.NEEDS_REVIEW, "pi_A"), REFUND_A), None),
+    ("succeeded, same amount and currency", lambda: charged(payment(P.PROCESSING, None), SUCCEEDED_A),
+     Heal(P.SUCCEEDED, psp_reference="pi_A")),
+    ("succeeded, other amount or currency", lambda: charged(payment(P.PROCESSING, None), LESS_A),
+     Heal(REVIEW, psp_reference="pi_A", review_reason="amount_mismatch: ours 1000 EUR, PSP 900")),
+    ("customer action required", lambda: charged(payment(P.PROCESSING, None), ACTION_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="authentication_required: customer authentication required (PSP status requires_action)")),
+    ("declined", lambda: charged(payment(P.PROCESSING, None), DECLINED_A),
+     Heal(P.FAILED, psp_reference="pi_A", failure_reason="declined: card_declined")),
+    ("declined", lambda: charged(payment(P.PROCESSING, None), Failed()),
+     Heal(P.FAILED, failure_reason="declined: no reason")),
+    ("pending, cannot say, not found", lambda: charged(payment(P.PROCESSING, None), Pending(psp_reference="pi_A")),
+     Heal(P.PENDING, psp_reference="pi_A")),
+    ("pending, cannot say, not found", lambda: charged(payment(P.PENDING, "pi_A"), Unknown(raw_status="on_hold")),
+     Heal(P.PENDING)),
+    ("pending, cannot say, not found", lambda: charged(payment(P.PROCESSING, None), NotFound()), Heal(P.PENDING)),
+]
+
+
+def docstring_rows() -> list[str]:
+    """The rows of decide's tables, each as its cells but the last, headers and rules left out."""
+    rows = []
+    for line in (decide.__doc__ or "").splitlines():
+        if line.startswith("| ") and set(line) - set("|- "):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            rows.append(" | ".join(cells[:-1]))
+    return [row for row in rows if row not in ("the PSP says | ours", "our charge's answer")]
+
+
+def test_decide__the_tables_and_their_cases_match_row_for_row() -> None:
+    rows = docstring_rows()
+    assert len(rows) == 17 and len(set(rows)) == len(rows)
+    assert sorted({row for row, _, _ in TABLE}) == sorted(rows)
+
+
+@pytest.mark.parametrize(("row", "call", "expected"), TABLE, ids=[f"{i}: {row}" for i, (row, _, _) in enumerate(TABLE)])
+def test_decide__every_row_of_the_table(row: str, call: Callable[[], Any], expected: Any) -> None:
+    assert call() == expected
+
+
+def test_outcome_details__every_answer_joins_the_audit_trail_with_what_the_psp_said() -> None:
+    assert outcome_details(DECLINED_A) == {"psp_outcome": "failed", "psp_status": "requires_payment_method",
+                                           "psp_reference": "pi_A", "psp_amount": None, "psp_currency": None,
+                                           "reason": "card_declined"}
+    assert outcome_details(REFUND_A) == {"psp_outcome": "reversed", "psp_status": "refunded", "psp_reference": "pi_A",
+                                         "psp_amount": 1000, "psp_currency": "EUR"}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from recon.db.payment_store import NewPayment
 from recon.payments.importer import EXISTING_BATCH, ImportRejected, Problem, read_payments, validate
+from recon.rows import NewPayment
 
 PSPS = ("adyen", "sandbox", "stripe")
 HEADER = "merchant_reference,amount,currency,psp\n"

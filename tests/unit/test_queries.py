@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recon.db import jobs_queries as q
+from recon.db import lease_queries as q
 
 
 def test_for_driver__renders_psycopg_placeholders_and_expands_lists() -> None:

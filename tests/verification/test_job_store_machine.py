@@ -30,10 +30,9 @@ from hypothesis.stateful import (
 
 from recon.clock import FixedClock
 from recon.db.database import Database
-from recon.db.dead_letter_store import JobFilter
-from recon.db.jobs_store import EnqueueRow, Finish, JobStore
+from recon.db.jobs_store import JobStore
 from recon.engine.watcher import Watcher
-from recon.rows import JobState
+from recon.rows import EnqueueRow, Finish, JobFilter, JobState
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 TTL = 30.0

@@ -61,8 +61,8 @@ from recon import Settings
 from recon.classify import classify
 from recon.clock import FixedClock
 from recon.db.database import Database
-from recon.db.jobs_store import EnqueueRow, Finish, JobStore
-from recon.db.payment_store import CHARGE_QUEUE, NewPayment, PaymentStore
+from recon.db.jobs_store import JobStore
+from recon.db.payment_store import CHARGE_QUEUE, PaymentStore
 from recon.db.webhook_store import WebhookStore
 from recon.engine.client import Client
 from recon.engine.lease import Lease
@@ -72,9 +72,11 @@ from recon.errors import LeaseLost, ReviewRefused
 from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Unguarded
 from recon.reconcile.handler import ReconcileHandler, reconcile_key
+from recon.reconcile.webhook import WebhookHandler
 from recon.review import ReviewDesk
-from recon.rows import TRANSITIONS, Job, PaymentStatus, WebhookState
-from recon.webhooks.handler import WEBHOOK_QUEUE, WebhookHandler
+from recon.rows import TRANSITIONS, EnqueueRow, Finish, Job, NewPayment, PaymentStatus
+from recon.webhook_rows import WebhookState
+from recon.webhooks.config import QUEUE_DEFAULT as WEBHOOK_QUEUE
 from tests.integration.payment_flow import reconcile_config
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

@@ -14,10 +14,10 @@ from starlette.routing import Route
 
 from recon.classify import ErrorKind
 from recon.console.web import Fields, action, page, pages, recon_app
-from recon.db.dead_letter_store import JobFilter
 from recon.engine.replay import job_filter, replay
 from recon.errors import UsageError
 from recon.params import INT64_MAX, Since
+from recon.rows import JobFilter
 
 log = logging.getLogger("recon.console")
 

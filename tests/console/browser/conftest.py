@@ -29,9 +29,8 @@ from psp_adapters.sandbox.server import SandboxServer
 from recon import Client, JobStore, Settings
 from recon.app import App
 from recon.db.database import Database
-from recon.db.jobs_store import Finish
-from recon.db.payment_store import NewPayment, PaymentStore, Transition
-from recon.rows import EventSource, PaymentStatus
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.integration.payment_flow import admin, drain, handlers_for, sandbox_adapter, sweep_now
 

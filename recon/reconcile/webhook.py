@@ -28,25 +28,24 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-from psp_adapters.protocol import PaymentOutcome, Reversed
-from recon.db.payment_store import Note, PaymentStore, Transition
-from recon.db.webhook_store import WebhookStore, news_of
+from psp_adapters.protocol import PaymentOutcome, Reversed, news_from
+from recon.db.payment_store import PaymentStore
+from recon.db.webhook_store import WEBHOOK_KIND, WEBHOOK_QUEUE, WebhookStore
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import PaymentKeptMoving
-from recon.payments.charge import outcome_details
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
-from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, reversal
+from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, outcome_details, reversal
 from recon.reconcile.handler import reconcile_row
-from recon.rows import EventSource, Job, Payment, PaymentStatus, WebhookRecord, WebhookState
+from recon.rows import EventSource, Job, Note, Payment, PaymentStatus, Transition
+from recon.webhook_rows import WebhookRecord, WebhookState
 
-WEBHOOK_QUEUE = "webhooks"
 #: compare-and-set attempts within one finish before the job retries as a whole
 DECIDE_ROUNDS = 3
 
@@ -68,8 +67,15 @@ class Plan:
 
 
 class WebhookHandler:
+    """Job kind ``webhook``, on ``queue`` (``[webhooks] queue``): the webhook store creates these jobs with the
+    events (``WebhookStore.intake``), hence its constants."""
+
+    kind: ClassVar[str] = WEBHOOK_KIND
+
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
-                 sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT) -> None:
+                 sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT,
+                 queue: str = WEBHOOK_QUEUE) -> None:
+        self.queue = queue
         self.payments = payments
         self.webhooks = webhooks
         #: where a payment's reconcile job goes when an event names another PSP reference than ours
@@ -209,6 +215,15 @@ def _noted(payment: Payment, details: dict[str, Any], job: Job, *, remember: str
     return Plan(WebhookState.APPLIED, note=Note(payment.id, payment.status, EventSource.WEBHOOK, details=details,
                                                 job_id=job.id, attempt=job.attempts),
                 remember=remember, reconcile=reconcile)
+
+
+def news_of(record: WebhookRecord) -> News | None:
+    """What a stored event says about its payment, as the PSP's webhook module parsed it (None: no news)."""
+    if record.news is None:
+        return None
+    return news_from(record.news, psp_reference=record.psp_reference, merchant_reference=record.merchant_reference,
+                     amount=record.amount, currency=record.currency, raw_status=record.psp_status,
+                     reason=record.reason)
 
 
 def _details(record: WebhookRecord, news: News) -> dict[str, Any]:
