@@ -20,11 +20,13 @@ from typing import Any
 
 from psp_adapters import registry
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
+from recon.bank.config import BankConfig
 from recon.classify import classify_failure
 from recon.clock import SystemClock
 from recon.config import EngineConfig, Settings, load_settings, unknown
 from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
+from recon.db.bank_store import BankStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
 from recon.db.database import upgrade as apply_migrations
@@ -105,6 +107,7 @@ class App:
             check_webhooks(settings.extra.get("webhooks"), source=settings.source, psps=registry.names())
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
+            BankConfig.from_table(settings.extra.get("bank"), source=settings.source)
             self._settings = settings
             self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings
@@ -172,6 +175,16 @@ class App:
     def webhooks(self) -> WebhookStore:
         """The events PSPs pushed (``recon serve``) and their jobs."""
         return WebhookStore(self.db)
+
+    @cached_property
+    def bank(self) -> BankStore:
+        """The bank statements and their entries (``recon bank``)."""
+        return BankStore(self.db)
+
+    @cached_property
+    def bank_config(self) -> BankConfig:
+        """``[bank]`` of the config file: our bank accounts (recon.bank.config)."""
+        return BankConfig.from_table(self.settings.extra.get("bank"), source=self.settings.source)
 
     @cached_property
     def webhook_config(self) -> WebhookConfig:

@@ -6,6 +6,8 @@ ReconError
 ├── UsageError              bad input from a user: a duration, a file row, a filter (CLI exit 2)
 │   ├── DuplicateReference  a merchant reference of the new payments exists already: nothing written
 │   ├── ReviewRefused       the PSP's answer contradicts a resolution by hand (or it could not be asked)
+│   ├── BankImportRejected  a bank statement file rejected (unreadable, not ours, not adding up): nothing written
+│   ├── BankEvidenceConflict a bank statement contradicts a stored statement or entry: nothing written
 │   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
 │                           carries the importer's problems and their display rule)
 ├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
@@ -55,6 +57,14 @@ class PspReferenceConflict(ReconError):
 
 class DuplicateReference(UsageError):
     """A merchant reference of the new payments exists already."""
+
+
+class BankImportRejected(UsageError):
+    """The statement file was rejected; nothing was imported."""
+
+
+class BankEvidenceConflict(UsageError):
+    """The file contradicts what is stored; nothing was imported."""
 
 
 class ReviewRefused(UsageError):

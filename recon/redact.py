@@ -65,6 +65,14 @@ _SECRET_KEYS = re.compile(r"(?i)^(?:password|passwd|pwd|api[_-]?key|secret|token
 #: case-insensitive search was slower. Tests check that ``redact`` and ``_redact_all`` agree.
 _MAYBE = re.compile(r"://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token|authorization"
                     r"|cv[cvn]|cid|csc|security|\d(?:[ -]?\d){12}")
+#: ``_MAYBE``'s question for an ASCII text, asked in two searches: its words on the lowered text, case-sensitive
+#: (in ASCII, a letter matches a lower-case letter case-blind exactly when its lower case is that letter), every
+#: branch starting with a literal, and its digits as [0-9] (what \d is in ASCII). The same answer (tests check
+#: it), a tenth of the cost on a bank's 230-character remittance text: the engine skips to the characters a
+#: branch can start with only when every branch starts with a literal and the search is case-sensitive.
+_MAYBE_WORDS = re.compile(r"://|bearer|basic|sk_|pk_|rk_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token"
+                          r"|authorization|cv[cvn]|cid|csc|security")
+_MAYBE_DIGITS = re.compile(r"[0-9](?:[ -]?[0-9]){12}")
 
 
 def redact(text: str) -> str:
@@ -73,7 +81,9 @@ def redact(text: str) -> str:
 
 
 def _maybe(text: str) -> bool:
-    """Whether ``text`` holds anything a pattern needs (``_MAYBE``)."""
+    """Whether ``text`` holds anything a pattern needs (``_MAYBE``; for an ASCII text, its two quicker halves)."""
+    if text.isascii():
+        return _MAYBE_WORDS.search(text.lower()) is not None or _MAYBE_DIGITS.search(text) is not None
     return _MAYBE.search(text.lower()) is not None
 
 

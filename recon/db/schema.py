@@ -316,3 +316,64 @@ console_sessions = sa.Table(
     sa.UniqueConstraint("sid_hash", name="console_sessions_sid_hash_key"),
     sqlite_autoincrement=True,
 )
+
+# --- bank statements (migration 0016): the bank's statements and their entries, each stored once ------------
+
+Day = sa.Date().with_variant(sa.Text(), "sqlite")
+BANK_DIRECTIONS = ("credit", "debit")
+
+bank_statements = sa.Table(
+    "bank_statements",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("account", sa.Text(), nullable=False),
+    sa.Column("statement_ref", sa.Text(), nullable=False),
+    sa.Column("sequence", sa.Text(), nullable=False),
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("opening_balance", sa.BigInteger(), nullable=False),
+    sa.Column("closing_balance", sa.BigInteger(), nullable=False),
+    sa.Column("period_start", Day, nullable=False),
+    sa.Column("period_end", Day, nullable=False),
+    sa.Column("entry_count", sa.Integer(), nullable=False),
+    sa.Column("format", sa.Text(), nullable=False),
+    sa.Column("file_name", sa.Text(), nullable=False),
+    sa.Column("file_digest", sa.Text(), nullable=False),
+    sa.Column("imported_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("account", "statement_ref", "sequence", "period_start", "period_end",
+                        name="bank_statements_identity_key"),
+    sqlite_autoincrement=True,
+)
+
+bank_entries = sa.Table(
+    "bank_entries",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("account", sa.Text(), nullable=False),
+    sa.Column("entry_key", sa.Text(), nullable=False),
+    sa.Column("statement_id", Id, sa.ForeignKey("bank_statements.id", name="bank_entries_statement_fkey"),
+              nullable=False),
+    sa.Column("booking_date", Day, nullable=False),
+    sa.Column("value_date", Day, nullable=True),
+    sa.Column("amount", sa.BigInteger(), nullable=False),
+    sa.Column("direction", sa.Text(), nullable=False),
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("bank_reference", sa.Text(), nullable=True),
+    sa.Column("end_to_end_id", sa.Text(), nullable=True),
+    sa.Column("counterparty", sa.Text(), nullable=True),
+    sa.Column("remittance", sa.Text(), nullable=True),
+    sa.Column("bank_code", sa.Text(), nullable=True),
+    #: the payout matching's link (no payouts table yet: the payout work adds its foreign key)
+    sa.Column("payout_id", Id, nullable=True),
+    sa.Column("imported_at", Timestamp, nullable=False),
+    sa.CheckConstraint("amount >= 0", name="bank_entries_amount_not_negative"),
+    sa.CheckConstraint(_in("direction", BANK_DIRECTIONS), name="bank_entries_direction_valid"),
+    sa.UniqueConstraint("account", "entry_key", name="bank_entries_account_key"),
+    sa.Index("bank_entries_booking", "account", "booking_date"),
+    sa.Index("bank_entries_bank_reference", "bank_reference"),
+    sa.Index("bank_entries_end_to_end", "end_to_end_id"),
+    sa.Index("bank_entries_statement", "statement_id"),
+    sa.Index("bank_entries_unmatched", "currency", "booking_date",
+             postgresql_where=sa.text("payout_id IS NULL AND direction = 'credit'"),
+             sqlite_where=sa.text("payout_id IS NULL AND direction = 'credit'")),
+    sqlite_autoincrement=True,
+)

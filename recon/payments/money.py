@@ -43,6 +43,15 @@ def check_currency(code: str) -> str:
 
 def parse_amount(text: str, currency: str) -> int:
     """``"12.34"`` EUR -> 1234. Exact: ``"12.345"`` EUR or ``"1.5"`` JPY is an error, never rounded."""
+    minor = exact_minor(text, currency)
+    if minor <= 0:
+        raise UsageError(f"amount {text!r} must be positive")
+    return minor
+
+
+def exact_minor(text: str, currency: str) -> int:
+    """``"12.34"`` EUR -> 1234, ``"0"`` -> 0: ``parse_amount`` without the sign rule (a bank balance may be 0 or,
+    with a leading ``-``, negative). Exact, never rounded; not a plain decimal number is an error."""
     exponent = MINOR_UNITS[check_currency(currency)]
     raw = text.strip()
     if not _PLAIN.fullmatch(raw):  # Decimal() alone would take "1_000", ".5", "1e3", "NaN" and non-ASCII digits
@@ -54,8 +63,6 @@ def parse_amount(text: str, currency: str) -> int:
     minor = value.scaleb(exponent)
     if minor != minor.to_integral_value():
         raise UsageError(f"amount {text!r} has more decimals than {currency.upper()} allows ({exponent})")
-    if minor <= 0:
-        raise UsageError(f"amount {text!r} must be positive")
     return int(minor)
 
 

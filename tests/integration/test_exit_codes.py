@@ -3,13 +3,18 @@ must exit 3, with one line naming what failed, and no traceback unless asked for
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import click
 
+from recon.bank.formats import registry
+from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.cli import cli
 
 #: arguments that get each command past its own usage checks to the point where it does its work
@@ -24,7 +29,10 @@ ARGS = {
     ("review", "list"): [], ("review", "show"): ["order-1"], ("review", "recheck"): ["order-1"],
     ("review", "resolve"): ["order-1", "--as", "failed", "--reason", "r", "--by", "me"],
     ("console",): ["--port", "0"], ("serve",): ["--port", "0"], ("schedule", "list"): [],
+    # a statement of an account of [bank.accounts] (RECON_CONFIG): read and checked whole, then the database
+    ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
 }
+IBAN = "NL91ABNA0417164300"
 
 # Runs every command in one process with a crash planted where it starts its work: the database connection
 # (every command that has one), the demo's story and the sandbox server.
@@ -62,13 +70,27 @@ def commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str
     return found
 
 
+def _statement(tmp_path: Path) -> Path:
+    day = date(2026, 11, 2)
+    out = io.BytesIO()
+    registry.writer("camt053").write(out, [StatementToWrite(
+        account=IBAN, currency="EUR", exponent=2, statement_id="S1", opening=0, period_start=day, period_end=day,
+        entries=[EntryToWrite(amount=100, direction="credit", booking_date=day, bank_reference="R1")])])
+    path = tmp_path / "statement.xml"
+    path.write_bytes(out.getvalue())
+    return path
+
+
 def run_planted(tmp_path: Path, *global_args: str) -> dict[str, list[object]]:
     csv = tmp_path / "p.csv"
     csv.write_text("merchant_reference,amount,currency,psp\norder-1,1.00,EUR,sandbox\n", encoding="utf-8")
-    argvs = {" ".join(name): [*global_args, *name, *(a.format(csv=csv) for a in args)]
+    config = tmp_path / "recon.toml"
+    config.write_text(f'[bank.accounts.main]\niban = "{IBAN}"\ncurrency = "EUR"\n', encoding="utf-8")
+    files = {"csv": csv, "statement": _statement(tmp_path)}
+    argvs = {" ".join(name): [*global_args, *name, *(a.format(**files) for a in args)]
              for name, args in ARGS.items()}
     r = subprocess.run([sys.executable, "-c", PLANT, json.dumps(argvs)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+                       timeout=120, cwd=tmp_path, env={**os.environ, "RECON_CONFIG": str(config)})
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)  # type: ignore[no-any-return]
 

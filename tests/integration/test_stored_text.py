@@ -26,7 +26,8 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+import io
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -40,6 +41,8 @@ from Adyen import util as adyen_util
 
 from recon import Client, Dead, Handlers, Job, Lease
 from recon.app import App
+from recon.bank.formats import registry as bank_formats
+from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
@@ -332,6 +335,31 @@ def plant_psp_name(env: Env) -> None:
     refused(env.run("sweep", "--psp", f"psp-{CARD}", "--enqueue-only"), "--psp")
 
 
+def plant_bank_statement(env: Env) -> None:
+    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its entries (bank
+    reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold a card
+    number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
+    iban = "NL91ABNA0417164300"
+    config = env.config(f'[bank.accounts.payouts]\niban = "{iban}"\ncurrency = "EUR"\n')
+    day = date(2026, 11, 2)
+    entries = [EntryToWrite(amount=1000, direction="credit", booking_date=day, bank_reference=f"{PROBE}-{CARD}",
+                            end_to_end_id=f"{PROBE}-{CARD}", counterparty=planted(1), remittance=planted(2)),
+               EntryToWrite(amount=500, direction="debit", booking_date=day, bank_reference=f"{PROBE}-ref-2")]
+    statement = StatementToWrite(account=iban, currency="EUR", exponent=2, statement_id=f"{PROBE}-{CARD}",
+                                 opening=10_000, period_start=day, period_end=day, entries=entries)
+    out = io.BytesIO()
+    bank_formats.writer("camt053", camt_version="08").write(out, [statement])
+    text = out.getvalue().decode()
+    domain = text[text.index("<BkTxCd>"):text.index("</BkTxCd>") + len("</BkTxCd>")]
+    text = text.replace(domain, f"<BkTxCd><Prtry><Cd>{planted()}</Cd></Prtry></BkTxCd>", 1)
+    text = text.replace("<ElctrncSeqNb>1</ElctrncSeqNb>", f"<ElctrncSeqNb>{PROBE}{CARD}</ElctrncSeqNb>", 1)
+    path = env.tmp_path / f"{PROBE}-{CARD}.xml"
+    path.write_text(text, encoding="utf-8")
+    result = env.run("--config", config, "bank", "import", str(path))
+    assert result.returncode == 0, result.stderr
+    assert not holds_card(result.stdout + result.stderr)
+
+
 # --- the columns -------------------------------------------------------------------------------------------
 
 
@@ -361,8 +389,27 @@ Entry = Masked | Refused | Verbatim | Exempt
 CHECKED = "a CHECK constraint admits only recon's own names"
 PSP_ID = ("the PSP's own identifier, compared by every lookup and redelivery, stored exactly: Adyen's are often "
           "16 digits and one in ten passes the Luhn check; masking would merge two payments or two events")
+BANK_ACCOUNT = ("the IBAN or number of one of our [bank.accounts] (recon.bank.config checks its form), never the "
+                "statement's text: a statement for any other account is refused")
+BANK_CURRENCY = "the currency of one of our [bank.accounts], an ISO-4217 code recon.bank.config checks"
 
 COLUMNS: dict[str, Entry] = {
+    "bank_statements.account": Exempt(BANK_ACCOUNT),
+    "bank_statements.statement_ref": Masked(plant_bank_statement),
+    "bank_statements.sequence": Masked(plant_bank_statement),
+    "bank_statements.currency": Exempt(BANK_CURRENCY),
+    "bank_statements.format": Exempt("the name of the recon.bank.formats reader that read the file"),
+    "bank_statements.file_name": Masked(plant_bank_statement),
+    "bank_statements.file_digest": Exempt("the SHA-256 of the file, 64 hexadecimal digits recon computed"),
+    "bank_entries.account": Exempt(BANK_ACCOUNT),
+    "bank_entries.entry_key": Masked(plant_bank_statement),
+    "bank_entries.direction": Exempt(CHECKED),
+    "bank_entries.currency": Exempt(BANK_CURRENCY),
+    "bank_entries.bank_reference": Masked(plant_bank_statement),
+    "bank_entries.end_to_end_id": Masked(plant_bank_statement),
+    "bank_entries.counterparty": Masked(plant_bank_statement),
+    "bank_entries.remittance": Masked(plant_bank_statement),
+    "bank_entries.bank_code": Masked(plant_bank_statement),
     "jobs.queue": Refused(config_refused('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue")),
     "jobs.kind": Refused(config_refused('[schedule.s]\nkind = "k 4242 4242 4242 4242"\nevery = "1h"\n',
                                         "schedule.s.kind")),

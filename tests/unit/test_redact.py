@@ -48,6 +48,17 @@ def test_redact__the_quick_check_changes_no_answer(seed: int) -> None:
     assert skipped > 200  # the shortcut was taken, and agreed
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_redact__the_ascii_quick_check_answers_as_the_case_blind_one(seed: int) -> None:
+    rng = random.Random(seed)
+    texts = [generated(rng) for _ in range(5_000)] + [f.upper() for f in FRAGMENTS] + [f.title() for f in FRAGMENTS]
+    ascii_texts = [text for text in texts if text.isascii()]
+    assert len(ascii_texts) > 4_000
+    for text in ascii_texts:
+        assert r._maybe(text) == (r._MAYBE.search(text.lower()) is not None), text
+    assert sum(map(r._maybe, ascii_texts)) > 1_000  # both answers were given
+
+
 def test_redact__every_planted_secret_goes_the_whole_way() -> None:
     for text in [*PLANTED.values(), CVC_TEXT, hostile_text()]:
         assert r._maybe(text)
