@@ -117,7 +117,7 @@ def _download(source: Source, into: Path) -> Path:
     binary = ["--no-binary", source.name] if source.kind == "sdist" else ["--only-binary", ":all:"]
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes", *binary,
                "-r", str(requirement), "-d", str(into / "dl")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     archives = sorted((into / "dl").glob("*")) if (into / "dl").is_dir() else []
     if done.returncode != 0 or len(archives) != 1:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -149,9 +149,9 @@ def _members(source: Source, archive: Path) -> dict[str, bytes]:
                     take(info.name, lambda info=info: tar.extractfile(info).read())  # type: ignore[union-attr]
     else:
         with zipfile.ZipFile(archive) as wheel:
-            for info in wheel.infolist():
-                if not info.is_dir():
-                    take(info.filename, lambda info=info: wheel.read(info))
+            for entry in wheel.infolist():
+                if not entry.is_dir():
+                    take(entry.filename, lambda entry=entry: wheel.read(entry))
     if not wanted:
         raise Failure(f"{source.name}=={source.version}: no file under {source.prefix} matches {source.patterns}")
     return wanted
