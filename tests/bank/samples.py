@@ -51,7 +51,6 @@ OKANE = _located("bank/okane")
 #: viafintech/camt_parser's examples (camt.053.001.02/.04/.08/.10): only in the hand-made ../shared/samples copy
 CAMT = _located("bank/viafintech-camt_parser")
 ISO20022 = _located("iso20022")
-CAMT08_XSD = ISO20022 / "camt.053.001.08.xsd"
 #: defusedxml's own hostile test files (billion laughs, quadratic blow-up, external entities, DTDs)
 XML_HOSTILE = _located("xml/defusedxml-xmltestdata")
 
