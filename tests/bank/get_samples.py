@@ -52,7 +52,7 @@ class Source:
 SOURCES: tuple[Source, ...] = (
     Source("mt-940", "4.23.0", "sdist", "9274bc8298b2d4b69cb3936bdcda315b50e45975789f519a237bdec58346b8d7",
            "mt-940-4.23.0/mt940_tests", ("*.sta", "*.yml", "LICENSE"), "bank/wolph-mt940",
-           "BSD-3-Clause (mt-940); the bank folders' own LICENSE files (jejik, cmxl, betterplace: MIT)",
+           "BSD-3-Clause (mt-940); the bank folders' own LICENSE files: jejik and cmxl MIT, betterplace Apache-2.0",
            "wolph/mt940's test statements (mt940_tests/: many banks' MT940 files, each with the expected results "
            "the mt-940 parser gives, as YAML). The last release whose sdist ships them is 4.23.0.", keep_folders=True),
     Source("bai2", "0.15.0", "sdist", "267a63fee6513a3c4841eb30edec09beaa6d21f9cd440c81057abeda4461a41f",
