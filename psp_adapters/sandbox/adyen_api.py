@@ -45,6 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import adyen_checkout, adyen_modifications, adyen_report
 from psp_adapters.sandbox.adyen_wire import adyen_error, amount_of, payment_response, psp_reference
+from psp_adapters.sandbox.bank_credits import BankCredit
 from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.movements import Adjustment
@@ -203,6 +204,12 @@ class AdyenFlavor:
     def tick(self, scope: Scope) -> None:
         """Process the modifications that fell due."""
         adyen_modifications.process_due(scope)
+
+    def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
+        return "resource_missing"  # a settlement batch does not fail in the sandbox
+
+    def bank_credits(self, since: date, until: date) -> list[BankCredit]:
+        return []
 
     # -- reports -------------------------------------------------------------------------------------------
 
