@@ -16,7 +16,8 @@ server has an api key (the flavour's scheme: ``Authorization: Bearer`` or ``X-AP
                                            200 the failed payout | 400 | 404 (``stripe_payouts``)
     GET  /_admin/bank-credits?since=YYYY-MM-DD&until=YYYY-MM-DD
                                            the bank credits the payouts (stripe) or settlement batches (adyen)
-                                           arriving in [since, until] make: {"credits": [...]} (``bank_credits``)
+                                           arriving in [since, until] make: {"flavor", "credits": [...]}
+                                           (``bank_credits``)
     POST /_admin/reset                     forget all payments, keys and objects, restore the start-up faults
     GET  /_admin/webhooks[?psp_reference=] the webhook messages sent and their fate ({"url", "waiting",
                                            "webhooks": [{event_id, type, state, attempts, last_status, …}]})
@@ -157,7 +158,7 @@ def _bank_credits(host: Host, req: Request) -> Response:
         return native_error("parameter_invalid", "until is before since")
     host.tick()
     credits = host.flavor.bank_credits(since, until)
-    return json_response(200, {"credits": [credit.to_json() for credit in credits]})
+    return json_response(200, {"flavor": host.flavor.name, "credits": [credit.to_json() for credit in credits]})
 
 
 def _reset(host: Host) -> Response:

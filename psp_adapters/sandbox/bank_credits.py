@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+import httpx
+
 FAULT_NAMES = ("missing-credit", "bank-fee", "two-in-one", "late", "foreign-credit")
 LATE_MAX_DAYS = 60
 FOREIGN_AMOUNT = 4242
@@ -151,3 +153,19 @@ def apply_faults(credits: Sequence[BankCredit], faults: Sequence[Fault], *, firs
                 bank_reference("collective", *both), None, credit.counterparty, "COLLECTIVE CREDIT", both)
     found = [c for c in slots if c is not None] + extra
     return sorted(found, key=lambda c: (c.booking_date, c.value_date, c.bank_reference))
+
+
+def fetch(url: str, since: date, until: date, *, timeout: float = 10.0) -> tuple[str, list[BankCredit]]:
+    """The flavour of the sandbox at ``url`` and the bank credits its payouts arriving in ``[since, until]`` make
+    (``GET /_admin/bank-credits``). httpx's errors when it cannot be read; ValueError for an answer that is not
+    the sandbox's."""
+    answer = httpx.get(f"{url.rstrip('/')}/_admin/bank-credits", timeout=timeout,
+                       params={"since": since.isoformat(), "until": until.isoformat()})
+    answer.raise_for_status()
+    doc = answer.json()
+    if not isinstance(doc, dict) or not isinstance(doc.get("credits"), list):
+        raise ValueError(f"{url} did not answer like the PSP sandbox")
+    try:
+        return str(doc.get("flavor")), [BankCredit.from_json(c) for c in doc["credits"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{url} did not answer like the PSP sandbox: {exc}") from None
