@@ -16,8 +16,8 @@ from pathlib import Path
 
 import click
 
+from psp_adapters.sandbox import SANDBOX_PORT_DEFAULT
 from psp_adapters.sandbox.bank_credits import FAULT_NAMES, BankCredit, Fault, apply_faults, fetch, parse_fault
-from psp_adapters.sandbox.server import SANDBOX_PORT_DEFAULT
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.bank.formats.registry import writer
 from recon.errors import UsageError
