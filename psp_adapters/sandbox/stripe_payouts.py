@@ -146,13 +146,18 @@ def public(stored: dict[str, object]) -> dict[str, object]:
 
 
 def tick(books: StripeBooks, scope: Scope) -> None:
-    """Form the payouts due by ``scope.now`` and mark paid those that arrived (inside the tick's transaction)."""
+    """Form the payouts due by ``scope.now`` and mark paid those that arrived (inside the tick's transaction).
+    Cheap when nothing is due: one read of the state document."""
     now = scope.now
     midnight = datetime.combine(now.astimezone(UTC).date(), time(0), tzinfo=UTC)
     state = _state(books)
     through = parse_timestamp(str(state["through"])) if "through" in state else _EPOCH
-    kept = state.get("carry")
+    kept, moving = state.get("carry"), state.get("in_transit")
     carry = {str(c): parse_timestamp(str(s)) for c, s in (kept.items() if isinstance(kept, dict) else ())}
+    in_transit = {str(i): int(str(a)) for i, a in (moving.items() if isinstance(moving, dict) else ())}
+    arrived = sorted(i for i, arrival in in_transit.items() if unix(now) >= arrival)
+    if through >= midnight and not arrived:
+        return
     if through < midnight:
         start = min([through, *carry.values()])
         unpaid = transactions(books, start, midnight, payouts=False)
@@ -160,29 +165,37 @@ def tick(books: StripeBooks, scope: Scope) -> None:
             since = carry.get(currency, through)
             mine = sorted((t for t in unpaid if t.currency == currency and t.at >= since),
                           key=lambda t: (t.at, t.order, t.id))
-            left = _form(books, scope, currency, since, mine)
+            left = _form(books, scope, currency, since, mine, in_transit)
             if left is None:
                 carry.pop(currency, None)
             else:
                 carry[currency] = left
-        state = {"through": format_timestamp(midnight), "carry": {c: format_timestamp(s) for c, s in carry.items()}}
-        books.ledger.put_document(Document(_STATE_ID, _STATE, None, _EPOCH, state))
-    for stored in [dict(d.body) for d in books.ledger.documents(PAYOUT)]:
-        if stored["status"] == "in_transit" and unix(now) >= int(str(stored["arrival_date"])):
-            paid = {**stored, "status": "paid", "reconciliation_status": "completed"}
-            _save(books, paid)
-            scope.tell(Change("payout.paid", None, document=public(paid)))
-            scope.tell(Change("payout.reconciliation_completed", None, document=public(paid)))
+    for payout_id in sorted(i for i, arrival in in_transit.items() if unix(now) >= arrival):
+        del in_transit[payout_id]
+        stored = payout(books, payout_id)
+        if stored is None or stored["status"] != "in_transit":
+            continue  # failed before it arrived
+        paid = {**stored, "status": "paid", "reconciliation_status": "completed"}
+        _save(books, paid)
+        scope.tell(Change("payout.paid", None, document=public(paid)))
+        scope.tell(Change("payout.reconciliation_completed", None, document=public(paid)))
+    doc = {"through": format_timestamp(max(through, midnight)),
+           "carry": {c: format_timestamp(s) for c, s in carry.items()}, "in_transit": in_transit}
+    books.ledger.put_document(Document(_STATE_ID, _STATE, None, _EPOCH, doc))
 
 
-def _form(books: StripeBooks, scope: Scope, currency: str, since: datetime, txns: list[Txn]) -> datetime | None:
+def _form(
+    books: StripeBooks, scope: Scope, currency: str, since: datetime, txns: list[Txn], in_transit: dict[str, int]
+) -> datetime | None:
     """Pay out ``txns`` (oldest first, all from ``since``) day by day; where the unpaid ones start, or None."""
     running, start = 0, since
     for day, day_txns in _days(txns):
         running += sum(t.net for t in day_txns)
         end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC)
         if running > 0:
-            _create(books, scope, currency, start, end, running)
+            created = _create(books, scope, currency, start, end, running)
+            if created["status"] == "in_transit":
+                in_transit[str(created["id"])] = int(str(created["arrival_date"]))
             running, start = 0, end
     return start if any(t.at >= start for t in txns) else None
 
@@ -201,7 +214,9 @@ def _days(txns: list[Txn]) -> Iterator[tuple[date, list[Txn]]]:
         yield day, batch
 
 
-def _create(books: StripeBooks, scope: Scope, currency: str, since: datetime, until: datetime, amount: int) -> None:
+def _create(
+    books: StripeBooks, scope: Scope, currency: str, since: datetime, until: datetime, amount: int
+) -> dict[str, object]:
     payout_id = random_id("po_")
     txn_id = "txn_" + payout_id.removeprefix("po_")
     arrival = until + ARRIVAL_AFTER
@@ -223,6 +238,7 @@ def _create(books: StripeBooks, scope: Scope, currency: str, since: datetime, un
     if paid:
         scope.tell(Change("payout.paid", None, document=public(stored)))
         scope.tell(Change("payout.reconciliation_completed", None, document=public(stored)))
+    return stored
 
 
 def fail(books: StripeBooks, scope: Scope, payout_id: str, code: str) -> dict[str, object] | str:
