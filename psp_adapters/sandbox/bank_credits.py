@@ -19,8 +19,8 @@ no earlier fault touched:
   the later one's date, naming neither payout (bank reference of its own, no end-to-end id, remittance
   ``COLLECTIVE CREDIT``);
 - ``late=DAYS``: it arrives DAYS (1 to 60) days late (booking and value date);
-- ``foreign-credit``: a credit nobody expects is added (4242 minor units of the first credit's currency, or
-  EUR, from ``ACME GMBH``, remittance ``INVOICE 2026-117``) on the statement's first day.
+- ``foreign-credit``: a credit nobody expects is added (4242 minor units of the statement's currency, from
+  ``ACME GMBH``, remittance ``INVOICE 2026-117``) on the statement's first day.
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def parse_fault(text: str) -> Fault:
     return Fault(name, value)
 
 
-def apply_faults(credits: Sequence[BankCredit], faults: Sequence[Fault], *, first_day: date) -> list[BankCredit]:
+def apply_faults(
+    credits: Sequence[BankCredit], faults: Sequence[Fault], *, first_day: date, currency: str = "EUR"
+) -> list[BankCredit]:
     """The credits as the faulty bank books them (see the module docstring), in booking order. ValueError when a
     fault finds no credit to apply to, or a bank fee is not less than its credit."""
     ordered = sorted(credits, key=lambda c: (c.value_date, c.payouts, c.bank_reference))
@@ -122,7 +124,6 @@ def apply_faults(credits: Sequence[BankCredit], faults: Sequence[Fault], *, firs
 
     for fault in faults:
         if fault.name == "foreign-credit":
-            currency = slots[0].currency if slots and slots[0] is not None else "EUR"
             reference = bank_reference("foreign", str(len(extra)))
             extra.append(BankCredit(FOREIGN_AMOUNT, currency, first_day, first_day, reference, None, "ACME GMBH",
                                     "INVOICE 2026-117"))

@@ -68,7 +68,7 @@ def psp_sandbox_statement(psp: str, format_name: str, camt_version: str, account
         raise UsageError(f"psp-sandbox-statement: the sandbox at {url} speaks {flavor}, not {psp}")
     mine = [c for c in credits if c.currency == currency]
     try:
-        booked = apply_faults(mine, parsed, first_day=since)
+        booked = apply_faults(mine, parsed, first_day=since, currency=currency)
     except ValueError as exc:
         raise UsageError(f"psp-sandbox-statement: {exc} ({len(mine)} {currency} credits from {since} to {until})") \
             from None
