@@ -12,6 +12,8 @@ server has an api key (the flavour's scheme: ``Authorization: Bearer`` or ``X-AP
     POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
     POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
     POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
+    POST /_admin/payouts/run               pay out now (stripe: a payout per currency; adyen: a batch per account
+                                           and currency) what is unpaid, paid at once: {"payouts": [...]}
     POST /_admin/payouts/{id}/fail         stripe: optional {"failure_code": "…"} (default could_not_process);
                                            200 the failed payout | 400 | 404 (``stripe_payouts``)
     GET  /_admin/bank-credits?since=YYYY-MM-DD&until=YYYY-MM-DD
@@ -70,6 +72,8 @@ class Host(Protocol):
 
     def fail_payout(self, payout_id: str, code: str) -> object | str: ...
 
+    def run_payouts(self) -> list[object]: ...
+
 
 def handle_admin(host: Host, req: Request) -> Response:
     if req.method == "POST":
@@ -100,6 +104,9 @@ def handle_admin(host: Host, req: Request) -> Response:
         return _reset(host)
     if route == ("GET", "/_admin/bank-credits"):
         return _bank_credits(host, req)
+    if route == ("POST", "/_admin/payouts/run"):
+        host.tick()
+        return json_response(200, {"payouts": host.run_payouts()})
     if req.method == "POST" and (match := _PAYOUT_PATH.match(req.path)):
         return _fail_payout(host, match["id"], payload)
     if req.method == "POST" and (match := _PAYMENT_PATH.match(req.path)):

@@ -216,6 +216,9 @@ class AdyenFlavor:
     def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
         return "resource_missing"  # a settlement batch does not fail in the sandbox
 
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return list(adyen_settlement.close_now(self._ledger, scope, self._zone))
+
     def bank_credits(self, since: date, until: date) -> list[BankCredit]:
         return adyen_settlement.bank_credits(self._ledger, since, until, now=self._now(), zone=self._zone)
 

@@ -152,14 +152,9 @@ def tick(ledger: Ledger, scope: Scope, zone: tzinfo) -> None:
     """Close the batches due by ``scope.now`` (inside the tick's transaction) and announce their reports."""
     local = scope.now.astimezone(zone)
     midnight = datetime.combine(local.date(), time(0), tzinfo=zone)
-    found = ledger.get_document(_STATE_ID, type=_STATE)
-    state = dict(found.body) if found is not None else {}
-    through = parse_timestamp(str(state["through"])) if "through" in state else _EPOCH
+    through, carry, last = _load(ledger)
     if through >= midnight:
         return
-    kept, numbers = state.get("carry"), state.get("numbers")
-    carry = {str(k): parse_timestamp(str(v)) for k, v in (kept.items() if isinstance(kept, dict) else ())}
-    last = {str(k): int(str(v)) for k, v in (numbers.items() if isinstance(numbers, dict) else ())}
     for account in ledger.merchant_accounts(flavor=FLAVOR):
         rows = _account_rows(ledger, account, midnight)
         for currency in sorted({r.record.currency for r in rows}):
@@ -171,7 +166,44 @@ def tick(ledger: Ledger, scope: Scope, zone: tzinfo) -> None:
                 carry.pop(key, None)
             else:
                 carry[key] = left
-    doc = {"through": format_timestamp(midnight), "carry": {k: format_timestamp(v) for k, v in carry.items()},
+    _save(ledger, midnight, carry, last)
+
+
+def close_now(ledger: Ledger, scope: Scope, zone: tzinfo) -> list[dict[str, object]]:
+    """``POST /_admin/payouts/run``: per merchant account and currency, every unpaid row booked so far in one
+    batch, closed now, its money in the bank today, when their net is positive; the daily rule goes on after."""
+    tick(ledger, scope, zone)
+    through, carry, last = _load(ledger)
+    until = scope.now + timedelta(microseconds=1)  # what was booked at this very instant is included
+    made = []
+    for account in ledger.merchant_accounts(flavor=FLAVOR):
+        rows = _account_rows(ledger, account, until)
+        for currency in sorted({r.record.currency for r in rows}):
+            key = f"{account}|{currency}"
+            since = carry.get(key, through)
+            net = sum(r.net for r in rows if r.record.currency == currency and since <= r.at < until)
+            if net > 0:
+                made.append(_batch(ledger, scope, account, currency, since, until, net, last,
+                                   credit=scope.now.astimezone(zone).date()))
+                carry[key] = until
+    _save(ledger, through, carry, last)
+    return made
+
+
+def _load(ledger: Ledger) -> tuple[datetime, dict[str, datetime], dict[str, int]]:
+    """The batch state: the last midnight handled, where each account|currency's unpaid rows start when not
+    there, and each account's last batch number."""
+    found = ledger.get_document(_STATE_ID, type=_STATE)
+    state = dict(found.body) if found is not None else {}
+    through = parse_timestamp(str(state["through"])) if "through" in state else _EPOCH
+    kept, numbers = state.get("carry"), state.get("numbers")
+    carry = {str(k): parse_timestamp(str(v)) for k, v in (kept.items() if isinstance(kept, dict) else ())}
+    last = {str(k): int(str(v)) for k, v in (numbers.items() if isinstance(numbers, dict) else ())}
+    return through, carry, last
+
+
+def _save(ledger: Ledger, through: datetime, carry: dict[str, datetime], last: dict[str, int]) -> None:
+    doc = {"through": format_timestamp(through), "carry": {k: format_timestamp(v) for k, v in carry.items()},
            "numbers": last}
     ledger.put_document(Document(_STATE_ID, _STATE, None, _EPOCH, doc))
 
@@ -185,17 +217,26 @@ def _close(
         running += sum(r.net for r in day_rows)
         end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
         if running > 0:
-            number = last.get(account, 0) + 1
-            last[account] = number
-            body = {"merchant_account": account, "batch": number, "currency": currency, "net": running,
-                    "since": format_timestamp(start), "until": format_timestamp(end),
-                    "credit_date": (end + CREDIT_AFTER).astimezone(zone).date().isoformat(),
-                    "file": file_name(number)}
-            ledger.put_document(Document(f"{account}:{number}", BATCH, account, end, body))
-            scope.tell(Change("report_available", None, document={"merchantAccount": account,
-                                                                   "fileName": file_name(number)}))
+            _batch(ledger, scope, account, currency, start, end, running, last,
+                   credit=(end + CREDIT_AFTER).astimezone(zone).date())
             running, start = 0, end
     return start if any(r.at >= start for r in rows) else None
+
+
+def _batch(
+    ledger: Ledger, scope: Scope, account: str, currency: str, since: datetime, until: datetime, net: int,
+    last: dict[str, int], *, credit: date,
+) -> dict[str, object]:
+    number = last.get(account, 0) + 1
+    last[account] = number
+    body: dict[str, object] = {
+        "merchant_account": account, "batch": number, "currency": currency, "net": net,
+        "since": format_timestamp(since), "until": format_timestamp(until), "credit_date": credit.isoformat(),
+        "file": file_name(number),
+    }
+    ledger.put_document(Document(f"{account}:{number}", BATCH, account, until, body))
+    scope.tell(Change("report_available", None, document={"merchantAccount": account, "fileName": file_name(number)}))
+    return body
 
 
 def _days(rows: list[Row], zone: tzinfo) -> Iterator[tuple[date, list[Row]]]:

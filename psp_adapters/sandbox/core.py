@@ -164,6 +164,10 @@ class Flavor(Protocol):
         (``resource_missing`` for a flavour without payouts)."""
         ...
 
+    def run_payouts(self, scope: Scope) -> list[object]:
+        """Pay out now what is unpaid (the admin API), paid at once; the payouts (or batches) made."""
+        ...
+
     def bank_credits(self, since: date, until: date) -> list[BankCredit]:
         """The bank credits the flavour's payouts arriving in ``[since, until]`` make (``bank_credits``)."""
         ...

@@ -127,6 +127,9 @@ class NativeFlavor:
     def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
         return "resource_missing"  # the native PSP has no payouts
 
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return []
+
     def bank_credits(self, since: date, until: date) -> list[BankCredit]:
         return []
 

@@ -221,6 +221,9 @@ class StripeFlavor:
     def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
         return payouts.fail(self.books, scope, payout_id, code)
 
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return list(payouts.pay_out_now(self.books, scope))
+
     def bank_credits(self, since: date, until: date) -> list[BankCredit]:
         return payouts.bank_credits(self.books, since, until)
 

@@ -145,33 +145,61 @@ def public(stored: dict[str, object]) -> dict[str, object]:
 # -- forming, paying and failing --------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class _State:
+    """``payout_state``: the last midnight handled, where each currency's unpaid transactions start when not
+    there, and the payouts in transit (id -> arrival, unix seconds)."""
+
+    through: datetime
+    carry: dict[str, datetime]
+    in_transit: dict[str, int]
+
+    @classmethod
+    def load(cls, books: StripeBooks) -> _State:
+        found = books.ledger.get_document(_STATE_ID, type=_STATE)
+        body = dict(found.body) if found is not None else {}
+        kept, moving = body.get("carry"), body.get("in_transit")
+        return cls(
+            through=parse_timestamp(str(body["through"])) if "through" in body else _EPOCH,
+            carry={str(c): parse_timestamp(str(t)) for c, t in (kept.items() if isinstance(kept, dict) else ())},
+            in_transit={str(i): int(str(a)) for i, a in (moving.items() if isinstance(moving, dict) else ())},
+        )
+
+    def save(self, books: StripeBooks) -> None:
+        doc = {"through": format_timestamp(self.through),
+               "carry": {c: format_timestamp(t) for c, t in self.carry.items()}, "in_transit": self.in_transit}
+        books.ledger.put_document(Document(_STATE_ID, _STATE, None, _EPOCH, doc))
+
+    def unpaid(self, books: StripeBooks, until: datetime) -> dict[str, tuple[datetime, list[Txn]]]:
+        """Per currency: where its unpaid transactions start, and those created before ``until``, oldest first."""
+        found = transactions(books, min([self.through, *self.carry.values()]), until, payouts=False)
+        by_currency = {}
+        for currency in sorted({t.currency for t in found} | set(self.carry)):
+            since = self.carry.get(currency, self.through)
+            mine = sorted((t for t in found if t.currency == currency and t.at >= since),
+                          key=lambda t: (t.at, t.order, t.id))
+            by_currency[currency] = (since, mine)
+        return by_currency
+
+
 def tick(books: StripeBooks, scope: Scope) -> None:
     """Form the payouts due by ``scope.now`` and mark paid those that arrived (inside the tick's transaction).
     Cheap when nothing is due: one read of the state document."""
     now = scope.now
     midnight = datetime.combine(now.astimezone(UTC).date(), time(0), tzinfo=UTC)
-    state = _state(books)
-    through = parse_timestamp(str(state["through"])) if "through" in state else _EPOCH
-    kept, moving = state.get("carry"), state.get("in_transit")
-    carry = {str(c): parse_timestamp(str(s)) for c, s in (kept.items() if isinstance(kept, dict) else ())}
-    in_transit = {str(i): int(str(a)) for i, a in (moving.items() if isinstance(moving, dict) else ())}
-    arrived = sorted(i for i, arrival in in_transit.items() if unix(now) >= arrival)
-    if through >= midnight and not arrived:
+    state = _State.load(books)
+    if state.through >= midnight and all(unix(now) < arrival for arrival in state.in_transit.values()):
         return
-    if through < midnight:
-        start = min([through, *carry.values()])
-        unpaid = transactions(books, start, midnight, payouts=False)
-        for currency in sorted({t.currency for t in unpaid} | set(carry)):
-            since = carry.get(currency, through)
-            mine = sorted((t for t in unpaid if t.currency == currency and t.at >= since),
-                          key=lambda t: (t.at, t.order, t.id))
-            left = _form(books, scope, currency, since, mine, in_transit)
+    if state.through < midnight:
+        for currency, (since, txns) in state.unpaid(books, midnight).items():
+            left = _form(books, scope, currency, since, txns, state.in_transit)
             if left is None:
-                carry.pop(currency, None)
+                state.carry.pop(currency, None)
             else:
-                carry[currency] = left
-    for payout_id in sorted(i for i, arrival in in_transit.items() if unix(now) >= arrival):
-        del in_transit[payout_id]
+                state.carry[currency] = left
+        state.through = midnight
+    for payout_id in sorted(i for i, arrival in state.in_transit.items() if unix(now) >= arrival):
+        del state.in_transit[payout_id]
         stored = payout(books, payout_id)
         if stored is None or stored["status"] != "in_transit":
             continue  # failed before it arrived
@@ -179,9 +207,23 @@ def tick(books: StripeBooks, scope: Scope) -> None:
         _save(books, paid)
         scope.tell(Change("payout.paid", None, document=public(paid)))
         scope.tell(Change("payout.reconciliation_completed", None, document=public(paid)))
-    doc = {"through": format_timestamp(max(through, midnight)),
-           "carry": {c: format_timestamp(s) for c, s in carry.items()}, "in_transit": in_transit}
-    books.ledger.put_document(Document(_STATE_ID, _STATE, None, _EPOCH, doc))
+    state.save(books)
+
+
+def pay_out_now(books: StripeBooks, scope: Scope) -> list[dict[str, object]]:
+    """``POST /_admin/payouts/run``: per currency, every unpaid transaction created so far in one payout, created
+    and arrived now (paid at once), when their sum is positive; the daily rule goes on from there."""
+    tick(books, scope)
+    state = _State.load(books)
+    until = scope.now + timedelta(microseconds=1)  # what was created at this very instant is included
+    made = []
+    for currency, (since, txns) in state.unpaid(books, until).items():
+        net = sum(t.net for t in txns)
+        if net > 0:
+            made.append(public(_create(books, scope, currency, since, until, net, arrival=scope.now)))
+            state.carry[currency] = until
+    state.save(books)
+    return made
 
 
 def _form(
@@ -215,11 +257,12 @@ def _days(txns: list[Txn]) -> Iterator[tuple[date, list[Txn]]]:
 
 
 def _create(
-    books: StripeBooks, scope: Scope, currency: str, since: datetime, until: datetime, amount: int
+    books: StripeBooks, scope: Scope, currency: str, since: datetime, until: datetime, amount: int,
+    arrival: datetime | None = None,
 ) -> dict[str, object]:
     payout_id = random_id("po_")
     txn_id = "txn_" + payout_id.removeprefix("po_")
-    arrival = until + ARRIVAL_AFTER
+    arrival = until + ARRIVAL_AFTER if arrival is None else arrival
     paid = scope.now >= arrival
     stored: dict[str, object] = {
         "id": payout_id, "object": "payout", "amount": amount, "application_fee": None,
@@ -286,9 +329,6 @@ def _save(books: StripeBooks, stored: dict[str, object]) -> None:
     books.ledger.put_document(Document(str(stored["id"]), PAYOUT, None, created, stored))
 
 
-def _state(books: StripeBooks) -> dict[str, object]:
-    found = books.ledger.get_document(_STATE_ID, type=_STATE)
-    return dict(found.body) if found is not None else {}
 
 
 

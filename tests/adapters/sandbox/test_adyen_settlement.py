@@ -143,3 +143,24 @@ def test_batches__numbered_per_account_a_negative_day_waits_and_each_makes_a_ban
         ("2026-03-04", 2000 - 88, "EUR", "ADYEN PAYOUT AcmeEU BATCH 1"),
         ("2026-03-06", net2, "EUR", "ADYEN PAYOUT AcmeEU BATCH 2"),
     ]
+
+
+def test_run_now__closes_a_batch_at_once_with_its_money_in_the_bank_today(
+    http: httpx.Client, clock: Clock, receiver: Receiver
+) -> None:
+    pay(http, "order-1", value=2000)
+    answer = http.post("/_admin/payouts/run", json={})
+    assert answer.status_code == 200
+    [made] = answer.json()["payouts"]
+    assert (made["merchant_account"], made["batch"], made["currency"], made["net"]) == ("AcmeEU", 1, "EUR", 2000 - 88)
+    assert [r["pspReference"] for r in settlement_reports(receiver, 2)] == ["settlement_detail_report_batch_1.csv"]
+    report = http.get("/reports/download/MerchantAccount/AcmeEU/settlement_detail_report_batch_1.csv")
+    assert [r["Type"] for r in rows(report.text)[1]] == ["Settled", "MerchantPayout"]
+    credits = http.get("/_admin/bank-credits", params={"since": "2026-03-02", "until": "2026-03-02"}).json()
+    assert [(c["amount"], c["remittance"]) for c in credits["credits"]] == [(2000 - 88, "ADYEN PAYOUT AcmeEU BATCH 1")]
+    clock.advance(seconds=1)  # (a frozen clock: what comes next must come after the run)
+    pay(http, "order-2", value=1250)
+    clock.advance(hours=11)  # past midnight CET: batch 2 has only order-2
+    second = http.get("/reports/download/MerchantAccount/AcmeEU/settlement_detail_report_batch_2.csv")
+    assert [r["Merchant Reference"] for r in rows(second.text)[1]] == ["order-2", ""]
+    assert http.post("/_admin/payouts/run", json={}).json() == {"payouts": []}

@@ -225,3 +225,27 @@ def test_defaults__the_endpoint_takes_the_payout_events_unless_told_otherwise() 
 
     assert {"payout.paid", "payout.failed", "payout.reconciliation_completed"} <= DEFAULT_WEBHOOK_EVENTS
 
+
+
+def test_run_now__pays_out_at_once_and_the_next_midnight_pays_only_what_came_after(
+    client: stripe.StripeClient, clock: Clock, server: SandboxServer
+) -> None:
+    pay(client, 1000)
+    pay(client, 2000, "usd")
+    answer = admin(server, "payouts/run")
+    assert answer.status_code == 200
+    made = {p["currency"]: p for p in answer.json()["payouts"]}
+    assert {c: (p["amount"], p["status"], p["arrival_date"]) for c, p in made.items()} == {
+        "eur": (1000 - fee(1000), "paid", unix(START)), "usd": (2000 - fee(2000), "paid", unix(START))}
+    assert admin(server, "payouts/run").json() == {"payouts": []}  # nothing left
+    clock.advance(seconds=1)  # (a frozen clock: what comes next must come after the run)
+    pay(client, 3000)
+    clock.advance(days=1)  # the midnight pays out only the 3000
+
+    latest = client.v1.payouts.list(params={"limit": 1}).data[0]
+    assert (latest.amount, latest.currency, latest.created) == (3000 - fee(3000), "eur", unix(MIDNIGHT2))
+    lines = client.v1.balance_transactions.list(params={"payout": made["eur"]["id"], "type": "charge"}).data
+    assert [t.amount for t in lines] == [1000]
+    credits = httpx.get(f"{server.url}/_admin/bank-credits?since=2026-03-02&until=2026-03-02", timeout=5).json()
+    assert sorted((c["currency"], c["amount"]) for c in credits["credits"]) == [
+        ("EUR", 1000 - fee(1000)), ("USD", 2000 - fee(2000))]
