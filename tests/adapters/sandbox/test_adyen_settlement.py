@@ -164,3 +164,16 @@ def test_run_now__closes_a_batch_at_once_with_its_money_in_the_bank_today(
     second = http.get("/reports/download/MerchantAccount/AcmeEU/settlement_detail_report_batch_2.csv")
     assert [r["Merchant Reference"] for r in rows(second.text)[1]] == ["order-2", ""]
     assert http.post("/_admin/payouts/run", json={}).json() == {"payouts": []}
+
+
+def test_report_user__the_settlement_report_is_for_the_report_user_only(clock: Clock) -> None:
+    with SandboxServer(flavor="adyen", api_key=KEY, now_func=clock, report_username="report@Company.Acme",
+                       report_password="s3cret") as srv, httpx.Client(base_url=srv.url, timeout=5.0,
+                                                                       headers={"X-API-Key": KEY}) as api:
+        pay(api, "order-1", value=2000)
+        assert api.post("/_admin/payouts/run", json={}).status_code == 200
+        path = "/reports/download/MerchantAccount/AcmeEU/settlement_detail_report_batch_1.csv"
+        assert httpx.get(srv.url + path, timeout=5.0).status_code == 401
+        assert httpx.get(srv.url + path, auth=("report@Company.Acme", "wrong"), timeout=5.0).status_code == 401
+        answer = httpx.get(srv.url + path, auth=("report@Company.Acme", "s3cret"), timeout=5.0)
+        assert answer.status_code == 200 and "MerchantPayout" in answer.text
