@@ -23,6 +23,9 @@ the dispute fee, Commission the fee: as Adyen's sample), then one ``MerchantPayo
 net, paid out). ``Modification Reference``: the refund's or dispute's own PSP reference; for ``Settled`` the
 payment's (the sandbox captures without a reference of its own); for ``MerchantPayout`` ``Batch N``.
 
+As the accounting report, the rows are derived from each payment's current state: an admin status change of a
+payment already in a closed batch rewrites that batch's report (its rows no longer add up to the payout).
+
 The batch closes with the rest of the clock-driven work (``api.tick``); a ``REPORT_AVAILABLE`` notification
 names each new report (``adyen_events``). Batches are documents (``ledger_documents``, type ``adyen_batch``).
 """

@@ -21,6 +21,10 @@ bank statement carries (``bank_credits``), short enough for MT940's ``:61:`` ref
 Events (``stripe_events``): ``payout.created`` when it forms, ``payout.paid`` and
 ``payout.reconciliation_completed`` at its arrival, ``payout.failed`` when it fails.
 
+A sandbox simplification: what a payout paid out is read from the books as they are now, so an admin status
+change of a payment already paid out (``POST /_admin/payments/{ref}/fail``) takes its charge out of the payout's
+lines, and the lines no longer add up to the amount; the PSP's own refunds and disputes never do that.
+
 Storage: payouts and their balance transactions are documents (``ledger_documents``: types ``payout`` and
 ``payout_txn``); which transactions a payout paid out is its window (``sandbox_since``, ``sandbox_until``) and
 currency; ``payout_state`` remembers the last midnight handled and, per currency, where unpaid transactions start.
