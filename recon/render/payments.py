@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from recon.payments.money import format_amount
@@ -69,10 +70,10 @@ def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
     return json.dumps(d, sort_keys=True)[:width] if d else ""
 
 
-def review_table(items: Sequence[Any]) -> None:
+def review_table(items: Sequence[Any], *, now: datetime) -> None:
     """``recon review list``: recon.review.ReviewItem rows."""
     table = FoldTable(title=f"{len(items)} payments in review")
-    for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
+    for col in ("reference", "psp", "amount", "why", "severity", "in review", "due", "assignee", "PSP's latest answer"):
         table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
     for item in items:
         p = item.payment
@@ -80,8 +81,10 @@ def review_table(items: Sequence[Any]) -> None:
         said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
         if answer.get("psp_amount") is not None and answer.get("psp_currency"):
             said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        due = "-" if item.due_at is None else f"overdue {age_text((now - item.due_at).total_seconds())}" \
+            if item.overdue else f"in {age_text((item.due_at - now).total_seconds())}"
         table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
-                      age_text(item.age_seconds), said, (p.review_reason or "")[:60])
+                      str(item.severity), age_text(item.age_seconds), due, p.review_assignee or "-", said)
     stdout_console().print(table)
 
 

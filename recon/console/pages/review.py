@@ -14,7 +14,7 @@ from starlette.routing import Route
 from recon.console.web import Fields, PageError, action, page, pages, recon_app
 from recon.durations import parse_duration
 from recon.errors import ReviewRefused, UsageError
-from recon.review import ReviewKind
+from recon.review_rows import ReviewKind
 
 log = logging.getLogger("recon.console")
 
