@@ -271,6 +271,17 @@ class App:
         table = self.settings.extra.get("psp", {}).get(name, {})
         return dict(table) if isinstance(table, dict) else {}
 
+    def unconfigured_psps(self) -> dict[str, str]:
+        """PSP name -> why it cannot be called as configured (a key missing, …), for those that cannot: the
+        console shows them as "not configured" rather than "flowing"."""
+        out: dict[str, str] = {}
+        for name in self.psp_names():
+            try:
+                self.adapter(name)
+            except ConfigError as exc:
+                out[name] = str(exc)
+        return out
+
     def require_psps(self, names: Iterable[str]) -> None:
         """Before a command does any work: every PSP in ``names`` can be called as configured (its adapter
         builds: keys, accounts, report credentials, base URL). Raises ConfigError naming the setting."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from recon.evidence import resolution_sentence
 from recon.payments.money import format_amount
 from recon.render.output import FoldTable, age_text, stdout_console, timestamp
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
@@ -56,17 +57,7 @@ def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
     override), other events' details as sorted JSON; at most ``width`` characters."""
     d = event.details or {}
     if event.source == "manual" and "operator" in d:
-        ours = d.get("ours") or {}
-        psp = d.get("psp") or {}
-        text = f"resolved {event.to_status} by {d['operator']}: {d.get('reason', '')}"
-        if psp.get("amount") is not None and psp.get("currency") and ours:
-            text += (f" (ours {format_amount(ours['amount'], ours['currency'])}, PSP "
-                     f"{format_amount(psp['amount'], str(psp['currency']))})")
-        text += f"; PSP said {d['psp_status'] or d.get('psp_outcome')}" if d.get("psp_outcome") else \
-            f"; PSP not asked ({d.get('psp_not_asked')})"
-        if d.get("override"):
-            text += "; OVERRIDE"
-        return text[:width]
+        return resolution_sentence(event.to_status, d)[:width]
     return json.dumps(d, sort_keys=True)[:width] if d else ""
 
 
