@@ -142,6 +142,7 @@ def done(request: Request, url: str, notice: str, **params: str | int) -> Redire
     ``params``; reloading the page it leads to repeats nothing, and the address bar holds a page's URL."""
     query = {**{k: str(v) for k, v in params.items()}, "notice": notice, "ns": _notice_sig(request, notice)}
     url, hash_, fragment = url.partition("#")
+    url = url.rstrip("?&")
     sep = "&" if "?" in url else "?"
     return RedirectResponse(url + sep + urlencode(query) + hash_ + fragment, status_code=303)
 
