@@ -2,7 +2,8 @@
 
 - ``payments.review_assignee``: who works on the payment while it is in review (NULL: nobody); kept when it
   leaves review, so the audit trail's resolution and the last assignee can be read side by side. The partial
-  index ``payments_review_assignee`` serves the queue filtered by assignee.
+  index ``payments_review_assignee`` serves the queue filtered by assignee; ``payments_review_totals``
+  (currency, amount) lets the unfiltered queue's totals per currency read the index alone.
 - ``review_comments``: one row per comment an operator writes on a payment, and per assignment
   (``kind`` = 'assigned', ``body`` = the new assignee or "unassigned"), append-only, read per payment.
 
@@ -31,6 +32,9 @@ Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 def upgrade() -> None:
     op.add_column("payments", sa.Column("review_assignee", sa.Text(), nullable=True))
     op.create_index("payments_review_assignee", "payments", ["review_assignee", "review_since", "id"],
+                    postgresql_where=sa.text("status = 'needs_review'"),
+                    sqlite_where=sa.text("status = 'needs_review'"))
+    op.create_index("payments_review_totals", "payments", ["currency", "amount"],
                     postgresql_where=sa.text("status = 'needs_review'"),
                     sqlite_where=sa.text("status = 'needs_review'"))
     op.create_table(

@@ -171,6 +171,8 @@ payments = sa.Table(
              sqlite_where=sa.text("status = 'needs_review'")),
     sa.Index("payments_review_assignee", "review_assignee", "review_since", "id",
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
+    sa.Index("payments_review_totals", "currency", "amount",
+             postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
 )
 
 # --- the review queue's comments and assignments (migration 0020) -------------------------------------------
