@@ -58,7 +58,8 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
     web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES,
                             *psps.ROUTES, *login.ROUTES],
                     middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
-                                           style_hash=rendered.style_hash, deny_func=deny)],
+                                           style_hash=rendered.style_hash, script_hash=rendered.script_hash,
+                                           deny_func=deny)],
                     exception_handlers={HTTPException: not_served}, max_body_size=MAX_BODY_BYTES)
     web.state.console_recon = app
     web.state.console_key = key

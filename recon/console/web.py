@@ -105,12 +105,15 @@ class Pages:
         css = (files("recon.console") / "templates" / "console.css").read_text(encoding="utf-8")
         self.css = Markup(css)  # nosec B704  # our own stylesheet, not input
         self.style_hash = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
+        js = (files("recon.console") / "templates" / "console.js").read_text(encoding="utf-8")
+        self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
+        self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
         self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
-                                sweep_facts=sweep_facts, options_facts=options_facts)
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
-        base = {"request": request, "css": self.css, "path": request.url.path,
+        base = {"request": request, "css": self.css, "js": self.js, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
                 "logged_in": getattr(request.state, "session", None) is not None, "notice": notice_of(request),
                 "error": None, "signed_in": signed_in(request), "refresh": _refresh(request)}
@@ -247,6 +250,15 @@ def _timestamp(value: datetime | str | None) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(value: datetime | str | None) -> Markup:
+    """A time as ``<time datetime=ISO>… UTC</time>``: the console's script adds the browser's own time beside it."""
+    if value is None or value == "":
+        return Markup("-")
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return Markup('<time datetime="%s">%s</time>') % (value.isoformat(), _timestamp(value))
 
 
 def age_text(seconds: float | None) -> str:

@@ -16,11 +16,12 @@ import pytest
 import sqlalchemy as sa
 
 from psp_adapters.sandbox.server import SandboxServer
+from recon import Client, JobStore, Settings
 from recon.console.pages import review as review_page
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
-from recon.rows import EventSource, PaymentStatus, Transition
+from recon.rows import EventSource, Finish, PaymentStatus, Transition
 from tests.console import console, csrf_token
 from tests.integration.payment_flow import create
 
@@ -173,3 +174,26 @@ def test_bulk_resolve__preview_lists_exactly_what_changes_then_apply_resolves_it
         assert payment is not None and payment.status is PaymentStatus.FAILED
     big = store.by_reference("big-0")
     assert big is not None and big.status is PaymentStatus.NEEDS_REVIEW
+
+
+def test_dead_letters__show_their_payment_and_say_when_it_is_already_final(db: Database, db_url: str) -> None:
+    store = PaymentStore(db)
+    [pid] = create(db, 1, charge=False, prefix="paid", amount=123_456)
+    with db.begin() as conn:
+        for t in (Transition(pid, PaymentStatus.CREATED, PaymentStatus.PROCESSING, EventSource.CHARGE),
+                  Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.SUCCEEDED, EventSource.CHARGE)):
+            assert store.apply(conn, t)
+    jobs = JobStore(db)
+    job_id = Client(jobs, Settings()).enqueue("charge", {"payment_id": pid}, queue="charges")
+    [job] = jobs.claim(worker="w", queues=["charges"], n=1, ttl=30)
+    jobs.finish(worker="w", finishes=[Finish(id=job.id, attempt=1, state="dead", outcome="dead",
+                                             error_kind="bug", error="bug on attempt 1")])
+    with console(db_url) as client:
+        listing = client.get("/dead").text
+        row = listing.split(f'data-job="{job_id}"')[1].split("</tr>")[0]
+        assert "paid-0" in row and "1,234.56 EUR" in row and "succeeded" in row and "already final" in row
+        preview = client.get("/dead/preview").text
+        assert 'data-stat="replay-final">1 of these jobs are for payments already final' in preview
+        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": csrf_token(client)})
+        assert r.status_code == 200
+        assert "1 of them are for payments already final" in r.text and f'data-replayed="{job_id}"' in r.text

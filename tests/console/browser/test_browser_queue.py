@@ -119,6 +119,8 @@ def test_browser_queue__a_resolve_redirects_to_the_payment_page_and_a_reload_rep
     assert page.url.startswith(console.at(f"/payments/{ref}?"))
     assert "resolved as failed by dana" in page.get_by_role("status").inner_text()
     before = len(recon_json(recon, db_url, "review", "show", ref)["events"])
+    # the console's one script (allowed by its hash) put the browser's own time beside each UTC time
+    assert page.locator("time[datetime] + small.local").count() >= 3
     page.reload()
     assert page.locator("[data-stat='payment-status']").inner_text() == "failed"
     assert len(recon_json(recon, db_url, "review", "show", ref)["events"]) == before
