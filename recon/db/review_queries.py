@@ -4,7 +4,10 @@ who runs it and why; only ``recon.db.review_store`` executes these.
 
 The filter (``QUEUE_FILTER``) is one predicate over the partial index ``payments_review`` (or
 ``payments_review_assignee``): every condition is "parameter NULL (or 0) or the condition holds", so one
-statement serves every combination of filters. A payment's kind, severity and due-by are derived in SQL from its
+statement serves every combination of filters. PostgreSQL plans each execution with its parameters' values,
+so the conditions of the filters not set fold away: the unfiltered totals then need only currency and amount,
+which the partial index ``payments_review_totals`` holds.
+A payment's kind, severity and due-by are derived in SQL from its
 review reason, amount and review_since exactly as ``recon.review`` derives them in Python (the tests compare
 the two), from parameters the desk computes out of ``[review]`` (``QueueRules``).
 """
@@ -39,7 +42,7 @@ OVERDUE = (f"review_since < CASE {KIND} "
            + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END")
 
 QUEUE_FILTER = f"""status = 'needs_review'
-              AND review_since < :cutoff
+              AND (:has_cutoff = 0 OR review_since < :cutoff)
               AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
               AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
               AND (CAST(:assignee AS TEXT) IS NULL OR review_assignee = :assignee)

@@ -94,7 +94,8 @@ class ReviewStore:
     def _params(self, where: QueueFilter, rules: QueueRules) -> dict[str, Any]:
         far = rules.high_since + timedelta(days=36500)
         params: dict[str, Any] = {
-            "cutoff": self.db.to_db(where.cutoff or far), "psp": where.psp, "currency": where.currency,
+            "cutoff": self.db.to_db(where.cutoff or far), "has_cutoff": int(where.cutoff is not None),
+            "psp": where.psp, "currency": where.currency,
             "assignee": where.assignee, "unassigned": int(where.unassigned), "kind": where.kind,
             "overdue": int(where.overdue), "severity": where.severity,
             "exponent_0": _listed(rules.exponent_0), "exponent_3": _listed(rules.exponent_3),
