@@ -19,3 +19,17 @@ class ConsoleSession:
     expires_at: datetime  #: the absolute deadline set at login
     revoked_at: datetime | None
     checked_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentListFilter:
+    """The console's payments list filter (``recon.db.payment_list_store``). None: any."""
+
+    status: str | None = None  #: a payment status, or "unfinished" (created, processing, pending)
+    psp: str | None = None
+    currency: str | None = None
+    created_before: datetime | None = None
+    created_after: datetime | None = None
+    min_scaled: int | None = None  #: the amount range in ten-thousandths of a major unit
+    max_scaled: int | None = None
+    reference_prefix: str | None = None  #: matched case-insensitively

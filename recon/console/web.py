@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from recon.console.security import csrf_accepts, plain_http_off_loopback
 from recon.errors import InvalidJobState, JobNotFound, UsageError
-from recon.payments.money import format_amount
+from recon.evidence import options_facts, sweep_facts
+from recon.payments.money import format_amount, group_digits
 from recon.redact import redact, redact_value
 
 if TYPE_CHECKING:
@@ -82,7 +85,7 @@ class Fields:
         return value
 
     def operator(self) -> str:
-        """Who acts: required, stripped, at most OPERATOR_MAX characters."""
+        """Who acts, as typed: required, stripped, at most OPERATOR_MAX characters (``acting_operator``)."""
         return self.required("operator", label="operator name", max_length=OPERATOR_MAX)
 
     def flag(self, name: str) -> bool:
@@ -102,13 +105,18 @@ class Pages:
         css = (files("recon.console") / "templates" / "console.css").read_text(encoding="utf-8")
         self.css = Markup(css)  # nosec B704  # our own stylesheet, not input
         self.style_hash = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
-        self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty)
+        js = (files("recon.console") / "templates" / "console.js").read_text(encoding="utf-8")
+        self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
+        self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
+        self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
-        base = {"request": request, "css": self.css, "path": request.url.path,
+        base = {"request": request, "css": self.css, "js": self.js, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
-                "logged_in": getattr(request.state, "session", None) is not None, "notice": None, "error": None}
+                "logged_in": getattr(request.state, "session", None) is not None, "notice": notice_of(request),
+                "error": None, "signed_in": signed_in(request), "refresh": _refresh(request)}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)
 
@@ -116,6 +124,49 @@ class Pages:
         if status == 401:
             return self.render(request, "login.html", status=401, error=message)
         return self.render(request, "error.html", status=status, status_code=status, message=message)
+
+
+def signed_in(request: Request) -> str | None:
+    """Who the request's session belongs to, or None without one (a loopback console with no token): today
+    the principal of the console's access token. The one place the console asks who is signed in; named
+    operators (issue 27, part A) replace its body."""
+    session = getattr(request.state, "session", None)
+    principal: str | None = getattr(session, "principal", None)
+    return principal
+
+
+def acting_operator(request: Request, fields: Fields) -> str:
+    """Who does what a form asks: the signed-in operator, else the name typed in the form."""
+    return signed_in(request) or fields.operator()
+
+
+def done(request: Request, url: str, notice: str, **params: str | int) -> RedirectResponse:
+    """POST -> redirect -> GET: a 303 to ``url`` carrying ``notice`` (signed, so a link cannot forge one) and
+    ``params``; reloading the page it leads to repeats nothing, and the address bar holds a page's URL."""
+    query = {**{k: str(v) for k, v in params.items()}, "notice": notice, "ns": _notice_sig(request, notice)}
+    url, hash_, fragment = url.partition("#")
+    url = url.rstrip("?&")
+    sep = "&" if "?" in url else "?"
+    return RedirectResponse(url + sep + urlencode(query) + hash_ + fragment, status_code=303)
+
+
+def notice_of(request: Request) -> str | None:
+    """The notice a ``done`` redirect carried, when its signature holds; None otherwise."""
+    text = request.query_params.get("notice")
+    if not text or len(text) > 1000:
+        return None
+    return text if hmac.compare_digest(request.query_params.get("ns", ""), _notice_sig(request, text)) else None
+
+
+def _notice_sig(request: Request, text: str) -> str:
+    key: bytes = _state(request, "key")
+    return hmac.new(key, b"notice\0" + text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _refresh(request: Request) -> int | None:
+    """``?refresh=N`` (10 to 600 seconds) on a page: the page reloads itself that often (a meta refresh)."""
+    raw = request.query_params.get("refresh", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and 10 <= int(raw) <= 600 else None
 
 
 def recon_app(request: Request) -> App:
@@ -189,7 +240,8 @@ def _redacted(value: Any) -> Any:
 
 
 def _money(minor: int, currency: str) -> str:
-    return format_amount(int(minor), currency)
+    """Major units with digit grouping: 6157000, "EUR" -> "61,570.00 EUR"."""
+    return format_amount(int(minor), currency, grouped=True)
 
 
 def _timestamp(value: datetime | str | None) -> str:
@@ -198,6 +250,15 @@ def _timestamp(value: datetime | str | None) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(value: datetime | str | None) -> Markup:
+    """A time as ``<time datetime=ISO>… UTC</time>``: the console's script adds the browser's own time beside it."""
+    if value is None or value == "":
+        return Markup("-")
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return Markup('<time datetime="%s">%s</time>') % (value.isoformat(), _timestamp(value))
 
 
 def age_text(seconds: float | None) -> str:

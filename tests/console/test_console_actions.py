@@ -51,13 +51,19 @@ def in_review(db: Database, n: int) -> list[str]:
 def test_psps__pause_and_resume_from_the_page_show_in_recon_psp_status(db_url: str, recon: Runner) -> None:
     with console(db_url) as client:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"operator": " ann ", "reason": "incident 7", "csrf": csrf})
+        unconfirmed = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "incident 7", "csrf": csrf})
+        assert unconfirmed.status_code == 422
+        assert 'data-form-error="stripe">not paused: tick &#34;Yes, stop all calls to stripe&#34; to confirm' in \
+            unconfirmed.text
+        r = client.post("/psps/stripe/pause", data={"operator": " ann ", "confirm": "1", "reason": "incident 7",
+                                                    "csrf": csrf})
         assert r.status_code == 200 and "psp stripe paused by ann" in r.text
         [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
         assert (stripe["paused"], stripe["paused_by"], stripe["pause_reason"]) == (True, "ann", "incident 7")
         r = client.post("/psps/stripe/resume", data={"operator": "bob", "csrf": csrf})
         assert r.status_code == 200 and "resumed by bob" in r.text
-        assert client.post("/psps/nopsp/pause", data={"operator": "a", "reason": "b", "csrf": csrf}).status_code == 404
+        assert client.post("/psps/nopsp/pause", data={"operator": "a", "confirm": "1", "reason": "b", "csrf": csrf}
+                           ).status_code == 404
     assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
 
 
@@ -72,11 +78,16 @@ def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Da
         assert preview.status_code == 200
         assert f'data-job="{hit}"' in preview.text and f'data-job="{miss}"' not in preview.text
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
-        r = client.post("/dead/replay", data={**filters, "operator": "carol", "csrf": csrf_token(client)})
+        unconfirmed = client.post("/dead/replay", data={**filters, "operator": "carol", "csrf": csrf_token(client)})
+        assert unconfirmed.status_code == 422 and 'tick &#34;Yes, replay these jobs&#34; to confirm' in unconfirmed.text
+        assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
+        r = client.post("/dead/replay", data={**filters, "confirm": "1", "operator": "carol",
+                                              "csrf": csrf_token(client)})
         assert r.status_code == 200 and "replayed 1 dead jobs" in r.text and f'data-replayed="{hit}"' in r.text
-        assert client.post("/dead/replay", data={"since": "someday", "operator": "carol",
+        assert client.post("/dead/replay", data={"since": "someday", "confirm": "1", "operator": "carol",
                                                  "csrf": csrf_token(client)}).status_code == 422
-        assert client.post("/dead/replay", data={"operator": "", "csrf": csrf_token(client)}).status_code == 422
+        assert client.post("/dead/replay", data={"confirm": "1", "operator": "", "csrf": csrf_token(client)}
+                           ).status_code == 422
     shown = cli_json(recon, db_url, "jobs", "show", str(hit))
     assert shown["job"]["state"] == "runnable"
     assert [r["replayed_by"] for r in shown["replays"]] == ["carol"]

@@ -3,6 +3,8 @@ name, and `recon console` refusing a non-loopback bind without a token; the serv
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -16,6 +18,7 @@ import sqlalchemy as sa
 
 from recon.clock import FixedClock
 from recon.console.security import is_loopback
+from recon.console.session import token_principal
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
@@ -39,19 +42,20 @@ def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: D
         good = csrf_token(client)
         forged = "0" * 32 + "." + "0" * 64  # the right shape, not signed by this process
         for fields in ({}, {"csrf": ""}, {"csrf": good + "x"}, {"csrf": forged}):
-            r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", **fields})
+            r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", **fields})
             assert r.status_code == 403, fields
             assert "CSRF" in r.text
         client.cookies.set("recon_csrf", forged)  # a planted cookie with a matching field: still not ours
-        assert client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": forged}
+        assert client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": forged}
                            ).status_code == 403
         client.cookies.clear()
-        assert client.post("/dead/replay", data={"operator": "ann", "csrf": good}).status_code == 403  # no cookie
+        assert client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good}
+                           ).status_code == 403  # no cookie
         good = csrf_token(client)
-        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good},
                         headers={"Origin": "https://evil.example"})
         assert r.status_code == 403 and "another site" in r.text
-        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good},
                         headers={"Sec-Fetch-Site": "cross-site"})
         assert r.status_code == 403
     assert not any(paused(recon, db_url).values())
@@ -85,14 +89,17 @@ def test_csrf__bound_to_the_session_a_token_of_another_session_the_login_page_or
             bob.cookies.delete("recon_csrf")
             if token:
                 bob.cookies.set("recon_csrf", token)  # planted beside the field: the double-submit attacker's pair
-            r = bob.post("/psps/stripe/pause", data={"operator": "mallory", "reason": what, "csrf": token})
+            r = bob.post("/psps/stripe/pause", data={"operator": "mallory", "confirm": "1", "reason": what,
+                                                     "csrf": token})
             assert r.status_code == 403 and "CSRF" in r.text, what
         assert not any(paused(recon, db_url).values())
-        r = bob.post("/psps/stripe/pause", data={"operator": "bob", "reason": "incident 9", "csrf": csrf_token(bob)})
-        assert r.status_code == 200 and "paused by bob" in r.text
+        r = bob.post("/psps/stripe/pause", data={"operator": "bob", "confirm": "1", "reason": "incident 9",
+                                                 "csrf": csrf_token(bob)})
+        # the signed-in operator acts, not the typed name: today the console token's principal
+        assert r.status_code == 200 and f"paused by {token_principal(TOKEN)}" in r.text
     status = json.loads(recon("psp", "status", "--json", db_url=db_url).stdout)["psps"]
     assert [(p["psp"], p["paused_by"], p["pause_reason"]) for p in status if p["paused"]] == \
-        [("stripe", "bob", "incident 9")]
+        [("stripe", token_principal(TOKEN), "incident 9")]
 
 
 def test_csrf__a_form_older_than_a_session_may_live_is_refused_without_sessions_too(db_url: str,
@@ -101,12 +108,12 @@ def test_csrf__a_form_older_than_a_session_may_live_is_refused_without_sessions_
     with console(db_url, clock=clock) as client:  # loopback, no token: no sessions, a pre-session pair
         old = csrf_token(client)
         clock.advance(timedelta(hours=12))
-        r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": old})
+        r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": old})
         assert r.status_code == 403 and "reload the page" in r.text
         assert not any(paused(recon, db_url).values())
         fresh = csrf_token(client)
         assert fresh != old
-        assert client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": fresh}
+        assert client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": fresh}
                            ).status_code == 200
 
 
@@ -114,7 +121,7 @@ def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Run
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     with console(db_url, token=TOKEN, headers=bearer) as client:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"operator": "cron", "reason": "x", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"operator": "cron", "confirm": "1", "reason": "x", "csrf": csrf})
         assert r.status_code == 200
         client.cookies.delete("recon_csrf")
         assert client.post("/psps/stripe/resume", data={"operator": "cron", "csrf": csrf}).status_code == 403
@@ -125,10 +132,11 @@ def test_operator__required_and_bounded_else_422_and_nothing_done(db_url: str, r
     with console(db_url) as client:
         csrf = csrf_token(client)
         for operator in ("", "   ", "x" * 101, "ann\x07"):
-            r = client.post("/psps/stripe/pause", data={"operator": operator, "reason": "x", "csrf": csrf})
+            r = client.post("/psps/stripe/pause", data={"operator": operator, "confirm": "1", "reason": "x",
+                                                        "csrf": csrf})
             assert r.status_code == 422, operator
             assert "operator name" in r.text
-        r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": " ", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": " ", "csrf": csrf})
         assert r.status_code == 422 and "reason is required" in r.text
     assert not any(paused(recon, db_url).values())
 
@@ -168,16 +176,20 @@ def test_host__without_a_token_only_loopback_host_names_are_served(db_url: str) 
                           ).status_code == 200
 
 
-def test_headers__every_response_has_them_and_no_script_is_allowed(db_url: str) -> None:
+def test_headers__every_response_has_them_and_only_the_consoles_own_script_is_allowed(db_url: str) -> None:
     with console(db_url) as client:
         for path in ("/", "/nowhere", "/payments/none"):
             r = client.get(path)
             csp = r.headers["content-security-policy"]
-            assert "default-src 'self'" in csp and "script-src 'none'" in csp and "unsafe-inline" not in csp
+            assert "default-src 'self'" in csp and "unsafe-inline" not in csp
+            allowed = re.search(r"script-src 'sha256-([A-Za-z0-9+/=]{44})';", csp)
+            assert allowed  # one script, by its hash
             assert "frame-ancestors 'none'" in csp
             assert (r.headers["x-frame-options"], r.headers["referrer-policy"],
                     r.headers["x-content-type-options"]) == ("DENY", "same-origin", "nosniff")
-            assert "<script" not in r.text
+            scripts = re.findall(r"<script>(.*?)</script>", r.text, re.S)
+            assert r.text.count("<script") == len(scripts) == 1
+            assert base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode() == allowed.group(1)
         cookie = client.get("/").headers.get("set-cookie") or ""
     assert cookie == "" or ("HttpOnly" in cookie and "SameSite=Strict" in cookie)
 

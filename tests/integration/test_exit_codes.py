@@ -28,6 +28,8 @@ ARGS = {
     ("stats",): [], ("sweep",): [], ("watch",): ["--once"], ("worker",): ["--burst"],
     ("review", "list"): [], ("review", "show"): ["order-1"], ("review", "recheck"): ["order-1"],
     ("review", "resolve"): ["order-1", "--as", "failed", "--reason", "r", "--by", "me"],
+    ("review", "assign"): ["order-1", "--to", "ann", "--by", "me"],
+    ("review", "comment"): ["order-1", "--text", "t", "--by", "me"], ("review", "bulk-resolve"): ["--as", "failed"],
     ("console",): ["--port", "0"], ("serve",): ["--port", "0"], ("schedule", "list"): [],
     # a statement of an account of [bank.accounts] (RECON_CONFIG): read and checked whole, then the database
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, action, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting_operator, action, done, page, pages, recon_app
 from recon.errors import UsageError
 from recon.overview import psp_controls_document
 from recon.payments import guard
@@ -17,11 +17,11 @@ from recon.payments import guard
 log = logging.getLogger("recon.console")
 
 
-def psp_page(request: Request, *, status: int = 200, notice: str | None = None,
-             error: str | None = None) -> Response:
+def psp_page(request: Request, *, status: int = 200, errors: dict[str, str] | None = None) -> Response:
     app = recon_app(request)
     doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
-    return pages(request).render(request, "psps.html", status=status, doc=doc, notice=notice, error=error)
+    return pages(request).render(request, "psps.html", status=status, doc=doc, errors=errors or {},
+                                 unconfigured=app.unconfigured_psps())
 
 
 def psp_status(request: Request) -> Response:
@@ -31,25 +31,27 @@ def psp_status(request: Request) -> Response:
 def pause(request: Request, fields: Fields) -> Response:
     name = _known(request)
     try:
-        operator = fields.operator()
+        operator = acting_operator(request, fields)
         reason = fields.required("reason")
+        if not fields.flag("confirm"):
+            raise UsageError(f'tick "Yes, stop all calls to {name}" to confirm')
     except UsageError as exc:
-        return psp_page(request, status=422, error=f"not paused: {exc}")
+        return psp_page(request, status=422, errors={name: f"not paused: {exc}"})
     guard.pause(recon_app(request).controls, name, by=operator, reason=reason)
     log.info("console: psp %s paused by %s", name, operator)
-    return psp_page(request, notice=f"psp {name} paused by {operator}: {reason}")
+    return done(request, "/psps", f"psp {name} paused by {operator}: {reason}")
 
 
 def resume(request: Request, fields: Fields) -> Response:
     name = _known(request)
     try:
-        operator = fields.operator()
+        operator = acting_operator(request, fields)
     except UsageError as exc:
-        return psp_page(request, status=422, error=f"not resumed: {exc}")
+        return psp_page(request, status=422, errors={name: f"not resumed: {exc}"})
     was_paused, woken = guard.resume(recon_app(request).controls, name)
     log.info("console: psp %s resumed by %s", name, operator)
-    return psp_page(request, notice=f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
-                    if was_paused else f"psp {name} was not paused")
+    return done(request, "/psps", f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
+                if was_paused else f"psp {name} was not paused")
 
 
 def _known(request: Request) -> str:
