@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
@@ -271,6 +271,70 @@ class PspAdapter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: a payout's states (Stripe's words: https://docs.stripe.com/api/payouts/object#payout_object-status)
+PAYOUT_STATUSES = ("pending", "in_transit", "paid", "failed", "canceled")
+#: what a payout line is: about a payment (charge, refund, dispute, dispute_reversal), or not (fee, adjustment,
+#: the payout's own movement ``payout``, other)
+PAYOUT_LINE_KINDS = ("charge", "refund", "dispute", "dispute_reversal", "fee", "adjustment", "payout", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class PspPayout:
+    """One payout as the PSP states it: a transfer of the merchant's balance to its bank (Stripe's ``po_…``,
+    Adyen's payable batch of a merchant account).
+
+    ``amount`` is minor units of ``currency`` reaching the bank (negative: the PSP takes money back);
+    ``status`` one of ``PAYOUT_STATUSES`` (an unknown word is a PspProtocolError, never a guess);
+    ``arrival_date`` the day the PSP expects it at the bank; ``trace_ref`` what the bank credit may carry
+    (Stripe's ``trace_id``, Adyen's batch number); ``merchant_account`` where the PSP has accounts (Adyen).
+    """
+
+    payout_id: str
+    amount: int
+    currency: str
+    status: str
+    arrival_date: date
+    trace_ref: str | None = None
+    statement_descriptor: str | None = None
+    merchant_account: str | None = None
+    raw: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PspPayoutLine:
+    """One movement a payout carries, amounts in minor units of ``currency``, signed as the balance moves
+    (a refund's net is negative; the payout's own line, kind ``payout``, is minus the payout's amount).
+    ``line_id`` is unique within its payout (Stripe's ``txn_…``)."""
+
+    line_id: str
+    kind: str  #: one of PAYOUT_LINE_KINDS
+    gross: int
+    fee: int
+    net: int
+    currency: str
+    psp_reference: str | None = None
+    merchant_reference: str | None = None
+
+
+@runtime_checkable
+class PayoutSource(Protocol):
+    """An adapter that also lists its payouts (an optional capability of a ``PspAdapter``: recon asks
+    ``isinstance(adapter, PayoutSource)``). Raises only PspError subclasses, from ``next()`` too.
+    """
+
+    def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
+                     known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
+        """The payouts expected at the bank on a day of ``[since, until)``; ``merchant_accounts`` as for
+        ``iter_settlements``; ``known``: payout ids recon has already (a PSP that cannot list by date, Adyen,
+        walks on from them); ``files``: report files a webhook named (Adyen's ``REPORT_AVAILABLE``), read
+        whatever their day."""
+        ...
+
+    def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
+        """Every movement ``payout`` carries, its own included."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,7 +120,8 @@ class PayoutStore:
         for ln in payout.lines:
             payment = by_psp.get(ln.psp_reference or "") or by_ours.get(ln.merchant_reference or "")
             rows.append({"payout_id": payout_id, "line_ref": ln.line_ref, "kind": ln.kind.value,
-                         "psp_reference": ln.psp_reference, "merchant_reference": redact_optional(ln.merchant_reference),
+                         "psp_reference": ln.psp_reference,
+                         "merchant_reference": redact_optional(ln.merchant_reference),
                          "gross": ln.gross, "fee": ln.fee, "net": ln.net, "currency": ln.currency,
                          "payment_id": payment, "missing_locally": payment is None and ln.kind in PAYMENT_KINDS})
         for start in range(0, len(rows), PAGE):
@@ -154,6 +155,10 @@ class PayoutStore:
             if len(rows) < page:
                 return
             after = int(rows[-1]["id"])
+
+    def known_refs(self, psp: str, *, since: date) -> list[str]:
+        """The PSP payout ids of ``psp`` arriving on or after ``since`` (Adyen's walk starts after them)."""
+        return [p.payout_ref for p in self.iter_payouts(psp=psp, since=since)]
 
     def get(self, payout_id: int) -> Payout | None:
         with self.db.begin() as conn:
