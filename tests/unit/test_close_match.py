@@ -40,7 +40,8 @@ def run(payouts: list[Payout], credits: list[Credit], *, rules: MatchRules | Non
 
 
 def test_match__reference_in_end_to_end_id_matches_one_to_one() -> None:
-    matches, findings, _ = run([payout(1, 5000, trace="TRACE1")], [credit(10, 5000, e2e="TRACE1", day=date(2026, 11, 25))])
+    late = date(2026, 11, 25)
+    matches, findings, _ = run([payout(1, 5000, trace="TRACE1")], [credit(10, 5000, e2e="TRACE1", day=late)])
     assert matches == {((1,), (10,), "reference", 0)}  # a reference needs no date window
     assert findings == set()
 
