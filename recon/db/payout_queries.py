@@ -194,9 +194,11 @@ match_delete = Query(
 
 exception_insert = Query(
     "exception_insert",
-    "Run by the close: an exception, unless one with its key is open.",
+    "Run by the close: an exception, unless one with its key is open, or was resolved by a person (their word "
+    "stands until the payout changes: a reopened payout's exceptions are cleared).",
     sql="""INSERT INTO payout_exceptions (exception_key, kind, payout_id, bank_entry_id, detail, state, created_at)
-           VALUES (:key, :kind, :payout_id, :bank_entry_id, :detail, 'open', {now})
+           SELECT :key, :kind, :payout_id, :bank_entry_id, :detail, 'open', {now}
+           WHERE NOT EXISTS (SELECT 1 FROM payout_exceptions WHERE exception_key = :key AND state = 'resolved')
            ON CONFLICT (exception_key) WHERE state = 'open' DO NOTHING""",
 )
 
@@ -217,9 +219,12 @@ exception_clear = Query(
 
 exception_clear_of_payout = Query(
     "exception_clear_of_payout",
-    "Run when a payout is reopened: its open exceptions are cleared (the next close finds them again, or not).",
-    sql="""UPDATE payout_exceptions SET state = 'cleared', resolved_at = {now}, resolution = :why
-           WHERE payout_id = :payout_id AND state = 'open'""",
+    "Run when a payout is reopened: its open and resolved exceptions are cleared (the next close decides again; "
+    "a resolution keeps its operator and reason, the reopening appended).",
+    sql="""UPDATE payout_exceptions SET state = 'cleared', resolved_at = {now},
+                                        resolution = CASE WHEN resolution IS NULL THEN :why
+                                                          ELSE resolution || ' / ' || :why END
+           WHERE payout_id = :payout_id AND state IN ('open', 'resolved')""",
 )
 
 exception_list = Query(
