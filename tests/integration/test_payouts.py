@@ -173,7 +173,7 @@ def test_close__each_rule_and_exception_through_the_command_line(recon: Runner, 
     again_code, again = close(recon, db_url, config)
     assert (again_code, again) == (code, doc)  # idempotent: same answer
     with db.begin() as conn:
-        counts = [conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()  # noqa: S608 - fixed names
+        counts = [conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
                   for t in ("payout_matches", "payout_exceptions")]
     assert counts == [1 + 1 + 2 + 2 + 1, 6]  # nothing duplicated
 
