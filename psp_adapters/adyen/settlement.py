@@ -13,7 +13,7 @@ Columns read (by header name; merchants may add or reorder columns): ``Merchant 
 ``Commission (NC)``, ``Markup (NC)``, ``Scheme Fees (NC)``, ``Interchange (NC)``, ``Batch Number``.
 
 A row's net is ``Net Credit (NC) - Net Debit (NC)`` (what it adds to the batch); its gross is ``Gross Credit (GC)
-- Gross Debit (GC)`` when the gross currency is the net currency, else net plus fee; its fee the size of the sum
+- Gross Debit (GC)`` when given in the net currency, else net plus fee; its fee the size of the sum
 of the four fee columns. ``Type`` (the journal types) -> line kind: Settled ``charge``; Refunded and
 RefundedReversed ``refund``; Chargeback and SecondChargeback ``dispute``; ChargebackReversed
 ``dispute_reversal``; Fee, MiscCosts, PaymentCost, InvoiceDeduction ``fee``; MerchantPayout ``payout``;
@@ -110,9 +110,9 @@ def _line(n: int, row: Mapping[str, str]) -> PspPayoutLine:
                                psp=PSP_NAME)
     net = _amount(n, row, "Net Credit (NC)", currency) - _amount(n, row, "Net Debit (NC)", currency)
     fee = abs(sum(_amount(n, row, name, currency) for name in FEE_COLUMNS))
-    gross_currency = row.get("Gross Currency", "").upper()
+    gross_given = row.get("Gross Credit (GC)") or row.get("Gross Debit (GC)")
     gross = (_amount(n, row, "Gross Credit (GC)", currency) - _amount(n, row, "Gross Debit (GC)", currency)
-             if gross_currency == currency else net + fee)
+             if gross_given and row.get("Gross Currency", "").upper() == currency else net + fee)
     kind = KINDS.get(row["Type"], "other")
     reference = row.get("Modification Reference") or row["Psp Reference"]
     return PspPayoutLine(line_id=f"{n}:{row['Type']}:{reference}"[:200], kind=kind, gross=gross, fee=fee, net=net,
