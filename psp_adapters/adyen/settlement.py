@@ -105,7 +105,7 @@ def _batch(account: str, number: str, items: list[tuple[int, Mapping[str, str]]]
 
 def _line(n: int, row: Mapping[str, str]) -> PspPayoutLine:
     currency = row["Net Currency"].upper()
-    if len(currency) != 3:
+    if not re.fullmatch(r"[A-Z]{3}", currency):
         raise PspProtocolError(f"{PSP_NAME}: settlement details line {n}: Net Currency {currency[:10]!r}",
                                psp=PSP_NAME)
     net = _amount(n, row, "Net Credit (NC)", currency) - _amount(n, row, "Net Debit (NC)", currency)

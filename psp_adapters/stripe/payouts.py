@@ -20,6 +20,7 @@ Shapes are checked against Stripe's canonical objects (fixtures3.json, tests/ada
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
 
@@ -37,7 +38,7 @@ _KINDS = {"charge": "charge", "refund": "refund", "dispute": "dispute", "dispute
 def to_payout(payload: object) -> PspPayout:
     """A payout object as ``PspPayout``; PspProtocolError on a missing field or an unknown status."""
     doc = _json.as_object(payload, "payout")
-    currency = _json.require(doc, "currency", str).upper()
+    currency = _currency(doc)
     status = _json.require(doc, "status", str)
     if status not in PAYOUT_STATUSES:
         raise _json.error(f"payout status {status!r} is not one Stripe documents")
@@ -53,7 +54,7 @@ def to_payout(payload: object) -> PspPayout:
 def to_line(payload: object) -> PspPayoutLine:
     """A balance transaction of a payout as a line (see the module docstring)."""
     txn = _json.as_object(payload, "balance transaction")
-    currency = _json.require(txn, "currency", str).upper()
+    currency = _currency(txn)
     category = _json.optional(txn, "reporting_category", str) or _json.require(txn, "type", str)
     source = txn.get("source")
     source = source if isinstance(source, Mapping) else {}
@@ -64,6 +65,14 @@ def to_line(payload: object) -> PspPayoutLine:
                          net=from_stripe_amount(_json.amount(txn, "net", signed=True), currency), currency=currency,
                          psp_reference=_payment_of(source) if kind not in ("fee", "payout", "adjustment") else None,
                          merchant_reference=reference(source) if source else None)
+
+
+def _currency(doc: Mapping[str, object]) -> str:
+    """Its ``currency``, an ISO-4217 code (Stripe writes it in lower case); PspProtocolError otherwise."""
+    currency = _json.require(doc, "currency", str).upper()
+    if not re.fullmatch(r"[A-Z]{3}", currency):
+        raise _json.error(f"currency {currency[:12]!r} is not an ISO-4217 code")
+    return currency
 
 
 def _payment_of(source: Mapping[str, object]) -> str | None:

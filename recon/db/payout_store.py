@@ -11,7 +11,8 @@ payment (PSP reference first, then merchant reference within the payout's mercha
 ``missing_locally`` when it is about a payment (a charge, refund or dispute) we do not have.
 
 Texts from the PSP are redacted here (``recon.redact``) but for its own identifiers (payout id, line id, PSP
-reference, trace id or batch number), stored exactly because they are compared.
+reference), stored exactly because they are compared. The trace reference is masked like the bank's texts it
+is compared with (``recon.bank.importer`` masks those), so that the two still meet.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class PayoutStore:
     def _payout_params(self, p: NewPayout) -> dict[str, Any]:
         return {"psp": p.psp, "merchant_account": redact(p.merchant_account), "payout_ref": p.payout_ref,
                 "amount": p.amount, "currency": p.currency, "status": p.status.value,
-                "arrival_date": self._day(p.arrival_date), "trace_ref": p.trace_ref,
+                "arrival_date": self._day(p.arrival_date), "trace_ref": redact_optional(p.trace_ref),
                 "statement_descriptor": redact_optional(p.statement_descriptor), "digest": digest(p),
                 "line_count": len(p.lines), "lines_net": p.lines_net, "now": self.db.now_param()}
 
@@ -378,7 +379,8 @@ def _describe(p: NewPayout) -> str:
 def _changes(stored: Payout, new: NewPayout) -> list[str]:
     pairs = [("amount", stored.amount, new.amount), ("currency", stored.currency, new.currency),
              ("status", stored.status.value, new.status.value), ("arrival_date", stored.arrival_date, new.arrival_date),
-             ("trace_ref", stored.trace_ref, new.trace_ref), ("line_count", stored.line_count, len(new.lines)),
+             ("trace_ref", stored.trace_ref, redact_optional(new.trace_ref)),
+             ("line_count", stored.line_count, len(new.lines)),
              ("lines_net", stored.lines_net, new.lines_net)]
     changes = [f"{name} {old} -> {now}" for name, old, now in pairs if old != now]
     return changes or ["its lines changed"]
