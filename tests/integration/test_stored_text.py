@@ -19,6 +19,7 @@ and dashes are taken out of the stored text.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,7 +27,6 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-import io
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
