@@ -26,7 +26,7 @@ from recon.clock import SystemClock
 from recon.close import close as closing
 from recon.close.config import CloseConfig
 from recon.close.job import CloseJob
-from recon.close.payouts import FetchResult, PayoutsJob, fetch_payouts
+from recon.close.payouts import FetchResult, PayoutsJob, fetch_payouts, news_job
 from recon.config import EngineConfig, Settings, load_settings, unknown
 from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
@@ -64,6 +64,7 @@ from recon.reconcile.window import WindowHandler
 from recon.redact import redact
 from recon.review import ReviewDesk
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
+from recon.webhook_rows import WebhookRecord
 from recon.webhooks.config import WebhookConfig
 from recon.webhooks.config import check as check_webhooks
 
@@ -364,11 +365,11 @@ class App:
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
-                           queue=self.webhook_config.queue),
+                           queue=self.webhook_config.queue, payout_func=self._payout_news),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),
-            PayoutsJob(self.payouts, self.adapter, psp_names=self.psp_names()),
+            PayoutsJob(self.payouts, self.adapter, psp_names=self.psp_names(), queue=self.close_config.queue),
             CloseJob(self._close_file, psp_names=self.psp_names()),
         ]
 
@@ -390,6 +391,10 @@ class App:
                                  output=path, settlement_window=self.reconcile_config.settlement_window,
                                  unknown_events=self.webhooks.unknown_between(psp=psp, since=since, until=until))
         return result.totals.discrepancies
+
+    def _payout_news(self, record: WebhookRecord) -> int:
+        """A webhook's payout news: its payouts job, on ``[close] queue`` (recon.close.payouts.news_job)."""
+        return self.client().enqueue_many([news_job(record, queue=self.close_config.queue)])[0]
 
     def _close_file(self, psp: str, since: date, until: date, path: str, fmt: str, as_of: date) -> int:
         """The close of ``psp`` for ``[since, until)``, payouts fetched first where its adapter lists them,

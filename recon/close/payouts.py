@@ -1,9 +1,9 @@
 """The payouts job: a PSP's payouts of a window fetched, each stored once with its lines (``PayoutStore.store``).
 
 Job kind ``payouts``, payload ``{"psp": "stripe", "since": "2026-11-30", "until": "2026-12-01"}`` (days; or
-``"days_back": N`` for the N days before today, UTC, as a schedule queues it) and, from a webhook, ``"files"``
-(Adyen's report file names) or ``"payout"`` (Stripe's payout id: the window is then the days around the
-payout's arrival the event names). ``recon payouts fetch`` runs the same work in the foreground.
+``"days_back": N`` for the N days before today, UTC, to tomorrow, as a schedule queues it) and, from a
+webhook's payout news (``news_job``), ``"files"``: the id the news names (Adyen's report file; a Stripe payout id,
+which its adapter ignores: its payout is in the window). ``recon payouts fetch`` runs the same work in the foreground.
 
 Each payout from the adapter (``psp_adapters.protocol.PayoutSource``) is stored with its lines; the store links
 each line to our payment or marks it ``missing_locally``, and notices a payout that changed (and reopens its
@@ -23,18 +23,22 @@ from psp_adapters.protocol import PayoutSource, PspAdapter, PspPayout, PspPayout
 from recon.classify import classify
 from recon.clock import Clock, SystemClock
 from recon.db.payout_store import PayoutStore
+from recon.engine.jobs import JobSpec
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome
 from recon.errors import ConfigError, UsageError
 from recon.payout_rows import LineKind, NewPayout, NewPayoutLine, PayoutStatus
 from recon.rows import Job
+from recon.webhook_rows import WebhookRecord
 
 PAYOUTS_KIND = "payouts"
-PAYLOAD_KEYS = {"psp", "since", "until", "days_back", "files", "payout"}
+PAYLOAD_KEYS = {"psp", "since", "until", "days_back", "files"}
 #: the most days one job fetches
 WINDOW_MAX_DAYS = 93
-#: the days a webhook's payout window spans either side of its arrival day
+#: the days after today a window reaches (a payout expected tomorrow is listed already)
 AROUND_DAYS = 1
+#: the days back a webhook's payouts job looks: a payout fails or is reconciled within days of its arrival
+NEWS_DAYS_BACK = 31
 
 
 @dataclass
@@ -49,6 +53,15 @@ class FetchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"new": self.new, "same": self.same, "changed": self.changed, "lines": self.lines,
                 "lines_differ": self.lines_differ, "changes": self.changes}
+
+
+def news_job(record: WebhookRecord, *, queue: str) -> JobSpec:
+    """The payouts job a webhook's payout news queues (``recon.reconcile.webhook``): the PSP's payouts of the
+    last ``NEWS_DAYS_BACK`` days and the report file the news names, where the PSP names one (Adyen); at most
+    one such job waits per payout (its unique key)."""
+    ref = record.psp_reference or ""
+    return JobSpec(kind=PAYOUTS_KIND, queue=queue, unique_key=f"payouts:{record.psp}:{ref}"[:200],
+                   payload={"psp": record.psp, "days_back": NEWS_DAYS_BACK, "files": [ref] if ref else []})
 
 
 def payout_source(adapter: PspAdapter) -> PayoutSource | None:
@@ -96,14 +109,13 @@ def to_new_payout(psp: str, payout: PspPayout, lines: Collection[PspPayoutLine] 
 
 
 class PayoutsJob:
-    """Job kind ``payouts``: on its schedule's queue, or ``[close] queue`` when a webhook queues it."""
+    """Job kind ``payouts``: on ``queue`` (``[close] queue``) when a webhook queues it, else its schedule's."""
 
     kind: ClassVar[str] = PAYOUTS_KIND
-    queue: ClassVar[str | None] = None
 
     def __init__(self, store: PayoutStore, adapter_func: Callable[[str], PspAdapter], *, psp_names: tuple[str, ...],
-                 clock: Clock | None = None) -> None:
-        self.store, self.adapter_func, self.psp_names = store, adapter_func, psp_names
+                 queue: str | None = None, clock: Clock | None = None) -> None:
+        self.store, self.adapter_func, self.psp_names, self.queue = store, adapter_func, psp_names, queue
         self.clock = clock or SystemClock()
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:

@@ -11,8 +11,11 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import respx
 
+from recon.app import App
 from recon.bank.formats import registry
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db.database import Database
@@ -20,6 +23,7 @@ from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
 from recon.payout_rows import ExceptionKind, Finding, LineKind, Match, NewPayout, NewPayoutLine, PayoutStatus
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
+from tests.adapters.stripe_oracle import canonical, listing
 from tests.cli import Runner
 
 IBAN = "NL91ABNA0417164300"
@@ -239,4 +243,37 @@ def test_payouts_list_and_show(recon: Runner, db_url: str, db: Database) -> None
                  db_url=db_url).returncode == 2
     assert recon("close", "--psp", "stripe", "--since", "2026-11-02", "--until", "2026-11-01",
                  db_url=db_url).returncode == 2
-    assert datetime.now(UTC).year >= 2026
+
+
+def test_payouts_job__fetches_with_its_lines_and_a_late_failure_is_seen_as_a_change(
+        db_url: str, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payouts job (as a webhook's news queues it) on a worker, Stripe answering over HTTP."""
+    monkeypatch.setenv("RECON_STRIPE_API_KEY", "sk_test_" + "7" * 24)
+    monkeypatch.setenv("RECON_STRIPE_BASE_URL", "https://stripe.test")
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    app = App(database_url=db_url)
+    arrival = int(datetime.now(UTC).timestamp()) // 86400 * 86400  # today, as Stripe writes a day
+
+    def answer(status: str) -> dict[str, Any]:
+        return listing("/v1/payouts", [canonical("payout", id="po_J", amount=970, currency="eur", status=status,
+                                                 arrival_date=arrival)])
+
+    txns = listing("/v1/balance_transactions", [
+        canonical("balance_transaction", id="txn_J1", reporting_category="charge", amount=1000, fee=30, net=970,
+                  currency="eur", source=canonical("charge", payment_intent="pi_J", currency="eur")),
+        canonical("balance_transaction", id="txn_J2", reporting_category="payout", amount=-970, fee=0, net=-970,
+                  currency="eur", source="po_J")])
+    try:
+        for status in ("in_transit", "failed"):
+            app.client().enqueue("payouts", {"psp": "stripe", "days_back": 31, "files": ["po_J"]}, queue="close")
+            with respx.mock(assert_all_called=True) as router:
+                router.get("https://stripe.test/v1/payouts").mock(return_value=httpx.Response(200, json=answer(status)))
+                router.get("https://stripe.test/v1/balance_transactions").mock(
+                    return_value=httpx.Response(200, json=txns))
+                app.worker(["close"], handlers=app.handlers(kinds=("payouts",))).run(burst=True)
+        [payout] = PayoutStore(db).find("po_J", psp="stripe")
+        assert (payout.status, payout.version, payout.line_count, payout.lines_net) == (PayoutStatus.FAILED, 2, 2, 970)
+        assert [e.kind for e in PayoutStore(db).events(payout.id)] == ["fetched", "changed"]
+        assert "status in_transit -> failed" in PayoutStore(db).events(payout.id)[1].detail
+    finally:
+        app.close()
