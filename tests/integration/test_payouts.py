@@ -277,3 +277,24 @@ def test_payouts_job__fetches_with_its_lines_and_a_late_failure_is_seen_as_a_cha
         assert "status in_transit -> failed" in PayoutStore(db).events(payout.id)[1].detail
     finally:
         app.close()
+
+
+def test_schedule_kind_close__checked_at_load_and_its_job_writes_the_close(
+        recon: Runner, db_url: str, db: Database, config: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[schedule.daily-close]\ncron = "0 7 * * *"\nkind = "close"\npayload = { psp = "nope" }\n')
+    refused = recon("--config", str(bad), "schedule", "list", db_url=db_url)
+    assert refused.returncode == 2 and "schedule.daily-close.payload: psp: unknown PSP 'nope'" in refused.stderr
+    day = datetime.now(UTC).date()
+    PayoutStore(db).store(NewPayout(psp="sandbox", merchant_account="", payout_ref="sb_1", amount=0, currency="EUR",
+                                    status=PayoutStatus.PAID, arrival_date=day, trace_ref=None,
+                                    statement_descriptor=None, lines=()))
+    app = App(database_url=db_url, config_path=str(config))
+    try:
+        app.client().enqueue("close", {"psp": "sandbox", "directory": str(tmp_path / "closes"), "days_back": 0,
+                                       "format": "json"})
+        app.worker(["default"], handlers=app.handlers(kinds=("close",))).run(burst=True)
+    finally:
+        app.close()
+    written = json.loads((tmp_path / "closes" / f"close-sandbox-{day.isoformat()}.json").read_text())
+    assert (written["closed"], categories(written)) == (True, {"sb_1": ("matched", None)})  # nothing to pay: explained
