@@ -198,9 +198,13 @@ class App:
         return CloseConfig.from_table(self.settings.extra.get("close"), source=self.settings.source)
 
     def fetch_payouts(self, psp: str, since: date, until: date, *, files: Sequence[str] = ()) -> FetchResult:
-        """``psp``'s payouts arriving in ``[since, until)`` fetched and stored (recon.close.payouts)."""
+        """``psp``'s payouts arriving in ``[since, until)`` fetched and stored (recon.close.payouts), in every
+        merchant account of our payments of ``psp`` too."""
         self.require_psps([psp])
-        return fetch_payouts(self.payouts, self.adapter(psp), psp=psp, since=since, until=until, files=files)
+        with self.reports.session(psp=psp) as session:
+            accounts = session.merchant_accounts()
+        return fetch_payouts(self.payouts, self.adapter(psp), psp=psp, since=since, until=until, files=files,
+                             merchant_accounts=accounts)
 
     def close_day(self, psp: str, since: date, until: date, *, as_of: date) -> closing.CloseReport:
         """The close of ``psp``'s payouts arriving in ``[since, until)`` (recon.close.close): the bank accounts
@@ -369,7 +373,8 @@ class App:
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),
-            PayoutsJob(self.payouts, self.adapter, psp_names=self.psp_names(), queue=self.close_config.queue),
+            PayoutsJob(lambda psp, since, until, files: self.fetch_payouts(psp, since, until, files=files),
+                       psp_names=self.psp_names(), queue=self.close_config.queue),
             CloseJob(self._close_file, psp_names=self.psp_names()),
         ]
 

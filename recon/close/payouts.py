@@ -13,7 +13,7 @@ close). The invariant, the nets of its lines adding up to its amount, is counted
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, timedelta
 from typing import Any, ClassVar
@@ -37,6 +37,8 @@ PAYLOAD_KEYS = {"psp", "since", "until", "days_back", "files"}
 WINDOW_MAX_DAYS = 93
 #: the days after today a window reaches (a payout expected tomorrow is listed already)
 AROUND_DAYS = 1
+#: (psp, since, until, files) -> what was fetched: ``App.fetch_payouts``
+FetchFunc = Callable[[str, date, date, Sequence[str]], "FetchResult"]
 #: the days back a webhook's payouts job looks: a payout fails or is reconciled within days of its arrival
 NEWS_DAYS_BACK = 31
 
@@ -72,14 +74,15 @@ def payout_source(adapter: PspAdapter) -> PayoutSource | None:
 
 
 def fetch_payouts(store: PayoutStore, adapter: PspAdapter, *, psp: str, since: date, until: date,
-                  files: Collection[str] = ()) -> FetchResult:
+                  files: Collection[str] = (), merchant_accounts: Collection[str] = ()) -> FetchResult:
     """Fetch ``psp``'s payouts arriving in ``[since, until)`` (and those of ``files``) and store each with its
-    lines. Raises UsageError when the PSP lists no payouts, PspError from the adapter."""
+    lines; ``merchant_accounts`` (our payments' accounts) are read besides those of the payouts stored.
+    Raises UsageError when the PSP lists no payouts, PspError from the adapter."""
     source = payout_source(adapter)
     if source is None:
         raise UsageError(f"{psp}: its adapter lists no payouts")
     known = store.known_refs(psp, since=since - timedelta(days=WINDOW_MAX_DAYS))
-    accounts = sorted({ref.rsplit("/", 1)[0] for ref in known if "/" in ref})
+    accounts = sorted({*merchant_accounts, *(ref.rsplit("/", 1)[0] for ref in known if "/" in ref)})
     result = FetchResult()
     for payout in source.iter_payouts(since, until, merchant_accounts=accounts, known=known, files=files):
         new = to_new_payout(psp, payout, source.payout_lines(payout))
@@ -113,9 +116,9 @@ class PayoutsJob:
 
     kind: ClassVar[str] = PAYOUTS_KIND
 
-    def __init__(self, store: PayoutStore, adapter_func: Callable[[str], PspAdapter], *, psp_names: tuple[str, ...],
-                 queue: str | None = None, clock: Clock | None = None) -> None:
-        self.store, self.adapter_func, self.psp_names, self.queue = store, adapter_func, psp_names, queue
+    def __init__(self, fetch_func: FetchFunc, *, psp_names: tuple[str, ...], queue: str | None = None,
+                 clock: Clock | None = None) -> None:
+        self.fetch_func, self.psp_names, self.queue = fetch_func, psp_names, queue
         self.clock = clock or SystemClock()
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
@@ -124,7 +127,7 @@ class PayoutsJob:
         except UsageError as exc:
             return Dead(error_kind="validation", error=str(exc))
         try:
-            fetch_payouts(self.store, self.adapter_func(psp), psp=psp, since=since, until=until, files=files)
+            self.fetch_func(psp, since, until, files)
         except PspError as exc:
             return classify(exc)
         except (ConfigError, UsageError) as exc:
