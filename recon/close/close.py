@@ -30,13 +30,15 @@ import orjson
 
 from recon.close.match import MatchRules, decide
 from recon.db.payout_store import PayoutStore
-from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException
+from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException, PayoutLine
 from recon.spreadsheet import safe_cell
 
 #: the order in which a payout's open exceptions name its category
 _PRECEDENCE = (ExceptionKind.PAYOUT_FAILED, ExceptionKind.LINES_DIFFER, ExceptionKind.AMOUNT_DIFFERS,
                ExceptionKind.AMBIGUOUS, ExceptionKind.BANK_MISSING)
 EXPLAINED = ("matched", "resolved")
+#: payouts whose lines the report reads in one query
+LINES_PAGE = 200
 CSV_COLUMNS = ("record", "payout_id", "category", "amount", "currency", "status", "arrival_date", "bank_reference",
                "kind", "merchant_reference", "psp_reference", "gross", "fee", "net", "line_category", "detail")
 
@@ -166,26 +168,33 @@ def write_json(report: CloseReport, store: PayoutStore, out: TextIO) -> None:
             "totals": report.totals,
             "credit_exceptions": [e.to_dict() for e in report.credit_exceptions]}
     out.write(orjson.dumps(head).decode()[:-1] + ',"payouts":[')
-    for n, r in enumerate(report.payouts):
-        doc = r.head()
-        out.write(("," if n else "") + orjson.dumps(doc).decode()[:-1] + ',"lines":[')
-        for m, line in enumerate(store.lines(r.payout.id)):
-            out.write(("," if m else "") + orjson.dumps({
-                "merchant_reference": line.merchant_reference, "psp_reference": line.psp_reference,
-                "kind": line.kind.value, "gross": line.gross, "fee": line.fee, "net": line.net,
-                "currency": line.currency, "category": line.category}).decode())
-        out.write("]}")
+    for n, (r, lines) in enumerate(_with_lines(report, store)):
+        doc = {**r.head(), "lines": [{
+            "merchant_reference": line.merchant_reference, "psp_reference": line.psp_reference,
+            "kind": line.kind.value, "gross": line.gross, "fee": line.fee, "net": line.net,
+            "currency": line.currency, "category": line.category} for line in lines]}
+        out.write(("," if n else "") + orjson.dumps(doc).decode())
     out.write("]}\n")
+
+
+def _with_lines(report: CloseReport, store: PayoutStore) -> Iterator[tuple[PayoutResult, list[PayoutLine]]]:
+    """Each payout with its lines, read ``LINES_PAGE`` payouts at a time (one query each): memory holds one
+    page's lines, never the month's."""
+    for start in range(0, len(report.payouts), LINES_PAGE):
+        page = report.payouts[start:start + LINES_PAGE]
+        lines = store.lines_of_many([r.payout.id for r in page])
+        for r in page:
+            yield r, lines.pop(r.payout.id, [])
 
 
 def csv_rows(report: CloseReport, store: PayoutStore) -> Iterator[tuple[Any, ...]]:
     """One row per payout, then one per line of it; then one per credit exception and one per currency total."""
-    for r in report.payouts:
+    for r, lines in _with_lines(report, store):
         h = r.head()
         detail = "; ".join(e.detail for e in r.exceptions)
         yield ("payout", h["payout_id"], h["category"], h["amount"], h["currency"], h["status"], h["arrival_date"],
                h["bank_reference"], "", "", "", "", "", "", "", detail)
-        for line in store.lines(r.payout.id):
+        for line in lines:
             yield ("line", h["payout_id"], h["category"], "", line.currency, "", "", "", line.kind.value,
                    line.merchant_reference, line.psp_reference, line.gross, line.fee, line.net, line.category, "")
     for e in report.credit_exceptions:

@@ -28,6 +28,7 @@ Only positive payouts are looked for (recon reads credits); a payout of zero nee
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -116,8 +117,8 @@ def names_reference(credit: Credit, ref: str) -> bool:
 
 
 def _by_reference(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRules, out: Decision) -> None:
-    links: dict[int, set[int]] = {p.id: {c.id for c in open_c.values()
-                                         if c.currency == p.currency and names_reference(c, p.trace_ref)}
+    index = _reference_index(open_c.values())
+    links: dict[int, set[int]] = {p.id: {c.id for c in _referenced(index, p.trace_ref) if c.currency == p.currency}
                                   for p in open_p.values() if p.trace_ref is not None}
     for payout_ids, credit_ids in _components(links):
         ps, cs = [open_p[i] for i in payout_ids], [open_c[i] for i in credit_ids]
@@ -132,6 +133,27 @@ def _by_reference(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: M
                                             f"{_credit_list(cs)}; payouts {sum(q.amount for q in ps)}, credits "
                                             f"{sum(c.amount for c in cs)} {p.currency} (minor units)"))
         _take(open_p, open_c, payout_ids, credit_ids)
+
+
+_WORD = re.compile(r"[0-9A-Za-z]+")
+
+
+def _reference_index(credits: Iterable[Credit]) -> dict[str, list[Credit]]:
+    """Credits by each word that could start a reference they carry (end-to-end id, bank reference, the
+    remittance's words): a payout's reference looks up candidates instead of reading every credit."""
+    index: dict[str, list[Credit]] = defaultdict(list)
+    for c in credits:
+        for key in {c.end_to_end_id, c.bank_reference, *_WORD.findall(c.remittance or "")} - {None, ""}:
+            index[key].append(c)  # type: ignore[index]
+    return index
+
+
+def _referenced(index: dict[str, list[Credit]], ref: str) -> list[Credit]:
+    """The credits that carry ``ref`` (``names_reference``), found through the index: a whole-word occurrence
+    of ``ref`` in a remittance starts with ``ref``'s first word, which is then one of the remittance's words."""
+    first = _WORD.search(ref)
+    found = {c.id: c for key in {ref, first[0] if first else ref} for c in index.get(key, ())}
+    return [c for c in found.values() if names_reference(c, ref)]
 
 
 def _components(links: dict[int, set[int]]) -> list[tuple[list[int], list[int]]]:
@@ -163,11 +185,41 @@ def _near(p: Payout, c: Credit, rules: MatchRules) -> bool:
     return c.currency == p.currency and any(abs(d - p.arrival_date) <= window for d in days)
 
 
+class _Days:
+    """Payouts or credits by (currency, day), so that what is near a day is a few look-ups, not a scan."""
+
+    def __init__(self, items: Iterable[tuple[str, Iterable[date], int]]) -> None:
+        self.by_day: dict[tuple[str, date], list[int]] = defaultdict(list)
+        for currency, days, item_id in items:
+            for day in set(days):
+                self.by_day[(currency, day)].append(item_id)
+
+    def near(self, currency: str, days: Iterable[date], window_days: int) -> set[int]:
+        found: set[int] = set()
+        for day in days:
+            for n in range(-window_days, window_days + 1):
+                found.update(self.by_day.get((currency, day + timedelta(days=n)), ()))
+        return found
+
+
+def _credit_days(c: Credit) -> list[date]:
+    return [c.booking_date] + ([c.value_date] if c.value_date else [])
+
+
 def _by_amount_and_date(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRules,
                         out: Decision) -> None:
-    cands = {p.id: [c.id for c in open_c.values() if _near(p, c, rules)
-                    and 0 <= p.amount - c.amount <= rules.bank_fee_tolerance] for p in open_p.values()}
-    for payout_ids, credit_ids in _components({i: set(cs) for i, cs in cands.items()}):
+    by_amount: dict[tuple[str, int], list[Credit]] = defaultdict(list)
+    for c in open_c.values():
+        by_amount[(c.currency, c.amount)].append(c)
+    amounts: dict[str, list[int]] = defaultdict(list)
+    for currency, amount in sorted(by_amount):
+        amounts[currency].append(amount)
+    cands: dict[int, set[int]] = {}
+    for p in open_p.values():
+        row = amounts.get(p.currency, [])
+        low, high = bisect_left(row, p.amount - rules.bank_fee_tolerance), bisect_right(row, p.amount)
+        cands[p.id] = {c.id for amount in row[low:high] for c in by_amount[(p.currency, amount)] if _near(p, c, rules)}
+    for payout_ids, credit_ids in _components(cands):
         if len(payout_ids) == len(credit_ids) == 1:
             payout, credit = open_p[payout_ids[0]], open_c[credit_ids[0]]
             out.matches.append(Match((payout.id,), (credit.id,), rule="amount_date",
@@ -180,16 +232,20 @@ def _by_amount_and_date(open_p: dict[int, Payout], open_c: dict[int, Credit], ru
 def _groups(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRules, out: Decision, *,
             several_payouts: bool) -> None:
     """N:1 (``several_payouts``: a credit whose amount is the sum of several payouts) or 1:N."""
-    if rules.max_group < 2:
+    if rules.max_group < 2 or not open_p or not open_c:
         return
+    payouts = _Days((p.currency, [p.arrival_date], p.id) for p in open_p.values())
+    credits = _Days((c.currency, _credit_days(c), c.id) for c in open_c.values())
     for one_id in sorted(open_c if several_payouts else open_p):
         if several_payouts and one_id in open_c:
             credit = open_c[one_id]
-            pool = {p.id: p.amount for p in open_p.values() if _near(p, credit, rules) and p.amount < credit.amount}
+            near = payouts.near(credit.currency, _credit_days(credit), rules.window_days)
+            pool = {i: open_p[i].amount for i in near if i in open_p and open_p[i].amount < credit.amount}
             target = credit.amount
         elif not several_payouts and one_id in open_p:
             payout = open_p[one_id]
-            pool = {c.id: c.amount for c in open_c.values() if _near(payout, c, rules) and c.amount < payout.amount}
+            near = credits.near(payout.currency, [payout.arrival_date], rules.window_days)
+            pool = {i: open_c[i].amount for i in near if i in open_c and open_c[i].amount < payout.amount}
             target = payout.amount
         else:
             continue

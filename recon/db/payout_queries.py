@@ -108,6 +108,13 @@ payout_lines_of = Query(
             ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
 )
 
+payout_lines_of_many = Query(
+    "payout_lines_of_many",
+    "Run by the close's report: the lines of a page of payouts, by payout and id.",
+    sql=f"SELECT {LINE_COLUMNS} FROM payout_lines WHERE payout_id IN :ids ORDER BY payout_id, id",  # nosec B608
+    expanding=("ids",),
+)
+
 payout_line_totals = Query(
     "payout_line_totals",
     "Run by the close: per payout and line kind and currency, the sums of gross, fee and net.",

@@ -193,6 +193,15 @@ class PayoutStore:
                 return
             after = int(rows[-1]["id"])
 
+    def lines_of_many(self, payout_ids: Sequence[int]) -> dict[int, list[PayoutLine]]:
+        """The lines of a page of payouts (keep the page small: all their lines are in memory at once)."""
+        out: dict[int, list[PayoutLine]] = {i: [] for i in payout_ids}
+        if payout_ids:
+            with self.db.begin() as conn:
+                for r in conn.execute(self._q(q.payout_lines_of_many), {"ids": list(payout_ids)}).mappings():
+                    out[int(r["payout_id"])].append(self._line(r))
+        return out
+
     def events(self, payout_id: int) -> list[PayoutEvent]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(q.payout_events_of), {"payout_id": payout_id}).mappings().all()
@@ -250,20 +259,22 @@ class PayoutStore:
         findings = list(findings)
         keys = {f.key for f in findings}
         now = self.db.now_param()
+        pairs = [{"payout_id": p, "bank_entry_id": e, "rule": m.rule, "bank_fee": m.bank_fee, "now": now}
+                 for m in matches for p in m.payout_ids for e in m.entry_ids]
+        events = [{"payout_id": p, "kind": "matched", "now": now, "detail": redact(
+                   f"bank entr{'y' if len(m.entry_ids) == 1 else 'ies'} {', '.join(map(str, m.entry_ids))} by rule "
+                   f"{m.rule}" + (f", bank fee {m.bank_fee}" if m.bank_fee else ""))[:2000]}
+                  for m in matches for p in m.payout_ids]
+        rows = [{"key": f.key, "kind": f.kind.value, "payout_id": f.payout_id, "bank_entry_id": f.entry_id,
+                 "detail": redact(f.detail)[:2000], "now": now} for f in findings]
         with self.db.begin() as conn:
-            for m in matches:
-                for payout_id in m.payout_ids:
-                    for entry_id in m.entry_ids:
-                        conn.execute(self._q(q.match_insert), {"payout_id": payout_id, "bank_entry_id": entry_id,
-                                                               "rule": m.rule, "bank_fee": m.bank_fee, "now": now})
-                        conn.execute(self._q(q.entry_link), {"payout_id": payout_id, "id": entry_id})
-                    self._event(conn, payout_id, "matched", f"bank entr{'y' if len(m.entry_ids) == 1 else 'ies'} "
-                                f"{', '.join(map(str, m.entry_ids))} by rule {m.rule}"
-                                + (f", bank fee {m.bank_fee}" if m.bank_fee else ""))
-            for f in findings:
-                conn.execute(self._q(q.exception_insert), {
-                    "key": f.key, "kind": f.kind.value, "payout_id": f.payout_id, "bank_entry_id": f.entry_id,
-                    "detail": redact(f.detail)[:2000], "now": now})
+            # executemany, a page at a time: a month's close stores tens of thousands of matches
+            for query, batch in ((q.match_insert, pairs), (q.payout_event_insert, events), (q.exception_insert, rows)):
+                for start in range(0, len(batch), PAGE):
+                    conn.execute(self._q(query), batch[start:start + PAGE])
+            for start in range(0, len(pairs), PAGE):
+                conn.execute(self._q(q.entry_link), [{"payout_id": r["payout_id"], "id": r["bank_entry_id"]}
+                                                     for r in pairs[start:start + PAGE]])
             open_rows = self._open_in_scope(conn, payout_ids, entry_ids)
             still = []
             for row in open_rows:
