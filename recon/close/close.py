@@ -79,11 +79,8 @@ class CloseReport:
         counts: dict[str, int] = defaultdict(int)
         for r in self.payouts:
             counts[r.category] += 1
-        if self.credit_exceptions:
-            counts[ExceptionKind.UNEXPLAINED_CREDIT.value] += sum(
-                e.kind is ExceptionKind.UNEXPLAINED_CREDIT for e in self.credit_exceptions)
-            counts[ExceptionKind.AMBIGUOUS.value] += sum(
-                e.kind is ExceptionKind.AMBIGUOUS for e in self.credit_exceptions)
+        for e in self.credit_exceptions:  # a credit's: unexplained, or ambiguous between payouts
+            counts[e.kind.value] += 1
         return dict(sorted(counts.items()))
 
 
