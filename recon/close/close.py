@@ -30,7 +30,7 @@ import orjson
 
 from recon.close.match import MatchRules, decide
 from recon.db.payout_store import PayoutStore
-from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException, PayoutLine
+from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException
 from recon.spreadsheet import safe_cell
 
 #: the order in which a payout's open exceptions name its category
@@ -166,20 +166,16 @@ def write_json(report: CloseReport, store: PayoutStore, out: TextIO) -> None:
             "credit_exceptions": [e.to_dict() for e in report.credit_exceptions]}
     out.write(orjson.dumps(head).decode()[:-1] + ',"payouts":[')
     for n, (r, lines) in enumerate(_with_lines(report, store)):
-        doc = {**r.head(), "lines": [{
-            "merchant_reference": line.merchant_reference, "psp_reference": line.psp_reference,
-            "kind": line.kind.value, "gross": line.gross, "fee": line.fee, "net": line.net,
-            "currency": line.currency, "category": line.category} for line in lines]}
-        out.write(("," if n else "") + orjson.dumps(doc).decode())
+        out.write(("," if n else "") + orjson.dumps({**r.head(), "lines": lines}).decode())
     out.write("]}\n")
 
 
-def _with_lines(report: CloseReport, store: PayoutStore) -> Iterator[tuple[PayoutResult, list[PayoutLine]]]:
-    """Each payout with its lines, read ``LINES_PAGE`` payouts at a time (one query each): memory holds one
-    page's lines, never the month's."""
+def _with_lines(report: CloseReport, store: PayoutStore) -> Iterator[tuple[PayoutResult, list[dict[str, Any]]]]:
+    """Each payout with its lines (``PayoutStore.report_lines``), read ``LINES_PAGE`` payouts at a time (one
+    query each): memory holds one page's lines, never the month's."""
     for start in range(0, len(report.payouts), LINES_PAGE):
         page = report.payouts[start:start + LINES_PAGE]
-        lines = store.lines_of_many([r.payout.id for r in page])
+        lines = store.report_lines([r.payout.id for r in page])
         for r in page:
             yield r, lines.pop(r.payout.id, [])
 
@@ -191,9 +187,10 @@ def csv_rows(report: CloseReport, store: PayoutStore) -> Iterator[tuple[Any, ...
         detail = "; ".join(e.detail for e in r.exceptions)
         yield ("payout", h["payout_id"], h["category"], h["amount"], h["currency"], h["status"], h["arrival_date"],
                h["bank_reference"], "", "", "", "", "", "", "", detail)
-        for line in lines:
-            yield ("line", h["payout_id"], h["category"], "", line.currency, "", "", "", line.kind.value,
-                   line.merchant_reference, line.psp_reference, line.gross, line.fee, line.net, line.category, "")
+        for ln in lines:
+            yield ("line", h["payout_id"], h["category"], "", ln["currency"], "", "", "", ln["kind"],
+                   ln["merchant_reference"], ln["psp_reference"], ln["gross"], ln["fee"], ln["net"], ln["category"],
+                   "")
     for e in report.credit_exceptions:
         yield ("credit", "", e.kind.value, "", "", "", "", e.entry_id, "", "", "", "", "", "", "", e.detail)
     for currency, t in report.totals.items():

@@ -115,6 +115,15 @@ payout_lines_of_many = Query(
     expanding=("ids",),
 )
 
+payout_report_lines = Query(
+    "payout_report_lines",
+    "Run by the close's report: what it prints of the lines of a page of payouts, by payout and id.",
+    sql="""SELECT payout_id, merchant_reference, psp_reference, kind, gross, fee, net, currency, payment_id,
+                  missing_locally
+           FROM payout_lines WHERE payout_id IN :ids ORDER BY payout_id, id""",
+    expanding=("ids",),
+)
+
 payout_line_totals = Query(
     "payout_line_totals",
     "Run by the close: per payout and line kind and currency, the sums of gross, fee and net.",

@@ -202,6 +202,22 @@ class PayoutStore:
                     out[int(r["payout_id"])].append(self._line(r))
         return out
 
+    def report_lines(self, payout_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """The close report's view of the lines of a page of payouts: merchant reference, PSP reference, kind,
+        gross, fee, net, currency and category (``PayoutLine.category``), read in one fetch (a month's report
+        prints a million of them: no row objects)."""
+        out: dict[int, list[dict[str, Any]]] = {i: [] for i in payout_ids}
+        if not payout_ids:
+            return out
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.payout_report_lines), {"ids": list(payout_ids)}).all()
+        for pid, ours, psp_ref, kind, gross, fee, net, currency, payment_id, missing in rows:
+            category = "matched" if payment_id is not None else "missing_locally" if missing else "not_a_payment"
+            out[int(pid)].append({"merchant_reference": ours, "psp_reference": psp_ref, "kind": kind,
+                                  "gross": int(gross), "fee": int(fee), "net": int(net), "currency": currency,
+                                  "category": category})
+        return out
+
     def events(self, payout_id: int) -> list[PayoutEvent]:
         with self.db.begin() as conn:
             rows = conn.execute(self._q(q.payout_events_of), {"payout_id": payout_id}).mappings().all()
