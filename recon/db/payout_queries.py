@@ -108,13 +108,6 @@ payout_lines_of = Query(
             ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
 )
 
-payout_lines_of_many = Query(
-    "payout_lines_of_many",
-    "Run by the close's report: the lines of a page of payouts, by payout and id.",
-    sql=f"SELECT {LINE_COLUMNS} FROM payout_lines WHERE payout_id IN :ids ORDER BY payout_id, id",  # nosec B608
-    expanding=("ids",),
-)
-
 payout_report_lines = Query(
     "payout_report_lines",
     "Run by the close's report: what it prints of the lines of a page of payouts, by payout and id.",

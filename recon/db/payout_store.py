@@ -193,15 +193,6 @@ class PayoutStore:
                 return
             after = int(rows[-1]["id"])
 
-    def lines_of_many(self, payout_ids: Sequence[int]) -> dict[int, list[PayoutLine]]:
-        """The lines of a page of payouts (keep the page small: all their lines are in memory at once)."""
-        out: dict[int, list[PayoutLine]] = {i: [] for i in payout_ids}
-        if payout_ids:
-            with self.db.begin() as conn:
-                for r in conn.execute(self._q(q.payout_lines_of_many), {"ids": list(payout_ids)}).mappings():
-                    out[int(r["payout_id"])].append(self._line(r))
-        return out
-
     def report_lines(self, payout_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
         """The close report's view of the lines of a page of payouts: merchant reference, PSP reference, kind,
         gross, fee, net, currency and category (``PayoutLine.category``), read in one fetch (a month's report
