@@ -298,3 +298,14 @@ def test_schedule_kind_close__checked_at_load_and_its_job_writes_the_close(
         app.close()
     written = json.loads((tmp_path / "closes" / f"close-sandbox-{day.isoformat()}.json").read_text())
     assert (written["closed"], categories(written)) == (True, {"sb_1": ("matched", None)})  # nothing to pay: explained
+
+
+def test_payouts_show__outside_text_is_printed_literally(recon: Runner, db_url: str, db: Database) -> None:
+    hostile = "[red]x[/red]\x1b[31mred"
+    PayoutStore(db).store(new_payout("po_lit", 100, lines=(
+        line("txn_lit", LineKind.CHARGE, 100, ours=hostile), line("txn_lit_p", LineKind.PAYOUT, -100))))
+    shown = recon("payouts", "show", "po_lit", db_url=db_url)
+    assert shown.returncode == 0
+    assert "[red]x[/red]\\x1b[31mred" in shown.stdout and "\x1b" not in shown.stdout
+    machine = json.loads(recon("payouts", "show", "po_lit", "--json", db_url=db_url).stdout)
+    assert machine["lines"][0]["merchant_reference"] == hostile  # exact in JSON
