@@ -336,7 +336,7 @@ def plant_psp_name(env: Env) -> None:
 
 
 def plant_bank_statement(env: Env) -> None:
-    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its entries (bank
+    """A camt.053 statement whose file name, statement id, sequence number and every text of its entries (bank
     reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold a card
     number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
     iban = "NL91ABNA0417164300"
