@@ -7,7 +7,8 @@ before it left:
 1. **Without the bank**: a payout whose lines do not add up to its amount is ``lines_differ`` (it may still be
    matched); a ``failed`` or ``canceled`` payout is ``payout_failed`` and is not looked for in the bank.
 2. **Reference**: a credit whose end-to-end id or bank reference *is* the payout's trace reference (Stripe's
-   ``trace_id``, Adyen's batch number), or whose remittance text carries it as a whole word. Payouts and credits
+   ``trace_id``, Adyen's batch number), or whose remittance text carries it as a whole word (and, when the text
+   names a merchant account of the close, names the payout's: Adyen numbers batches per account). Payouts and credits
    linked by references form groups (1:1, N:1, 1:N); a group whose sums agree (the credits' sum at most
    ``bank_fee_tolerance`` below the payouts') is matched, any other is ``amount_differs`` naming both sides.
 3. **Amount and date**: same currency, the credit booked (or valued) within ``window_days`` of the expected
@@ -118,7 +119,9 @@ def names_reference(credit: Credit, ref: str) -> bool:
 
 def _by_reference(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRules, out: Decision) -> None:
     index = _reference_index(open_c.values())
-    links: dict[int, set[int]] = {p.id: {c.id for c in _referenced(index, p.trace_ref) if c.currency == p.currency}
+    accounts = {p.merchant_account for p in open_p.values() if p.merchant_account}
+    links: dict[int, set[int]] = {p.id: {c.id for c in _referenced(index, p.trace_ref)
+                                         if c.currency == p.currency and _same_account(p, c, accounts)}
                                   for p in open_p.values() if p.trace_ref is not None}
     for payout_ids, credit_ids in _components(links):
         ps, cs = [open_p[i] for i in payout_ids], [open_c[i] for i in credit_ids]
@@ -146,6 +149,17 @@ def _reference_index(credits: Iterable[Credit]) -> dict[str, list[Credit]]:
         for key in {c.end_to_end_id, c.bank_reference, *_WORD.findall(c.remittance or "")} - {None, ""}:
             index[key].append(c)  # type: ignore[index]
     return index
+
+
+def _same_account(p: Payout, c: Credit, accounts: set[str]) -> bool:
+    """A reference numbered per merchant account (Adyen's batch numbers start at 1 in each) names the payout's
+    batch only where the remittance names no other account: a text naming some merchant account of the close
+    must name the payout's. A reference the credit carries as its end-to-end id or bank reference stands alone."""
+    if c.end_to_end_id == p.trace_ref or c.bank_reference == p.trace_ref or not c.remittance:
+        return True
+    named = {a for a in accounts if names_reference(Credit(0, "", 0, "", c.booking_date, None, None, None,
+                                                          c.remittance), a)}
+    return not named or p.merchant_account in named
 
 
 def _referenced(index: dict[str, list[Credit]], ref: str) -> list[Credit]:

@@ -17,10 +17,12 @@ LATE = date(2026, 11, 20)  # past it
 
 
 def payout(pid: int, amount: int, *, day: date = DAY, trace: str | None = None, currency: str = "EUR",
-           status: PayoutStatus = PayoutStatus.PAID, lines_net: int | None = None, lines: int = 1) -> Payout:
-    return Payout(id=pid, psp="stripe", merchant_account="", payout_ref=f"po_{pid}", amount=amount, currency=currency,
-                  status=status, arrival_date=day, trace_ref=trace, statement_descriptor=None, digest="d", version=1,
-                  line_count=lines, lines_net=amount if lines_net is None else lines_net, fetched_at=AT, updated_at=AT)
+           status: PayoutStatus = PayoutStatus.PAID, lines_net: int | None = None, lines: int = 1,
+           account: str = "") -> Payout:
+    return Payout(id=pid, psp="stripe", merchant_account=account, payout_ref=f"po_{pid}", amount=amount,
+                  currency=currency, status=status, arrival_date=day, trace_ref=trace, statement_descriptor=None,
+                  digest="d", version=1, line_count=lines, lines_net=amount if lines_net is None else lines_net,
+                  fetched_at=AT, updated_at=AT)
 
 
 def credit(cid: int, amount: int, *, day: date = DAY, e2e: str | None = None, ref: str | None = None,
@@ -163,3 +165,14 @@ def test_match_rules__bounded(field: str, value: object) -> None:
 def test_exception_kinds__all_six_are_decided_here() -> None:
     assert {k.value for k in ExceptionKind} == {"bank_missing", "amount_differs", "ambiguous", "unexplained_credit",
                                                 "lines_differ", "payout_failed"}
+
+
+def test_match__a_batch_number_counts_only_with_its_merchant_account_when_the_text_names_one() -> None:
+    batches = [payout(1, 7000, trace="1", account="ShopEU"), payout(2, 5000, trace="1", account="ShopUS")]
+    matches, findings, _ = run(batches, [credit(10, 5000, text="ADYEN PAYOUT ShopUS BATCH 1"),
+                                credit(11, 7000, text="ADYEN PAYOUT ShopEU BATCH 1")])
+    assert matches == {((1,), (11,), "reference", 0), ((2,), (10,), "reference", 0)}
+    assert findings == set()
+    # a text naming no account: both batches 1 name both credits, one group whose sums agree
+    matches, _, _ = run(batches, [credit(10, 5000, text="ADYEN BATCH 1"), credit(11, 7000, text="ADYEN BATCH 1")])
+    assert matches == {((1, 2), (10, 11), "reference_group", 0)}
