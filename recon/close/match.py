@@ -146,8 +146,10 @@ def _reference_index(credits: Iterable[Credit]) -> dict[str, list[Credit]]:
     remittance's words): a payout's reference looks up candidates instead of reading every credit."""
     index: dict[str, list[Credit]] = defaultdict(list)
     for c in credits:
-        for key in {c.end_to_end_id, c.bank_reference, *_WORD.findall(c.remittance or "")} - {None, ""}:
-            index[key].append(c)  # type: ignore[index]
+        keys = {c.end_to_end_id, c.bank_reference, *_WORD.findall(c.remittance or "")}
+        for key in keys:
+            if key:
+                index[key].append(c)
     return index
 
 
