@@ -79,7 +79,9 @@ def psp_sandbox_statement(psp: str, format_name: str, camt_version: str, account
         period_start=since, period_end=until, entries=[_entry(c) for c in on_statement])
     _write(Path(output), format_name, camt_version, statement)
     later = len(booked) - len(on_statement)
-    say(f"{output} ({format_name}): {len(on_statement)} credits to {account.strip()} in {currency}, {since}..{until}"
+    n = len(on_statement)
+    say(f"{output} ({format_name}): {n} credit{'' if n == 1 else 's'} to {account.strip()} in {currency}, "
+        f"{since}..{until}"
         + (f"; faults: {', '.join(faults)}" if faults else "")
         + (f"; {later} arriving after {until} left for the next statement" if later else ""))
 

@@ -249,3 +249,23 @@ def test_run_now__pays_out_at_once_and_the_next_midnight_pays_only_what_came_aft
     credits = httpx.get(f"{server.url}/_admin/bank-credits?since=2026-03-02&until=2026-03-02", timeout=5).json()
     assert sorted((c["currency"], c["amount"]) for c in credits["credits"]) == [
         ("EUR", 1000 - fee(1000)), ("USD", 2000 - fee(2000))]
+
+
+def test_global_api__payout_list_auto_paging_and_balance_transactions_of_a_payout(
+    clock: Clock, server: SandboxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stripe-python's older global API, as many integrations still call it (docs.stripe.com/payouts/
+    reconciliation: ``BalanceTransaction.list(payout=…, expand=["data.source"])``)."""
+    monkeypatch.setattr(stripe, "api_key", KEY)
+    monkeypatch.setattr(stripe, "api_base", server.url)
+    for day in range(3):
+        stripe.PaymentIntent.create(amount=1000 + day, currency="eur", payment_method="pm_card_visa", confirm=True,
+                                    off_session=True)
+        clock.advance(days=1)
+
+    payouts = list(stripe.Payout.list(limit=2).auto_paging_iter())
+
+    assert [p.amount for p in payouts] == [1002 - 59, 1001 - 59, 1000 - 59]  # newest first; 2.9 % + 30 = 59
+    lines = stripe.BalanceTransaction.list(payout=payouts[-1].id, expand=["data.source"])
+    assert [(t.type, type(t.source)) for t in lines.data] == [("charge", stripe.Charge), ("payout", stripe.Payout)]
+    assert lines.data[0].source.amount == 1000
