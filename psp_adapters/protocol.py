@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
@@ -133,6 +133,14 @@ class Reversed(_Outcome):
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PayoutNews(_Outcome):
+    """News of a payout, not of a payment (a webhook's, never a ``fetch_payment`` answer): ``psp_reference`` is
+    the PSP's payout id (Stripe's ``po_…``) or the report file that describes it (Adyen's Settlement details
+    report), ``raw_status`` the PSP's word (paid, failed, …). recon fetches the payout again and stores what it
+    says (``recon.close``): the news itself changes nothing."""
+
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
@@ -140,16 +148,22 @@ _OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": 
                                              "action_required": ActionRequired, "unknown": Unknown}
 #: the kinds of ``Reversed`` news: money the PSP took back
 REVERSAL_KINDS = ("refund", "dispute")
+#: the word of ``PayoutNews``
+PAYOUT_NEWS = "payout"
 
 
-def news_kind(news: PaymentOutcome | Reversed) -> str:
+def news_kind(news: PaymentOutcome | Reversed | PayoutNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
-    pending, action_required, unknown, or a reversal's kind (refund, dispute). ``news_from`` reads it back."""
+    pending, action_required, unknown, a reversal's kind (refund, dispute), or ``payout``. ``news_from`` reads it
+    back."""
+    if isinstance(news, PayoutNews):
+        return PAYOUT_NEWS
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
-              currency: str | None, raw_status: str | None, reason: str | None) -> PaymentOutcome | Reversed:
+              currency: str | None, raw_status: str | None, reason: str | None
+              ) -> PaymentOutcome | Reversed | PayoutNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
     has one (Failed, Reversed)."""
@@ -157,6 +171,8 @@ def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str |
               "currency": currency, "raw_status": raw_status}
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
+    if kind == PAYOUT_NEWS:
+        return PayoutNews(**common)  # type: ignore[arg-type]
     cls = _OUTCOMES.get(kind, Unknown)
     if cls is Failed:
         return Failed(**common, reason=reason)  # type: ignore[arg-type]
@@ -169,15 +185,16 @@ class WebhookEvent:
 
     ``event_id`` is unique per PSP and the same on every redelivery (Stripe's ``evt_…``; Adyen's event code with
     the item's PSP references). ``news`` is what it says about one payment (its ``psp_reference`` and
-    ``merchant_reference`` find it); None for events that concern no payment (``report`` names an available
-    report) or that recon does not act on. ``body`` is the event's own document, kept as evidence.
+    ``merchant_reference`` find it), or ``PayoutNews`` about a payout; None for events that concern no payment
+    (``report`` names an available report) or that recon does not act on. ``body`` is the event's own
+    document, kept as evidence.
     """
 
     psp: str
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | None
+    news: PaymentOutcome | Reversed | PayoutNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)
@@ -271,6 +288,70 @@ class PspAdapter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: a payout's states (Stripe's words: https://docs.stripe.com/api/payouts/object#payout_object-status)
+PAYOUT_STATUSES = ("pending", "in_transit", "paid", "failed", "canceled")
+#: what a payout line is: about a payment (charge, refund, dispute, dispute_reversal), or not (fee, adjustment,
+#: the payout's own movement ``payout``, other)
+PAYOUT_LINE_KINDS = ("charge", "refund", "dispute", "dispute_reversal", "fee", "adjustment", "payout", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class PspPayout:
+    """One payout as the PSP states it: a transfer of the merchant's balance to its bank (Stripe's ``po_…``,
+    Adyen's payable batch of a merchant account).
+
+    ``amount`` is minor units of ``currency`` reaching the bank (negative: the PSP takes money back);
+    ``status`` one of ``PAYOUT_STATUSES`` (an unknown word is a PspProtocolError, never a guess);
+    ``arrival_date`` the day the PSP expects it at the bank; ``trace_ref`` what the bank credit may carry
+    (Stripe's ``trace_id``, Adyen's batch number); ``merchant_account`` where the PSP has accounts (Adyen).
+    """
+
+    payout_id: str
+    amount: int
+    currency: str
+    status: str
+    arrival_date: date
+    trace_ref: str | None = None
+    statement_descriptor: str | None = None
+    merchant_account: str | None = None
+    raw: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PspPayoutLine:
+    """One movement a payout carries, amounts in minor units of ``currency``, signed as the balance moves
+    (a refund's net is negative; the payout's own line, kind ``payout``, is minus the payout's amount).
+    ``line_id`` is unique within its payout (Stripe's ``txn_…``)."""
+
+    line_id: str
+    kind: str  #: one of PAYOUT_LINE_KINDS
+    gross: int
+    fee: int
+    net: int
+    currency: str
+    psp_reference: str | None = None
+    merchant_reference: str | None = None
+
+
+@runtime_checkable
+class PayoutSource(Protocol):
+    """An adapter that also lists its payouts (an optional capability of a ``PspAdapter``: recon asks
+    ``isinstance(adapter, PayoutSource)``). Raises only PspError subclasses, from ``next()`` too.
+    """
+
+    def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
+                     known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
+        """The payouts expected at the bank on a day of ``[since, until)``; ``merchant_accounts`` as for
+        ``iter_settlements``; ``known``: payout ids recon has already (a PSP that cannot list by date, Adyen,
+        walks on from them); ``files``: report files a webhook named (Adyen's ``REPORT_AVAILABLE``), read
+        whatever their day."""
+        ...
+
+    def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
+        """Every movement ``payout`` carries, its own included."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

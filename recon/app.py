@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -23,6 +23,10 @@ from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
 from recon.bank.config import BankConfig
 from recon.classify import classify_failure
 from recon.clock import SystemClock
+from recon.close import close as closing
+from recon.close.config import CloseConfig
+from recon.close.job import CloseJob
+from recon.close.payouts import FetchResult, PayoutsJob, fetch_payouts, news_job
 from recon.config import EngineConfig, Settings, load_settings, unknown
 from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
@@ -33,6 +37,7 @@ from recon.db.database import upgrade as apply_migrations
 from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
+from recon.db.payout_store import PayoutStore
 from recon.db.pool_store import PoolStore
 from recon.db.report_store import ReportStore
 from recon.db.schedule_store import ScheduleStore
@@ -60,6 +65,7 @@ from recon.redact import redact
 from recon.review import ReviewDesk
 from recon.review_config import ReviewConfig
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
+from recon.webhook_rows import WebhookRecord
 from recon.webhooks.config import WebhookConfig
 from recon.webhooks.config import check as check_webhooks
 
@@ -181,6 +187,36 @@ class App:
     def bank(self) -> BankStore:
         """The bank statements and their entries (``recon bank``)."""
         return BankStore(self.db)
+
+    @cached_property
+    def payouts(self) -> PayoutStore:
+        """The PSPs' payouts, their lines, the close's matches and exceptions (``recon payouts``, ``close``)."""
+        return PayoutStore(self.db)
+
+    @cached_property
+    def close_config(self) -> CloseConfig:
+        """``[close]`` of the config file: the matching rules (recon.close.config)."""
+        return CloseConfig.from_table(self.settings.extra.get("close"), source=self.settings.source)
+
+    def fetch_payouts(self, psp: str, since: date, until: date, *, files: Sequence[str] = ()) -> FetchResult:
+        """``psp``'s payouts arriving in ``[since, until)`` fetched and stored (recon.close.payouts), in every
+        merchant account of our payments of ``psp`` too."""
+        self.require_psps([psp])
+        with self.reports.session(psp=psp) as session:
+            accounts = session.merchant_accounts()
+        return fetch_payouts(self.payouts, self.adapter(psp), psp=psp, since=since, until=until, files=files,
+                             merchant_accounts=accounts)
+
+    def close_day(self, psp: str, since: date, until: date, *, as_of: date) -> closing.CloseReport:
+        """The close of ``psp``'s payouts arriving in ``[since, until)`` (recon.close.close): the bank accounts
+        read are those whose ``psps`` name it or name none; an unexplained credit is reported only on those that
+        name it alone. Reads only what is stored: the PSP is not called."""
+        if psp not in self.psp_names():
+            raise UsageError(f"--psp {psp!r}: unknown PSP (known: {', '.join(self.psp_names())})")
+        accounts = [a for a in self.bank_config.accounts.values() if psp in a.psps or not a.psps]
+        return closing.run_close(self.payouts, psp=psp, since=since, until=until,
+                                 rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
+                                 exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)], as_of=as_of)
 
     @cached_property
     def bank_config(self) -> BankConfig:
@@ -351,10 +387,13 @@ class App:
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
-                           queue=self.webhook_config.queue),
+                           queue=self.webhook_config.queue, payout_func=self._payout_news),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),
+            PayoutsJob(lambda psp, since, until, files: self.fetch_payouts(psp, since, until, files=files),
+                       psp_names=self.psp_names(), queue=self.close_config.queue),
+            CloseJob(self._close_file, psp_names=self.psp_names()),
         ]
 
     def _listing_psps(self) -> set[str]:
@@ -375,6 +414,19 @@ class App:
                                  output=path, settlement_window=self.reconcile_config.settlement_window,
                                  unknown_events=self.webhooks.unknown_between(psp=psp, since=since, until=until))
         return result.totals.discrepancies
+
+    def _payout_news(self, record: WebhookRecord) -> int:
+        """A webhook's payout news: its payouts job, on ``[close] queue`` (recon.close.payouts.news_job)."""
+        return self.client().enqueue_many([news_job(record, queue=self.close_config.queue)])[0]
+
+    def _close_file(self, psp: str, since: date, until: date, path: str, fmt: str, as_of: date) -> int:
+        """The close of ``psp`` for ``[since, until)``, payouts fetched first where its adapter lists them,
+        written into ``path``; how many items are open."""
+        if getattr(self.adapter(psp), "pays_out", False):
+            self.fetch_payouts(psp, since, until)
+        report = self.close_day(psp, since, until, as_of=as_of)
+        closing.write_file(report, self.payouts, path=path, fmt=fmt)
+        return report.open_items
 
     def engine_config(self, *, concurrency: int | None = None, prefetch: int | None = None,
                       lease_ttl: timedelta | None = None, heartbeat: timedelta | None = None,

@@ -16,6 +16,7 @@ import click
 from recon.app import App
 from recon.commands import (
     bank,
+    close,
     console,
     engine,
     jobs,
@@ -58,7 +59,8 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
 
 for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs, payments.payments, psp.psp,
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
-                 serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement):
+                 serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement, close.close,
+                 close.payouts):
     cli.add_command(_command)
 
 

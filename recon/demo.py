@@ -22,23 +22,30 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
 
 from psp_adapters import adyen, registry, stripe
+from psp_adapters.errors import PspTransientError
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter, Secret
 from psp_adapters.sandbox.adapter import SandboxAdapter
+from psp_adapters.sandbox.bank_credits import fetch as fetch_bank_credits
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.asgi import background
+from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
+from recon.bank.formats.registry import writer
+from recon.bank.importer import read_statement_file
+from recon.clock import SystemClock
 from recon.config import BackoffConfig, Settings
 from recon.db.payment_store import PaymentStore
 from recon.payments.guard import Unguarded
+from recon.payments.money import MINOR_UNITS, format_amount
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import PspSchedule, ReconcileConfig
 from recon.rows import NewPayment, Payment, PaymentStatus
@@ -50,6 +57,8 @@ DEMO_FAULTS = Faults(rate_429=0.05, retry_after_seconds=1, rate_500=0.03, rate_h
                      rate_decline=0.04, decline_amount_suffix=None, seed=7)
 #: chargeable by all three: JPY is zero-decimal everywhere; KWD amounts are whole dinars (Stripe wants a last 0)
 CURRENCIES = (("EUR", 100), ("USD", 100), ("GBP", 100), ("JPY", 1), ("KWD", 1000))
+#: the demo's payouts fetch, under the sandbox's faults
+FETCH_ATTEMPTS = 10
 TIMEOUT = httpx.Timeout(connect=1.0, read=1.0, write=1.0, pool=1.0)  # shorter than the injected hangs
 #: the sandbox's search and reports are immediately consistent: no grace for lag, a short pending schedule
 SCHEDULE = PspSchedule(schedule=(timedelta(seconds=1), timedelta(seconds=2)), grace_period=timedelta(0))
@@ -192,6 +201,8 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
                 f"({', '.join(f'{k} {v}' for k, v in sorted(said.items()))}); {by_hook} payments were finalised "
                 f"by a webhook, the rest by the charge's answer or the sweep")
         most, stray = _charges_per_payment(charges, {p.idempotency_key: p.id for p in ledger.iter_payments()})
+        if wire.webhooks:  # the PSPs that pay out: the day closed on money
+            _close_the_day(app, wire, server.url, creds, where, say)
     app.close()
     app.db.dispose()
     double = most > 1 or stray > 0
@@ -204,6 +215,55 @@ def _story(where: Path, n: int, say: Any, wire: Wire) -> int:
         f"(then open http://127.0.0.1:8470/)")
     left = final.get("pending", 0) + final.get("processing", 0) + final.get("created", 0)
     return 3 if double else (1 if left or final.get("needs_review") else 0)
+
+
+def _close_the_day(app: App, wire: Wire, url: str, creds: Creds, where: Path, say: Any) -> None:
+    """The sandbox pays out what it took (``/_admin/payouts/run``: now, paid at once), recon fetches the payouts
+    with their lines, the bank's statement of each currency's account (written from the sandbox's payouts, as
+    ``recon psp-sandbox-statement`` writes it) is imported, and the close matches them: the day closed."""
+    started = time.monotonic()
+    auth = {"X-API-Key": creds.api_key} if wire.psp == "adyen" else {"Authorization": f"Bearer {creds.api_key}"}
+    httpx.post(f"{url}/_admin/payouts/run", json={}, headers=auth, timeout=10).raise_for_status()
+    today = SystemClock().now().astimezone(UTC).date()  # the sandbox pays out on the real clock
+    since, until = today - timedelta(days=1), today + timedelta(days=2)
+    # the sandbox's faults (429s, 500s) hit the listings too: fetched again, as the payouts job's retries would
+    # (storing is idempotent: what was stored is recognised)
+    for attempt in range(1, FETCH_ATTEMPTS + 1):
+        try:
+            app.fetch_payouts(wire.psp, since, until)
+            break
+        except PspTransientError:
+            if attempt == FETCH_ATTEMPTS:
+                raise
+            time.sleep(0.2)
+    fetched = list(app.payouts.iter_payouts(psp=wire.psp, since=since, until=until))
+    _, credits = fetch_bank_credits(url, since, until)
+    imported = 0
+    for currency, _unit in CURRENCIES:
+        mine = [c for c in credits if c.currency == currency]
+        if not mine:
+            continue
+        path = where / f"statement-{currency}.sta"
+        with path.open("wb") as out:
+            writer("mt940").write(out, [StatementToWrite(
+                account=f"DEMO{currency}", currency=currency, exponent=MINOR_UNITS[currency],
+                statement_id=f"DEMO{today:%y%m%d}{currency}", opening=0, period_start=since, period_end=until,
+                entries=[EntryToWrite(amount=c.amount, direction="credit", booking_date=c.booking_date,
+                                      value_date=c.value_date, bank_reference=c.bank_reference,
+                                      end_to_end_id=c.end_to_end_id, counterparty=c.counterparty,
+                                      remittance=c.remittance) for c in mine])])
+        plan = read_statement_file(path, config=app.bank_config)
+        try:
+            imported += app.bank.import_plan(plan, money_func=format_amount).entries_added
+        finally:
+            plan.close()
+    report = app.close_day(wire.psp, since, until, as_of=today)
+    lines = sum(r.payout.line_count for r in report.payouts)
+    say(f"payouts: {wire.label} paid out {len(fetched)} payouts carrying {lines} lines; the bank statements "
+        f"({imported} credits, MT940) imported; close {report.since}..{report.until}: "
+        + (f"{len(report.payouts)} payouts matched to the bank: day closed" if report.closed
+           else f"{report.open_items} open ({', '.join(f'{n} {k}' for k, n in report.categories().items())})")
+        + f" ({time.monotonic() - started:.1f}s)")
 
 
 def _payments(wire: Wire, n: int) -> list[NewPayment]:
@@ -251,7 +311,11 @@ def _demo_settings(where: Path) -> Settings:
     retry = {kind: fast for kind in base.retry}
     engine = replace(base.engine, concurrency=16, lease_ttl_seconds=10, heartbeat_interval_seconds=2,
                      poll_interval_seconds=0.05, watcher_interval_seconds=1)
-    return replace(base, database_url=f"sqlite:///{where / 'recon.db'}", retry=retry, engine=engine)
+    # one bank account per currency the PSPs pay out to (recon close reads them)
+    bank = {"accounts": {f"demo-{c.lower()}": {"number": f"DEMO{c}", "currency": c, "psps": ["stripe", "adyen"]}
+                         for c, _unit in CURRENCIES}}
+    return replace(base, database_url=f"sqlite:///{where / 'recon.db'}", retry=retry, engine=engine,
+                   extra={**base.extra, "bank": bank})
 
 
 def _demo_reconcile_config(wire: Wire) -> ReconcileConfig:

@@ -44,6 +44,9 @@ How Adyen tells status, and what this adapter does about it:
   be booked days after its first (Authorised, then Cancelled), and ``fetch_payment`` answers from the newest
   file that mentions it. One download per account-day, each its own page; the payments whose rows fall in
   the window's days come, with their latest record type (``report_outcome``), on the last page.
+- ``iter_payouts``/``payout_lines`` (``PayoutSource``) read the **Settlement details report** of each payout
+  batch (``settlement_detail_report_batch_N.csv``, same download path and user; ``settlement.py``): the files a
+  ``REPORT_AVAILABLE`` webhook named, and the batches after the highest one recon knows, until one is missing.
 
 Cost: ``fetch_payment`` reads up to ``lookback_days + 1`` report files. The files of today and yesterday are
 downloaded every time (today's does not exist yet; yesterday's appears in the morning). An older day's file is
@@ -70,7 +73,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
-from psp_adapters.adyen import charge, report, wire
+from psp_adapters.adyen import charge, report, settlement, wire
 from psp_adapters.adyen.wire import PSP_NAME
 from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
 from psp_adapters.http import (
@@ -87,6 +90,8 @@ from psp_adapters.protocol import (
     PaymentOutcome,
     PaymentPage,
     Pending,
+    PspPayout,
+    PspPayoutLine,
     PspRef,
     Secret,
     SettlementLine,
@@ -102,6 +107,8 @@ LOOKBACK_DAYS_DEFAULT = 7
 #: many rows all kept files may hold, and how old a day must be (in the account's zone) for its file to be final
 REPORT_CACHE_SECONDS = 900.0
 REPORT_CACHE_ROWS = 50_000
+#: the most Settlement details reports one ``iter_payouts`` walk downloads per account (and lines kept)
+PAYOUT_WALK_MAX = 31
 FINAL_AFTER_DAYS = 2
 REPORT_CREDENTIALS_MISSING = (
     "adyen: the report user's credentials are required: report_api_key or report_username/report_password "
@@ -168,6 +175,8 @@ class AdyenAdapter:
         self._monotonic = monotonic_func
         #: (account, day) -> (when downloaded, its rows), least recently used first; guarded by _cache_lock
         self._cache: OrderedDict[tuple[str, date], tuple[float, list[report.ReportRow]]] = OrderedDict()
+        #: the lines of the batches ``iter_payouts`` read last, for ``payout_lines``
+        self._batch_lines: dict[str, tuple[PspPayoutLine, ...]] = {}
         self._cache_rows = 0
         self._cache_lock = threading.Lock()
 
@@ -251,6 +260,68 @@ class AdyenAdapter:
             raise ValueError("since and until must be aware datetimes")
         return self._payment_days(since, until, self._accounts(merchant_accounts))
 
+    def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
+                     known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
+        """The payout batches of the Settlement details reports (``settlement``) that ``files`` name, and, for
+        each account of ``merchant_accounts`` plus the default, the batches after the highest of ``known``
+        (``ACCOUNT/N``; from batch 1 when none is known), downloaded one after the other until one does not
+        exist yet (404), at most ``PAYOUT_WALK_MAX`` a call. Adyen lists no payouts by date: every batch found is
+        yielded, whatever its day; ``since``/``until`` only bound nothing here (the close reads by arrival)."""
+        accounts = self._accounts(merchant_accounts)
+        pager = Pager(PSP_NAME, "settlement details reports", max_pages=PAYOUT_WALK_MAX * (len(accounts) + 1))
+        batches = sorted({b for b in (settlement.batch_of(f) for f in files) if b is not None})
+        named = [(a, b) for a in accounts for b in batches]
+        for account, batch in named:
+            pager.request()
+            yield from self._batches(account, batch) or ()
+        for account in accounts:
+            highest = max((int(k.rsplit("/", 1)[1]) for k in known
+                           if k.rsplit("/", 1)[0] == account and k.rsplit("/", 1)[-1].isdigit()), default=0)
+            for batch in range(highest + 1, highest + 1 + PAYOUT_WALK_MAX):
+                if (account, batch) in named:
+                    continue
+                pager.request()
+                found = self._batches(account, batch)
+                if found is None:
+                    break
+                yield from found
+
+    def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
+        """The rows of the payout's batch (its report downloaded again unless ``iter_payouts`` just read it)."""
+        kept = self._batch_lines.pop(payout.payout_id, None)
+        if kept is None:
+            account, _, number = payout.payout_id.rpartition("/")
+            for _ in self._batches(account, int(number)) or ():
+                pass
+            kept = self._batch_lines.pop(payout.payout_id, ())
+        return iter(kept)
+
+    def _batches(self, account: str, batch: int) -> list[PspPayout] | None:
+        """The payouts of one report file (None: Adyen has not generated it), their lines kept for
+        ``payout_lines`` (at most ``PAYOUT_WALK_MAX`` batches' worth)."""
+        path = f"/reports/download/MerchantAccount/{quote(account, safe='')}/{settlement.file_name(batch)}"
+        text = self._download(path)
+        if text is None:
+            return None
+        found = settlement.parse(text, account=account, tz=self._tz)
+        for item in found:
+            self._batch_lines[item.payout.payout_id] = item.lines
+            while len(self._batch_lines) > PAYOUT_WALK_MAX:
+                self._batch_lines.pop(next(iter(self._batch_lines)))
+        return [item.payout for item in found]
+
+    def _download(self, path: str) -> str | None:
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):
+            response = self._reports.get(path)
+        if response.status_code == 404:
+            return None
+        if not response.is_success:
+            raise self._error(response, keyed=False)
+        try:
+            return response.content.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise PspProtocolError(f"{PSP_NAME}: report is not UTF-8", psp=PSP_NAME) from exc
+
     def close(self) -> None:
         """Close both HTTP clients; the adapter is unusable afterwards."""
         self._client.close()
@@ -332,17 +403,8 @@ class AdyenAdapter:
     def _report(self, account: str, day: date) -> list[report.ReportRow] | None:
         """One account's report rows of one day, or None when Adyen has not generated that file (yet)."""
         path = f"/reports/download/MerchantAccount/{quote(account, safe='')}/{report.report_file_name(day)}"
-        with transport_errors(psp=PSP_NAME, may_have_taken_effect=False):
-            response = self._reports.get(path)
-        if response.status_code == 404:
-            return None
-        if not response.is_success:
-            raise self._error(response, keyed=False)
-        try:
-            text = response.content.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise PspProtocolError(f"{PSP_NAME}: report is not UTF-8", psp=PSP_NAME) from exc
-        return report.parse_report(text, tz=self._tz)
+        text = self._download(path)
+        return None if text is None else report.parse_report(text, tz=self._tz)
 
     def _error(self, response: httpx.Response, *, keyed: bool) -> PspError:
         """The PspError of a non-2xx answer; ``keyed``: the request carried an Idempotency-Key."""

@@ -24,6 +24,8 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | REFUND, success            | Reversed, kind refund, for the original payment                    |
 | CHARGEBACK                 | Reversed, kind dispute, for the original payment                   |
 | REPORT_AVAILABLE           | no news; ``report`` is the file name (``reason`` its download URL) |
+| REPORT_AVAILABLE of a      | PayoutNews: the file name (``settlement_detail_report_batch_N``);  |
+| Settlement details report  | recon fetches that batch (``recon.close.payouts``)                 |
 
 Anything else (a failed refund or cancellation, other event codes) is acknowledged and ignored.
 """
@@ -40,9 +42,19 @@ from typing import ClassVar
 import orjson
 
 from psp_adapters._wire import JsonFields
+from psp_adapters.adyen import settlement
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import Failed, PaymentOutcome, Reversed, Secret, Succeeded, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import (
+    Failed,
+    PaymentOutcome,
+    PayoutNews,
+    Reversed,
+    Secret,
+    Succeeded,
+    WebhookAnswer,
+    WebhookEvent,
+)
 
 KEY_VARIABLE = "RECON_ADYEN_HMAC_KEY"
 USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
@@ -166,12 +178,14 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
     original = _json.optional(item, "originalReference", str)
     success = _json.require(item, "success", str).lower() == "true"
     occurred = _json.optional(item, "eventDate", str)
+    payout = code == "REPORT_AVAILABLE" and settlement.batch_of(psp_reference) is not None
     return WebhookEvent(
         psp=PSP_NAME, event_id=f"{code}:{psp_reference}:{original or ''}:{'true' if success else 'false'}",
         event_type=code, occurred_at=_json.instant(occurred, "eventDate") if occurred else None,
-        news=_news(code, success, item, payment=original or psp_reference),
+        news=PayoutNews(psp_reference=psp_reference, raw_status=code) if payout
+        else _news(code, success, item, payment=original or psp_reference),
         merchant_account=_json.optional(item, "merchantAccountCode", str),
-        report=psp_reference if code == "REPORT_AVAILABLE" else None, body=dict(item))
+        report=psp_reference if code == "REPORT_AVAILABLE" and not payout else None, body=dict(item))
 
 
 def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str) -> PaymentOutcome | Reversed | None:

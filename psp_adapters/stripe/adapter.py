@@ -21,6 +21,8 @@ version stripe-python pins, overridable per adapter); answers are JSON. Endpoint
   ``starting_after=…``: the settlement listing (``balance.py``), newest first, one page per request while
   iterated. ``expand[0]``: stripe-python always indexes list parameters (Stripe's docs write ``expand[]``),
   and the tests hold every request to the parameters the SDK sends for the same call.
+- ``GET /v1/payouts?arrival_date[gte]=…&arrival_date[lt]=…`` and ``GET /v1/balance_transactions?payout=po_…
+  &expand[0]=data.source``: the payouts of a window and what each carries (``PayoutSource``; ``payouts.py``).
 
 Answers: a ``card_error`` (HTTP 402) is a business answer, ``Failed`` (a decline) or ``ActionRequired``
 (``authentication_required``); every other failure raises a PspError. Stripe saves the answer of a request
@@ -40,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from types import TracebackType
 from typing import ClassVar
 from urllib.parse import quote
@@ -62,11 +64,13 @@ from psp_adapters.protocol import (
     NotFound,
     PaymentOutcome,
     PaymentPage,
+    PspPayout,
+    PspPayoutLine,
     PspRef,
     Secret,
     SettlementLine,
 )
-from psp_adapters.stripe import balance, wire
+from psp_adapters.stripe import balance, payouts, wire
 from psp_adapters.stripe.wire import API_VERSION, PSP_NAME
 
 logger = logging.getLogger(__name__)
@@ -192,6 +196,32 @@ class StripeAdapter:
         """
         params = self._created_window(since, until)
         return self._intent_pages(params)
+
+    def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
+                     known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
+        """Payouts whose ``arrival_date`` falls on a UTC day of ``[since, until)`` (``payouts``), a page per
+        request as iterated; ``merchant_accounts``, ``known`` and ``files`` are not Stripe's business."""
+        def at(day: date) -> str:
+            return str(int(datetime.combine(day, time(), tzinfo=UTC).timestamp()))
+        params = {"arrival_date[gte]": at(since), "arrival_date[lt]": at(until), "limit": str(self._page_size)}
+        for item in self._list("/v1/payouts", params):
+            yield payouts.to_payout(item)
+
+    def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
+        """The balance transactions ``payout`` settles, its own included, sources expanded (``payouts``)."""
+        params = {"payout": payout.payout_id, "limit": str(self._page_size), "expand[0]": balance.EXPAND_SOURCE}
+        for item in self._list("/v1/balance_transactions", params):
+            yield payouts.to_line(item)
+
+    def _list(self, path: str, params: dict[str, str]) -> Iterator[Mapping[str, object]]:
+        pager = Pager(PSP_NAME, path)
+        while True:
+            pager.request()
+            items, has_more = wire.list_page(self._body(self._get(path, params=params)))
+            yield from items
+            if not has_more:
+                return
+            params = {**params, "starting_after": pager.follow(_last_id(items), items=len(items))}
 
     def close(self) -> None:
         """Close the HTTP client; the adapter is unusable afterwards."""

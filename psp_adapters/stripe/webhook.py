@@ -22,6 +22,8 @@ Events (data.object is the object as of the event, so an out-of-order delivery s
 | payment_intent.requires_action         | ActionRequired                                              |
 | charge.refunded                        | Reversed, kind refund, amount_refunded                      |
 | charge.dispute.created                 | Reversed, kind dispute                                      |
+| payout.paid, payout.failed,            | PayoutNews: the payout's id and status (recon fetches it    |
+| payout.reconciliation_completed        | again: ``recon.close.payouts``)                             |
 
 Any other type is acknowledged and ignored (``news`` None).
 """
@@ -37,7 +39,7 @@ import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import PaymentOutcome, Reversed, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import PaymentOutcome, PayoutNews, Reversed, WebhookAnswer, WebhookEvent
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
 SECRET_VARIABLE = "RECON_STRIPE_WEBHOOK_SECRET"  # nosec B105  # a variable's name, not a secret
@@ -50,6 +52,8 @@ PAYMENT_INTENT_EVENTS = frozenset({"payment_intent.succeeded", "payment_intent.p
                                    "payment_intent.requires_action"})
 REFUNDED = "charge.refunded"
 DISPUTE_CREATED = "charge.dispute.created"
+#: https://docs.stripe.com/api/events/types: payout.paid, payout.failed, payout.reconciliation_completed
+PAYOUT_EVENTS = frozenset({"payout.paid", "payout.failed", "payout.reconciliation_completed"})
 
 _json = JsonFields(PSP_NAME)
 
@@ -127,9 +131,14 @@ def parse(payload: bytes) -> WebhookEvent:
                         body=dict(obj))
 
 
-def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | None:
+def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | PayoutNews | None:
     if event_type in PAYMENT_INTENT_EVENTS:
         return to_outcome(obj)
+    if event_type in PAYOUT_EVENTS:
+        currency = _json.require(obj, "currency", str).upper()
+        return PayoutNews(psp_reference=_json.require(obj, "id", str), currency=currency,
+                          amount=from_stripe_amount(_json.amount(obj, "amount", signed=True), currency),
+                          raw_status=_json.optional(obj, "status", str))
     if event_type == REFUNDED:
         currency = _json.require(obj, "currency", str).upper()
         refunded = _json.optional_amount(obj, "amount_refunded") or 0

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from recon.asgi import serve
 from recon.console.config import ConsoleConfig
-from recon.console.pages import dead, jobs, login, overview, payments, psps, review
+from recon.console.pages import dead, jobs, login, overview, payments, payouts, psps, review
 from recon.console.security import Csrf, Gatekeeper, TokenAuth
 from recon.console.session import Sessions, token_principal
 from recon.console.web import Pages
@@ -56,7 +56,7 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
         return rendered.error(request, status, "no such page" if status == 404 else str(detail))
 
     web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES,
-                            *psps.ROUTES, *login.ROUTES],
+                            *psps.ROUTES, *payouts.ROUTES, *login.ROUTES],
                     middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
                                            style_hash=rendered.style_hash, script_hash=rendered.script_hash,
                                            deny_func=deny)],

@@ -385,8 +385,8 @@ bank_entries = sa.Table(
     sa.Column("counterparty", sa.Text(), nullable=True),
     sa.Column("remittance", sa.Text(), nullable=True),
     sa.Column("bank_code", sa.Text(), nullable=True),
-    #: the payout matching's link (no payouts table yet: the payout work adds its foreign key)
-    sa.Column("payout_id", Id, nullable=True),
+    #: the payout matching's link: the (first) payout this credit explains (all of them: payout_matches)
+    sa.Column("payout_id", Id, sa.ForeignKey("payouts.id", name="bank_entries_payout_fkey"), nullable=True),
     sa.Column("imported_at", Timestamp, nullable=False),
     sa.CheckConstraint("amount >= 0", name="bank_entries_amount_not_negative"),
     sa.CheckConstraint(_in("direction", BANK_DIRECTIONS), name="bank_entries_direction_valid"),
@@ -398,5 +398,110 @@ bank_entries = sa.Table(
     sa.Index("bank_entries_unmatched", "currency", "booking_date",
              postgresql_where=sa.text("payout_id IS NULL AND direction = 'credit'"),
              sqlite_where=sa.text("payout_id IS NULL AND direction = 'credit'")),
+    sqlite_autoincrement=True,
+)
+
+
+# --- payouts (migration 0017): the PSPs' payouts, their lines, and the close's matches and exceptions --------
+
+PAYOUT_STATUSES = ("pending", "in_transit", "paid", "failed", "canceled")
+PAYOUT_LINE_KINDS = ("charge", "refund", "dispute", "dispute_reversal", "fee", "adjustment", "payout", "other")
+PAYOUT_EXCEPTION_KINDS = ("bank_missing", "amount_differs", "ambiguous", "unexplained_credit", "lines_differ",
+                          "payout_failed")
+PAYOUT_EXCEPTION_STATES = ("open", "resolved", "cleared")
+
+payouts = sa.Table(
+    "payouts",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("merchant_account", sa.Text(), nullable=False),
+    sa.Column("payout_ref", sa.Text(), nullable=False),
+    sa.Column("amount", sa.BigInteger(), nullable=False),
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("arrival_date", Day, nullable=False),
+    sa.Column("trace_ref", sa.Text(), nullable=True),
+    sa.Column("statement_descriptor", sa.Text(), nullable=True),
+    sa.Column("digest", sa.Text(), nullable=False),
+    sa.Column("version", sa.Integer(), nullable=False),
+    sa.Column("line_count", sa.Integer(), nullable=False),
+    sa.Column("lines_net", sa.BigInteger(), nullable=False),
+    sa.Column("fetched_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("status", PAYOUT_STATUSES), name="payouts_status_valid"),
+    sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payouts_currency_iso"),
+    sa.UniqueConstraint("psp", "payout_ref", name="payouts_psp_ref_key"),
+    sa.Index("payouts_arrival", "psp", "arrival_date"),
+    sqlite_autoincrement=True,
+)
+
+payout_lines = sa.Table(
+    "payout_lines",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payout_id", Id, sa.ForeignKey("payouts.id", name="payout_lines_payout_fkey"), nullable=False),
+    sa.Column("line_ref", sa.Text(), nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),
+    sa.Column("psp_reference", sa.Text(), nullable=True),
+    sa.Column("merchant_reference", sa.Text(), nullable=True),
+    sa.Column("gross", sa.BigInteger(), nullable=False),
+    sa.Column("fee", sa.BigInteger(), nullable=False),
+    sa.Column("net", sa.BigInteger(), nullable=False),
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="payout_lines_payment_fkey"), nullable=True),
+    sa.Column("missing_locally", sa.Boolean(), nullable=False),
+    sa.CheckConstraint(_in("kind", PAYOUT_LINE_KINDS), name="payout_lines_kind_valid"),
+    sa.UniqueConstraint("payout_id", "line_ref", name="payout_lines_ref_key"),
+    sa.Index("payout_lines_payment", "payment_id"),
+    sqlite_autoincrement=True,
+)
+
+payout_events = sa.Table(
+    "payout_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payout_id", Id, sa.ForeignKey("payouts.id", name="payout_events_payout_fkey"), nullable=False),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),
+    sa.Column("detail", sa.Text(), nullable=False),
+    sa.Index("payout_events_payout", "payout_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+payout_matches = sa.Table(
+    "payout_matches",
+    metadata,
+    sa.Column("payout_id", Id, sa.ForeignKey("payouts.id", name="payout_matches_payout_fkey"), nullable=False),
+    sa.Column("bank_entry_id", Id, sa.ForeignKey("bank_entries.id", name="payout_matches_entry_fkey"),
+              nullable=False),
+    sa.Column("rule", sa.Text(), nullable=False),
+    sa.Column("bank_fee", sa.BigInteger(), nullable=False),
+    sa.Column("matched_at", Timestamp, nullable=False),
+    sa.PrimaryKeyConstraint("payout_id", "bank_entry_id", name="payout_matches_pkey"),
+    sa.Index("payout_matches_entry", "bank_entry_id"),
+)
+
+payout_exceptions = sa.Table(
+    "payout_exceptions",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("exception_key", sa.Text(), nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),
+    sa.Column("payout_id", Id, sa.ForeignKey("payouts.id", name="payout_exceptions_payout_fkey"), nullable=True),
+    sa.Column("bank_entry_id", Id, sa.ForeignKey("bank_entries.id", name="payout_exceptions_entry_fkey"),
+              nullable=True),
+    sa.Column("detail", sa.Text(), nullable=False),
+    sa.Column("state", sa.Text(), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("resolved_by", sa.Text(), nullable=True),
+    sa.Column("resolution", sa.Text(), nullable=True),
+    sa.Column("resolved_at", Timestamp, nullable=True),
+    sa.CheckConstraint(_in("kind", PAYOUT_EXCEPTION_KINDS), name="payout_exceptions_kind_valid"),
+    sa.CheckConstraint(_in("state", PAYOUT_EXCEPTION_STATES), name="payout_exceptions_state_valid"),
+    sa.Index("payout_exceptions_open_key", "exception_key", unique=True, postgresql_where=sa.text("state = 'open'"),
+             sqlite_where=sa.text("state = 'open'")),
+    sa.Index("payout_exceptions_payout", "payout_id"),
+    sa.Index("payout_exceptions_entry", "bank_entry_id"),
     sqlite_autoincrement=True,
 )

@@ -111,11 +111,12 @@ webhook_intake_batch = Query(
                    merchant_account, amount, currency, news, psp_status, reason, report, body, 'received'
             FROM r ORDER BY ord
             ON CONFLICT (psp, event_id) DO NOTHING
-            RETURNING id, psp, event_id, merchant_account, report
+            RETURNING id, psp, event_id, merchant_account, report, news
         ), job AS (
             INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,
                               unique_key, tenant, created_at)
-            SELECT :queue, :kind, CASE WHEN report IS NULL THEN jsonb_build_object('webhook_id', id)
+            SELECT :queue, :kind, CASE WHEN news = 'payout' THEN jsonb_build_object('webhook_id', id, 'payout', true)
+                                       WHEN report IS NULL THEN jsonb_build_object('webhook_id', id)
                                        ELSE jsonb_build_object('webhook_id', id, 'report', true) END,
                    'runnable', 0, {now}, 0, :max_attempts,
                    'webhook:' || id, merchant_account, {now}

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from psp_adapters.protocol import WebhookEvent, news_kind
+from psp_adapters.protocol import PayoutNews, WebhookEvent, news_kind
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
@@ -45,8 +45,11 @@ def webhook_key(webhook_id: int) -> str:
 
 
 def job_payload(webhook_id: int, event: WebhookEvent) -> dict[str, Any]:
-    """The webhook job's payload: the event's id, and ``report`` for an event that names an available report
-    (its job has work to do before its finish; webhook_intake_batch builds the same)."""
+    """The webhook job's payload: the event's id, and ``report`` for an event that names an available report or
+    ``payout`` for news of a payout (its job has work to do before its finish; webhook_intake_batch builds the
+    same)."""
+    if isinstance(event.news, PayoutNews):
+        return {"webhook_id": webhook_id, "payout": True}
     return {"webhook_id": webhook_id, "report": True} if event.report else {"webhook_id": webhook_id}
 
 

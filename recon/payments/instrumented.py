@@ -14,11 +14,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
-from psp_adapters.errors import PspRateLimited
-from psp_adapters.protocol import ChargeRequest, PaymentOutcome, PaymentPage, PspAdapter, PspRef, SettlementLine
+from psp_adapters.errors import PspRateLimited, PspRejectedError
+from psp_adapters.protocol import (
+    ChargeRequest,
+    PaymentOutcome,
+    PaymentPage,
+    PayoutSource,
+    PspAdapter,
+    PspPayout,
+    PspPayoutLine,
+    PspRef,
+    SettlementLine,
+)
 from recon.logs import bind
 
 T = TypeVar("T")
@@ -38,7 +48,8 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                     {"name": inner.name, "idempotency_retention": inner.idempotency_retention,
                      "lists_payments": bool(getattr(inner, "lists_payments", False)),
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
-                     "listing_window": getattr(inner, "listing_window", None)})
+                     "listing_window": getattr(inner, "listing_window", None),
+                     "pays_out": isinstance(inner, PayoutSource)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -51,6 +62,8 @@ class InstrumentedAdapter:
     lists_payments: ClassVar[bool] = False
     search_lag: ClassVar[timedelta] = timedelta(0)
     listing_window: ClassVar[timedelta | None] = None
+    #: whether the inner adapter is a ``PayoutSource`` (this wrapper always has its methods)
+    pays_out: ClassVar[bool] = False
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner
@@ -82,6 +95,23 @@ class InstrumentedAdapter:
         """Times each page on its own: every ``next()`` is one request to the PSP, and one call counted."""
         pages = self.inner.iter_payments(since, until, merchant_accounts=merchant_accounts)  # bad arguments: now
         return self._timed_pages(pages)
+
+    def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
+                     known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
+        """Times the listing as a whole; PspRejectedError when the inner adapter lists no payouts."""
+        started = time.perf_counter()
+        payouts = self._payout_source().iter_payouts(since, until, merchant_accounts=merchant_accounts,
+                                                     known=known, files=files)
+        return self._timed_iter("iter_payouts", payouts, started)
+
+    def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
+        started = time.perf_counter()
+        return self._timed_iter("payout_lines", self._payout_source().payout_lines(payout), started)
+
+    def _payout_source(self) -> PayoutSource:
+        if not isinstance(self.inner, PayoutSource):
+            raise PspRejectedError(f"{self.name}: the adapter lists no payouts", psp=self.name)
+        return self.inner
 
     def close(self) -> None:
         self.inner.close()

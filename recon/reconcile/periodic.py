@@ -1,4 +1,5 @@
-"""The jobs ``[schedule.*]`` slots queue (recon.scheduler): a sweep, and a daily settlement report.
+"""The jobs ``[schedule.*]`` slots queue (recon.scheduler): a sweep, and a daily settlement report (and the
+daily close, ``recon.close.job``, whose payload is checked here with the others).
 
 - ``sweep``, payload ``{"older_than": "15m", "psp": null, "limit": null, "mode": "auto"}``: queues reconcile
   jobs for the stale unfinished payments (like ``recon sweep --enqueue-only``; the workers on the reconcile
@@ -19,6 +20,7 @@ from typing import Any, ClassVar
 from psp_adapters.errors import PspError
 from recon.classify import classify
 from recon.clock import Clock, SystemClock
+from recon.close.job import CLOSE_KIND, close_options
 from recon.db.payment_store import PaymentStore
 from recon.db.sweep_store import SweepRunStore
 from recon.durations import parse_duration
@@ -43,6 +45,8 @@ def check_payload(kind: str, payload: Mapping[str, Any], where: str, *, psp_name
             _sweep_options(payload, psp_names)
         elif kind == ReportJob.kind:
             _report_options(payload, psp_names)
+        elif kind == CLOSE_KIND:
+            close_options(payload, psp_names)
     except UsageError as exc:
         raise ConfigError(f"{where}.payload: {exc}") from None
 

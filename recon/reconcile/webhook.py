@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-from psp_adapters.protocol import PaymentOutcome, Reversed, news_from
+from psp_adapters.protocol import PaymentOutcome, PayoutNews, Reversed, news_from
 from recon.db.payment_store import PaymentStore
 from recon.db.webhook_store import WEBHOOK_KIND, WEBHOOK_QUEUE, WebhookStore
 from recon.engine.client import Client
@@ -74,7 +74,7 @@ class WebhookHandler:
 
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
                  sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT,
-                 queue: str = WEBHOOK_QUEUE) -> None:
+                 queue: str = WEBHOOK_QUEUE, payout_func: Callable[[WebhookRecord], int] | None = None) -> None:
         self.queue = queue
         self.payments = payments
         self.webhooks = webhooks
@@ -82,9 +82,18 @@ class WebhookHandler:
         self.reconcile_queue = reconcile_queue
         #: REPORT_AVAILABLE: queue reconcile work for a PSP's unfinished payments; returns for how many
         self.sweep_func = sweep_func
+        #: news of a payout: queue the payouts job that fetches it again (recon.close.payouts); returns its id
+        self.payout_func = payout_func
 
     def __call__(self, job: Job, lease: Lease) -> Outcome:
         webhook_id = int(job.payload["webhook_id"])
+        if job.payload.get("payout"):
+            record = self.webhooks.get(webhook_id)
+            if record is None:
+                return Dead(error_kind="validation", error=f"webhook event {webhook_id} does not exist")
+            if record.state is WebhookState.RECEIVED and self.payout_func is not None:
+                self.payout_func(record)
+            return Complete(write=BatchWrite(self.apply_events, (job, webhook_id)))
         if not job.payload.get("report"):
             return Complete(write=BatchWrite(self.apply_events, (job, webhook_id)))
         record = self.webhooks.get(webhook_id)
@@ -107,6 +116,8 @@ class WebhookHandler:
                 news = news_of(record)
                 if news is None:
                     marks.append((record.id, WebhookState.IGNORED, None))
+                elif isinstance(news, PayoutNews):  # its payouts job was queued before this finish
+                    marks.append((record.id, WebhookState.APPLIED, None))
                 else:
                     todo.append((record, news, job))
         found = self.payments.for_psp_events(conn, [(r.psp, r.psp_reference, r.merchant_reference)
@@ -217,8 +228,9 @@ def _noted(payment: Payment, details: dict[str, Any], job: Job, *, remember: str
                 remember=remember, reconcile=reconcile)
 
 
-def news_of(record: WebhookRecord) -> News | None:
-    """What a stored event says about its payment, as the PSP's webhook module parsed it (None: no news)."""
+def news_of(record: WebhookRecord) -> News | PayoutNews | None:
+    """What a stored event says about its payment (or payout), as the PSP's webhook module parsed it (None: no
+    news)."""
     if record.news is None:
         return None
     return news_from(record.news, psp_reference=record.psp_reference, merchant_reference=record.merchant_reference,

@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import httpx
 import pytest
@@ -22,6 +22,8 @@ from recon.console.session import token_principal
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
+from recon.db.payout_store import PayoutStore
+from recon.payout_rows import ExceptionKind, Finding, NewPayout, PayoutStatus
 from tests.cli import Runner, python_env
 from tests.console import BASE_URL, TestClient, console, csrf_token, make_dead
 from tests.integration.payment_flow import create
@@ -240,7 +242,12 @@ def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie
         db: Database, db_url: str) -> None:
     dead = make_dead(JobStore(db), queue="charges")
     create(db, 1, charge=False, prefix="order")
-    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe"}
+    payouts = PayoutStore(db)
+    payout = payouts.store(NewPayout("stripe", "", "po_1", 100, "EUR", PayoutStatus.PAID, date(2026, 11, 2), None,
+                                     None, ())).payout_id
+    [exception] = payouts.record_close([], [Finding(ExceptionKind.BANK_MISSING, payout, None, "none")],
+                                       payout_ids=[payout], entry_ids=[])
+    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe", "pid": str(payout), "eid": str(exception.id)}
     before = everything(db)
     cookies: list[str] = []
     for token in (None, TOKEN):

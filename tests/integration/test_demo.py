@@ -59,6 +59,9 @@ def test_demo__tells_the_story_and_proves_no_double_charge(tmp_path: Path, psp: 
         [hook] = hooks
         received = int(hook.split()[1])
         assert received >= 60 and "applied" in hook, hook
+        # the PSPs that pay out: payouts fetched, the bank's statements imported, every payout matched
+        [closed] = [line for line in lines if line.startswith("payouts: ")]
+        assert re.search(r"paid out (\d+) payouts .*: \1 payouts matched to the bank: day closed \(", closed), closed
     command = f"recon --database-url sqlite:///{tmp_path / 'recon.db'} console"
     assert lines[-1].startswith(f"see what happened in the console: {command} ")
     stats = subprocess.run([sys.executable, "-m", "recon", "--database-url", f"sqlite:///{tmp_path / 'recon.db'}",

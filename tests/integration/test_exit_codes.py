@@ -35,6 +35,10 @@ ARGS = {
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
     ("psp-sandbox-statement",): ["--psp", "stripe", "--format", "mt940", "--iban", "NL91ABNA0417164300",
                                  "--since", "2026-11-01", "--until", "2026-11-02", "--output", "s.sta"],
+    ("close",): ["--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02"],
+    ("payouts", "fetch"): ["--psp", "sandbox", "--since", "2026-11-01", "--until", "2026-11-02"],
+    ("payouts", "list"): [], ("payouts", "show"): ["1"], ("payouts", "exceptions"): [],
+    ("payouts", "resolve"): ["1", "--reason", "r", "--by", "me"],
 }
 IBAN = "NL91ABNA0417164300"
 

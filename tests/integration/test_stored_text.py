@@ -374,6 +374,58 @@ def plant_bank_statement(env: Env) -> None:
     assert not holds_card(result.stdout + result.stderr)
 
 
+def plant_payouts(env: Env) -> None:
+    """Stripe's payouts over HTTP (a statement descriptor, a trace id and a line's merchant reference holding a
+    card number; payout, line and PaymentIntent ids carrying a Luhn-valid number, kept exactly), fetched twice
+    (the second time changed), a bank credit carrying the same trace id with another amount (an exception whose
+    detail quotes it), and its resolution by an operator whose name and reason hold a card number."""
+    iban = "NL91ABNA0417164300"
+    config = env.config(f'[bank.accounts.payouts]\niban = "{iban}"\ncurrency = "EUR"\npsps = ["stripe"]\n')
+    _stripe_app(env).close()
+    trace = f"{PROBE}-{CARD}"
+    payout_id, txn_id = f"po_{ADYEN_NUMERIC_REFERENCE}", f"txn_{ADYEN_NUMERIC_REFERENCE}"
+    intent = f"pi_{ADYEN_NUMERIC_REFERENCE}"
+
+    def payouts(amount: int) -> httpx.Response:
+        return httpx.Response(200, json={"object": "list", "url": "/v1/payouts", "has_more": False, "data": [
+            canonical("payout", id=payout_id, amount=amount, currency="eur", status="paid", arrival_date=1762732800,
+                      trace_id={"status": "supported", "value": trace}, statement_descriptor=planted())]})
+
+    lines = {"object": "list", "url": "/v1/balance_transactions", "has_more": False, "data": [
+        canonical("balance_transaction", id=txn_id, reporting_category="charge", type="charge", amount=5000, fee=0,
+                  net=5000, currency="eur", source=canonical("charge", payment_intent=intent, currency="eur",
+                                                              metadata={"merchant_reference": planted(1)}))]}
+    for amount in (5000, 4000):
+        with respx.mock(assert_all_called=False) as router:
+            router.get(f"{STRIPE_URL}/v1/payouts").mock(return_value=payouts(amount))
+            router.get(f"{STRIPE_URL}/v1/balance_transactions").mock(return_value=httpx.Response(200, json=lines))
+            result = env.run("--config", config, "payouts", "fetch", "--psp", "stripe", "--since", "2025-11-01",
+                             "--until", "2025-12-01")
+        assert result.returncode in (0, 1), result.stderr
+        assert not holds_card(result.stdout + result.stderr)
+    day = date(2025, 11, 10)
+    statement = StatementToWrite(account=iban, currency="EUR", exponent=2, statement_id="S-payouts", opening=0,
+                                 period_start=day, period_end=day, entries=[EntryToWrite(
+                                     amount=3000, direction="credit", booking_date=day, bank_reference="B-1",
+                                     end_to_end_id=trace)])
+    out = io.BytesIO()
+    bank_formats.writer("camt053", camt_version="08").write(out, [statement])
+    path = env.tmp_path / "payouts.xml"
+    path.write_bytes(out.getvalue())
+    assert env.run("--config", config, "bank", "import", str(path)).returncode == 0
+    result = env.run("--config", config, "close", "--psp", "stripe", "--since", "2025-11-01", "--until", "2025-12-01")
+    assert result.returncode == 1, result.stderr
+    assert not holds_card(result.stdout + result.stderr)
+    kinds = sorted(column(env.db, "payout_exceptions", "kind"))
+    assert kinds == ["amount_differs", "lines_differ"]  # the trace id on a credit of 3000; lines of 5000 in 4000
+    for exception_id in column(env.db, "payout_exceptions", "id"):
+        result = env.run("payouts", "resolve", str(exception_id), "--reason", planted(2), "--by", f"{PROBE} {CARD}")
+        assert result.returncode == 0, result.stderr
+    assert column(env.db, "payouts", "payout_ref") == [payout_id]
+    assert column(env.db, "payout_lines", "line_ref") == [txn_id]
+    assert column(env.db, "payout_lines", "psp_reference") == [intent]
+
+
 # --- the columns -------------------------------------------------------------------------------------------
 
 
@@ -424,6 +476,30 @@ COLUMNS: dict[str, Entry] = {
     "bank_entries.counterparty": Masked(plant_bank_statement),
     "bank_entries.remittance": Masked(plant_bank_statement),
     "bank_entries.bank_code": Masked(plant_bank_statement),
+    "payouts.psp": Exempt("the PSP a command or job names, one of psp_adapters.registry's (checked before any work)"),
+    "payouts.merchant_account": Exempt("the merchant account recon asked the PSP about (its configured or stored "
+                                       "account), never text from the PSP's answer; empty for Stripe"),
+    "payouts.payout_ref": Verbatim(plant_payouts, PSP_ID),
+    "payouts.currency": Exempt("an ISO-4217 code the adapters check (three letters, else PspProtocolError) and a "
+                               "CHECK constraint admits"),
+    "payouts.status": Exempt(CHECKED),
+    "payouts.trace_ref": Masked(plant_payouts),
+    "payouts.statement_descriptor": Masked(plant_payouts),
+    "payouts.digest": Exempt("the SHA-256 of what the PSP said, 64 hexadecimal digits recon computed"),
+    "payout_lines.line_ref": Verbatim(plant_payouts, PSP_ID),
+    "payout_lines.kind": Exempt(CHECKED),
+    "payout_lines.psp_reference": Verbatim(plant_payouts, PSP_ID),
+    "payout_lines.merchant_reference": Masked(plant_payouts),
+    "payout_lines.currency": Exempt("an ISO-4217 code the adapters check: three letters, else PspProtocolError"),
+    "payout_events.kind": Exempt("recon's word for a payout's step: fetched, changed, matched, reopened, resolved"),
+    "payout_events.detail": Masked(plant_payouts),
+    "payout_matches.rule": Exempt("recon's name of the matching rule (recon.close.match), never outside text"),
+    "payout_exceptions.exception_key": Exempt("made by recon: the exception's kind and two row ids"),
+    "payout_exceptions.kind": Exempt(CHECKED),
+    "payout_exceptions.detail": Masked(plant_payouts),
+    "payout_exceptions.state": Exempt(CHECKED),
+    "payout_exceptions.resolved_by": Masked(plant_payouts),
+    "payout_exceptions.resolution": Masked(plant_payouts),
     "jobs.queue": Refused(config_refused('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue")),
     "jobs.kind": Refused(config_refused('[schedule.s]\nkind = "k 4242 4242 4242 4242"\nevery = "1h"\n',
                                         "schedule.s.kind")),

@@ -405,7 +405,7 @@ def test_adyen__report_available_queues_reconcile_jobs_for_unfinished_payments(
         app: App, db: Database, client: TestClient) -> None:
     pending = payment(db, "order-1", psp="adyen", status=PaymentStatus.PENDING, psp_reference="PSP1")
     payment(db, "order-2", psp="stripe", status=PaymentStatus.PENDING)
-    report = adyen_item("REPORT_AVAILABLE", "settlement_detail_report_batch_1.csv", "",
+    report = adyen_item("REPORT_AVAILABLE", "payments_accounting_report_2026_12_01.csv", "",
                         reason="https://ca-test.adyen.com/reports/download/x.csv")
     assert client.post("/webhooks/adyen", json=adyen_body(report)).text == "[accepted]"
     work(app)
@@ -538,3 +538,39 @@ def test_adyen__report_available_queues_window_jobs_where_the_adapter_lists_paym
     payloads = [(k, json.loads(p) if isinstance(p, str) else p) for k, p in rows]
     assert [k for k, _ in payloads] == [WINDOW_KIND]  # one window: one report download per account-day
     assert sorted(payloads[0][1]["ids"]) == adyen  # only the PSP whose report is new, none of Stripe's
+
+
+# --- payouts ----------------------------------------------------------------------------------------------
+
+
+def jobs_of(db: Database, kind: str) -> list[tuple[str, Any]]:
+    with db.begin() as conn:
+        rows = conn.execute(sa.text("SELECT queue, payload FROM jobs WHERE kind = :k ORDER BY id"), {"k": kind}).all()
+    return [(q, json.loads(p) if isinstance(p, str) else p) for q, p in rows]
+
+
+@pytest.mark.parametrize("event_type", ["payout.paid", "payout.failed", "payout.reconciliation_completed"])
+def test_stripe__payout_events_queue_the_payouts_job(app: App, db: Database, client: TestClient,
+                                                     event_type: str) -> None:
+    po = canonical("payout", id="po_123", status=event_type.split(".")[1].replace("reconciliation_completed", "paid"))
+    body = stripe_event(event_type, po)
+    assert post_stripe(client, body).status_code == 200
+    assert post_stripe(client, body).status_code == 200  # redelivered: one event, one job
+    work(app)
+    assert jobs_of(db, "payouts") == [("close", {"psp": "stripe", "days_back": 31, "files": ["po_123"]})]
+    with db.begin() as conn:
+        assert conn.execute(sa.text("SELECT news, state, psp_reference FROM webhook_events")).one() == (
+            "payout", "applied", "po_123")
+
+
+def test_adyen__a_settlement_details_report_queues_the_payouts_job_not_a_sweep(
+        app: App, db: Database, client: TestClient) -> None:
+    payment(db, "order-1", psp="adyen", status=PaymentStatus.PENDING, psp_reference="PSP1")
+    report = adyen_item("REPORT_AVAILABLE", "settlement_detail_report_batch_7.csv", "",
+                        reason="https://ca-test.adyen.com/reports/download/MerchantAccount/ShopECOM/"
+                               "settlement_detail_report_batch_7.csv")
+    assert client.post("/webhooks/adyen", json=adyen_body(report)).text == "[accepted]"
+    work(app)
+    assert jobs_of(db, "payouts") == [("close", {"psp": "adyen", "days_back": 31,
+                                                 "files": ["settlement_detail_report_batch_7.csv"]})]
+    assert jobs_of(db, "reconcile") == []

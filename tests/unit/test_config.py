@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from psp_adapters import registry
+from recon.close.config import CloseConfig
 from recon.config import Settings, load_settings
 from recon.errors import ConfigError
 from recon.payments.config import PaymentsConfig
@@ -24,6 +25,7 @@ def test_config__repository_file_mirrors_the_builtin_defaults() -> None:
     factories = registry.webhook_factories()
     assert WebhookConfig.load(loaded.extra["webhooks"], {}, factories=factories) == \
         WebhookConfig.load(None, {}, factories=factories)
+    assert CloseConfig.from_table(loaded.extra["close"]) == CloseConfig()
 
 
 def test_config__env_overrides_file(tmp_path: Path) -> None:
@@ -144,3 +146,20 @@ def test_config__numbers_and_a_database_url_are_not_card_numbers(tmp_path: Path)
     path.write_text('[database]\nurl = "sqlite:///x-1234567890123.db"\n[queues.q]\nmax_depth = 424242424242\n',
                     encoding="utf-8")
     assert load_settings(path, environ={}).queue("q").max_depth == 424242424242
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"window_day": 3}, "did you mean 'window_days'"),
+    ({"bank_fee_tolerance": 100_001}, "close.bank_fee_tolerance: must be an integer from 0 to 100000"),
+    ({"psp": {"adyen": {"window_days": 99}}}, "close.psp.adyen.window_days"),
+    ({"psp": {"adyen": {"queue": "x"}}}, "close.psp.adyen.queue: unknown key"),
+    ({"queue": "a b"}, "close.queue"),
+])
+def test_close_config__refuses_what_it_does_not_know_or_bound(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        CloseConfig.from_table(table, source="recon.toml")
+
+
+def test_close_config__a_psp_table_overrides_the_defaults_for_that_psp() -> None:
+    config = CloseConfig.from_table({"window_days": 2, "psp": {"adyen": {"window_days": 5}}})
+    assert (config.rules_for("adyen").window_days, config.rules_for("stripe").window_days) == (5, 2)

@@ -1,0 +1,269 @@
+"""Every SQL statement about ``payouts``, ``payout_lines``, ``payout_events``, ``payout_matches`` and
+``payout_exceptions`` (migration 0017), and the reads of ``payments`` and ``bank_entries`` that link a payout to
+them; only ``recon.db.payout_store`` executes these.
+
+Days (``arrival_date``, ``booking_date``) are ``date`` on PostgreSQL and ISO text on SQLite (which sorts right).
+"""
+
+from __future__ import annotations
+
+from recon.db.sql import Query
+
+PAYOUT_COLUMNS = """id, psp, merchant_account, payout_ref, amount, currency, status, arrival_date, trace_ref,
+    statement_descriptor, digest, version, line_count, lines_net, fetched_at, updated_at"""
+LINE_COLUMNS = """id, payout_id, line_ref, kind, psp_reference, merchant_reference, gross, fee, net, currency,
+    payment_id, missing_locally"""
+EXCEPTION_COLUMNS = """id, kind, payout_id, bank_entry_id, detail, state, created_at, resolved_by, resolution,
+    resolved_at"""
+CREDIT_COLUMNS = """id, account, amount, currency, booking_date, value_date, bank_reference, end_to_end_id,
+    remittance, payout_id"""
+
+payout_get_by_ref = Query(
+    "payout_get_by_ref",
+    "Run by the payouts job before storing a fetched payout: the stored one, to compare.",
+    sql=f"SELECT {PAYOUT_COLUMNS} FROM payouts WHERE psp = :psp AND payout_ref = :payout_ref",  # nosec B608
+)
+
+payout_get = Query(
+    "payout_get",
+    "Run by `recon payouts show` and the console: one payout by id.",
+    sql=f"SELECT {PAYOUT_COLUMNS} FROM payouts WHERE id = :id",  # nosec B608  # column list constant
+)
+
+payout_psps = Query(
+    "payout_psps",
+    "Run by `recon payouts show` when a payout id is given without a PSP: the PSPs that have payouts.",
+    sql="SELECT DISTINCT psp FROM payouts ORDER BY psp",
+)
+
+payout_insert = Query(
+    "payout_insert",
+    "Run by the payouts job: a payout seen for the first time (a concurrent job's copy wins: no row).",
+    sql="""INSERT INTO payouts (psp, merchant_account, payout_ref, amount, currency, status, arrival_date, trace_ref,
+                                statement_descriptor, digest, version, line_count, lines_net, fetched_at, updated_at)
+           VALUES (:psp, :merchant_account, :payout_ref, :amount, :currency, :status, :arrival_date, :trace_ref,
+                   :statement_descriptor, :digest, 1, :line_count, :lines_net, {now}, {now})
+           ON CONFLICT (psp, payout_ref) DO NOTHING
+           RETURNING id""",
+)
+
+payout_update_if_version = Query(
+    "payout_update_if_version",
+    "Run by the payouts job when a stored payout comes back changed: compare-and-set on its version.",
+    sql="""UPDATE payouts SET amount = :amount, currency = :currency, status = :status, arrival_date = :arrival_date,
+                              trace_ref = :trace_ref, statement_descriptor = :statement_descriptor, digest = :digest,
+                              version = version + 1, line_count = :line_count, lines_net = :lines_net,
+                              fetched_at = {now}, updated_at = {now}
+           WHERE id = :id AND version = :version""",
+)
+
+payout_touch = Query(
+    "payout_touch",
+    "Run by the payouts job when a stored payout comes back the same: when it was last seen.",
+    sql="UPDATE payouts SET fetched_at = {now} WHERE id = :id",
+)
+
+payout_line_insert = Query(
+    "payout_line_insert",
+    "Run by the payouts job (executemany): a payout's lines; a line stored before is left alone.",
+    sql="""INSERT INTO payout_lines (payout_id, line_ref, kind, psp_reference, merchant_reference, gross, fee, net,
+                                     currency, payment_id, missing_locally)
+           VALUES (:payout_id, :line_ref, :kind, :psp_reference, :merchant_reference, :gross, :fee, :net, :currency,
+                   :payment_id, :missing_locally)
+           ON CONFLICT (payout_id, line_ref) DO NOTHING""",
+)
+
+payment_ids_by_psp_reference = Query(
+    "payment_ids_by_psp_reference",
+    "Run by the payouts job: our payments of :psp whose PSP references are among :refs.",
+    sql="SELECT psp_reference AS ref, id FROM payments WHERE psp = :psp AND psp_reference IN :refs",
+    expanding=("refs",),
+)
+
+payment_ids_by_merchant_reference = Query(
+    "payment_ids_by_merchant_reference",
+    "Run by the payouts job for lines no PSP reference found: our payments of :psp by merchant reference (and "
+    "account, where the payout has one).",
+    sql="""SELECT merchant_reference AS ref, id FROM payments
+           WHERE psp = :psp AND merchant_reference IN :refs AND (:account = '' OR merchant_account = :account)""",
+    expanding=("refs",),
+)
+
+payout_event_insert = Query(
+    "payout_event_insert",
+    "Run by the payouts job and the close: one line of a payout's history.",
+    sql="INSERT INTO payout_events (payout_id, at, kind, detail) VALUES (:payout_id, {now}, :kind, :detail)",
+)
+
+payout_events_of = Query(
+    "payout_events_of",
+    "Run by `recon payouts show`: a payout's history, oldest first.",
+    sql="SELECT payout_id, at, kind, detail FROM payout_events WHERE payout_id = :payout_id ORDER BY id",
+)
+
+payout_lines_of = Query(
+    "payout_lines_of",
+    "Run by the close and `recon payouts show`: a payout's lines, a page at a time by id.",
+    sql=f"""SELECT {LINE_COLUMNS} FROM payout_lines WHERE payout_id = :payout_id AND id > :after_id
+            ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+)
+
+payout_report_lines = Query(
+    "payout_report_lines",
+    "Run by the close's report: what it prints of the lines of a page of payouts, by payout and id.",
+    sql="""SELECT payout_id, merchant_reference, psp_reference, kind, gross, fee, net, currency, payment_id,
+                  missing_locally
+           FROM payout_lines WHERE payout_id IN :ids ORDER BY payout_id, id""",
+    expanding=("ids",),
+)
+
+payout_line_totals = Query(
+    "payout_line_totals",
+    "Run by the close: per payout and line kind and currency, the sums of gross, fee and net.",
+    sql="""SELECT payout_id, kind, currency, SUM(gross) AS gross, SUM(fee) AS fee, SUM(net) AS net,
+                  COUNT(*) AS n, SUM(CASE WHEN missing_locally THEN 1 ELSE 0 END) AS missing
+           FROM payout_lines WHERE payout_id IN :ids GROUP BY payout_id, kind, currency""",
+    expanding=("ids",),
+)
+
+payout_list = Query(
+    "payout_list",
+    "Run by `recon payouts list`, the close and the console: payouts by PSP, status and arrival window, by id.",
+    postgresql=f"""SELECT {PAYOUT_COLUMNS} FROM payouts
+                   WHERE (CAST(:psp AS text) IS NULL OR psp = :psp)
+                     AND (CAST(:status AS text) IS NULL OR status = :status)
+                     AND (CAST(:since AS date) IS NULL OR arrival_date >= CAST(:since AS date))
+                     AND (CAST(:until AS date) IS NULL OR arrival_date < CAST(:until AS date))
+                     AND id > :after_id
+                   ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+    sqlite=f"""SELECT {PAYOUT_COLUMNS} FROM payouts
+               WHERE (:psp IS NULL OR psp = :psp) AND (:status IS NULL OR status = :status)
+                 AND (:since IS NULL OR arrival_date >= :since) AND (:until IS NULL OR arrival_date < :until)
+                 AND id > :after_id
+               ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+)
+
+credit_list = Query(
+    "credit_list",
+    "Run by the close: the credits of :accounts booked in [:since, :until), by id.",
+    sql=f"""SELECT {CREDIT_COLUMNS} FROM bank_entries
+            WHERE direction = 'credit' AND account IN :accounts AND booking_date >= :since AND booking_date < :until
+              AND id > :after_id
+            ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+    expanding=("accounts",),
+)
+
+credit_get = Query(
+    "credit_get",
+    "Run by `recon payouts show` and the console: the bank entries a payout matched.",
+    sql=f"""SELECT {CREDIT_COLUMNS} FROM bank_entries
+            WHERE id IN (SELECT bank_entry_id FROM payout_matches WHERE payout_id = :payout_id) ORDER BY id""",  # nosec B608
+)
+
+match_insert = Query(
+    "match_insert",
+    "Run by the close: a payout explained by a bank entry (stored once).",
+    sql="""INSERT INTO payout_matches (payout_id, bank_entry_id, rule, bank_fee, matched_at)
+           VALUES (:payout_id, :bank_entry_id, :rule, :bank_fee, {now})
+           ON CONFLICT (payout_id, bank_entry_id) DO NOTHING""",
+)
+
+entry_link = Query(
+    "entry_link",
+    "Run by the close with match_insert: the entry's own link to (the first of) its payouts.",
+    sql="UPDATE bank_entries SET payout_id = :payout_id WHERE id = :id AND payout_id IS NULL",
+)
+
+match_list = Query(
+    "match_list",
+    "Run by the close: the matches of the payouts :ids.",
+    sql="SELECT payout_id, bank_entry_id, rule, bank_fee FROM payout_matches WHERE payout_id IN :ids",
+    expanding=("ids",),
+)
+
+match_list_of_entries = Query(
+    "match_list_of_entries",
+    "Run by the close: the matches of the bank entries :ids (a credit matched to a payout outside the window).",
+    sql="SELECT payout_id, bank_entry_id, rule, bank_fee FROM payout_matches WHERE bank_entry_id IN :ids",
+    expanding=("ids",),
+)
+
+entry_unlink = Query(
+    "entry_unlink",
+    "Run when a payout is reopened (it changed at the PSP): its entries are unmatched again.",
+    sql="""UPDATE bank_entries SET payout_id = NULL
+           WHERE id IN (SELECT bank_entry_id FROM payout_matches WHERE payout_id = :payout_id)""",
+)
+
+match_delete = Query(
+    "match_delete",
+    "Run when a payout is reopened, after entry_unlink: its matches (the events keep what they were).",
+    sql="DELETE FROM payout_matches WHERE payout_id = :payout_id",
+)
+
+exception_insert = Query(
+    "exception_insert",
+    "Run by the close: an exception, unless one with its key is open, or was resolved by a person (their word "
+    "stands until the payout changes: a reopened payout's exceptions are cleared).",
+    sql="""INSERT INTO payout_exceptions (exception_key, kind, payout_id, bank_entry_id, detail, state, created_at)
+           SELECT :key, :kind, :payout_id, :bank_entry_id, :detail, 'open', {now}
+           WHERE NOT EXISTS (SELECT 1 FROM payout_exceptions WHERE exception_key = :key AND state = 'resolved')
+           ON CONFLICT (exception_key) WHERE state = 'open' DO NOTHING""",
+)
+
+exception_open_in_scope = Query(
+    "exception_open_in_scope",
+    "Run by the close: the open exceptions of the payouts :payouts or the entries :entries.",
+    sql=f"""SELECT {EXCEPTION_COLUMNS}, exception_key FROM payout_exceptions
+            WHERE state = 'open' AND (payout_id IN :payouts OR bank_entry_id IN :entries) ORDER BY id""",  # nosec B608
+    expanding=("payouts", "entries"),
+)
+
+exception_clear = Query(
+    "exception_clear",
+    "Run by the close: an open exception the evidence now explains (or a reopened payout's) is cleared.",
+    sql="""UPDATE payout_exceptions SET state = 'cleared', resolved_at = {now}, resolution = :why
+           WHERE id = :id AND state = 'open'""",
+)
+
+exception_clear_of_payout = Query(
+    "exception_clear_of_payout",
+    "Run when a payout is reopened: its open and resolved exceptions are cleared (the next close decides again; "
+    "a resolution keeps its operator and reason, the reopening appended).",
+    sql="""UPDATE payout_exceptions SET state = 'cleared', resolved_at = {now},
+                                        resolution = CASE WHEN resolution IS NULL THEN :why
+                                                          ELSE resolution || ' / ' || :why END
+           WHERE payout_id = :payout_id AND state IN ('open', 'resolved')""",
+)
+
+exception_list = Query(
+    "exception_list",
+    "Run by `recon payouts exceptions` and the console: exceptions by state and kind, by id.",
+    postgresql=f"""SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions
+                   WHERE (CAST(:state AS text) IS NULL OR state = :state)
+                     AND (CAST(:kind AS text) IS NULL OR kind = :kind) AND id > :after_id
+                   ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+    sqlite=f"""SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions
+               WHERE (:state IS NULL OR state = :state) AND (:kind IS NULL OR kind = :kind) AND id > :after_id
+               ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
+)
+
+exception_of_payout = Query(
+    "exception_of_payout",
+    "Run by `recon payouts show`: a payout's exceptions, every state.",
+    sql=f"SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions WHERE payout_id = :payout_id ORDER BY id",  # nosec B608
+)
+
+exception_get = Query(
+    "exception_get",
+    "Run by `recon payouts resolve`: one exception.",
+    sql=f"SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions WHERE id = :id",  # nosec B608
+)
+
+exception_resolve = Query(
+    "exception_resolve",
+    "Run by `recon payouts resolve` and the console: an open exception resolved by a person, with a reason.",
+    sql="""UPDATE payout_exceptions SET state = 'resolved', resolved_by = :by, resolution = :reason,
+                                        resolved_at = {now}
+           WHERE id = :id AND state = 'open'""",
+)

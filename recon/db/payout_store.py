@@ -1,0 +1,405 @@
+"""PayoutStore: the PSPs' payouts, their lines and history, and the close's matches and exceptions. The only
+code that executes ``payout_queries``.
+
+``store`` keeps one row per (psp, payout id) and evidence never overwrites what we know without a trace: a
+payout that comes back the same is only touched (``fetched_at``); one that comes back changed (its amount, its
+status turning ``failed``, its lines) is updated by compare-and-set on its ``version`` with a ``changed`` event
+naming each change, old and new, and when it had been matched or had exceptions it is **reopened**: its matches
+are removed (the bank entries are unmatched again), its open exceptions cleared, and a ``reopened`` event says
+so; the next close decides it again. Lines are stored once per (payout, line id); each is linked to our
+payment (PSP reference first, then merchant reference within the payout's merchant account) or marked
+``missing_locally`` when it is about a payment (a charge, refund or dispute) we do not have.
+
+Texts from the PSP are redacted here (``recon.redact``) but for its own identifiers (payout id, line id, PSP
+reference), stored exactly because they are compared. The trace reference is masked like the bank's texts it
+is compared with (``recon.bank.importer`` masks those), so that the two still meet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import date
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+
+from recon.db import payout_queries as q
+from recon.db.database import Database
+from recon.errors import ReviewRefused
+from recon.payout_rows import (
+    Credit,
+    ExceptionKind,
+    ExceptionState,
+    Finding,
+    LineKind,
+    Match,
+    NewPayout,
+    Payout,
+    PayoutEvent,
+    PayoutException,
+    PayoutLine,
+    PayoutStatus,
+    StoreOutcome,
+)
+from recon.redact import redact, redact_optional
+
+PAGE = 500
+#: line kinds about a payment of ours: a line of these kinds we cannot find is ``missing_locally``
+PAYMENT_KINDS = frozenset({LineKind.CHARGE, LineKind.REFUND, LineKind.DISPUTE, LineKind.DISPUTE_REVERSAL})
+
+
+def digest(payout: NewPayout) -> str:
+    """What a payout says, hashed: a different digest is a changed payout."""
+    doc = [payout.amount, payout.currency, payout.status.value, payout.arrival_date.isoformat(), payout.trace_ref,
+           sorted((ln.line_ref, ln.kind.value, ln.gross, ln.fee, ln.net, ln.currency) for ln in payout.lines)]
+    return hashlib.sha256(orjson.dumps(doc)).hexdigest()
+
+
+class PayoutStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- the payouts job ----------------------------------------------------------------------------------
+
+    def store(self, payout: NewPayout) -> StoreOutcome:
+        """Store one fetched payout with its lines (see the module docstring); one transaction."""
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(q.payout_get_by_ref),
+                               {"psp": payout.psp, "payout_ref": payout.payout_ref}).mappings().first()
+            params = self._payout_params(payout)
+            if row is None:
+                new_id = conn.execute(self._q(q.payout_insert), params).scalar()
+                if new_id is None:  # a concurrent job stored it first: read it and compare as below
+                    row = conn.execute(self._q(q.payout_get_by_ref),
+                                       {"psp": payout.psp, "payout_ref": payout.payout_ref}).mappings().one()
+                else:
+                    self._insert_lines(conn, int(new_id), payout)
+                    self._event(conn, int(new_id), "fetched", _describe(payout))
+                    return StoreOutcome(int(new_id), "new")
+            stored = self._payout(row)
+            if stored.digest == params["digest"]:
+                conn.execute(self._q(q.payout_touch), {"id": stored.id, "now": self.db.now_param()})
+                return StoreOutcome(stored.id, "same")
+            changes = _changes(stored, payout)
+            updated = conn.execute(self._q(q.payout_update_if_version),
+                                   {**params, "id": stored.id, "version": stored.version}).rowcount
+            if updated != 1:  # another job changed it meanwhile: that one's event says what
+                return StoreOutcome(stored.id, "same")
+            self._insert_lines(conn, stored.id, payout)
+            self._event(conn, stored.id, "changed", "; ".join(changes))
+            self._reopen(conn, stored.id, why=f"the payout changed at the PSP ({'; '.join(changes)})")
+            return StoreOutcome(stored.id, "changed", tuple(changes))
+
+    def _reopen(self, conn: sa.Connection, payout_id: int, *, why: str) -> None:
+        now = self.db.now_param()
+        conn.execute(self._q(q.entry_unlink), {"payout_id": payout_id})
+        unmatched = conn.execute(self._q(q.match_delete), {"payout_id": payout_id}).rowcount
+        cleared = conn.execute(self._q(q.exception_clear_of_payout),
+                               {"payout_id": payout_id, "why": redact(f"reopened: {why}")[:500], "now": now}).rowcount
+        if unmatched or cleared:
+            self._event(conn, payout_id, "reopened",
+                        f"{unmatched} bank match(es) removed, {cleared} exception(s) cleared: {why}")
+
+    def _payout_params(self, p: NewPayout) -> dict[str, Any]:
+        return {"psp": p.psp, "merchant_account": redact(p.merchant_account), "payout_ref": p.payout_ref,
+                "amount": p.amount, "currency": p.currency, "status": p.status.value,
+                "arrival_date": self._day(p.arrival_date), "trace_ref": redact_optional(p.trace_ref),
+                "statement_descriptor": redact_optional(p.statement_descriptor), "digest": digest(p),
+                "line_count": len(p.lines), "lines_net": p.lines_net, "now": self.db.now_param()}
+
+    def _insert_lines(self, conn: sa.Connection, payout_id: int, payout: NewPayout) -> None:
+        if not payout.lines:
+            return
+        by_psp = self._lookup(conn, q.payment_ids_by_psp_reference, payout,
+                              {ln.psp_reference for ln in payout.lines if ln.psp_reference})
+        by_ours = self._lookup(conn, q.payment_ids_by_merchant_reference, payout,
+                               {ln.merchant_reference for ln in payout.lines
+                                if ln.merchant_reference and by_psp.get(ln.psp_reference or "") is None})
+        rows = []
+        for ln in payout.lines:
+            payment = by_psp.get(ln.psp_reference or "") or by_ours.get(ln.merchant_reference or "")
+            rows.append({"payout_id": payout_id, "line_ref": ln.line_ref, "kind": ln.kind.value,
+                         "psp_reference": ln.psp_reference,
+                         "merchant_reference": redact_optional(ln.merchant_reference),
+                         "gross": ln.gross, "fee": ln.fee, "net": ln.net, "currency": ln.currency,
+                         "payment_id": payment, "missing_locally": payment is None and ln.kind in PAYMENT_KINDS})
+        for start in range(0, len(rows), PAGE):
+            conn.execute(self._q(q.payout_line_insert), rows[start:start + PAGE])
+
+    def _lookup(self, conn: sa.Connection, query: Any, payout: NewPayout, refs: set[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        ordered = sorted(refs)
+        for start in range(0, len(ordered), PAGE):
+            for r in conn.execute(self._q(query), {"psp": payout.psp, "refs": ordered[start:start + PAGE],
+                                                   "account": payout.merchant_account}).mappings():
+                found.setdefault(r["ref"], int(r["id"]))
+        return found
+
+    def _event(self, conn: sa.Connection, payout_id: int, kind: str, detail: str) -> None:
+        conn.execute(self._q(q.payout_event_insert), {"payout_id": payout_id, "kind": kind,
+                                                      "detail": redact(detail)[:2000], "now": self.db.now_param()})
+
+    # --- reading --------------------------------------------------------------------------------------------
+
+    def iter_payouts(self, *, psp: str | None = None, status: str | None = None, since: date | None = None,
+                     until: date | None = None, page: int = PAGE) -> Iterator[Payout]:
+        """Payouts by id, of ``psp``, in ``status``, arriving in ``[since, until)``."""
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(q.payout_list), {
+                    "psp": psp, "status": status, "since": self._day(since), "until": self._day(until),
+                    "after_id": after, "n": page}).mappings().all()
+            yield from (self._payout(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1]["id"])
+
+    def known_refs(self, psp: str, *, since: date) -> list[str]:
+        """The PSP payout ids of ``psp`` arriving on or after ``since`` (Adyen's walk starts after them)."""
+        return [p.payout_ref for p in self.iter_payouts(psp=psp, since=since)]
+
+    def get(self, payout_id: int) -> Payout | None:
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(q.payout_get), {"id": payout_id}).mappings().first()
+        return None if row is None else self._payout(row)
+
+    def find(self, word: str, *, psp: str | None = None) -> list[Payout]:
+        """The payouts ``word`` names: recon's id, or a PSP's payout id (of ``psp``, or of any PSP)."""
+        found = []
+        if word.isdigit() and len(word) < 19:
+            payout = self.get(int(word))
+            found += [payout] if payout else []
+        with self.db.begin() as conn:
+            for name in ([psp] if psp else self._psps(conn)):
+                row = conn.execute(self._q(q.payout_get_by_ref), {"psp": name, "payout_ref": word}).mappings().first()
+                if row is not None:
+                    found.append(self._payout(row))
+        return found
+
+    def _psps(self, conn: sa.Connection) -> list[str]:
+        return [str(r["psp"]) for r in conn.execute(self._q(q.payout_psps)).mappings()]
+
+    def lines(self, payout_id: int, *, page: int = PAGE) -> Iterator[PayoutLine]:
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(q.payout_lines_of), {"payout_id": payout_id, "after_id": after,
+                                                                 "n": page}).mappings().all()
+            yield from (self._line(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1]["id"])
+
+    def report_lines(self, payout_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+        """The close report's view of the lines of a page of payouts: merchant reference, PSP reference, kind,
+        gross, fee, net, currency and category (``PayoutLine.category``), read in one fetch (a month's report
+        prints a million of them: no row objects)."""
+        out: dict[int, list[dict[str, Any]]] = {i: [] for i in payout_ids}
+        if not payout_ids:
+            return out
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.payout_report_lines), {"ids": list(payout_ids)}).all()
+        for pid, ours, psp_ref, kind, gross, fee, net, currency, payment_id, missing in rows:
+            category = "matched" if payment_id is not None else "missing_locally" if missing else "not_a_payment"
+            out[int(pid)].append({"merchant_reference": ours, "psp_reference": psp_ref, "kind": kind,
+                                  "gross": int(gross), "fee": int(fee), "net": int(net), "currency": currency,
+                                  "category": category})
+        return out
+
+    def events(self, payout_id: int) -> list[PayoutEvent]:
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.payout_events_of), {"payout_id": payout_id}).mappings().all()
+        return [PayoutEvent(payout_id=int(r["payout_id"]), at=self.db.from_db(r["at"]),  # type: ignore[arg-type]
+                            kind=r["kind"], detail=r["detail"]) for r in rows]
+
+    def line_totals(self, payout_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Per payout, line kind and currency: gross, fee, net sums, line count and lines missing locally."""
+        out: list[dict[str, Any]] = []
+        with self.db.begin() as conn:
+            for start in range(0, len(payout_ids), PAGE):
+                out += [{"payout_id": int(r["payout_id"]), "kind": r["kind"], "currency": r["currency"],
+                         "gross": int(r["gross"]), "fee": int(r["fee"]), "net": int(r["net"]), "n": int(r["n"]),
+                         "missing": int(r["missing"] or 0)}
+                        for r in conn.execute(self._q(q.payout_line_totals),
+                                              {"ids": list(payout_ids[start:start + PAGE])}).mappings()]
+        return out
+
+    def matched_entries(self, payout_id: int) -> list[Credit]:
+        with self.db.begin() as conn:
+            return [self._credit(r) for r in conn.execute(self._q(q.credit_get), {"payout_id": payout_id}).mappings()]
+
+    # --- the close ------------------------------------------------------------------------------------------
+
+    def iter_credits(self, accounts: Sequence[str], *, since: date, until: date, page: int = PAGE) -> Iterator[Credit]:
+        """The credits of ``accounts`` booked in ``[since, until)``, by id."""
+        if not accounts:
+            return
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(q.credit_list), {
+                    "accounts": list(accounts), "since": self._day(since), "until": self._day(until),
+                    "after_id": after, "n": page}).mappings().all()
+            yield from (self._credit(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1]["id"])
+
+    def matches(self, *, payout_ids: Sequence[int] = (), entry_ids: Sequence[int] = ()) -> list[Match]:
+        """The stored matches of these payouts or entries, one ``Match`` per (payout, entry) row."""
+        rows: list[Any] = []
+        with self.db.begin() as conn:
+            for query, name, ids in ((q.match_list, "ids", payout_ids), (q.match_list_of_entries, "ids", entry_ids)):
+                for start in range(0, len(ids), PAGE):
+                    rows += conn.execute(self._q(query), {name: list(ids[start:start + PAGE])}).mappings().all()
+        seen = {(int(r["payout_id"]), int(r["bank_entry_id"])): r for r in rows}
+        return [Match((p,), (e,), rule=r["rule"], bank_fee=int(r["bank_fee"])) for (p, e), r in sorted(seen.items())]
+
+    def record_close(self, matches: Iterable[Match], findings: Iterable[Finding], *, payout_ids: Sequence[int],
+                     entry_ids: Sequence[int]) -> list[PayoutException]:
+        """Store the close's new matches and its findings in one transaction; an open exception of these payouts
+        or entries that no finding repeats is cleared (the evidence explains it now). Returns the open exceptions
+        of the scope. Run twice on the same evidence: nothing new is stored."""
+        findings = list(findings)
+        keys = {f.key for f in findings}
+        now = self.db.now_param()
+        pairs = [{"payout_id": p, "bank_entry_id": e, "rule": m.rule, "bank_fee": m.bank_fee, "now": now}
+                 for m in matches for p in m.payout_ids for e in m.entry_ids]
+        events = [{"payout_id": p, "kind": "matched", "now": now, "detail": redact(
+                   f"bank entr{'y' if len(m.entry_ids) == 1 else 'ies'} {', '.join(map(str, m.entry_ids))} by rule "
+                   f"{m.rule}" + (f", bank fee {m.bank_fee}" if m.bank_fee else ""))[:2000]}
+                  for m in matches for p in m.payout_ids]
+        rows = [{"key": f.key, "kind": f.kind.value, "payout_id": f.payout_id, "bank_entry_id": f.entry_id,
+                 "detail": redact(f.detail)[:2000], "now": now} for f in findings]
+        with self.db.begin() as conn:
+            # executemany, a page at a time: a month's close stores tens of thousands of matches
+            for query, batch in ((q.match_insert, pairs), (q.payout_event_insert, events), (q.exception_insert, rows)):
+                for start in range(0, len(batch), PAGE):
+                    conn.execute(self._q(query), batch[start:start + PAGE])
+            for start in range(0, len(pairs), PAGE):
+                conn.execute(self._q(q.entry_link), [{"payout_id": r["payout_id"], "id": r["bank_entry_id"]}
+                                                     for r in pairs[start:start + PAGE]])
+            open_rows = self._open_in_scope(conn, payout_ids, entry_ids)
+            still = []
+            for row in open_rows:
+                if row["exception_key"] in keys:
+                    still.append(self._exception(row))
+                else:
+                    conn.execute(self._q(q.exception_clear), {"id": row["id"], "now": now,
+                                                              "why": "explained by a later close"})
+        return still
+
+    def _open_in_scope(self, conn: sa.Connection, payout_ids: Sequence[int], entry_ids: Sequence[int]) -> list[Any]:
+        rows: dict[int, Any] = {}
+        p, e = list(payout_ids) or [-1], list(entry_ids) or [-1]
+        for start in range(0, max(len(p), len(e)), PAGE):
+            for r in conn.execute(self._q(q.exception_open_in_scope),
+                                  {"payouts": p[start:start + PAGE] or [-1],
+                                   "entries": e[start:start + PAGE] or [-1]}).mappings():
+                rows[int(r["id"])] = r
+        return [rows[k] for k in sorted(rows)]
+
+    # --- the review desk's payout exceptions ----------------------------------------------------------------
+
+    def iter_exceptions(self, *, state: str | None = "open", kind: str | None = None,
+                        page: int = PAGE) -> Iterator[PayoutException]:
+        after = 0
+        while True:
+            with self.db.begin() as conn:
+                rows = conn.execute(self._q(q.exception_list), {"state": state, "kind": kind, "after_id": after,
+                                                                "n": page}).mappings().all()
+            yield from (self._exception(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = int(rows[-1]["id"])
+
+    def exceptions_of(self, payout_id: int) -> list[PayoutException]:
+        with self.db.begin() as conn:
+            return [self._exception(r)
+                    for r in conn.execute(self._q(q.exception_of_payout), {"payout_id": payout_id}).mappings()]
+
+    def exception(self, exception_id: int) -> PayoutException | None:
+        with self.db.begin() as conn:
+            row = conn.execute(self._q(q.exception_get), {"id": exception_id}).mappings().first()
+        return None if row is None else self._exception(row)
+
+    def resolve(self, exception_id: int, *, by: str, reason: str) -> PayoutException:
+        """Resolve an open exception by hand; ReviewRefused when there is none open with that id."""
+        with self.db.begin() as conn:
+            done = conn.execute(self._q(q.exception_resolve), {"id": exception_id, "by": redact(by),
+                                                               "reason": redact(reason), "now": self.db.now_param()})
+            row = conn.execute(self._q(q.exception_get), {"id": exception_id}).mappings().first()
+            if row is None:
+                raise ReviewRefused(f"no payout exception {exception_id}")
+            if done.rowcount != 1:
+                raise ReviewRefused(f"payout exception {exception_id} is {row['state']}, not open")
+            if row["payout_id"] is not None:
+                self._event(conn, int(row["payout_id"]), "resolved",
+                            f"{row['kind']} resolved by {redact(by)}: {redact(reason)}")
+        return self._exception(row)
+
+    # --- rows -----------------------------------------------------------------------------------------------
+
+    def _payout(self, r: Any) -> Payout:
+        return Payout(id=int(r["id"]), psp=r["psp"], merchant_account=r["merchant_account"], payout_ref=r["payout_ref"],
+                      amount=int(r["amount"]), currency=r["currency"], status=PayoutStatus(r["status"]),
+                      arrival_date=_from_day(r["arrival_date"]), trace_ref=r["trace_ref"],
+                      statement_descriptor=r["statement_descriptor"], digest=r["digest"], version=int(r["version"]),
+                      line_count=int(r["line_count"]), lines_net=int(r["lines_net"]),
+                      fetched_at=self.db.from_db(r["fetched_at"]),  # type: ignore[arg-type]
+                      updated_at=self.db.from_db(r["updated_at"]))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _line(r: Any) -> PayoutLine:
+        return PayoutLine(id=int(r["id"]), payout_id=int(r["payout_id"]), line_ref=r["line_ref"],
+                          kind=LineKind(r["kind"]), psp_reference=r["psp_reference"],
+                          merchant_reference=r["merchant_reference"], gross=int(r["gross"]), fee=int(r["fee"]),
+                          net=int(r["net"]), currency=r["currency"],
+                          payment_id=None if r["payment_id"] is None else int(r["payment_id"]),
+                          missing_locally=bool(r["missing_locally"]))
+
+    @staticmethod
+    def _credit(r: Any) -> Credit:
+        return Credit(id=int(r["id"]), account=r["account"], amount=int(r["amount"]), currency=r["currency"],
+                      booking_date=_from_day(r["booking_date"]),
+                      value_date=_from_day(r["value_date"]) if r["value_date"] is not None else None,
+                      bank_reference=r["bank_reference"], end_to_end_id=r["end_to_end_id"], remittance=r["remittance"],
+                      payout_id=None if r["payout_id"] is None else int(r["payout_id"]))
+
+    def _exception(self, r: Any) -> PayoutException:
+        return PayoutException(id=int(r["id"]), kind=ExceptionKind(r["kind"]),
+                               payout_id=None if r["payout_id"] is None else int(r["payout_id"]),
+                               entry_id=None if r["bank_entry_id"] is None else int(r["bank_entry_id"]),
+                               detail=r["detail"], state=ExceptionState(r["state"]),
+                               created_at=self.db.from_db(r["created_at"]),  # type: ignore[arg-type]
+                               resolved_by=r["resolved_by"], resolution=r["resolution"],
+                               resolved_at=self.db.from_db(r["resolved_at"]))
+
+    def _day(self, value: date | None) -> Any:
+        return value if self.db.is_postgresql or value is None else value.isoformat()
+
+    def _q(self, query: Any) -> sa.TextClause:
+        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
+
+
+def _from_day(value: Any) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(str(value))
+
+
+def _describe(p: NewPayout) -> str:
+    return (f"{p.status.value} {p.amount} {p.currency} (minor units) arriving {p.arrival_date}, {len(p.lines)} "
+            f"line(s) netting {p.lines_net}")
+
+
+def _changes(stored: Payout, new: NewPayout) -> list[str]:
+    pairs = [("amount", stored.amount, new.amount), ("currency", stored.currency, new.currency),
+             ("status", stored.status.value, new.status.value), ("arrival_date", stored.arrival_date, new.arrival_date),
+             ("trace_ref", stored.trace_ref, redact_optional(new.trace_ref)),
+             ("line_count", stored.line_count, len(new.lines)),
+             ("lines_net", stored.lines_net, new.lines_net)]
+    changes = [f"{name} {old} -> {now}" for name, old, now in pairs if old != now]
+    return changes or ["its lines changed"]
+

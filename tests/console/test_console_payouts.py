@@ -1,0 +1,59 @@
+"""The console's payouts pages on both databases: a day's payouts matched and open, the drill-down to the lines
+and the bank entry, and an exception resolved through the page's form (what `recon payouts show` then says)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+
+from recon.db.database import Database
+from recon.db.payout_store import PayoutStore
+from recon.payout_rows import ExceptionKind, Finding, LineKind, NewPayout, NewPayoutLine, PayoutStatus
+from tests.cli import Runner
+from tests.console import console, csrf_token
+
+
+def _store(db: Database) -> tuple[int, int, int]:
+    day = datetime.now(UTC).date() - timedelta(days=1)
+    store = PayoutStore(db)
+
+    def payout(ref: str, amount: int, arrival: date) -> int:
+        lines = (NewPayoutLine(f"{ref}-c", LineKind.CHARGE, "pi_1", "order-1", amount + 25, 25, amount, "EUR"),
+                 NewPayoutLine(f"{ref}-p", LineKind.PAYOUT, None, None, -amount, 0, -amount, "EUR"))
+        return store.store(NewPayout("stripe", "", ref, amount, "EUR", PayoutStatus.PAID, arrival, None, None,
+                                     lines)).payout_id
+
+    matched, missing = payout("po_ok", 5000, day), payout("po_gone", 7000, day)
+    exc = store.record_close([], [Finding(ExceptionKind.BANK_MISSING, missing, None, "no credit for po_gone")],
+                             payout_ids=[matched, missing], entry_ids=[])
+    return matched, missing, exc[0].id
+
+
+def test_payouts_pages__a_day_matched_and_open_the_drill_down_and_a_resolve(db: Database, db_url: str,
+                                                                           recon: Runner) -> None:
+    _, missing, exception_id = _store(db)
+    with console(db_url) as client:
+        listing = client.get("/payouts")
+        assert listing.status_code == 200
+        assert 'data-payout="po_gone" data-state="bank_missing"' in listing.text
+        assert 'data-payout="po_ok" data-state="awaiting_bank"' in listing.text
+        detail = client.get(f"/payouts/{missing}")
+        assert detail.status_code == 200
+        assert 'data-line="po_gone-c" data-category="missing_locally"' in detail.text
+        assert f'action="/payouts/exceptions/{exception_id}/resolve"' in detail.text
+        assert "no credit for po_gone" in client.get("/payouts/exceptions").text
+        csrf = csrf_token(client, f"/payouts/{missing}")
+        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "operator": "ann"})
+        assert refused.status_code == 422 and "reason" in refused.text
+        done = client.post(f"/payouts/exceptions/{exception_id}/resolve",
+                           data={"csrf": csrf, "operator": "ann", "reason": "the bank booked it on the 3rd"})
+        assert done.status_code == 200 and "resolved by ann" in done.text
+        again = client.post(f"/payouts/exceptions/{exception_id}/resolve",
+                            data={"csrf": csrf, "operator": "ann", "reason": "twice"})
+        assert again.status_code == 409
+        assert client.get("/payouts/999999").status_code == 404
+        assert client.get("/payouts?since=yesterday").status_code == 422
+    shown = json.loads(recon("payouts", "show", str(missing), "--json", db_url=db_url).stdout)
+    assert [(e["state"], e["resolved_by"], e["resolution"]) for e in shown["exceptions"]] == [
+        ("resolved", "ann", "the bank booked it on the 3rd")]
+    assert shown["events"][-1]["kind"] == "resolved"
