@@ -6,8 +6,8 @@ message names the file, the key and what is wrong, in one line, suggesting the n
 
 What is enforced:
 - sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``payments``,
-  ``webhooks``, ``schedule.NAME``, ``psp.NAME``, ``console``, ``bank``, ``review``, ``close`` (the last nine are checked by
-  their readers: ``recon.reconcile.config``, ``recon.payments.config``, ``recon.webhooks.config``,
+  ``webhooks``, ``schedule.NAME``, ``psp.NAME``, ``console``, ``bank``, ``review``, ``close`` (the last nine
+  are checked by their readers: ``recon.reconcile.config``, ``recon.payments.config``, ``recon.webhooks.config``,
   ``recon.scheduler``, the composition root, ``recon.console.config``, ``recon.bank.config``,
   ``recon.review_config`` and ``recon.close.config``); anything else is an error;
 - keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
