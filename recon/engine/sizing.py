@@ -49,11 +49,12 @@ from recon.engine.observe import WORKER_LOGGER
 
 log = logging.getLogger(WORKER_LOGGER)
 
-#: how often the sizer looks (seconds)
-SIZER_INTERVAL_SECONDS = 1.0
-#: a window with fewer finished handlers than this is extended (unless it is this many intervals old)
+#: how often the sizer looks (seconds): a short drain (20,000 no-op jobs take 1-4 s) should not spend most of its
+#: time at the start's sizing
+SIZER_INTERVAL_SECONDS = 0.25
+#: a window with fewer finished handlers than this is extended (unless it is this many intervals old: 5 s)
 MIN_FINISHED = 8
-MAX_WINDOW_INTERVALS = 5
+MAX_WINDOW_INTERVALS = 20
 #: threads at least this busy, with work waiting, grow
 GROW_BUSY = 0.85
 #: threads less busy than this, with nothing waiting, shrink
