@@ -9,6 +9,8 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import sqlalchemy as sa
+
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
 from recon.db.database import Database
@@ -86,3 +88,23 @@ def test_sizing__off_keeps_the_settings(db: Database) -> None:
     _all_succeeded_once(db, worker, ids)
     assert worker.sizer is None
     assert (worker.sizing.concurrency, worker.sizing.claim_batch, worker.sizing.prefetch) == (3, 7, 2)
+
+
+def test_reading__a_read_takes_no_write_lock_on_sqlite_and_sees_committed_rows(db: Database) -> None:
+    """The charge handler reads its payment through ``Database.reading``: on SQLite a reader must not wait for
+    (nor hold up) a writer's transaction; on both databases it sees what was committed."""
+    job_id = Client(JobStore(db), Settings()).enqueue("read-check", {})
+    query = sa.text("SELECT priority FROM jobs WHERE id = :id")
+    if db.is_postgresql:
+        with db.reading() as conn:
+            assert conn.execute(query, {"id": job_id}).scalar() == 0
+        return
+    with db.begin() as writer:  # holds SQLite's write lock (BEGIN IMMEDIATE) until the block ends
+        writer.execute(sa.text("UPDATE jobs SET priority = 7 WHERE id = :id"), {"id": job_id})
+        started = time.monotonic()
+        with db.reading() as conn:  # would wait for the writer (busy_timeout 60 s) if it took the write lock
+            seen = conn.execute(query, {"id": job_id}).scalar()
+        assert seen == 0  # the writer's update is not committed yet: the reader sees the committed row
+        assert time.monotonic() - started < 5
+    with db.reading() as conn:
+        assert conn.execute(query, {"id": job_id}).scalar() == 7
