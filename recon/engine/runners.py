@@ -55,6 +55,7 @@ class Runners:
         self._threads_lock = threading.Lock()
         self._started = 0  #: threads ever started (their names)
         self.threads = 0  #: threads that will be running once every stop sentinel queued so far is taken
+        self.started: list[threading.Thread] = []  #: the threads started and not seen ended (``resize``)
 
     def start(self, n: int | None = None) -> None:
         """Start runner threads until ``n`` (default: ``concurrency``) will be running."""
@@ -64,10 +65,13 @@ class Runners:
         """Run ``n`` handler threads: start more, or queue stop sentinels for the surplus (each ends after the
         jobs queued before its sentinel; a job is never dropped)."""
         with self._threads_lock:
+            self.started = [t for t in self.started if t.is_alive()]
             while self.threads < n:
                 self._started += 1
                 self.threads += 1
-                threading.Thread(target=self.run, name=f"recon-runner-{self._started}", daemon=True).start()
+                thread = threading.Thread(target=self.run, name=f"recon-runner-{self._started}", daemon=True)
+                thread.start()
+                self.started.append(thread)
             while self.threads > n:
                 self.threads -= 1
                 self._todo.put(None)
