@@ -8,7 +8,11 @@ Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
                     finish them fenced by owner and attempt in a second transaction), jobs/s: what the
                     embedded database allows this machine without recon's rows, indexes and threads
 
+  drain_1p_shipped  with --shipped: one worker process at the shipped [engine] defaults (a worker that sizes
+                    itself, recon.engine.sizing), beside drain_1p's tuned fixed settings (autosize off)
+
 Usage: python bench/engine.py [--jobs N] [--backend postgresql|sqlite|both] [--concurrency C] [--no-latency]
+                              [--shipped] [--drain-only]
 PostgreSQL: RECON_BENCH_DATABASE_URL (default: the test database). Bounded: every wait has a timeout.
 """
 
@@ -78,7 +82,7 @@ def enqueue(url: str, n: int) -> float:
     return n / elapsed
 
 
-def drain(url: str, n: int, processes: int, concurrency: int) -> dict[str, float]:
+def drain(url: str, n: int, processes: int, concurrency: int | str) -> dict[str, float]:
     enqueue(url, n)
     go = Path(tempfile.mktemp(prefix="recon-bench-go-"))
     procs = [subprocess.Popen([sys.executable, __file__, "_drain_worker", url, str(go), str(concurrency)],
@@ -101,15 +105,20 @@ def drain(url: str, n: int, processes: int, concurrency: int) -> dict[str, float
     return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3)}
 
 
-def _drain_worker(url: str, go: str, concurrency: int) -> None:
-    db = connect(url, pool_size=concurrency + 4)
+def _drain_worker(url: str, go: str, spec: str) -> None:
+    """``spec``: C (C threads, claims of C, prefetch C, fixed), 0 (the shipped defaults) or C:CLAIM:PREFETCH (fixed)."""
+    parts = [int(p) for p in spec.split(":")]
+    concurrency = parts[0]
+    db = connect(url, pool_size=max(concurrency, 8) + 4)
     settings = Settings()
     handlers = Handlers()
     handlers.register("noop", lambda job, lease: None)
     # the settings the README recommends for short jobs (as bench/compare.py): claims of up to
-    # `concurrency` jobs and as many prefetched
-    config = replace(settings.engine, concurrency=concurrency, claim_batch_size=concurrency,
-                     prefetch=concurrency, poll_interval_seconds=0.01)
+    # `concurrency` jobs and as many prefetched, fixed (autosize off); 0: the shipped defaults as they are
+    claim, prefetch = (parts[1], parts[2]) if len(parts) == 3 else (concurrency, concurrency)
+    config = settings.engine if concurrency == 0 else replace(
+        settings.engine, concurrency=concurrency, claim_batch_size=claim, prefetch=prefetch,
+        poll_interval_seconds=0.01, autosize=False)
     worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry), run_watcher=False)
     with db.begin() as conn:
         conn.execute(sa.text("SELECT 1"))
@@ -223,18 +232,29 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="handler threads per worker process")
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--no-latency", action="store_true", help="skip the wake-up latency case")
+    parser.add_argument("--shipped", action="store_true",
+                        help="also drain with one process at the shipped [engine] defaults (drain_1p_shipped)")
+    parser.add_argument("--drain-only", action="store_true",
+                        help="only drain_1p (and drain_1p_shipped): no enqueue, 2-process, floor or latency case")
     args = parser.parse_args()
     machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
     backends = ["postgresql", "sqlite"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
             base = {"backend": backend, "jobs": args.jobs, **machine}
-            rate = enqueue(fresh_db(backend, Path(tmp)), args.jobs)
-            print(json.dumps({"case": "enqueue_bulk", **base, "jobs_per_s": round(rate, 1)}), flush=True)
-            for processes in (1, 2):
+            if not args.drain_only:
+                rate = enqueue(fresh_db(backend, Path(tmp)), args.jobs)
+                print(json.dumps({"case": "enqueue_bulk", **base, "jobs_per_s": round(rate, 1)}), flush=True)
+            for processes in (1,) if args.drain_only else (1, 2):
                 figures = drain(fresh_db(backend, Path(tmp)), args.jobs, processes, args.concurrency)
                 print(json.dumps({"case": f"drain_{processes}p", **base, "concurrency": args.concurrency,
                                   **figures}), flush=True)
+                if processes == 1 and args.shipped:
+                    figures = drain(fresh_db(backend, Path(tmp)), args.jobs, 1, 0)
+                    print(json.dumps({"case": "drain_1p_shipped", **base, "settings": "shipped [engine] defaults",
+                                      **figures}), flush=True)
+            if args.drain_only:
+                continue
             if backend == "sqlite":
                 for batch in (10, 50):
                     figures = sqlite_floor(Path(tmp), args.jobs, batch)
@@ -249,7 +269,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_drain_worker":
-        _drain_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _drain_worker(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "_latency_worker":
         _latency_worker(sys.argv[2], sys.argv[3])
     else:

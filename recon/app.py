@@ -48,6 +48,7 @@ from recon.engine.handlers import Handlers, JobHandler
 from recon.engine.periodic import Periodic
 from recon.engine.pruner import Pruner
 from recon.engine.retry import RetryPolicy
+from recon.engine.sizing import Pressure
 from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
 from recon.payments.charge import ChargeHandler
@@ -467,7 +468,13 @@ class App:
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
                       classify_func=classify_failure, wakeup_func=make_listener(self.db) if wakeups else None,
-                      observer=self.metrics, worker_id=worker_id, loops=self.loops(engine, worker_id=worker_id))
+                      observer=self.metrics, worker_id=worker_id, loops=self.loops(engine, worker_id=worker_id),
+                      pressure_func=self._pressure)
+
+    def _pressure(self) -> Pressure:
+        """The PSPs' pressure on a worker that sizes itself: the guard's (an unguarded App: none)."""
+        guard = self.guard
+        return guard.pressure() if isinstance(guard, PspGuard) else Pressure()
 
     def loops(self, engine: EngineConfig, *, worker_id: str) -> list[Periodic]:
         """A worker's loops beyond its own: the pruner (``engine.prune_older_than`` set; recon.engine.pruner) and

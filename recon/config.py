@@ -44,6 +44,10 @@ CLAIM_BATCH_SIZE_DEFAULT = 50
 FINISH_BATCH_SIZE_DEFAULT = 200
 CONCURRENCY_DEFAULT = 8
 PREFETCH_DEFAULT = 0
+#: the worker sizes itself (recon.engine.sizing) between concurrency and max_concurrency threads
+AUTOSIZE_DEFAULT = True
+MAX_CONCURRENCY_DEFAULT = 256
+MAX_PREFETCH_DEFAULT = 256
 DRAIN_TIMEOUT_SECONDS_DEFAULT = 30.0
 MAX_ATTEMPTS_DEFAULT = 10
 QUEUE_DEFAULT = "default"
@@ -59,6 +63,7 @@ MAXIMA: Mapping[str, float] = {
     "lease_ttl_seconds": DAY, "heartbeat_interval_seconds": DAY, "watcher_interval_seconds": DAY,
     "poll_interval_seconds": 3600.0, "drain_timeout_seconds": DAY, "prune_interval_seconds": 7 * DAY,
     "claim_batch_size": 10_000, "finish_batch_size": 10_000, "concurrency": 1024, "prefetch": 10_000,
+    "max_concurrency": 1024, "max_prefetch": 10_000,
     "default_max_attempts": 10_000, "prune_batch_size": 100_000,
     "max_depth": 1_000_000_000_000, "base_seconds": 7 * DAY, "cap_seconds": 7 * DAY, "max_attempts": 10_000,
 }
@@ -76,6 +81,13 @@ class EngineConfig:
     #: jobs a worker process may claim beyond its free handler threads, waiting in the process (leased and
     #: heartbeated) for a thread: for short jobs, so that the next claim overlaps the current batch
     prefetch: int = PREFETCH_DEFAULT
+    #: the worker sizes itself (recon.engine.sizing): ``concurrency`` is then its least and first thread count,
+    #: ``max_concurrency`` its most (at least ``concurrency``), ``claim_batch_size`` its largest claim and
+    #: ``max_prefetch`` its most prefetched jobs (``prefetch`` is not used); off: ``concurrency``,
+    #: ``claim_batch_size`` and ``prefetch`` as set
+    autosize: bool = AUTOSIZE_DEFAULT
+    max_concurrency: int = MAX_CONCURRENCY_DEFAULT
+    max_prefetch: int = MAX_PREFETCH_DEFAULT
     drain_timeout_seconds: float = DRAIN_TIMEOUT_SECONDS_DEFAULT
     default_max_attempts: int = MAX_ATTEMPTS_DEFAULT
     default_queue: str = QUEUE_DEFAULT
@@ -94,6 +106,10 @@ class EngineConfig:
                 raise ConfigError(f"{where}.{name}: must be >= 1, got {getattr(self, name)}")
         if self.prefetch < 0:
             raise ConfigError(f"{where}.prefetch: must be >= 0, got {self.prefetch}")
+        if self.max_prefetch < 0:
+            raise ConfigError(f"{where}.max_prefetch: must be >= 0, got {self.max_prefetch}")
+        if self.max_concurrency < 1:
+            raise ConfigError(f"{where}.max_concurrency: must be >= 1, got {self.max_concurrency}")
         if self.drain_timeout_seconds < 0:
             raise ConfigError(f"{where}.drain_timeout_seconds: must be >= 0")
         if self.heartbeat_interval_seconds >= self.lease_ttl_seconds:
@@ -327,6 +343,8 @@ def _dataclass_from(cls: type[Any], table: Mapping[str, Any], base: Any, where: 
 
 
 def _coerce(value: Any, typ: type, where: str) -> Any:
+    if typ is bool and isinstance(value, bool):
+        return value
     if typ is float and isinstance(value, int | float) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise ConfigError(f"{where}: must be a finite number, got {value}")
@@ -364,6 +382,11 @@ def _apply_env(settings: Settings, environ: Mapping[str, str]) -> Settings:
 
 def _parse_env(raw: str, typ: type, var: str) -> Any:
     value: Any
+    if typ is bool:
+        word = raw.strip().lower()
+        if word not in ("true", "false", "1", "0"):
+            raise ConfigError(f"{var}: expected true or false, got {raw!r}")
+        return word in ("true", "1")
     try:
         value = typ(raw.strip()) if typ is not str else raw
     except ValueError:

@@ -127,11 +127,18 @@ def _worker_families(pool: dict[str, Any]) -> Iterator[Metric]:
                               labels=["worker", "host"])
     busy = GaugeMetricFamily("recon_worker_busy_slots", "Busy slots of a live worker at its last update.",
                              labels=["worker", "host"])
+    claim = GaugeMetricFamily("recon_worker_claim_batch", "Jobs one claim of a live worker asks for at most "
+                              "(its sizer's choice, or the setting).", labels=["worker", "host"])
+    prefetch = GaugeMetricFamily("recon_worker_prefetch", "Jobs a live worker may claim beyond its free threads "
+                                 "(its sizer's choice, or the setting).", labels=["worker", "host"])
     for w in section["list"]:
         if w["status"] == "live":
             slots.add_metric([w["id"], w["host"]], float(w["slots"]))
             busy.add_metric([w["id"], w["host"]], float(w["busy_slots"]))
-    yield from (slots, busy, GaugeMetricFamily("recon_worker_utilisation_ratio",
+            if w.get("sizing"):
+                claim.add_metric([w["id"], w["host"]], float(w["sizing"]["claim_batch"]))
+                prefetch.add_metric([w["id"], w["host"]], float(w["sizing"]["prefetch"]))
+    yield from (slots, busy, claim, prefetch, GaugeMetricFamily("recon_worker_utilisation_ratio",
                                                "Busy slots / slots over the live workers.",
                                                value=float(section["utilisation"])))
     yield from _counter_families(section["list"], pool["workers"])

@@ -176,7 +176,17 @@ def _worker_doc(w: WorkerRecord, now: datetime, live_window: float) -> dict[str,
             "stopped_at": w.stopped_at.isoformat() if w.stopped_at else None,
             "last_seen_seconds_ago": round((now - w.last_seen_at).total_seconds(), 3),
             **{key: int(w.counters.get(key, 0)) for key in ENGINE_COUNTERS},
-            "database_outage_seconds": float(w.counters.get("database_outage_seconds", 0.0))}
+            "database_outage_seconds": float(w.counters.get("database_outage_seconds", 0.0)),
+            "sizing": _sizing_doc(w.counters.get("sizing"))}
+
+
+def _sizing_doc(raw: Any) -> dict[str, Any] | None:
+    """A worker's sizing (recon.engine.sizing) as its row carries it: threads, claim batch, prefetch, why."""
+    if not isinstance(raw, dict):
+        return None  # a worker of a recon before the sizer
+    return {"concurrency": int(raw.get("concurrency", 0)), "claim_batch": int(raw.get("claim_batch", 0)),
+            "prefetch": int(raw.get("prefetch", 0)), "reason": str(raw.get("reason", "")),
+            "seconds": float(raw.get("seconds", 0.0))}
 
 
 def psp_section(workers: Iterable[WorkerRecord]) -> dict[str, Any]:

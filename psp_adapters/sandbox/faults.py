@@ -55,6 +55,9 @@ class Faults:
     rate_hang: float = 0.0  #: of writes (a charge, a refund, a capture…): record it, then delay the response
     hang_seconds: float = 30.0
     latency_ms: int = 0  #: added to every API request (for a create: while its idempotency key is in flight)
+    #: each request's latency is ``latency_ms`` times a factor drawn uniformly from [1 - j, 1 + j] (its median
+    #: stays ``latency_ms``); 0: every request waits exactly ``latency_ms``
+    latency_jitter: float = 0.0
     pending_fraction: float = 0.0  #: of accepted payments: stay pending, then settle
     settle_after_seconds: float = 5.0
     pending_fail_fraction: float = 0.0  #: of pending payments: settle to failed instead of succeeded
@@ -103,6 +106,7 @@ class Faults:
             "webhook_reorder",
             "refund_pending_fraction",
             "refund_fail_fraction",
+            "latency_jitter",
         ):
             value = getattr(self, name)
             if not _is_number(value) or not 0.0 <= value <= 1.0:
@@ -176,6 +180,7 @@ FAULT_FLAGS: tuple[FaultFlag, ...] = (
     FaultFlag("--rate-hang", float, "probability that a write (charge, refund) is recorded, then its answer delayed"),
     FaultFlag("--hang-seconds", float, "how long a hanging answer is delayed"),
     FaultFlag("--latency-ms", int, "latency added to every API request"),
+    FaultFlag("--latency-jitter", float, "each request's latency is --latency-ms x uniform(1 - J, 1 + J)"),
     FaultFlag("--pending-fraction", float, "fraction of payments that stay pending, then settle"),
     FaultFlag("--settle-after", float, "seconds until a pending payment settles"),
     FaultFlag("--pending-fail-fraction", float, "fraction of pending payments that settle to failed"),
@@ -282,7 +287,12 @@ class FaultInjector:
             return self._roll(self._faults.rate_500)
 
     def latency_seconds(self) -> float:
-        return self._faults.latency_ms / 1000.0
+        f = self._faults
+        if not f.latency_jitter or not f.latency_ms:
+            return f.latency_ms / 1000.0
+        with self._lock:
+            factor = self._rng.uniform(1.0 - f.latency_jitter, 1.0 + f.latency_jitter)
+        return f.latency_ms * factor / 1000.0
 
     def hang_seconds(self) -> float | None:
         """For a write that is recorded: how long to hold back the answer, or None."""

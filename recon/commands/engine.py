@@ -40,7 +40,8 @@ def db_upgrade(app: App) -> None:
 
 @click.command()
 @click.option("--queues", help="Comma-separated queues to work (default: default,charges,reconcile,webhooks).")
-@click.option("--concurrency", type=click.IntRange(1, 512), help="Handler threads in this process.")
+@click.option("--concurrency", type=click.IntRange(1, 512),
+              help="Handler threads in this process (with [engine] autosize, the default: the least).")
 @click.option("--prefetch", type=click.IntRange(0, 4096),
               help="Jobs claimed beyond the free threads (short jobs: e.g. the concurrency; default 0).")
 @click.option("--burst", is_flag=True, help="Exit when no claimable work is left.")

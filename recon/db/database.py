@@ -140,6 +140,22 @@ class Database:
         self.outage.succeeded(epoch)
 
     @contextlib.contextmanager
+    def reading(self) -> Iterator[sa.Connection]:
+        """A transaction that only reads: on SQLite a deferred ``BEGIN`` (a WAL reader: it takes no write lock,
+        so reads never queue behind writers or make them wait), on PostgreSQL an ordinary transaction. A write
+        in it may fail with "database is locked" on SQLite: write through ``begin``."""
+        if self.is_postgresql:
+            with self.begin() as conn:
+                yield conn
+            return
+        epoch = self.outage.epoch
+        with translate_errors(self.unavailable), self.engine.connect() as conn:
+            conn = conn.execution_options(recon_read_only=True)
+            with conn.begin():
+                yield conn
+        self.outage.succeeded(epoch)
+
+    @contextlib.contextmanager
     def autocommit(self) -> Iterator[sa.Connection]:
         """A connection for ONE atomic statement: autocommit on PostgreSQL (saves the BEGIN and COMMIT round
         trips), an ordinary ``BEGIN IMMEDIATE`` transaction on SQLite."""
@@ -465,7 +481,8 @@ def _setup_sqlite(engine: sa.Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a reading transaction (Database.reading) defers its lock: a WAL reader blocks no writer
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("recon_read_only") else "BEGIN IMMEDIATE")
 
 
 def schema_revisions(db: Database) -> tuple[str | None, str]:

@@ -154,7 +154,7 @@ class PaymentStore(TransitionStore):
         if conn is not None:
             row = conn.execute(self._q(lq.payment_get), {"id": payment_id}).first()
             return self._payment(row) if row else None
-        with self.db.begin() as own:
+        with self.db.reading() as own:  # a read: on SQLite no write lock (the charge handler's first step)
             return self.get(payment_id, own)
 
     def for_psp_event(self, conn: sa.Connection, *, psp: str, psp_reference: str | None,

@@ -82,6 +82,7 @@ class Claimer:
                 wake.clear()
                 free = slots.free()
                 if free <= 0:
+                    slots.waited = True  # more work may wait than there is room (the sizer's window)
                     wake.wait(poll)
                     continue
                 if free < slots.low_water and wake.wait(GATHER_SECONDS):
@@ -103,6 +104,8 @@ class Claimer:
                     stop.wait(self._backoff.next())
                     continue
                 self._backoff.reset()
+                if claimed == asked:
+                    slots.waited = True  # a full claim: more may be waiting (the sizer's window)
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
@@ -126,7 +129,7 @@ class Claimer:
 
     def claim(self, free: int) -> tuple[int, int]:
         """One round of claims for ``free`` slots: (how many were asked for, how many were claimed)."""
-        batch_size = self._config.claim_batch_size
+        batch_size = self._slots.claim_batch
         if not self._caps:
             n = min(free, batch_size)
             return n, self._claim_into(self._queues, n)

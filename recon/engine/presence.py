@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from recon.db.availability import log_failure
 from recon.db.pool_store import PoolStore
 from recon.engine.lease import Heartbeater
 from recon.engine.observe import WORKER_LOGGER, WORKER_RETENTION, WorkerObserver, WorkerStats
+from recon.engine.sizing import Sizing
 from recon.engine.slots import Slots
 from recon.engine.watcher import Watcher
 from recon.errors import StoreError
@@ -33,15 +34,17 @@ log = logging.getLogger(WORKER_LOGGER)
 
 
 class Presence:
-    """The ``workers`` row of the worker ``worker`` (``concurrency`` slots, serving ``queues``)."""
+    """The ``workers`` row of the worker ``worker`` (serving ``queues``; its slots are ``sizing_func()``'s threads,
+    and the sizing is in its counters document as ``sizing``)."""
 
-    def __init__(self, pool: PoolStore, *, worker: str, queues: Sequence[str], concurrency: int, slots: Slots,
+    def __init__(self, pool: PoolStore, *, worker: str, queues: Sequence[str], sizing_func: Callable[[], Sizing],
+                 slots: Slots,
                  stats: WorkerStats, heartbeater: Heartbeater, watcher: Watcher,
                  observer: WorkerObserver | None = None, interval: float) -> None:
         self._pool = pool
         self._worker = worker
         self._queues = tuple(queues)
-        self._concurrency = concurrency
+        self._sizing = sizing_func
         self._slots = slots
         self._stats = stats
         self._heartbeater = heartbeater
@@ -59,8 +62,10 @@ class Presence:
             "database_outages": outage.count, "database_outage_seconds": round(outage.seconds, 3)}
         if self._observer is not None:
             counters = self._observer.snapshot() | counters
+        sizing = self._sizing()
+        counters["sizing"] = sizing.to_dict()
         return WorkerPresence(id=self._worker, host=socket.gethostname(), pid=os.getpid(), queues=self._queues,
-                              slots=self._concurrency, busy_slots=busy, counters=counters, stopped=stopped)
+                              slots=sizing.concurrency, busy_slots=busy, counters=counters, stopped=stopped)
 
     def publish(self, *, start: bool = False, stopped: bool = False) -> None:
         """Upsert the row (``start``: first prune the rows of long-gone workers); log a failure, never raise."""

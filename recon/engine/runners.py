@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import queue as queue_mod
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -51,13 +52,35 @@ class Runners:
         self._classify = classify_func
         self._todo: queue_mod.SimpleQueue[Running | None] = queue_mod.SimpleQueue()
         self.submit: Callable[[Running], None] = self._todo.put
+        self._threads_lock = threading.Lock()
+        self._started = 0  #: threads ever started (their names)
+        self.threads = 0  #: threads that will be running once every stop sentinel queued so far is taken
+        self.started: list[threading.Thread] = []  #: the threads started and not seen ended (``resize``)
+
+    def start(self, n: int | None = None) -> None:
+        """Start runner threads until ``n`` (default: ``concurrency``) will be running."""
+        self.resize(self._concurrency if n is None else n)
+
+    def resize(self, n: int) -> None:
+        """Run ``n`` handler threads: start more, or queue stop sentinels for the surplus (each ends after the
+        jobs queued before its sentinel; a job is never dropped)."""
+        with self._threads_lock:
+            self.started = [t for t in self.started if t.is_alive()]
+            while self.threads < n:
+                self._started += 1
+                self.threads += 1
+                thread = threading.Thread(target=self.run, name=f"recon-runner-{self._started}", daemon=True)
+                thread.start()
+                self.started.append(thread)
+            while self.threads > n:
+                self.threads -= 1
+                self._todo.put(None)
 
     def run(self) -> None:
         """One runner thread: run queued jobs until a stop sentinel."""
         get, done, worker, execute = self._todo.get, self._done, self._worker, self.execute
         slots = self._slots
         lock, executing, per_queue, wake = slots.lock, slots.executing, slots.per_queue, slots.wake
-        wake_at = (slots.capacity - slots.low_water, 0)  # executing counts that free enough slots
         monotonic = time.monotonic
         while (item := get()) is not None:
             job = item.job
@@ -74,6 +97,11 @@ class Runners:
                     executing.discard(job.id)
                     per_queue[job.queue] -= 1
                 left = len(executing)
+                slots.ran += 1  # the sizer's window (recon.engine.sizing)
+                slots.ran_seconds += seconds
+                if seconds > slots.ran_longest:
+                    slots.ran_longest = seconds
+                wake_at = slots.wake_at  # executing counts that free enough slots
             if left in wake_at:
                 wake.set()  # the claim loop waits for a batch's worth of free slots (or none busy)
             done(Done(job, item.lease, outcome, seconds, fields))
@@ -95,19 +123,28 @@ class Runners:
             except Exception:
                 return classify_as_bug(exc)
 
+    def queued(self) -> int:
+        """Jobs (and stop sentinels) waiting for a thread."""
+        return self._todo.qsize()
+
     def unstarted(self) -> list[Running]:
         """Take every queued job no thread has started (the drain gives them back at once)."""
         out: list[Running] = []
+        sentinels = 0
         get_nowait = self._todo.get_nowait
         while True:
             try:
                 item = get_nowait()
             except queue_mod.Empty:
-                return out
-            if item is not None:
+                break
+            if item is None:
+                sentinels += 1
+            else:
                 out.append(item)
+        for _ in range(sentinels):  # a shrink's stop sentinels: their threads must still end
+            self._todo.put(None)
+        return out
 
     def stop(self) -> None:
         """One sentinel per thread: each ends after the job it runs (if any)."""
-        for _ in range(self._concurrency):
-            self._todo.put(None)
+        self.resize(0)

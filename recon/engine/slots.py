@@ -57,12 +57,22 @@ class Slots:
     whenever the claim loop may have something to do: slots freed, a notification, a stop.
     """
 
-    __slots__ = ("capacity", "executing", "finish_backlog", "lock", "low_water", "per_queue", "running", "wake")
+    __slots__ = ("capacity", "claim_batch", "executing", "finish_backlog", "lock", "low_water", "per_queue", "ran",
+                 "ran_longest", "ran_seconds", "running", "waited", "wake", "wake_at")
 
-    def __init__(self, *, capacity: int, low_water: int, finish_backlog: int) -> None:
+    def __init__(self, *, capacity: int, low_water: int, finish_backlog: int, claim_batch: int | None = None) -> None:
         self.capacity = capacity
         self.low_water = low_water
         self.finish_backlog = finish_backlog
+        #: jobs one claim asks for at most (the sizer changes it; recon.engine.sizing)
+        self.claim_batch = claim_batch if claim_batch is not None else capacity
+        #: executing counts at which a runner that just freed a slot wakes the claim loop
+        self.wake_at = (capacity - low_water, 0)
+        #: the sizer's window (recon.engine.sizing): handlers returned, their seconds, work found waiting
+        self.ran = 0
+        self.ran_seconds = 0.0
+        self.ran_longest = 0.0
+        self.waited = False
         self.lock = threading.Lock()
         self.running: dict[int, Running] = {}
         self.executing: set[int] = set()
@@ -75,7 +85,25 @@ class Slots:
         claim's worth of free slots; at most two finish batches of results wait for the finisher."""
         capacity = config.concurrency + config.prefetch
         return cls(capacity=capacity, low_water=max(1, min(config.claim_batch_size, capacity) // 2),
-                   finish_backlog=2 * config.finish_batch_size)
+                   finish_backlog=2 * config.finish_batch_size, claim_batch=config.claim_batch_size)
+
+    def resize(self, *, capacity: int, claim_batch: int) -> None:
+        """New room and claim size (the sizer's); jobs already held stay, and are never more than room allows
+        again until enough of them finish."""
+        with self.lock:
+            self.capacity = capacity
+            self.claim_batch = claim_batch
+            self.low_water = max(1, min(claim_batch, capacity) // 2)
+            self.wake_at = (capacity - self.low_water, 0)
+        self.wake.set()
+
+    def take_window(self) -> tuple[int, float, float, bool]:
+        """The sizer's window since the last call: (handlers returned, their seconds, the longest, work found
+        waiting)."""
+        with self.lock:
+            window = (self.ran, self.ran_seconds, self.ran_longest, self.waited)
+            self.ran, self.ran_seconds, self.ran_longest, self.waited = 0, 0.0, 0.0, False
+        return window
 
     def free(self) -> int:
         """How many jobs the claim loop may claim now (0 while the finisher's backlog is full)."""

@@ -47,13 +47,14 @@ from recon.engine.periodic import Periodic
 from recon.engine.presence import Presence
 from recon.engine.retry import RetryPolicy
 from recon.engine.runners import Runners
+from recon.engine.sizing import SIZER_INTERVAL_SECONDS, Pressure, Sizer, Sizing, SizingBounds
 from recon.engine.slots import Slots
 from recon.engine.watcher import Watcher
 from recon.errors import StoreError
 from recon.pool_rows import WorkerPresence
 from recon.redact import redact
 
-__all__ = ["ClassifyFunc", "WakeupFunc", "Worker", "WorkerStats", "classify_as_bug", "make_worker_id"]
+__all__ = ["ClassifyFunc", "Pressure", "WakeupFunc", "Worker", "WorkerStats", "classify_as_bug", "make_worker_id"]
 
 log = logging.getLogger(WORKER_LOGGER)
 
@@ -73,7 +74,9 @@ class Worker:
     """A pool of handler threads fed by one claim loop. Use ``run()``; stop with ``request_stop()``.
 
     ``loops``: background loops started and stopped with the worker's own (``App.worker``: the pruner and the
-    scheduler); a burst run leaves out those that are not ``in_burst``.
+    scheduler); a burst run leaves out those that are not ``in_burst``. With ``config.autosize`` the worker sizes
+    itself (recon.engine.sizing), told the outside parties' pressure by ``pressure_func`` (``App.worker``: the
+    PSP guard's rate limits, call times and 429s).
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class Worker:
         observer: WorkerObserver | None = None,
         presence_interval: float | None = None,
         loops: Sequence[Periodic] = (),
+        pressure_func: Callable[[], Pressure] | None = None,
     ) -> None:
         self.store = store
         self.handlers = handlers
@@ -118,12 +122,23 @@ class Worker:
         self._finisher = Finisher(store, self._slots, self.stats, worker=self.worker_id, policy=policy,
                                   batch_size=config.finish_batch_size, classify_func=classify_func,
                                   observer=observer, halt=self._halt)
+        self.sizer: Sizer | None = None
+        if config.autosize:
+            bounds = SizingBounds(min_concurrency=config.concurrency,
+                                  max_concurrency=max(config.max_concurrency, config.concurrency),
+                                  claim_batch_size=config.claim_batch_size, max_prefetch=config.max_prefetch,
+                                  lease_ttl_seconds=config.lease_ttl_seconds)
+            slots = self._slots
+            self.sizer = Sizer(bounds, apply=self._resize, gather=self._window, peek=lambda: slots.ran,
+                               pressure_func=pressure_func)
+            first = self.sizer.current
+            slots.resize(capacity=first.concurrency + first.prefetch, claim_batch=first.claim_batch)
         self._runners = Runners(handlers, self._slots, done=self._finisher.submit, worker=self.worker_id,
-                                concurrency=config.concurrency, classify_func=classify_func)
+                                concurrency=self.sizing.concurrency, classify_func=classify_func)
         self._claimer = Claimer(store, self._slots, submit=self._runners.submit, stats=self.stats,
                                 worker=self.worker_id, config=config, queues=self.queues, queue_caps=self.queue_caps)
         self._presence = Presence(PoolStore(store.db), worker=self.worker_id, queues=self.queues,
-                                  concurrency=config.concurrency, slots=self._slots, stats=self.stats,
+                                  sizing_func=lambda: self.sizing, slots=self._slots, stats=self.stats,
                                   heartbeater=self._heartbeater, watcher=self._watcher, observer=observer,
                                   interval=self.presence_interval)
         self.loops = self._own_loops() + list(loops)
@@ -134,6 +149,14 @@ class Worker:
         """Stop claiming and drain (thread- and signal-safe)."""
         self._stop.set()
         self._slots.wake.set()
+
+    @property
+    def sizing(self) -> Sizing:
+        """Threads, claim batch and prefetch now (the sizer's, or the settings' when autosize is off)."""
+        if self.sizer is not None:
+            return self.sizer.current
+        c = self.config
+        return Sizing(concurrency=c.concurrency, claim_batch=c.claim_batch_size, prefetch=c.prefetch, reason="fixed")
 
     @property
     def in_flight(self) -> int:
@@ -158,7 +181,8 @@ class Worker:
         loops = [loop for loop in self.loops if loop.in_burst or not burst]
         for loop in loops:
             loop.start(self._halt)
-        log.info("worker %s started: queues=%s concurrency=%d", self.worker_id, self.queues, self.config.concurrency)
+        log.info("worker %s started: queues=%s concurrency=%d%s", self.worker_id, self.queues, self.sizing.concurrency,
+                 " (autosize)" if self.sizer is not None else "")
         try:
             self._claimer.run(self._stop, burst=burst)
             self._drain()
@@ -186,13 +210,23 @@ class Worker:
                           immediate=False)]
         if self.run_watcher:
             loops.append(Periodic("watcher", self._watcher.run_once, interval=self.config.watcher_interval_seconds))
+        if self.sizer is not None:
+            loops.append(Periodic("sizer", self.sizer.run_once, interval=SIZER_INTERVAL_SECONDS, immediate=False))
         return loops
+
+    def _window(self) -> tuple[int, float, float, bool, int]:
+        """The sizer's window (recon.engine.sizing): the slots' counts and the threads inside a handler now."""
+        active = max(0, self._slots.busy - self._runners.queued())
+        return (*self._slots.take_window(), active)
+
+    def _resize(self, sizing: Sizing) -> None:
+        self._slots.resize(capacity=sizing.concurrency + sizing.prefetch, claim_batch=sizing.claim_batch)
+        self._runners.resize(sizing.concurrency)
 
     def _start_threads(self) -> threading.Thread:
         """The runners, the finisher (returned: ``run`` waits for it) and the LISTEN thread."""
-        specs: list[tuple[str, Callable[[], None]]] = [(f"recon-runner-{i}", self._runners.run)
-                                                        for i in range(self.config.concurrency)]
-        specs.append(("recon-finisher", self._finisher.run))
+        self._runners.start()
+        specs: list[tuple[str, Callable[[], None]]] = [("recon-finisher", self._finisher.run)]
         if self.wakeup_func is not None:
             wakeup = self.wakeup_func
             specs.append(("recon-listener", lambda: wakeup(self._halt, self._on_notify)))

@@ -55,6 +55,7 @@ from recon.control_rows import Admission
 from recon.db.control_store import ControlStore
 from recon.engine.lease import Lease
 from recon.engine.outcome import Snooze
+from recon.engine.sizing import Pressure
 from recon.errors import StoreError
 from recon.payments.psp_limits import GuardConfig, PspLimits
 
@@ -68,6 +69,8 @@ PERMIT_SECONDS = 0.25
 LOCK_WAIT_SECONDS_MIN = 1.0
 #: while another worker's half-open probe is out, look again after at most this long
 HALF_OPEN_RECHECK_SECONDS = 5.0
+#: weight of the newest call in a PSP's call-seconds average (``PspGuard.pressure``)
+CALL_SECONDS_WEIGHT = 0.05
 #: failures of these kinds feed the breaker (the PSP is unreachable or failing), others mean it answered
 BREAKER_KINDS = frozenset({ErrorKind.NETWORK, ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE,
                            ErrorKind.PSP_BUSY})
@@ -90,6 +93,7 @@ class _Gate:
         self.permits_until = 0.0
         self.failures = 0
         self.known = False  #: the PSP's row exists
+        self.call_seconds: float | None = None  #: moving average of a call's duration (``PspGuard.pressure``)
 
     def take(self, now: float) -> bool:
         if self.permits > 0 and now < self.permits_until:
@@ -115,11 +119,14 @@ class Permit:
         logged): the PSP's answer matters more than the bookkeeping."""
         if self.guard is None:
             return func()
+        started = time.monotonic()
         try:
             result = func()
         except PspError as exc:
+            self.guard._timed(self.psp, time.monotonic() - started)
             self.guard._after_error(self, exc)
             raise
+        self.guard._timed(self.psp, time.monotonic() - started)
         self.guard._after_answer(self)
         return result
 
@@ -241,7 +248,25 @@ class PspGuard:
                 gate = self._gates[psp] = _Gate()
             return gate
 
+    def pressure(self) -> Pressure:
+        """What the PSPs ask of a worker that sizes itself (recon.engine.sizing): the handler threads their rate
+        limits keep busy (rate x average call seconds, summed over the rate-limited PSPs called so far; None:
+        none yet) and the 429s and rate snoozes so far."""
+        demand: float | None = None
+        with self._gates_lock:
+            gates = list(self._gates.items())
+        for psp, gate in gates:
+            rate = self.config.for_psp(psp).rate_limit
+            if rate is not None and gate.call_seconds is not None:
+                demand = (demand or 0.0) + rate * gate.call_seconds
+        return Pressure(demand=demand, throttles=self.counts["cooldowns"] + self.counts["snoozed_rate"])
+
     # --- after the call -------------------------------------------------------------------------------
+
+    def _timed(self, psp: str, seconds: float) -> None:
+        gate = self._gate(psp)
+        last = gate.call_seconds  # a race between two threads loses one sample: an average does not mind
+        gate.call_seconds = seconds if last is None else last + CALL_SECONDS_WEIGHT * (seconds - last)
 
     def _after_error(self, permit: Permit, exc: PspError) -> None:
         try:

@@ -54,10 +54,14 @@ def pool_tables(doc: dict[str, Any]) -> None:
                   f"leases lost {doc['leases_lost']}")
     if w["list"]:
         workers = FoldTable(title="workers")
-        for col in ("id", "status", "queues", "busy/slots", "last seen", "claimed", "stale finishes"):
+        for col in ("id", "status", "queues", "busy/slots", "claims/prefetch", "sized by", "last seen", "claimed",
+                    "stale finishes"):
             workers.add_column(col)
         for r in w["list"]:
+            sizing = r.get("sizing")
             workers.add_row(r["id"], r["status"], ",".join(r["queues"]), f"{r['busy_slots']}/{r['slots']}",
+                            f"{sizing['claim_batch']}/{sizing['prefetch']}" if sizing else "-",
+                            sizing["reason"] if sizing else "-",
                             f"{r['last_seen_seconds_ago']:.0f}s ago", str(r["claimed"]),
                             str(r["stale_finishes"]))
         console.print(workers)

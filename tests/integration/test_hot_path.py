@@ -106,7 +106,8 @@ def test_worker__prefetch_claims_ahead_and_gives_unstarted_jobs_back_on_stop(db:
 
     handlers = Handlers()
     handlers.register("slow", slow)
-    config = replace(FAST, concurrency=1, prefetch=3, claim_batch_size=10)
+    # prefetch as set (a worker that sizes itself chooses its own: tests/integration/test_sizing.py)
+    config = replace(FAST, concurrency=1, prefetch=3, claim_batch_size=10, autosize=False)
     worker = Worker(store, handlers, config=config, policy=RetryPolicy(Settings().retry))
     t = threading.Thread(target=worker.run)
     t.start()

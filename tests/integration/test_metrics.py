@@ -130,6 +130,10 @@ def test_metrics__utilisation_and_live_workers_follow_the_workers_rows(db: Datab
         m = scrape(server.port)
         assert value(m, "recon_workers_live") == 1
         assert value(m, "recon_worker_slots", worker=worker.worker_id) == 4
+        # a worker sizing itself starts with a claim of a job per thread and no prefetch (durations unknown; no
+        # handler has returned yet)
+        assert value(m, "recon_worker_claim_batch", worker=worker.worker_id) == 4
+        assert value(m, "recon_worker_prefetch", worker=worker.worker_id) == 0
         assert value(m, "recon_worker_utilisation_ratio") == 0.5
         assert value(m, "recon_job_claims_total", worker="old-host:9:abc") == 0  # outside the live window
         release.set()

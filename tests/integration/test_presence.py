@@ -20,6 +20,7 @@ from recon.engine.lease import Heartbeater, Lease
 from recon.engine.observe import WorkerStats
 from recon.engine.periodic import Periodic
 from recon.engine.presence import Presence
+from recon.engine.sizing import Sizing
 from recon.engine.slots import Running, Slots
 from recon.engine.watcher import Watcher
 from recon.errors import DatabaseUnavailable, StoreError
@@ -46,8 +47,9 @@ def presence(db: Database, *, worker: str = "host:1:abc", observer: Any = None, 
     heartbeater.lost = 4
     watcher = Watcher(store)
     watcher.lease_expirations = 5
-    p = Presence(pool or PoolStore(db), worker=worker, queues=["charges", "default"], concurrency=4, slots=slots,
-                 stats=stats, heartbeater=heartbeater, watcher=watcher, observer=observer, interval=interval)
+    p = Presence(pool or PoolStore(db), worker=worker, queues=["charges", "default"],
+                 sizing_func=lambda: Sizing(4, 4, 0), slots=slots, stats=stats, heartbeater=heartbeater,
+                 watcher=watcher, observer=observer, interval=interval)
     return p, slots, stats
 
 
@@ -68,7 +70,9 @@ def test_presence__the_row_shows_slots_busy_slots_and_counters(db: Database) -> 
     assert row.stopped_at is None
     outage_seconds = row.counters.pop("database_outage_seconds")
     assert row.counters == {"finished": {"k": 3}, "claimed": 7, "released": 2, "stale_finishes": 1,
-                            "leases_lost": 4, "lease_expirations": 5, "database_outages": 1}
+                            "leases_lost": 4, "lease_expirations": 5, "database_outages": 1,
+                            "sizing": {"concurrency": 4, "claim_batch": 4, "prefetch": 0, "reason": "start",
+                                       "ceiling": None, "seconds": 0.0}}
     assert 0 <= outage_seconds < 5
     stats.claimed = 9
     slots.release([job])

@@ -37,9 +37,8 @@ class Pool:
         self.done: list[Done] = []
         self.runners = Runners(handlers, self.slots, done=self.done.append, worker="w", concurrency=concurrency,
                                **kw)  # type: ignore[arg-type]
-        self.threads = [threading.Thread(target=self.runners.run, daemon=True) for _ in range(concurrency)]
-        for t in self.threads:
-            t.start()
+        self.runners.start()
+        self.threads = list(self.runners.started)
 
     def submit(self, items: list[Running]) -> None:
         self.slots.take(items)

@@ -358,6 +358,16 @@ def test_fault_injector__same_seed_same_decisions() -> None:
     assert run() == run()
 
 
+def test_faults__latency_jitter_spreads_each_request_around_the_median_within_its_bounds() -> None:
+    injector = FaultInjector(Faults(latency_ms=200, latency_jitter=0.5, seed=3))
+    draws = sorted(injector.latency_seconds() for _ in range(2001))
+    assert 0.1 <= draws[0] < 0.11 and 0.29 < draws[-1] <= 0.3  # 200 ms x [0.5, 1.5]
+    assert 0.19 < draws[1000] < 0.21  # the median stays 200 ms
+    assert FaultInjector(Faults(latency_ms=200)).latency_seconds() == 0.2  # no jitter: exactly
+    with pytest.raises(ValueError, match="latency_jitter"):
+        Faults(latency_jitter=1.5)
+
+
 # -- persistence -----------------------------------------------------------------------------------
 
 
