@@ -155,7 +155,13 @@ payments = sa.Table(
     sa.Column("key_generation", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("key_sent_at", Timestamp, nullable=True),
     sa.Column("review_since", Timestamp, nullable=True),  #: when it last entered needs_review (migration 0008)
+    #: what the PSP captured (the whole amount once succeeded) and what our non-failed refunds take back
+    #: (migration 0018): one conditional UPDATE moves ``refunded_amount`` with each refund (recon.db.refund_store)
+    sa.Column("captured_amount", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("refunded_amount", sa.BigInteger(), nullable=False, server_default="0"),
     sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
+    sa.CheckConstraint("refunded_amount >= 0 AND refunded_amount <= captured_amount AND captured_amount <= amount",
+                       name="payments_refunds_within_capture"),
     sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
     sa.CheckConstraint(_in("status", PAYMENT_STATUSES), name="payments_status_valid"),
     sa.UniqueConstraint("merchant_reference", name="payments_merchant_reference_key"),
@@ -375,5 +381,58 @@ bank_entries = sa.Table(
     sa.Index("bank_entries_unmatched", "currency", "booking_date",
              postgresql_where=sa.text("payout_id IS NULL AND direction = 'credit'"),
              sqlite_where=sa.text("payout_id IS NULL AND direction = 'credit'")),
+    sqlite_autoincrement=True,
+)
+
+# --- refunds (migration 0018): money given back, each refund a job of its own, never more than captured -------
+
+REFUND_STATUSES = PAYMENT_STATUSES
+UNFINISHED_REFUND = UNFINISHED_PAYMENT
+REFUND_EVENT_SOURCES = ("refund", "reconcile", "manual", "webhook")
+
+refunds = sa.Table(
+    "refunds",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="refunds_payment_fkey"), nullable=False),
+    sa.Column("refund_reference", sa.Text(), nullable=False),  #: ours, unique: the CSV's or the command's
+    sa.Column("amount", sa.BigInteger(), nullable=False),  #: minor units of the payment's currency
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=True),  #: the PSP's reason code
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("psp_refund_id", sa.Text(), nullable=True),  #: the PSP's id of the refund, stored once, never replaced
+    sa.Column("idempotency_key", sa.Text(), nullable=False),
+    sa.Column("requested_by", sa.Text(), nullable=False),
+    sa.Column("failure_reason", sa.Text(), nullable=True),
+    sa.Column("review_reason", sa.Text(), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Column("sent_at", Timestamp, nullable=True),  #: when the request first went out
+    sa.CheckConstraint("amount > 0", name="refunds_amount_positive"),
+    sa.CheckConstraint(_in("status", REFUND_STATUSES), name="refunds_status_valid"),
+    sa.UniqueConstraint("refund_reference", name="refunds_refund_reference_key"),
+    sa.UniqueConstraint("idempotency_key", name="refunds_idempotency_key_key"),
+    sa.Index("refunds_payment", "payment_id", "id"),
+    sa.Index("refunds_psp_refund_id", "psp", "psp_refund_id"),
+    sa.Index("refunds_stale", "psp", "updated_at", postgresql_where=sa.text(UNFINISHED_REFUND),
+             sqlite_where=sa.text(UNFINISHED_REFUND)),
+    sqlite_autoincrement=True,
+)
+
+refund_events = sa.Table(
+    "refund_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("refund_id", Id, sa.ForeignKey("refunds.id", name="refund_events_refund_fkey"), nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("source", REFUND_EVENT_SOURCES), name="refund_events_source_valid"),
+    sa.Index("refund_events_refund", "refund_id", "id"),
     sqlite_autoincrement=True,
 )
