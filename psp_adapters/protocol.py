@@ -274,6 +274,50 @@ class PspAdapter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class RefundRequest:
+    """A refund to ask for: ``amount`` minor units of ``currency`` (the payment's) back on the payment the PSP
+    knows as ``payment_reference`` (Stripe's PaymentIntent id, Adyen's pspReference). ``refund_reference`` is
+    ours, unique; the PSP echoes it (Stripe's metadata, Adyen's ``merchantReference``)."""
+
+    payment_reference: str
+    refund_reference: str
+    amount: int  #: minor units, > 0
+    currency: str  #: ISO-4217, upper case
+    reason: str | None = None  #: one of the adapter's ``refund_reasons``
+    merchant_account: str | None = None  #: the payment's; None or "": the configured default
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRef:
+    """How to find a refund at the PSP: its id there when we have one, else our reference on its payment."""
+
+    payment_reference: str
+    refund_reference: str
+    psp_refund_id: str | None = None
+    merchant_account: str | None = None
+
+
+@runtime_checkable
+class RefundingAdapter(Protocol):
+    """A PSP that refunds (Stripe, Adyen). The answers are the charge's outcomes, about the refund:
+    ``psp_reference`` is the PSP's id of the refund, ``merchant_reference`` our refund reference; Succeeded:
+    the money went back; Pending: the PSP has it and no final word yet (Adyen's ``[received]``, always);
+    Failed: refused or failed; NotFound: the PSP has no refund for it; Unknown: a status we do not know.
+
+    ``create_refund`` sends ``idempotency_key`` with every attempt, so a retry after a lost answer never
+    refunds twice. ``fetch_refund`` asks by the refund's id, else by our reference on the payment; a PSP that
+    cannot be asked (Adyen: its webhooks and reports tell) answers Pending.
+    """
+
+    #: the reason codes ``RefundRequest.reason`` may take (None: any text)
+    refund_reasons: ClassVar[tuple[str, ...] | None]
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
 class WebhookAnswer:
     """What a PSP expects back once a request's events are stored (or were already: a redelivery); anything
     else makes it deliver the request again."""

@@ -34,6 +34,7 @@ from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
+from recon.db.refund_store import RefundStore
 from recon.db.report_store import ReportStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.sweep_store import SweepRunStore
@@ -50,6 +51,7 @@ from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
 from recon.payments.instrumented import instrument
 from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
+from recon.payments.refund import RefundHandler
 from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
@@ -152,6 +154,11 @@ class App:
         return PaymentStore(self.db)
 
     @cached_property
+    def refunds(self) -> RefundStore:
+        """Refunds, their bound on each payment's captured amount, their events and jobs."""
+        return RefundStore(self.db)
+
+    @cached_property
     def pool(self) -> PoolStore:
         """The worker pool's presence and attempt counts (``recon stats``, the metrics endpoint)."""
         return PoolStore(self.db)
@@ -225,6 +232,11 @@ class App:
     def check_charge(self, psp: str, request: ChargeRequest) -> list[FieldProblem]:
         """What PSP ``psp`` would refuse about ``request``, by its adapter's own rules; makes no call."""
         return registry.check_charge(psp, request)
+
+    def refund_reasons(self, psp: str) -> tuple[str, ...] | None:
+        """The reason codes PSP ``psp``'s adapter sends with a refund (None: any text); makes no call."""
+        reasons: tuple[str, ...] | None = getattr(registry.adapter_class(psp), "refund_reasons", None)
+        return reasons
 
     def adapter(self, name: str) -> PspAdapter:
         """The adapter for PSP ``name``, instrumented (PSP latency and 429s go to ``metrics``). Handler threads
@@ -329,6 +341,8 @@ class App:
                                   config=rc)
         return [
             ChargeHandler(self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
+                          queue=self.payments_config.queue),
+            RefundHandler(self.refunds, self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
                           queue=self.payments_config.queue),
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),

@@ -18,7 +18,18 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from psp_adapters.errors import PspRateLimited
-from psp_adapters.protocol import ChargeRequest, PaymentOutcome, PaymentPage, PspAdapter, PspRef, SettlementLine
+from psp_adapters.protocol import (
+    ChargeRequest,
+    PaymentOutcome,
+    PaymentPage,
+    PspAdapter,
+    PspRef,
+    RefundingAdapter,
+    RefundRef,
+    RefundRequest,
+    SettlementLine,
+)
+from recon.errors import ConfigError
 from recon.logs import bind
 
 T = TypeVar("T")
@@ -38,7 +49,8 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                     {"name": inner.name, "idempotency_retention": inner.idempotency_retention,
                      "lists_payments": bool(getattr(inner, "lists_payments", False)),
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
-                     "listing_window": getattr(inner, "listing_window", None)})
+                     "listing_window": getattr(inner, "listing_window", None),
+                     "refund_reasons": getattr(inner, "refund_reasons", None)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -51,6 +63,7 @@ class InstrumentedAdapter:
     lists_payments: ClassVar[bool] = False
     search_lag: ClassVar[timedelta] = timedelta(0)
     listing_window: ClassVar[timedelta | None] = None
+    refund_reasons: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner
@@ -82,6 +95,22 @@ class InstrumentedAdapter:
         """Times each page on its own: every ``next()`` is one request to the PSP, and one call counted."""
         pages = self.inner.iter_payments(since, until, merchant_accounts=merchant_accounts)  # bad arguments: now
         return self._timed_pages(pages)
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome:
+        bind(payment_reference=request.refund_reference)
+        inner = self._refunding()
+        return self._timed("create_refund", lambda: inner.create_refund(request, idempotency_key=idempotency_key))
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+        bind(payment_reference=ref.refund_reference)
+        inner = self._refunding()
+        return self._timed("fetch_refund", lambda: inner.fetch_refund(ref))
+
+    def _refunding(self) -> RefundingAdapter:
+        """The inner adapter as one that refunds; ConfigError when its PSP does not (the job dies, replayable)."""
+        if not isinstance(self.inner, RefundingAdapter):
+            raise ConfigError(f"PSP {self.name!r}: its adapter does not refund")
+        return self.inner
 
     def close(self) -> None:
         self.inner.close()

@@ -72,6 +72,7 @@ from psp_adapters.protocol import (
     Unknown,
 )
 from recon.payments.money import format_amount
+from recon.refund_rows import Refund
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
 
@@ -224,4 +225,112 @@ def late_news(payment: Payment, news: PaymentOutcome | Reversed) -> Heal | None:
         return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=news.psp_reference,
                     review_reason=f"status_mismatch: ours failed ({payment.failure_reason or 'no reason'}), the "
                                   f"PSP says {news.raw_status or 'succeeded'}")
+    return None
+
+
+# --- refunds --------------------------------------------------------------------------------------------------
+#
+# A refund's evidence, in the same room. The answer to our own refund request (``refund_sent``, the refund job):
+#
+# | the PSP answers                           | the refund                                              |
+# | ----------------------------------------- | ------------------------------------------------------- |
+# | anything naming another PSP refund id than the one stored | needs_review (reference_conflict)     |
+# | succeeded, same amount and currency       | succeeded                                               |
+# | succeeded, other amount or currency       | needs_review (amount_mismatch / currency_mismatch)      |
+# | failed                                    | failed ("declined: " and the PSP's reason)              |
+# | pending, action required, cannot say, not found | pending: reconciliation and webhooks decide        |
+#
+# The PSP's word about a refund later (``refund_heal``: its reconcile job's lookup, a webhook):
+#
+# | the PSP says                              | ours               | becomes                                   |
+# | ----------------------------------------- | ------------------ | ----------------------------------------- |
+# | anything naming another PSP refund id     | not failed/review  | needs_review (reference_conflict)         |
+# | succeeded, same amount and currency       | unfinished         | succeeded                                 |
+# | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch)            |
+# | failed                                    | unfinished         | failed ("psp: " and the PSP's reason)     |
+# | failed, or reversed (Adyen REFUNDED_REVERSED) | succeeded      | needs_review (refund_reversed): a person looks |
+# | reversed                                  | unfinished         | needs_review (refund_reversed)            |
+# | anything else                             | any                | nothing (redelivery, older, not final)    |
+#
+# Failed is a refund's end (recon.refund_rows): its amount went back to the payment's captured amount.
+
+
+@dataclass(frozen=True, slots=True)
+class RefundHeal:
+    target: PaymentStatus
+    psp_refund_id: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+
+    def fields(self) -> dict[str, str | None]:
+        return {"psp_refund_id": self.psp_refund_id, "failure_reason": self.failure_reason,
+                "review_reason": self.review_reason}
+
+
+def refund_mismatch(refund: Refund, outcome: PaymentOutcome) -> str | None:
+    """Why the PSP's refund amount or currency differs from ours, or None when they agree (or it did not say)."""
+    if outcome.currency is not None and outcome.currency.upper() != refund.currency:
+        return f"currency_mismatch: ours {refund.currency}, PSP {outcome.currency.upper()}"
+    if outcome.amount is not None and outcome.amount != refund.amount:
+        return f"amount_mismatch: ours {refund.amount} {refund.currency}, PSP {outcome.amount}"
+    return None
+
+
+def refund_conflict(refund: Refund, named: str | None) -> RefundHeal | None:
+    """The review the table gives when ``named`` (the refund id some evidence gives) is not the one the refund
+    holds; None when it holds none, the evidence names none, or they agree (or the refund is past changing)."""
+    if not (refund.psp_refund_id and named) or named == refund.psp_refund_id:
+        return None
+    if refund.status not in (PaymentStatus.CREATED, PaymentStatus.PROCESSING, PaymentStatus.PENDING,
+                             PaymentStatus.SUCCEEDED):
+        return None
+    return RefundHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+        f"reference_conflict: ours is {refund.psp_refund_id}, the PSP names {named} for our refund "
+        f"{refund.refund_reference} (a second refund, or not ours: a person looks)"))
+
+
+def refund_sent(refund: Refund, answer: PaymentOutcome) -> RefundHeal:
+    """What the answer to our own refund request makes of the refund (the first refund table)."""
+    ref = answer.psp_reference
+    clash = refund_conflict(refund, ref)
+    if clash is not None:
+        return clash
+    match answer:
+        case Succeeded():
+            problem = refund_mismatch(refund, answer)
+            if problem:
+                return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=problem)
+            return RefundHeal(PaymentStatus.SUCCEEDED, psp_refund_id=ref)
+        case Failed(reason=reason):
+            return RefundHeal(PaymentStatus.FAILED, psp_refund_id=ref,
+                              failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
+    return RefundHeal(PaymentStatus.PENDING, psp_refund_id=ref)
+
+
+def refund_heal(refund: Refund, answer: PaymentOutcome, *, reversed_: bool = False) -> RefundHeal | None:
+    """What the PSP's later word about a refund changes (the second refund table); None: nothing.
+    ``reversed_``: the PSP reversed the refund (Adyen's REFUNDED_REVERSED: the money came back)."""
+    ref = answer.psp_reference
+    clash = refund_conflict(refund, ref)
+    if clash is not None:
+        return clash
+    unfinished = not refund.status.final
+    said = answer.raw_status or type(answer).__name__.lower()
+    if reversed_ or (isinstance(answer, Failed) and refund.status is PaymentStatus.SUCCEEDED):
+        if unfinished or refund.status is PaymentStatus.SUCCEEDED:
+            why = f", reason {answer.reason}" if isinstance(answer, Failed) and answer.reason else ""
+            return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=(
+                f"refund_reversed: the PSP says {said} for a refund ours was {refund.status}{why}"))
+        return None
+    if not unfinished:
+        return None
+    match answer:
+        case Succeeded():
+            problem = refund_mismatch(refund, answer)
+            if problem:
+                return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=problem)
+            return RefundHeal(PaymentStatus.SUCCEEDED, psp_refund_id=ref)
+        case Failed(reason=reason):
+            return RefundHeal(PaymentStatus.FAILED, psp_refund_id=ref,
+                              failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
     return None
