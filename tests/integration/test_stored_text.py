@@ -19,6 +19,7 @@ and dashes are taken out of the stored text.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,7 +27,6 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-import io
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,11 @@ from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
+from recon.db.refund_store import RefundStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.schema import Json
 from recon.engine.worker import make_worker_id
+from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.scheduler import Schedule, Scheduler
 from tests.adapters.stripe_oracle import canonical
@@ -336,9 +338,9 @@ def plant_psp_name(env: Env) -> None:
 
 
 def plant_bank_statement(env: Env) -> None:
-    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its entries (bank
-    reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold a card
-    number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
+    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its
+    entries (bank reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold
+    a card number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
     iban = "NL91ABNA0417164300"
     config = env.config(f'[bank.accounts.payouts]\niban = "{iban}"\ncurrency = "EUR"\n')
     day = date(2026, 11, 2)
@@ -358,6 +360,63 @@ def plant_bank_statement(env: Env) -> None:
     result = env.run("--config", config, "bank", "import", str(path))
     assert result.returncode == 0, result.stderr
     assert not holds_card(result.stdout + result.stderr)
+
+
+def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
+    store = PaymentStore(env.db)
+    [pid] = store.create([NewPayment("default", ref, 2000, "USD", psp, payment_method="pm_card_visa",
+                                     customer_reference="cus_NffrFeUfNV2Hib")], charge=False)
+    with env.db.begin() as conn:
+        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE,
+                                            psp_reference=psp_reference))
+    return pid
+
+
+def plant_refund_commands(env: Env) -> None:
+    """``recon refund`` with a reason and an operator holding a card number (the sandbox takes any reason text),
+    and a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    _succeeded(env, "order-r", "sandbox", "pay_r1")
+    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", planted())
+    assert r.returncode == 0, r.stderr
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "alice"),
+            "--reference")
+    path = env.tmp_path / "refunds.csv"
+    path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
+                    encoding="utf-8")
+    refused(env.run("refunds", "import", str(path), "--by", "alice"), "(field refund_reference)")
+
+
+def plant_stripe_refund_answers(env: Env) -> None:
+    """Stripe's answers to refunds, over HTTP: a failure whose reason holds a card number (and whose refund id is
+    Luhn-valid digits: kept exactly), and an answer naming another refund id than ours, holding one."""
+    app = _stripe_app(env)
+    pid = _succeeded(env, "order-rf", "stripe", "pi_rf")
+    store = RefundStore(env.db)
+    failing, other = store.create([NewRefund(pid, "rf-1", 100, None, "alice"), NewRefund(pid, "rf-2", 100, None,
+                                                                                         "alice")], queue="charges")
+    with env.db.begin() as conn:  # an earlier attempt was answered pending with its id
+        assert store.apply(conn, RefundTransition(other, PaymentStatus.CREATED, PaymentStatus.PENDING,
+                                                  RefundSource.REFUND, psp_refund_id="re_ours"))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        ref = parse_qs(request.content.decode())["metadata[refund_reference]"][0]
+        if ref == "rf-1":
+            return httpx.Response(200, json=canonical(
+                "refund", id=f"re_{ADYEN_NUMERIC_REFERENCE}", status="failed", failure_reason=planted(1), amount=100,
+                currency="usd", payment_intent="pi_rf", metadata={"refund_reference": ref}))
+        return httpx.Response(200, json=canonical("refund", id=f"re_{PROBE}-{CARD}", status="succeeded", amount=100,
+                                                  currency="usd", payment_intent="pi_rf",
+                                                  metadata={"refund_reference": ref}))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(f"{STRIPE_URL}/v1/refunds").mock(side_effect=answer)
+        app.worker(["charges"], handlers=app.handlers(kinds=("refund",))).run(burst=True)
+    app.close()
+    failed, conflicted = store.get(failing), store.get(other)
+    assert failed is not None and failed.status is PaymentStatus.FAILED
+    assert failed.psp_refund_id == f"re_{ADYEN_NUMERIC_REFERENCE}"  # the PSP's id, exactly
+    assert conflicted is not None and conflicted.status is PaymentStatus.NEEDS_REVIEW
+    assert conflicted.psp_refund_id == "re_ours"  # never replaced
 
 
 # --- the columns -------------------------------------------------------------------------------------------
@@ -474,6 +533,21 @@ COLUMNS: dict[str, Entry] = {
     "schedule_slots.schedule": Refused(config_refused('[schedule."s-4242424242424242"]\nkind = "sweep"\n'
                                                       'every = "1h"\n', "schedule")),
     "schedule_slots.scheduler": Masked(plant_scheduler),
+    "refunds.refund_reference": Refused(plant_refund_commands),
+    "refunds.currency": Exempt("the payment's currency, copied from its row by the refund store (checked at import)"),
+    "refunds.psp": Exempt("the payment's PSP, copied from its row by the refund store (a registry name)"),
+    "refunds.status": Exempt(CHECKED),
+    "refunds.reason": Masked(plant_refund_commands),
+    "refunds.psp_refund_id": Verbatim(plant_stripe_refund_answers, PSP_ID),
+    "refunds.idempotency_key": Exempt("made by recon (recon-refund- and 24 hex digits): never outside text, and a "
+                                      "key the PSP holds; masking would merge keys"),
+    "refunds.requested_by": Masked(plant_refund_commands),
+    "refunds.failure_reason": Masked(plant_stripe_refund_answers),
+    "refunds.review_reason": Masked(plant_stripe_refund_answers),
+    "refund_events.from_status": Exempt("a refund status: RefundStore writes the state machine's names"),
+    "refund_events.to_status": Exempt("a refund status: RefundStore writes the state machine's names"),
+    "refund_events.source": Exempt(CHECKED),
+    "refund_events.details": Masked(plant_refund_commands),
     "console_sessions.principal": Exempt("recon.console.session.token_principal: 'access-token/' and a base32 "
                                          "scrypt digest of the token, never the token or outside text"),
 }
