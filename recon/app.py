@@ -56,6 +56,7 @@ from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
+from recon.reconcile.refund import RefundReconcileHandler
 from recon.reconcile.webhook import WebhookHandler, report_sweep
 from recon.reconcile.window import WindowHandler
 from recon.redact import redact
@@ -345,6 +346,8 @@ class App:
             RefundHandler(self.refunds, self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
                           queue=self.payments_config.queue),
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
+            RefundReconcileHandler(self.refunds, self.payments, self.adapter, config=rc, clock=SystemClock(),
+                                   guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
                            queue=self.webhook_config.queue),

@@ -10,6 +10,7 @@ import click
 from recon.app import App
 from recon.commands.payments import payment_doc
 from recon.params import LIMIT, Duration, say
+from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.render.payments import payment_detail, review_table
 from recon.review import ReviewKind
 
@@ -87,8 +88,19 @@ def review_resolve(app: App, reference: str, to: str, reason: str, by: str, over
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def review_recheck(app: App, reference: str, as_json: bool) -> None:
-    """Queue a reconcile job for the payment now: a worker on the reconcile queue asks the PSP and adds its
-    answer to the audit trail (a payment in review keeps its status)."""
+    """Queue a reconcile job for the payment (or the refund: REF is then its refund reference) now: a worker on
+    the reconcile queue asks the PSP and adds its answer to the audit trail (a payment in review keeps its
+    status; a succeeded refund the PSP now calls failed or reversed goes to review)."""
+    refund = app.refunds.by_reference(reference) if app.payments.by_reference(reference) is None else None
+    if refund is not None:
+        queue = app.reconcile_config.queue
+        job_id = app.client().enqueue(REFUND_RECONCILE_KIND, {"refund_id": refund.id, "recheck": True}, queue=queue,
+                                      unique_key=refund_reconcile_key(refund.id))
+        if as_json:
+            click.echo(json.dumps({"refund": reference, "job_id": job_id, "queue": queue}))
+        else:
+            say(f"reconcile job {job_id} queued on {queue} for refund {reference}")
+        return
     job_id = app.review.recheck(reference)
     if as_json:
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))

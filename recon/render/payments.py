@@ -109,6 +109,11 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         by_psp = ", ".join(f"{psp} {n}" for psp, n in sorted(doc.get("psp_calls_by_psp", {}).items()))
         console.print(f"PSP calls {doc['psp_calls']}" + (f" ({by_psp})" if by_psp else "")
                       + f", 429s {doc.get('http_429', 0)}; mode: {how}; window jobs {doc.get('window_jobs', 0)}")
+    refunds = doc.get("refunds") or {}
+    if refunds.get("checked"):
+        console.print(f"refunds checked {refunds['checked']}: succeeded {refunds['healed_succeeded']}, failed "
+                      f"{refunds['healed_failed']}, still pending {refunds['still_pending']}, needs review "
+                      f"{refunds['needs_review']}, errors {refunds['errors']}, dead {refunds['dead']}")
     if doc["money_at_risk"]:
         table = FoldTable(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):
