@@ -133,6 +133,21 @@ class Reversed(_Outcome):
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RefundNews(_Outcome):
+    """News about one refund (a webhook's): ``psp_reference`` is the refunded PAYMENT's PSP reference (as in any
+    news: it finds the payment), ``refund_id`` the PSP's id of the refund, ``merchant_reference`` our refund
+    reference when the PSP echoes it (Stripe's metadata, Adyen's merchantReference); ``amount`` the refund's.
+    ``state``: succeeded, failed, pending, or reversed (Adyen's REFUNDED_REVERSED: the money came back)."""
+
+    state: str = "pending"
+    refund_id: str | None = None
+    reason: str | None = None
+
+
+#: a RefundNews' states
+REFUND_STATES = ("succeeded", "failed", "pending", "reversed")
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
@@ -142,19 +157,26 @@ _OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": 
 REVERSAL_KINDS = ("refund", "dispute")
 
 
-def news_kind(news: PaymentOutcome | Reversed) -> str:
+def news_kind(news: PaymentOutcome | Reversed | RefundNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
-    pending, action_required, unknown, or a reversal's kind (refund, dispute). ``news_from`` reads it back."""
+    pending, action_required, unknown, a reversal's kind (refund, dispute), or ``refund_<state>`` for news about
+    one refund. ``news_from`` reads it back."""
+    if isinstance(news, RefundNews):
+        return f"refund_{news.state}"
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
-              currency: str | None, raw_status: str | None, reason: str | None) -> PaymentOutcome | Reversed:
+              currency: str | None, raw_status: str | None, reason: str | None,
+              refund_id: str | None = None) -> PaymentOutcome | Reversed | RefundNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
-    has one (Failed, Reversed)."""
+    has one (Failed, Reversed, RefundNews); ``refund_id`` is a RefundNews' (stored apart from the payment's)."""
     common = {"psp_reference": psp_reference, "merchant_reference": merchant_reference, "amount": amount,
               "currency": currency, "raw_status": raw_status}
+    state = kind.removeprefix("refund_")
+    if kind.startswith("refund_") and state in REFUND_STATES:
+        return RefundNews(**common, state=state, refund_id=refund_id, reason=reason)  # type: ignore[arg-type]
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
     cls = _OUTCOMES.get(kind, Unknown)
@@ -177,7 +199,7 @@ class WebhookEvent:
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | None
+    news: PaymentOutcome | Reversed | RefundNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)

@@ -350,7 +350,7 @@ class App:
                                    guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
-                           queue=self.webhook_config.queue),
+                           queue=self.webhook_config.queue, refunds=self.refunds),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),

@@ -32,7 +32,7 @@ class WebhookRecord:
     merchant_account: str | None
     amount: int | None
     currency: str | None
-    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute; None: no payment news
+    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute, refund_<state>
     psp_status: str | None
     reason: str | None
     report: str | None
@@ -40,6 +40,7 @@ class WebhookRecord:
     state: WebhookState
     payment_id: int | None
     applied_at: datetime | None
+    movement_reference: str | None = None  #: the PSP's id of the refund a refund's news is about
 
 
 @dataclass(frozen=True, slots=True)

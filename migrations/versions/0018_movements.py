@@ -7,6 +7,8 @@
 - ``refunds``: one row per refund, unique on our ``refund_reference`` and on its ``idempotency_key``; the
   PSP's ``psp_refund_id`` is stored once known and never replaced; statuses as a payment's.
 - ``refund_events``: the audit trail of every refund change, with the PSP's evidence.
+- ``webhook_events.movement_reference``: the PSP's id of the movement an event is about when it is not the payment
+  itself (a refund's id), stored exactly, as the PSP's references are.
 
 Revision ID: 0018
 Revises: 0016
@@ -82,6 +84,8 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index("refund_events_refund", "refund_events", ["refund_id", "id"])
+    with op.batch_alter_table("webhook_events") as batch:
+        batch.add_column(sa.Column("movement_reference", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:

@@ -21,11 +21,15 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | AUTHORISATION, success     | Succeeded                                                          |
 | AUTHORISATION, not success | Failed (reason)                                                    |
 | CANCELLATION, success      | Failed ("cancelled"), for the original payment                     |
-| REFUND, success            | Reversed, kind refund, for the original payment                    |
+| REFUND, success            | RefundNews succeeded: the refund ``pspReference`` of the payment   |
+|                            | ``originalReference``, our ``merchantReference``                   |
+| REFUND, not success        | RefundNews failed (reason)                                         |
+| REFUND_FAILED              | RefundNews failed (reason): the scheme failed it after it was sent |
+| REFUNDED_REVERSED          | RefundNews reversed: the money came back to the merchant           |
 | CHARGEBACK                 | Reversed, kind dispute, for the original payment                   |
 | REPORT_AVAILABLE           | no news; ``report`` is the file name (``reason`` its download URL) |
 
-Anything else (a failed refund or cancellation, other event codes) is acknowledged and ignored.
+Anything else (a failed cancellation, other event codes) is acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -42,9 +46,20 @@ import orjson
 from psp_adapters._wire import JsonFields
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import Failed, PaymentOutcome, Reversed, Secret, Succeeded, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import (
+    Failed,
+    PaymentOutcome,
+    RefundNews,
+    Reversed,
+    Secret,
+    Succeeded,
+    WebhookAnswer,
+    WebhookEvent,
+)
 
 KEY_VARIABLE = "RECON_ADYEN_HMAC_KEY"
+#: the refund event codes and the RefundNews state each says (REFUND's when ``success`` is true)
+REFUND_STATES = {"REFUND": "succeeded", "REFUND_FAILED": "failed", "REFUNDED_REVERSED": "reversed"}
 USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
 PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a variable's name, not a secret
 
@@ -174,7 +189,8 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
         report=psp_reference if code == "REPORT_AVAILABLE" else None, body=dict(item))
 
 
-def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str) -> PaymentOutcome | Reversed | None:
+def _news(code: str, success: bool, item: Mapping[str, object], *,
+          payment: str) -> PaymentOutcome | Reversed | RefundNews | None:
     amount_doc = _json.as_object(item.get("amount"), "amount")
     currency = _json.require(amount_doc, "currency", str).upper()
     amount = from_adyen_amount(_json.amount(amount_doc, "value"), currency)
@@ -187,8 +203,11 @@ def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str)
         return Failed(**common, raw_status="AUTHORISATION", reason=reason or "refused")  # type: ignore[arg-type]
     if code == "CANCELLATION" and success:
         return Failed(**common, raw_status="CANCELLATION", reason="cancelled")  # type: ignore[arg-type]
-    if code == "REFUND" and success:
-        return Reversed(**common, raw_status="REFUND", kind="refund", reason=reason)  # type: ignore[arg-type]
+    if code in REFUND_STATES:
+        state = REFUND_STATES[code] if success or code != "REFUND" else "failed"
+        refund_id = _json.require(item, "pspReference", str)
+        return RefundNews(**common, raw_status=code, state=state, refund_id=refund_id,  # type: ignore[arg-type]
+                          reason=reason if state == "failed" else None)
     if code == "CHARGEBACK":
         return Reversed(**common, raw_status="CHARGEBACK", kind="dispute", reason=reason)  # type: ignore[arg-type]
     return None

@@ -21,6 +21,8 @@ Events (data.object is the object as of the event, so an out-of-order delivery s
 | payment_intent.canceled                | Failed (cancellation_reason)                                |
 | payment_intent.requires_action         | ActionRequired                                              |
 | charge.refunded                        | Reversed, kind refund, amount_refunded                      |
+| refund.created, refund.updated,        | RefundNews of the Refund object: its id, payment_intent,    |
+| refund.failed, charge.refund.updated   | metadata.refund_reference, status (failed, canceled: failed)|
 | charge.dispute.created                 | Reversed, kind dispute                                      |
 
 Any other type is acknowledged and ignored (``news`` None).
@@ -37,7 +39,8 @@ import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import PaymentOutcome, Reversed, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import PaymentOutcome, RefundNews, Reversed, WebhookAnswer, WebhookEvent
+from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
 SECRET_VARIABLE = "RECON_STRIPE_WEBHOOK_SECRET"  # nosec B105  # a variable's name, not a secret
@@ -49,6 +52,11 @@ PAYMENT_INTENT_EVENTS = frozenset({"payment_intent.succeeded", "payment_intent.p
                                    "payment_intent.processing", "payment_intent.canceled",
                                    "payment_intent.requires_action"})
 REFUNDED = "charge.refunded"
+#: events whose data.object is a Refund (docs.stripe.com/api/events/types); charge.refund.updated is the older name
+REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"})
+#: a Refund's status -> RefundNews' state
+REFUND_STATES = {"succeeded": "succeeded", "failed": "failed", "canceled": "failed", "pending": "pending",
+                 "requires_action": "pending"}
 DISPUTE_CREATED = "charge.dispute.created"
 
 _json = JsonFields(PSP_NAME)
@@ -127,9 +135,11 @@ def parse(payload: bytes) -> WebhookEvent:
                         body=dict(obj))
 
 
-def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | None:
+def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | RefundNews | None:
     if event_type in PAYMENT_INTENT_EVENTS:
         return to_outcome(obj)
+    if event_type in REFUND_EVENTS:
+        return _refund_news(obj)
     if event_type == REFUNDED:
         currency = _json.require(obj, "currency", str).upper()
         refunded = _json.optional_amount(obj, "amount_refunded") or 0
@@ -145,3 +155,15 @@ def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Revers
                         raw_status=_json.optional(obj, "status", str), kind="dispute",
                         reason=_json.optional(obj, "reason", str))
     return None
+
+
+def _refund_news(obj: Mapping[str, object]) -> RefundNews:
+    """A Refund object's news: a status Stripe may add later reads as pending, never as a guess of an end."""
+    currency = _json.require(obj, "currency", str).upper()
+    status = _json.require(obj, "status", str)
+    state = REFUND_STATES.get(status, "pending")
+    return RefundNews(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                      amount=from_stripe_amount(_json.amount(obj, "amount"), currency), raw_status=status,
+                      merchant_reference=refund_wire.reference(obj), state=state,
+                      refund_id=_json.require(obj, "id", str),
+                      reason=_json.optional(obj, "failure_reason", str) if state == "failed" else None)

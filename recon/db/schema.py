@@ -286,6 +286,8 @@ webhook_events = sa.Table(
     sa.Column("state", sa.Text(), nullable=False, server_default="received"),
     sa.Column("payment_id", Id, nullable=True),
     sa.Column("applied_at", Timestamp, nullable=True),
+    #: the PSP's id of the movement the event is about, when not the payment itself: a refund's (migration 0018)
+    sa.Column("movement_reference", sa.Text(), nullable=True),
     sa.CheckConstraint(_in("state", WEBHOOK_STATES), name="webhook_events_state_valid"),
     sa.UniqueConstraint("psp", "event_id", name="webhook_events_psp_event_key"),
     sa.Index("webhook_events_unknown", "psp", "received_at", postgresql_where=sa.text("state = 'unknown_payment'"),

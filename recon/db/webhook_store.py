@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from psp_adapters.protocol import WebhookEvent, news_kind
+from psp_adapters.protocol import RefundNews, WebhookEvent, news_kind
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
@@ -37,7 +37,7 @@ WEBHOOK_QUEUE = "webhooks"
 BODY_MAX_CHARS = 32_768
 
 #: the columns ``_params`` stores exactly as given (module docstring); ``body`` is redacted as a document first
-_VERBATIM = frozenset({"event_id", "psp_reference", "body"})
+_VERBATIM = frozenset({"event_id", "psp_reference", "movement_reference", "body"})
 
 
 def webhook_key(webhook_id: int) -> str:
@@ -183,7 +183,8 @@ class WebhookStore:
                            "merchant_account": e.merchant_account, "amount": news.amount if news else None,
                            "currency": news.currency if news else None, "news": kind,
                            "psp_status": news.raw_status if news else None, "reason": reason, "report": e.report,
-                           "body": body, "state": str(WebhookState.RECEIVED), "now": self.db.now_param()},
+                           "body": body, "state": str(WebhookState.RECEIVED), "now": self.db.now_param(),
+                           "movement_reference": news.refund_id if isinstance(news, RefundNews) else None},
                           keep=_VERBATIM)
 
     def _record(self, r: Any) -> WebhookRecord:
@@ -196,7 +197,8 @@ class WebhookStore:
                              amount=int(m["amount"]) if m["amount"] is not None else None, currency=m["currency"],
                              news=m["news"], psp_status=m["psp_status"], reason=m["reason"], report=m["report"],
                              body=json_from_db(m["body"]), state=WebhookState(m["state"]),
-                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]))
+                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]),
+                             movement_reference=m["movement_reference"])
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]

@@ -29,6 +29,7 @@ or None when nothing changes. ``outcome_details`` is how every answer joins the 
 | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
 | customer action required                  | unfinished         | needs_review (authentication_required)          |
 | failed / canceled                         | unfinished         | failed ("psp: " and the PSP's reason)           |
+| refunded by no more than our own refunds  | succeeded          | nothing: ours (recon.db.refund_store)           |
 | refunded or disputed                      | unfinished, succeeded, failed | needs_review (psp_reversed)          |
 | succeeded                                 | failed             | needs_review (status_mismatch)                  |
 | anything else                             | final              | nothing (a redelivery, or older news)           |
@@ -67,6 +68,7 @@ from psp_adapters.protocol import (
     NotFound,
     PaymentOutcome,
     Pending,
+    RefundNews,
     Reversed,
     Succeeded,
     Unknown,
@@ -110,12 +112,12 @@ def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
                                "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed):
+    if isinstance(outcome, Failed | RefundNews):
         details["reason"] = outcome.reason
     return details
 
@@ -216,9 +218,20 @@ def reversal(payment: Payment, news: Reversed) -> Heal:
                 review_reason=f"psp_reversed: {what} {taken} at the PSP while ours was {payment.status}{why}")
 
 
+def our_refunds(payment: Payment, news: Reversed) -> bool:
+    """Whether a refund the PSP reports on a succeeded payment (Stripe's charge.refunded: all refunded so far) is no
+    more than the refunds we asked for and have not seen fail (``Payment.refunded_amount``): ours, each a refund
+    of its own (recon.db.refund_store), not a surprise."""
+    return (news.kind == "refund" and payment.status is PaymentStatus.SUCCEEDED and news.amount is not None
+            and 0 < news.amount <= payment.refunded_amount
+            and (news.currency is None or news.currency.upper() == payment.currency))
+
+
 def late_news(payment: Payment, news: PaymentOutcome | Reversed) -> Heal | None:
     """What news about a payment that is final already changes: a reversal of it, or a success of one we
     hold as failed, goes to review; anything else is a redelivery or older news (None)."""
+    if isinstance(news, Reversed) and our_refunds(payment, news):
+        return None
     if isinstance(news, Reversed) and payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
         return reversal(payment, news)
     if isinstance(news, Succeeded) and payment.status is PaymentStatus.FAILED:
@@ -265,6 +278,18 @@ class RefundHeal:
     def fields(self) -> dict[str, str | None]:
         return {"psp_refund_id": self.psp_refund_id, "failure_reason": self.failure_reason,
                 "review_reason": self.review_reason}
+
+
+def refund_news_outcome(news: RefundNews) -> tuple[PaymentOutcome, bool]:
+    """A refund's webhook news as the answer ``refund_heal`` reads (about the refund: its id, our reference), and
+    whether it says the refund was reversed."""
+    common: dict[str, Any] = {"psp_reference": news.refund_id, "amount": news.amount, "currency": news.currency,
+                              "raw_status": news.raw_status, "merchant_reference": news.merchant_reference}
+    if news.state == "succeeded":
+        return Succeeded(**common), False
+    if news.state == "failed":
+        return Failed(**common, reason=news.reason), False
+    return Pending(**common), news.state == "reversed"
 
 
 def refund_mismatch(refund: Refund, outcome: PaymentOutcome) -> str | None:

@@ -212,6 +212,24 @@ def plant_psp_references(env: Env) -> None:
     assert column(env.db, "webhook_events", "event_id") == [f"AUTHORISATION:{ADYEN_NUMERIC_REFERENCE}::true"]
 
 
+def plant_refund_webhook(env: Env) -> None:
+    """Adyen's REFUND for our refund, whose refund pspReference is Luhn-valid digits: kept exactly in the event's
+    movement reference and in the refund it moves."""
+    app = _webhook_app(env)
+    pid = _succeeded(env, "order-rw", "adyen", "8815208516304269")
+    store = RefundStore(env.db)
+    [rid] = store.create([NewRefund(pid, "rf-rw", 100, None, "alice")], queue="charges")
+    item = _adyen_item("REFUND", ADYEN_NUMERIC_REFERENCE, success=True, merchantReference="rf-rw",
+                       originalReference="8815208516304269")
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        _post_adyen(client, item)
+    _work(app, "webhook")
+    app.close()
+    refund = store.get(rid)
+    assert refund is not None and refund.psp_refund_id == ADYEN_NUMERIC_REFERENCE
+    assert column(env.db, "webhook_events", "movement_reference") == [ADYEN_NUMERIC_REFERENCE]
+
+
 def _stripe_app(env: Env, config: str = "") -> App:
     env.monkeypatch.setenv("RECON_STRIPE_API_KEY", "sk_test_" + "7" * 24)
     env.monkeypatch.setenv("RECON_STRIPE_BASE_URL", STRIPE_URL)
@@ -530,6 +548,7 @@ COLUMNS: dict[str, Entry] = {
     "webhook_events.report": Masked(plant_adyen_webhook),
     "webhook_events.body": Masked(plant_stripe_webhook),
     "webhook_events.state": Exempt(CHECKED),
+    "webhook_events.movement_reference": Verbatim(plant_refund_webhook, PSP_ID),
     "schedule_slots.schedule": Refused(config_refused('[schedule."s-4242424242424242"]\nkind = "sweep"\n'
                                                       'every = "1h"\n', "schedule")),
     "schedule_slots.scheduler": Masked(plant_scheduler),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -172,6 +173,12 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
      Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: card_declined")),
     ("failed / canceled | unfinished", lambda: heal(payment(P.CREATED, None), CANCELED_A),
      Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: canceled")),
+    ("refunded by no more than our own refunds | succeeded",
+     lambda: late_news(replace(P_SUCCEEDED, captured_amount=1000, refunded_amount=1000), REFUND_A), None),
+    ("refunded by no more than our own refunds | succeeded",  # more than ours: a surprise, as below
+     lambda: late_news(replace(P_SUCCEEDED, captured_amount=1000, refunded_amount=400), REFUND_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was succeeded")),
     ("refunded or disputed | unfinished, succeeded, failed", lambda: reversal(P_PENDING, REFUND_A),
      Heal(REVIEW, psp_reference="pi_A",
           review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was pending")),
@@ -218,7 +225,7 @@ def docstring_rows() -> list[str]:
 
 def test_decide__the_tables_and_their_cases_match_row_for_row() -> None:
     rows = docstring_rows()
-    assert len(rows) == 17 and len(set(rows)) == len(rows)
+    assert len(rows) == 18 and len(set(rows)) == len(rows)
     assert sorted({row for row, _, _ in TABLE}) == sorted(rows)
 
 
