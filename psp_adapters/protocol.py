@@ -148,6 +148,25 @@ class RefundNews(_Outcome):
 #: a RefundNews' states
 REFUND_STATES = ("succeeded", "failed", "pending", "reversed")
 
+
+@dataclass(frozen=True, slots=True)
+class DisputeNews(_Outcome):
+    """News about one dispute (a chargeback) of a payment: ``psp_reference`` is the PAYMENT's PSP reference,
+    ``dispute_id`` the PSP's id of the dispute (Stripe's ``dp_…``; Adyen has one chargeback per payment: the
+    payment's reference), ``amount`` what was withdrawn, ``fee`` the PSP's dispute fee when it says (minor units
+    of ``currency``), ``due_by`` the evidence deadline when it says. ``state``: opened (money withdrawn, or
+    evidence asked for), won (reinstated), lost, reversed (Adyen's CHARGEBACK_REVERSED: the money came back)."""
+
+    state: str = "opened"
+    dispute_id: str | None = None
+    reason: str | None = None
+    due_by: datetime | None = None
+    fee: int | None = None
+
+
+#: a DisputeNews' states
+DISPUTE_STATES = ("opened", "won", "lost", "reversed")
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
@@ -157,18 +176,21 @@ _OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": 
 REVERSAL_KINDS = ("refund", "dispute")
 
 
-def news_kind(news: PaymentOutcome | Reversed | RefundNews) -> str:
+def news_kind(news: PaymentOutcome | Reversed | RefundNews | DisputeNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
     pending, action_required, unknown, a reversal's kind (refund, dispute), or ``refund_<state>`` for news about
     one refund. ``news_from`` reads it back."""
     if isinstance(news, RefundNews):
         return f"refund_{news.state}"
+    if isinstance(news, DisputeNews):
+        return f"dispute_{news.state}"
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
               currency: str | None, raw_status: str | None, reason: str | None,
-              refund_id: str | None = None) -> PaymentOutcome | Reversed | RefundNews:
+              refund_id: str | None = None, due_by: datetime | None = None,
+              fee: int | None = None) -> PaymentOutcome | Reversed | RefundNews | DisputeNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
     has one (Failed, Reversed, RefundNews); ``refund_id`` is a RefundNews' (stored apart from the payment's)."""
@@ -177,6 +199,10 @@ def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str |
     state = kind.removeprefix("refund_")
     if kind.startswith("refund_") and state in REFUND_STATES:
         return RefundNews(**common, state=state, refund_id=refund_id, reason=reason)  # type: ignore[arg-type]
+    state = kind.removeprefix("dispute_")
+    if kind.startswith("dispute_") and state in DISPUTE_STATES:
+        return DisputeNews(**common, state=state, dispute_id=refund_id, reason=reason, due_by=due_by,  # type: ignore[arg-type]
+                           fee=fee)
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
     cls = _OUTCOMES.get(kind, Unknown)
@@ -199,7 +225,7 @@ class WebhookEvent:
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | RefundNews | None
+    news: PaymentOutcome | Reversed | RefundNews | DisputeNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)

@@ -30,6 +30,7 @@ from recon.db.bank_store import BankStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
 from recon.db.database import upgrade as apply_migrations
+from recon.db.dispute_store import DisputeStore
 from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
@@ -158,6 +159,11 @@ class App:
     def refunds(self) -> RefundStore:
         """Refunds, their bound on each payment's captured amount, their events and jobs."""
         return RefundStore(self.db)
+
+    @cached_property
+    def disputes(self) -> DisputeStore:
+        """Disputes (chargebacks): objects of their own, recorded from the PSPs' webhooks."""
+        return DisputeStore(self.db)
 
     @cached_property
     def pool(self) -> PoolStore:
@@ -350,7 +356,7 @@ class App:
                                    guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
-                           queue=self.webhook_config.queue, refunds=self.refunds),
+                           queue=self.webhook_config.queue, refunds=self.refunds, disputes=self.disputes),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),

@@ -78,7 +78,8 @@ class ReviewItem:
                 "merchant_account": p.merchant_account, "amount": p.amount, "currency": p.currency,
                 "amount_formatted": format_amount(p.amount, p.currency), "kind": str(self.kind),
                 "review_reason": p.review_reason, "since": self.since.isoformat(),
-                "age_seconds": round(self.age_seconds, 3), "psp_answer": self.psp_answer}
+                "age_seconds": round(self.age_seconds, 3), "psp_answer": self.psp_answer,
+                "evidence_due_by": (self.psp_answer or {}).get("evidence_due_by")}
 
 
 @dataclass(frozen=True, slots=True)

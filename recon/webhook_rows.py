@@ -40,7 +40,9 @@ class WebhookRecord:
     state: WebhookState
     payment_id: int | None
     applied_at: datetime | None
-    movement_reference: str | None = None  #: the PSP's id of the refund a refund's news is about
+    movement_reference: str | None = None  #: the PSP's id of the refund (or dispute) the news is about
+    due_by: datetime | None = None  #: a dispute's evidence deadline
+    fee: int | None = None  #: a dispute's fee (minor units)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,10 @@
   PSP's ``psp_refund_id`` is stored once known and never replaced; statuses as a payment's.
 - ``refund_events``: the audit trail of every refund change, with the PSP's evidence.
 - ``webhook_events.movement_reference``: the PSP's id of the movement an event is about when it is not the payment
-  itself (a refund's id), stored exactly, as the PSP's references are.
+  itself (a refund's or a dispute's id), stored exactly, as the PSP's references are; ``due_by`` and ``fee``: a
+  dispute's evidence deadline and the PSP's dispute fee, when the event says.
+- ``disputes``: a payment's chargebacks, unique on (psp, psp_dispute_id), status opened, won, lost or reversed,
+  the amount withdrawn, the fee, the evidence deadline; ``dispute_events``: their audit trail.
 
 Revision ID: 0018
 Revises: 0016
@@ -86,6 +89,46 @@ def upgrade() -> None:
     op.create_index("refund_events_refund", "refund_events", ["refund_id", "id"])
     with op.batch_alter_table("webhook_events") as batch:
         batch.add_column(sa.Column("movement_reference", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("due_by", Timestamp, nullable=True))
+        batch.add_column(sa.Column("fee", sa.BigInteger(), nullable=True))
+    op.create_table(
+        "disputes",
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="disputes_payment_fkey"), nullable=False),
+        sa.Column("psp", sa.Text(), nullable=False),
+        sa.Column("psp_dispute_id", sa.Text(), nullable=False),
+        sa.Column("status", sa.Text(), nullable=False),
+        sa.Column("amount", sa.BigInteger(), nullable=True),
+        sa.Column("currency", sa.Text(), nullable=True),
+        sa.Column("fee", sa.BigInteger(), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("psp_status", sa.Text(), nullable=True),
+        sa.Column("evidence_due_by", Timestamp, nullable=True),
+        sa.Column("opened_at", Timestamp, nullable=False),
+        sa.Column("updated_at", Timestamp, nullable=False),
+        sa.CheckConstraint("status IN ('opened', 'won', 'lost', 'reversed')", name="disputes_status_valid"),
+        sa.UniqueConstraint("psp", "psp_dispute_id", name="disputes_psp_dispute_key"),
+        sqlite_autoincrement=True,
+    )
+    op.create_index("disputes_payment", "disputes", ["payment_id", "id"])
+    op.create_index("disputes_open_due", "disputes", ["evidence_due_by"],
+                    postgresql_where=sa.text("status = 'opened'"), sqlite_where=sa.text("status = 'opened'"))
+    op.create_table(
+        "dispute_events",
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("dispute_id", Id, sa.ForeignKey("disputes.id", name="dispute_events_dispute_fkey"),
+                  nullable=False),
+        sa.Column("from_status", sa.Text(), nullable=True),
+        sa.Column("to_status", sa.Text(), nullable=False),
+        sa.Column("source", sa.Text(), nullable=False),
+        sa.Column("job_id", Id, nullable=True),
+        sa.Column("attempt", sa.Integer(), nullable=True),
+        sa.Column("details", Json, nullable=True),
+        sa.Column("at", Timestamp, nullable=False),
+        sa.CheckConstraint("source IN ('webhook', 'manual')", name="dispute_events_source_valid"),
+        sqlite_autoincrement=True,
+    )
+    op.create_index("dispute_events_dispute", "dispute_events", ["dispute_id", "id"])
 
 
 def downgrade() -> None:

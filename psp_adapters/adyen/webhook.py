@@ -26,7 +26,11 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | REFUND, not success        | RefundNews failed (reason)                                         |
 | REFUND_FAILED              | RefundNews failed (reason): the scheme failed it after it was sent |
 | REFUNDED_REVERSED          | RefundNews reversed: the money came back to the merchant           |
-| CHARGEBACK                 | Reversed, kind dispute, for the original payment                   |
+| NOTIFICATION_OF_CHARGEBACK | DisputeNews opened (evidence by additionalData.defensePeriodEndsAt)|
+| CHARGEBACK                 | DisputeNews opened: the money withdrawn                            |
+| CHARGEBACK_REVERSED        | DisputeNews reversed: the money came back                          |
+| SECOND_CHARGEBACK          | DisputeNews lost                                                   |
+|                            | (one dispute per payment: its id is the payment's pspReference)    |
 | REPORT_AVAILABLE           | no news; ``report`` is the file name (``reason`` its download URL) |
 
 Anything else (a failed cancellation, other event codes) is acknowledged and ignored.
@@ -47,6 +51,7 @@ from psp_adapters._wire import JsonFields
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
 from psp_adapters.errors import PspProtocolError, WebhookRejected
 from psp_adapters.protocol import (
+    DisputeNews,
     Failed,
     PaymentOutcome,
     RefundNews,
@@ -60,6 +65,9 @@ from psp_adapters.protocol import (
 KEY_VARIABLE = "RECON_ADYEN_HMAC_KEY"
 #: the refund event codes and the RefundNews state each says (REFUND's when ``success`` is true)
 REFUND_STATES = {"REFUND": "succeeded", "REFUND_FAILED": "failed", "REFUNDED_REVERSED": "reversed"}
+#: the chargeback event codes and the DisputeNews state each says
+DISPUTE_STATES = {"NOTIFICATION_OF_CHARGEBACK": "opened", "CHARGEBACK": "opened", "CHARGEBACK_REVERSED": "reversed",
+                  "SECOND_CHARGEBACK": "lost"}
 USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
 PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a variable's name, not a secret
 
@@ -190,7 +198,7 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
 
 
 def _news(code: str, success: bool, item: Mapping[str, object], *,
-          payment: str) -> PaymentOutcome | Reversed | RefundNews | None:
+          payment: str) -> PaymentOutcome | Reversed | RefundNews | DisputeNews | None:
     amount_doc = _json.as_object(item.get("amount"), "amount")
     currency = _json.require(amount_doc, "currency", str).upper()
     amount = from_adyen_amount(_json.amount(amount_doc, "value"), currency)
@@ -208,6 +216,10 @@ def _news(code: str, success: bool, item: Mapping[str, object], *,
         refund_id = _json.require(item, "pspReference", str)
         return RefundNews(**common, raw_status=code, state=state, refund_id=refund_id,  # type: ignore[arg-type]
                           reason=reason if state == "failed" else None)
-    if code == "CHARGEBACK":
-        return Reversed(**common, raw_status="CHARGEBACK", kind="dispute", reason=reason)  # type: ignore[arg-type]
+    if code in DISPUTE_STATES:
+        extra = item.get("additionalData")
+        ends = extra.get("defensePeriodEndsAt") if isinstance(extra, Mapping) else None
+        due_by = _json.instant(ends, "additionalData.defensePeriodEndsAt") if isinstance(ends, str) else None
+        return DisputeNews(**common, raw_status=code, state=DISPUTE_STATES[code], dispute_id=payment,  # type: ignore[arg-type]
+                           reason=reason, due_by=due_by)
     return None

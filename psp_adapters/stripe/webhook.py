@@ -23,7 +23,10 @@ Events (data.object is the object as of the event, so an out-of-order delivery s
 | charge.refunded                        | Reversed, kind refund, amount_refunded                      |
 | refund.created, refund.updated,        | RefundNews of the Refund object: its id, payment_intent,    |
 | refund.failed, charge.refund.updated   | metadata.refund_reference, status (failed, canceled: failed)|
-| charge.dispute.created                 | Reversed, kind dispute                                      |
+| charge.dispute.created, .updated,      | DisputeNews of the Dispute object: its id, payment_intent,  |
+| .closed, .funds_withdrawn,             | amount, reason, evidence_details.due_by, the fees of its    |
+| .funds_reinstated                      | balance_transactions; status won / lost: won / lost, else   |
+|                                        | opened (warning_closed: won, no money moved)                |
 
 Any other type is acknowledged and ignored (``news`` None).
 """
@@ -39,7 +42,7 @@ import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import PaymentOutcome, RefundNews, Reversed, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import DisputeNews, PaymentOutcome, RefundNews, Reversed, WebhookAnswer, WebhookEvent
 from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
@@ -58,6 +61,11 @@ REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed", 
 REFUND_STATES = {"succeeded": "succeeded", "failed": "failed", "canceled": "failed", "pending": "pending",
                  "requires_action": "pending"}
 DISPUTE_CREATED = "charge.dispute.created"
+#: events whose data.object is a Dispute (docs.stripe.com/api/events/types)
+DISPUTE_EVENTS = frozenset({DISPUTE_CREATED, "charge.dispute.updated", "charge.dispute.closed",
+                            "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated"})
+#: a Dispute's final statuses -> DisputeNews' state; every other status is opened
+DISPUTE_ENDS = {"won": "won", "lost": "lost", "warning_closed": "won"}
 
 _json = JsonFields(PSP_NAME)
 
@@ -135,7 +143,7 @@ def parse(payload: bytes) -> WebhookEvent:
                         body=dict(obj))
 
 
-def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | RefundNews | None:
+def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | RefundNews | DisputeNews | None:
     if event_type in PAYMENT_INTENT_EVENTS:
         return to_outcome(obj)
     if event_type in REFUND_EVENTS:
@@ -148,12 +156,8 @@ def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Revers
                         amount=from_stripe_amount(refunded, currency),
                         raw_status="refunded" if full else "partially_refunded",
                         merchant_reference=reference(obj), kind="refund")
-    if event_type == DISPUTE_CREATED:
-        currency = _json.require(obj, "currency", str).upper()
-        return Reversed(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
-                        amount=from_stripe_amount(_json.amount(obj, "amount"), currency),
-                        raw_status=_json.optional(obj, "status", str), kind="dispute",
-                        reason=_json.optional(obj, "reason", str))
+    if event_type in DISPUTE_EVENTS:
+        return _dispute_news(obj)
     return None
 
 
@@ -167,3 +171,19 @@ def _refund_news(obj: Mapping[str, object]) -> RefundNews:
                       merchant_reference=refund_wire.reference(obj), state=state,
                       refund_id=_json.require(obj, "id", str),
                       reason=_json.optional(obj, "failure_reason", str) if state == "failed" else None)
+
+
+def _dispute_news(obj: Mapping[str, object]) -> DisputeNews:
+    """A Dispute object's news: its evidence deadline and the fees its balance transactions carry (Stripe's units)."""
+    currency = _json.require(obj, "currency", str).upper()
+    status = _json.require(obj, "status", str)
+    evidence = obj.get("evidence_details")
+    due_by = _json.optional_unix_time(evidence, "due_by") if isinstance(evidence, Mapping) else None
+    txns = obj.get("balance_transactions")
+    fees = [_json.amount(t, "fee") for t in (txns if isinstance(txns, list) else [])
+            if isinstance(t, Mapping) and isinstance(t.get("fee"), int)]
+    return DisputeNews(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                       amount=from_stripe_amount(_json.amount(obj, "amount"), currency), raw_status=status,
+                       state=DISPUTE_ENDS.get(status, "opened"), dispute_id=_json.require(obj, "id", str),
+                       reason=_json.optional(obj, "reason", str), due_by=due_by,
+                       fee=from_stripe_amount(sum(fees), currency) if fees else None)

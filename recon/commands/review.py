@@ -12,6 +12,7 @@ from recon.commands.payments import payment_doc
 from recon.params import LIMIT, Duration, say
 from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.render.payments import payment_detail, review_table
+from recon.render.refunds import disputes_table
 from recon.review import ReviewKind
 
 
@@ -46,15 +47,19 @@ def review_list(app: App, kind: str | None, psp: str | None, older_than: timedel
 def review_show(app: App, reference: str, as_json: bool) -> None:
     """A payment with its whole audit trail (the PSP's evidence at each step), its jobs and their attempts."""
     detail = app.review.detail(reference)
+    disputes = app.disputes.for_payment(detail.payment.id)
     if as_json:
         click.echo(json.dumps({
             "payment": payment_doc(detail.payment),
             "events": [e.to_dict() for e in detail.events],
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
+            "disputes": [d.to_dict() for d in disputes],
         }))
         return
 
     payment_detail(detail.payment, detail.events, detail.jobs)
+    if disputes:  # with their evidence deadlines: what to answer, by when
+        disputes_table(disputes, title=f"{len(disputes)} disputes of {detail.payment.merchant_reference}")
 
 
 @review.command("resolve")

@@ -288,6 +288,9 @@ webhook_events = sa.Table(
     sa.Column("applied_at", Timestamp, nullable=True),
     #: the PSP's id of the movement the event is about, when not the payment itself: a refund's (migration 0018)
     sa.Column("movement_reference", sa.Text(), nullable=True),
+    #: a dispute's evidence deadline and the PSP's dispute fee (minor units), when the event says (migration 0018)
+    sa.Column("due_by", Timestamp, nullable=True),
+    sa.Column("fee", sa.BigInteger(), nullable=True),
     sa.CheckConstraint(_in("state", WEBHOOK_STATES), name="webhook_events_state_valid"),
     sa.UniqueConstraint("psp", "event_id", name="webhook_events_psp_event_key"),
     sa.Index("webhook_events_unknown", "psp", "received_at", postgresql_where=sa.text("state = 'unknown_payment'"),
@@ -436,5 +439,50 @@ refund_events = sa.Table(
     sa.Column("at", Timestamp, nullable=False),
     sa.CheckConstraint(_in("source", REFUND_EVENT_SOURCES), name="refund_events_source_valid"),
     sa.Index("refund_events_refund", "refund_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+# --- disputes (migration 0018): a payment's chargebacks, objects of their own, from the PSPs' webhooks ----------
+
+DISPUTE_STATUSES = ("opened", "won", "lost", "reversed")
+
+disputes = sa.Table(
+    "disputes",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="disputes_payment_fkey"), nullable=False),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("psp_dispute_id", sa.Text(), nullable=False),  #: the PSP's id (Adyen: the payment's reference)
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("amount", sa.BigInteger(), nullable=True),  #: withdrawn, minor units of ``currency``
+    sa.Column("currency", sa.Text(), nullable=True),
+    sa.Column("fee", sa.BigInteger(), nullable=True),  #: the PSP's dispute fee, when it says
+    sa.Column("reason", sa.Text(), nullable=True),
+    sa.Column("psp_status", sa.Text(), nullable=True),  #: the PSP's own word for its latest state
+    sa.Column("evidence_due_by", Timestamp, nullable=True),
+    sa.Column("opened_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("status", DISPUTE_STATUSES), name="disputes_status_valid"),
+    sa.UniqueConstraint("psp", "psp_dispute_id", name="disputes_psp_dispute_key"),
+    sa.Index("disputes_payment", "payment_id", "id"),
+    sa.Index("disputes_open_due", "evidence_due_by", postgresql_where=sa.text("status = 'opened'"),
+             sqlite_where=sa.text("status = 'opened'")),
+    sqlite_autoincrement=True,
+)
+
+dispute_events = sa.Table(
+    "dispute_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("dispute_id", Id, sa.ForeignKey("disputes.id", name="dispute_events_dispute_fkey"), nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint("source IN ('webhook', 'manual')", name="dispute_events_source_valid"),
+    sa.Index("dispute_events_dispute", "dispute_id", "id"),
     sqlite_autoincrement=True,
 )

@@ -64,6 +64,7 @@ from typing import Any
 
 from psp_adapters.protocol import (
     ActionRequired,
+    DisputeNews,
     Failed,
     NotFound,
     PaymentOutcome,
@@ -112,13 +113,16 @@ def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
                                "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed | RefundNews):
+    if isinstance(outcome, Failed | RefundNews | DisputeNews):
         details["reason"] = outcome.reason
+    if isinstance(outcome, DisputeNews):
+        details.update(dispute=outcome.state, dispute_id=outcome.dispute_id, fee=outcome.fee,
+                       evidence_due_by=outcome.due_by.isoformat() if outcome.due_by else None)
     return details
 
 

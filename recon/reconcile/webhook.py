@@ -27,6 +27,13 @@ id, else by our refund reference) through ``decide.refund_heal``, as a compare-a
 event as evidence; a refund of ours that did not move gets the event as a note (its PSP refund id remembered
 when it lacked it). A succeeded refund that is not ours (made at the PSP's dashboard) is, for its payment, a
 reversal like any other (``decide.late_news``: review); any other news of a refund not ours is stale.
+
+News about a dispute (``DisputeNews``: Stripe's charge.dispute.*, Adyen's NOTIFICATION_OF_CHARGEBACK, CHARGEBACK,
+CHARGEBACK_REVERSED, SECOND_CHARGEBACK) is recorded on the dispute, an object of its own (``DisputeStore.record``:
+created once, moved by the dispute state machine, else noted, with its evidence deadline and fee); a dispute
+opened is also, for its payment, a reversal like any other (needs_review: psp_reversed, or a note for one in
+review), so the review desk shows it with its deadline. A dispute of a payment we do not know is kept as
+``unknown_payment``.
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-from psp_adapters.protocol import PaymentOutcome, RefundNews, Reversed, news_from
+from psp_adapters.protocol import DisputeNews, PaymentOutcome, RefundNews, Reversed, news_from
+from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
 from recon.db.webhook_store import WEBHOOK_KIND, WEBHOOK_QUEUE, WebhookStore
+from recon.dispute_rows import DisputeStatus, DisputeWord
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
@@ -71,7 +80,7 @@ DECIDE_ROUNDS = 3
 log = logging.getLogger("recon.webhooks")
 
 News = PaymentOutcome | Reversed
-AnyNews = PaymentOutcome | Reversed | RefundNews
+AnyNews = PaymentOutcome | Reversed | RefundNews | DisputeNews
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +103,14 @@ class WebhookHandler:
 
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
                  sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT,
-                 queue: str = WEBHOOK_QUEUE, refunds: RefundStore | None = None) -> None:
+                 queue: str = WEBHOOK_QUEUE, refunds: RefundStore | None = None,
+                 disputes: DisputeStore | None = None) -> None:
         self.queue = queue
         self.payments = payments
         #: our refunds, which refund news is about first (None: refund news reads as a payment's reversal)
         self.refunds = refunds
+        #: the disputes dispute news is recorded on (None: dispute news reads as a payment's reversal alone)
+        self.disputes = disputes
         self.webhooks = webhooks
         #: where a payment's reconcile job goes when an event names another PSP reference than ours
         self.reconcile_queue = reconcile_queue
@@ -121,7 +133,7 @@ class WebhookHandler:
         records = self.webhooks.get_many_to_apply(conn, [i for _, i in items])
         marks: list[tuple[int, WebhookState, int | None]] = []
         todo: list[tuple[WebhookRecord, News, Job]] = []
-        refund_news: list[tuple[WebhookRecord, RefundNews, Job]] = []
+        refund_news: list[tuple[WebhookRecord, RefundNews | DisputeNews, Job]] = []
         for job, webhook_id in items:
             record = records.get(webhook_id)
             if record is None:
@@ -130,7 +142,7 @@ class WebhookHandler:
                 news = news_of(record)
                 if news is None:
                     marks.append((record.id, WebhookState.IGNORED, None))
-                elif isinstance(news, RefundNews):
+                elif isinstance(news, RefundNews | DisputeNews):
                     refund_news.append((record, news, job))
                 else:
                     todo.append((record, news, job))
@@ -172,8 +184,33 @@ class WebhookHandler:
         self.webhooks.mark_many(conn, marks)
         for _, record, news, job in sorted(later, key=lambda item: item[0]):  # a payment's events in their order
             self._apply(conn, record, news, job)
-        for record, refund_said, job in refund_news:
-            self._apply_refund(conn, record, refund_said, job)
+        for record, said, job in refund_news:  # refunds' and disputes' news, one at a time
+            if isinstance(said, RefundNews):
+                self._apply_refund(conn, record, said, job)
+            else:
+                self._apply_dispute(conn, record, said, job)
+
+    def _apply_dispute(self, conn: sa.Connection, record: WebhookRecord, news: DisputeNews, job: Job) -> None:
+        """A dispute's news: recorded on the dispute; an opened one also reverses its payment (module docstring)."""
+        payment = self.payments.for_psp_event(conn, psp=record.psp, psp_reference=news.psp_reference,
+                                              merchant_reference=news.merchant_reference)
+        if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
+            self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
+            return
+        if self.disputes is not None:
+            word = DisputeWord(payment_id=payment.id, psp=record.psp,
+                               psp_dispute_id=news.dispute_id or payment.psp_reference or str(payment.id),
+                               status=DisputeStatus(news.state), amount=news.amount, currency=news.currency,
+                               fee=news.fee, reason=news.reason, psp_status=news.raw_status,
+                               evidence_due_by=news.due_by)
+            self.disputes.record(conn, word, details=_details(record, news), job_id=job.id, attempt=job.attempts)
+        if news.state == "opened":
+            taken = Reversed(psp_reference=news.psp_reference, amount=news.amount, currency=news.currency,
+                             raw_status=news.raw_status, kind="dispute", reason=news.reason,
+                             merchant_reference=news.merchant_reference)
+            self._apply(conn, record, taken, job)
+            return
+        self.webhooks.mark(conn, record.id, WebhookState.APPLIED, payment_id=payment.id)
 
     def _apply_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews, job: Job) -> None:
         """One refund's news: to our refund it names, reading it and deciding until a compare-and-set holds;
@@ -313,7 +350,8 @@ def news_of(record: WebhookRecord) -> AnyNews | None:
         return None
     return news_from(record.news, psp_reference=record.psp_reference, merchant_reference=record.merchant_reference,
                      amount=record.amount, currency=record.currency, raw_status=record.psp_status,
-                     reason=record.reason, refund_id=record.movement_reference)
+                     reason=record.reason, refund_id=record.movement_reference, due_by=record.due_by,
+                     fee=record.fee)
 
 
 def _details(record: WebhookRecord, news: AnyNews) -> dict[str, Any]:
@@ -322,6 +360,8 @@ def _details(record: WebhookRecord, news: AnyNews) -> dict[str, Any]:
                                                     if record.occurred_at else None}}
     if isinstance(news, Reversed):
         details.update(reversal=news.kind, reason=news.reason)
+    if record.due_by is not None:  # a dispute's evidence deadline: the review desk shows it
+        details["evidence_due_by"] = record.due_by.isoformat()
     return details
 
 

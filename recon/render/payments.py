@@ -80,8 +80,10 @@ def review_table(items: Sequence[Any]) -> None:
         said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
         if answer.get("psp_amount") is not None and answer.get("psp_currency"):
             said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        due = answer.get("evidence_due_by")
+        why = (p.review_reason or "")[:60] + (f" (evidence due by {due})" if due else "")
         table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
-                      age_text(item.age_seconds), said, (p.review_reason or "")[:60])
+                      age_text(item.age_seconds), said, why)
     stdout_console().print(table)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from recon.dispute_rows import Dispute
 from recon.payments.money import format_amount
 from recon.refund_rows import Refund, RefundEvent
 from recon.render.output import FoldTable, stdout_console, timestamp
@@ -41,3 +42,17 @@ def refund_detail(refund: Refund, events: Sequence[RefundEvent], *, payment_refe
                         str(e.attempt) if e.attempt is not None else "",
                         json.dumps(e.details, sort_keys=True)[:160] if e.details else "")
     console.print(history)
+
+
+def disputes_table(disputes: Sequence[Dispute], *, title: str) -> None:
+    """A payment's disputes with their evidence deadline (`recon payments show`, `recon review show`)."""
+    table = FoldTable(title=title)
+    for col in ("dispute", "status", "amount", "fee", "reason", "evidence due by", "PSP says", "opened"):
+        table.add_column(col, justify="right" if col in ("amount", "fee") else "left")
+    for d in disputes:
+        money = format_amount(d.amount, d.currency) if d.amount is not None and d.currency else ""
+        fee = format_amount(d.fee, d.currency) if d.fee is not None and d.currency else ""
+        table.add_row(d.psp_dispute_id, str(d.status), money, fee, d.reason or "",
+                      timestamp(d.evidence_due_by) if d.evidence_due_by else "", d.psp_status or "",
+                      timestamp(d.opened_at))
+    stdout_console().print(table)

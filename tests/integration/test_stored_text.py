@@ -230,6 +230,37 @@ def plant_refund_webhook(env: Env) -> None:
     assert column(env.db, "webhook_events", "movement_reference") == [ADYEN_NUMERIC_REFERENCE]
 
 
+def plant_dispute_webhooks(env: Env) -> None:
+    """Disputes of our payments: a Stripe Dispute whose status holds a card number, and Adyen chargebacks whose
+    reason and currency do, on a payment whose Adyen reference is Luhn-valid digits (the dispute's id: exact)."""
+    app = _webhook_app(env)
+    _succeeded(env, "order-dsp", "stripe", "pi_dsp")
+    adyen = PaymentStore(env.db)
+    [pid] = adyen.create([NewPayment("ShopECOM", "order-dsa", 1000, "EUR", "adyen")], charge=False)
+    with env.db.begin() as conn:
+        assert adyen.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE,
+                                            psp_reference=ADYEN_NUMERIC_REFERENCE))
+    dispute = canonical("dispute", id="dp_probe", status=planted(1), amount=2000, currency="usd",
+                        payment_intent="pi_dsp")
+    body = json.dumps(canonical("event", id="evt_dsp", type="charge.dispute.updated", created=int(time.time()),
+                                data={"object": dispute})).encode()
+    notice = _adyen_item("NOTIFICATION_OF_CHARGEBACK", "9915208516304260", success=True, merchantReference="order-dsa",
+                         originalReference=ADYEN_NUMERIC_REFERENCE, reason=planted(2))
+    lost = _adyen_item("SECOND_CHARGEBACK", ADYEN_NUMERIC_REFERENCE, success=True, merchantReference="order-dsa",
+                       reason=planted())
+    lost["amount"] = {"currency": f"{PROBE}{CARD}", "value": 1000}
+    lost["additionalData"] = {"hmacSignature": adyen_util.generate_notification_sig(
+        {k: v for k, v in lost.items() if k != "additionalData"}, ADYEN_KEY).decode()}
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        header = stripe.WebhookSignature.generate_signature_header(body.decode(), STRIPE_SECRET)
+        assert client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header}).status_code == 200
+        _post_adyen(client, notice)
+        _post_adyen(client, lost)
+    _work(app, "webhook")
+    app.close()
+    assert sorted(column(env.db, "disputes", "psp_dispute_id")) == sorted(["dp_probe", ADYEN_NUMERIC_REFERENCE])
+
+
 def _stripe_app(env: Env, config: str = "") -> App:
     env.monkeypatch.setenv("RECON_STRIPE_API_KEY", "sk_test_" + "7" * 24)
     env.monkeypatch.setenv("RECON_STRIPE_BASE_URL", STRIPE_URL)
@@ -567,6 +598,16 @@ COLUMNS: dict[str, Entry] = {
     "refund_events.to_status": Exempt("a refund status: RefundStore writes the state machine's names"),
     "refund_events.source": Exempt(CHECKED),
     "refund_events.details": Masked(plant_refund_commands),
+    "disputes.psp": Exempt("the endpoint's PSP (the route), never the body's"),
+    "disputes.psp_dispute_id": Verbatim(plant_dispute_webhooks, PSP_ID),
+    "disputes.status": Exempt(CHECKED),
+    "disputes.currency": Masked(plant_dispute_webhooks),
+    "disputes.reason": Masked(plant_dispute_webhooks),
+    "disputes.psp_status": Masked(plant_dispute_webhooks),
+    "dispute_events.from_status": Exempt("a dispute status: DisputeStore writes the state machine's names"),
+    "dispute_events.to_status": Exempt("a dispute status: DisputeStore writes the state machine's names"),
+    "dispute_events.source": Exempt(CHECKED),
+    "dispute_events.details": Masked(plant_dispute_webhooks),
     "console_sessions.principal": Exempt("recon.console.session.token_principal: 'access-token/' and a base32 "
                                          "scrypt digest of the token, never the token or outside text"),
 }
