@@ -14,8 +14,9 @@ from recon.params import EXIT_USAGE, operator_name, say
 from recon.payments.importer import ImportRejected
 from recon.payments.money import format_amount
 from recon.payments.refund_import import RefundChecker, RefundProblem, read_refunds
+from recon.refund_rows import RefundSource, RefundTransition
 from recon.render.refunds import refund_detail
-from recon.rows import Payment
+from recon.rows import Payment, PaymentStatus
 
 #: the option that names each field of ``recon refund``, for its one-line errors
 _OPTIONS = {"merchant_reference": "REF", "refund_reference": "--reference", "amount": "--amount",
@@ -24,7 +25,7 @@ _OPTIONS = {"merchant_reference": "REF", "refund_reference": "--reference", "amo
 
 @click.group()
 def refunds() -> None:
-    """Import and show refunds."""
+    """Import, show and resolve refunds."""
 
 
 @refunds.command("import")
@@ -73,6 +74,38 @@ def refunds_show(app: App, reference: str, as_json: bool) -> None:
                                "events": [{**asdict(e), "at": e.at.isoformat()} for e in events]}))
         return
     refund_detail(found, events, payment_reference=payment_ref)
+
+
+@refunds.command("resolve")
+@click.argument("reference", metavar="REFUND_REF")
+@click.option("--as", "to", required=True, type=click.Choice(["succeeded", "failed"]),
+              help="The refund's status from now on (failed gives its amount back to the payment).")
+@click.option("--reason", required=True, help="Why; kept in the audit trail.")
+@click.option("--by", "by", required=True, help="Who decides (kept in the audit trail).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def refunds_resolve(app: App, reference: str, to: str, reason: str, by: str, as_json: bool) -> None:
+    """Move a refund out of needs_review by hand (after looking at the PSP's dashboard): a compare-and-set with
+    the operator and the reason in its audit event. Refused (exit 2, nothing changed) unless it is in review."""
+    operator = _operator(by)
+    found = app.refunds.by_reference(reference)
+    if found is None:
+        raise UsageError(f"refund {reference} not found")
+    if found.status is not PaymentStatus.NEEDS_REVIEW:
+        raise UsageError(f"refund {reference} is {found.status}, not in needs_review: nothing to resolve")
+    target = PaymentStatus(to)
+    transition = RefundTransition(found.id, PaymentStatus.NEEDS_REVIEW, target, RefundSource.MANUAL,
+                                  details={"operator": operator, "reason": reason},
+                                  failure_reason=f"resolved by hand: {reason}" if target is PaymentStatus.FAILED
+                                  else None)
+    with app.db.begin() as conn:
+        moved = app.refunds.apply(conn, transition)
+    if not moved:
+        raise UsageError(f"refund {reference} changed meanwhile: nothing resolved")
+    if as_json:
+        click.echo(json.dumps({"refund": reference, "status": to, "by": operator}))
+    else:
+        say(f"refund {reference} resolved as {to} by {operator}")
 
 
 @click.command("refund")

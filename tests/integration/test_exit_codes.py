@@ -32,6 +32,7 @@ ARGS = {
     # a statement of an account of [bank.accounts] (RECON_CONFIG): read and checked whole, then the database
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
     ("refunds", "import"): ["{refunds}", "--by", "me"], ("refunds", "show"): ["rf-1"],
+    ("refunds", "resolve"): ["rf-1", "--as", "failed", "--reason", "r", "--by", "me"],
     ("refund",): ["order-1", "--amount", "1.00", "--by", "me"],
 }
 IBAN = "NL91ABNA0417164300"

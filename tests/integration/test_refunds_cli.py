@@ -13,6 +13,7 @@ from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
+from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
 
@@ -107,3 +108,24 @@ def test_refund__command_refunds_and_payments_show_lists_it(db: Database, db_url
     shown = json.loads(r.stdout)
     assert shown["refund"]["payment"] == "order-1" and [e["to_status"] for e in shown["events"]] == ["created"]
     assert recon("refunds", "show", "nope", db_url=db_url).returncode == 2
+
+
+def test_refunds_resolve__only_a_refund_in_review_and_by_hand(db: Database, db_url: str, recon: Runner) -> None:
+    pid = succeeded(db, "order-1", 5000)
+    store = RefundStore(db)
+    [rid] = store.create([NewRefund(pid, "rf-1", 2000, None, "alice")], queue="charges")
+    r = recon("refunds", "resolve", "rf-1", "--as", "failed", "--reason", "x", "--by", "bob", db_url=db_url)
+    assert r.returncode == 2 and "is created, not in needs_review" in r.stderr
+    with db.begin() as conn:
+        assert store.apply(conn, RefundTransition(rid, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
+                                                  RefundSource.RECONCILE, review_reason="refund_reversed: x"))
+    r = recon("refunds", "resolve", "rf-1", "--as", "failed", "--reason", "the PSP returned it", "--by", "bob",
+              "--json", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    done = store.get(rid)
+    assert done is not None and done.status is PaymentStatus.FAILED
+    assert done.failure_reason == "resolved by hand: the PSP returned it"
+    last = store.events(rid)[-1]
+    assert (last.source, last.details) == ("manual", {"operator": "bob", "reason": "the PSP returned it"})
+    paid = PaymentStore(db).get(pid)
+    assert paid is not None and paid.refunded_amount == 0  # its amount is free again
