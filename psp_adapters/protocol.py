@@ -141,6 +141,40 @@ class PayoutNews(_Outcome):
     says (``recon.close``): the news itself changes nothing."""
 
 
+@dataclass(frozen=True, slots=True)
+class RefundNews(_Outcome):
+    """News about one refund (a webhook's): ``psp_reference`` is the refunded PAYMENT's PSP reference (as in any
+    news: it finds the payment), ``refund_id`` the PSP's id of the refund, ``merchant_reference`` our refund
+    reference when the PSP echoes it (Stripe's metadata, Adyen's merchantReference); ``amount`` the refund's.
+    ``state``: succeeded, failed, pending, or reversed (Adyen's REFUNDED_REVERSED: the money came back)."""
+
+    state: str = "pending"
+    refund_id: str | None = None
+    reason: str | None = None
+
+
+#: a RefundNews' states
+REFUND_STATES = ("succeeded", "failed", "pending", "reversed")
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeNews(_Outcome):
+    """News about one dispute (a chargeback) of a payment: ``psp_reference`` is the PAYMENT's PSP reference,
+    ``dispute_id`` the PSP's id of the dispute (Stripe's ``dp_…``; Adyen has one chargeback per payment: the
+    payment's reference), ``amount`` what was withdrawn, ``fee`` the PSP's dispute fee when it says (minor units
+    of ``currency``), ``due_by`` the evidence deadline when it says. ``state``: opened (money withdrawn, or
+    evidence asked for), won (reinstated), lost, reversed (Adyen's CHARGEBACK_REVERSED: the money came back)."""
+
+    state: str = "opened"
+    dispute_id: str | None = None
+    reason: str | None = None
+    due_by: datetime | None = None
+    fee: int | None = None
+
+
+#: a DisputeNews' states
+DISPUTE_STATES = ("opened", "won", "lost", "reversed")
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
@@ -152,23 +186,35 @@ REVERSAL_KINDS = ("refund", "dispute")
 PAYOUT_NEWS = "payout"
 
 
-def news_kind(news: PaymentOutcome | Reversed | PayoutNews) -> str:
+def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
-    pending, action_required, unknown, a reversal's kind (refund, dispute), or ``payout``. ``news_from`` reads it
-    back."""
+    pending, action_required, unknown, a reversal's kind (refund, dispute), ``payout``, or ``refund_<state>`` /
+    ``dispute_<state>`` for news about one refund or dispute. ``news_from`` reads it back."""
     if isinstance(news, PayoutNews):
         return PAYOUT_NEWS
+    if isinstance(news, RefundNews):
+        return f"refund_{news.state}"
+    if isinstance(news, DisputeNews):
+        return f"dispute_{news.state}"
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
-              currency: str | None, raw_status: str | None, reason: str | None
-              ) -> PaymentOutcome | Reversed | PayoutNews:
+              currency: str | None, raw_status: str | None, reason: str | None,
+              refund_id: str | None = None, due_by: datetime | None = None,
+              fee: int | None = None) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
-    has one (Failed, Reversed)."""
+    has one (Failed, Reversed, RefundNews); ``refund_id`` is a RefundNews' (stored apart from the payment's)."""
     common = {"psp_reference": psp_reference, "merchant_reference": merchant_reference, "amount": amount,
               "currency": currency, "raw_status": raw_status}
+    state = kind.removeprefix("refund_")
+    if kind.startswith("refund_") and state in REFUND_STATES:
+        return RefundNews(**common, state=state, refund_id=refund_id, reason=reason)  # type: ignore[arg-type]
+    state = kind.removeprefix("dispute_")
+    if kind.startswith("dispute_") and state in DISPUTE_STATES:
+        return DisputeNews(**common, state=state, dispute_id=refund_id, reason=reason, due_by=due_by,  # type: ignore[arg-type]
+                           fee=fee)
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
     if kind == PAYOUT_NEWS:
@@ -194,7 +240,7 @@ class WebhookEvent:
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | PayoutNews | None
+    news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)
@@ -352,6 +398,50 @@ class PayoutSource(Protocol):
     def payout_lines(self, payout: PspPayout) -> Iterator[PspPayoutLine]:
         """Every movement ``payout`` carries, its own included."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRequest:
+    """A refund to ask for: ``amount`` minor units of ``currency`` (the payment's) back on the payment the PSP
+    knows as ``payment_reference`` (Stripe's PaymentIntent id, Adyen's pspReference). ``refund_reference`` is
+    ours, unique; the PSP echoes it (Stripe's metadata, Adyen's ``merchantReference``)."""
+
+    payment_reference: str
+    refund_reference: str
+    amount: int  #: minor units, > 0
+    currency: str  #: ISO-4217, upper case
+    reason: str | None = None  #: one of the adapter's ``refund_reasons``
+    merchant_account: str | None = None  #: the payment's; None or "": the configured default
+
+
+@dataclass(frozen=True, slots=True)
+class RefundRef:
+    """How to find a refund at the PSP: its id there when we have one, else our reference on its payment."""
+
+    payment_reference: str
+    refund_reference: str
+    psp_refund_id: str | None = None
+    merchant_account: str | None = None
+
+
+@runtime_checkable
+class RefundingAdapter(Protocol):
+    """A PSP that refunds (Stripe, Adyen). The answers are the charge's outcomes, about the refund:
+    ``psp_reference`` is the PSP's id of the refund, ``merchant_reference`` our refund reference; Succeeded:
+    the money went back; Pending: the PSP has it and no final word yet (Adyen's ``[received]``, always);
+    Failed: refused or failed; NotFound: the PSP has no refund for it; Unknown: a status we do not know.
+
+    ``create_refund`` sends ``idempotency_key`` with every attempt, so a retry after a lost answer never
+    refunds twice. ``fetch_refund`` asks by the refund's id, else by our reference on the payment; a PSP that
+    cannot be asked (Adyen: its webhooks and reports tell) answers Pending.
+    """
+
+    #: the reason codes ``RefundRequest.reason`` may take (None: any text)
+    refund_reasons: ClassVar[tuple[str, ...] | None]
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)

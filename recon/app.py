@@ -34,11 +34,13 @@ from recon.db.bank_store import BankStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
 from recon.db.database import upgrade as apply_migrations
+from recon.db.dispute_store import DisputeStore
 from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
 from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
 from recon.db.pool_store import PoolStore
+from recon.db.refund_store import RefundStore
 from recon.db.report_store import ReportStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.sweep_store import SweepRunStore
@@ -56,10 +58,12 @@ from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
 from recon.payments.instrumented import instrument
 from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
+from recon.payments.refund import RefundHandler
 from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
+from recon.reconcile.refund import RefundReconcileHandler
 from recon.reconcile.webhook import WebhookHandler, report_sweep
 from recon.reconcile.window import WindowHandler
 from recon.redact import redact
@@ -158,6 +162,16 @@ class App:
     @cached_property
     def payments(self) -> PaymentStore:
         return PaymentStore(self.db)
+
+    @cached_property
+    def refunds(self) -> RefundStore:
+        """Refunds, their bound on each payment's captured amount, their events and jobs."""
+        return RefundStore(self.db)
+
+    @cached_property
+    def disputes(self) -> DisputeStore:
+        """Disputes (chargebacks): objects of their own, recorded from the PSPs' webhooks."""
+        return DisputeStore(self.db)
 
     @cached_property
     def pool(self) -> PoolStore:
@@ -269,6 +283,11 @@ class App:
     def check_charge(self, psp: str, request: ChargeRequest) -> list[FieldProblem]:
         """What PSP ``psp`` would refuse about ``request``, by its adapter's own rules; makes no call."""
         return registry.check_charge(psp, request)
+
+    def refund_reasons(self, psp: str) -> tuple[str, ...] | None:
+        """The reason codes PSP ``psp``'s adapter sends with a refund (None: any text); makes no call."""
+        reasons: tuple[str, ...] | None = getattr(registry.adapter_class(psp), "refund_reasons", None)
+        return reasons
 
     def adapter(self, name: str) -> PspAdapter:
         """The adapter for PSP ``name``, instrumented (PSP latency and 429s go to ``metrics``). Handler threads
@@ -385,10 +404,15 @@ class App:
         return [
             ChargeHandler(self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
                           queue=self.payments_config.queue),
+            RefundHandler(self.refunds, self.payments, self.adapter, guard=self.guard, clock=SystemClock(),
+                          queue=self.payments_config.queue),
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
+            RefundReconcileHandler(self.refunds, self.payments, self.adapter, config=rc, clock=SystemClock(),
+                                   guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
-                           queue=self.webhook_config.queue, payout_func=self._payout_news),
+                           queue=self.webhook_config.queue, payout_func=self._payout_news,
+                           refunds=self.refunds, disputes=self.disputes),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),

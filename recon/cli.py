@@ -23,6 +23,7 @@ from recon.commands import (
     payments,
     psp,
     reconcile,
+    refunds,
     review,
     sandbox_statement,
     schedule,
@@ -60,7 +61,7 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
 for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs, payments.payments, psp.psp,
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
                  serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement, close.close,
-                 close.payouts):
+                 close.payouts, refunds.refunds, refunds.refund):
     cli.add_command(_command)
 
 

@@ -8,6 +8,8 @@ ReconError
 │   ├── ReviewRefused       the PSP's answer contradicts a resolution by hand (or it could not be asked)
 │   ├── BankImportRejected  a bank statement file rejected (unreadable, not ours, not adding up): nothing written
 │   ├── BankEvidenceConflict a bank statement contradicts a stored statement or entry: nothing written
+│   ├── RefundRefused       a refund the payment cannot take (not succeeded, no PSP reference, more than
+│                           its captured amount has left, a reference taken): nothing written
 │   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
 │                           carries the importer's problems and their display rule)
 ├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
@@ -65,6 +67,10 @@ class BankImportRejected(UsageError):
 
 class BankEvidenceConflict(UsageError):
     """The file contradicts what is stored; nothing was imported."""
+
+
+class RefundRefused(UsageError):
+    """The payment cannot take this refund; nothing was written."""
 
 
 class ReviewRefused(UsageError):

@@ -36,6 +36,7 @@ from recon.counters import series
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
+from recon.db.refund_store import RefundStore
 from recon.db.review_store import ReviewStore
 from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
@@ -76,7 +77,7 @@ class PoolCollector:
                 pool = self._store.pool_snapshot(workers_within=timedelta(seconds=self._live_window))
                 now = pool["now"]
                 pool["pool"] = workers_section(pool["workers"], now, self._live_window)
-                pool["payments"] = payments_section(self._ledger.money_at_risk())
+                pool["payments"] = payments_section(self._ledger.money_at_risk(), RefundStore(self._ledger.db).counts())
                 pool["review"] = review_section(*self._ledger.review_summary(), now=now)
                 pool["review"]["overdue"] = self._review.totals(QueueFilter(overdue=True),
                                                                 self._review_config.rules(now)).count
@@ -209,7 +210,8 @@ def _payment_families(payments: dict[str, Any]) -> Iterator[Metric]:
     unfinished = GaugeMetricFamily("recon_payments_unfinished", "Payments created, processing or pending, by "
                                    "currency and age bucket (lt_1h, 1h_1d, 1d_7d, gt_7d).",
                                    labels=["currency", "age"])
-    at_risk = GaugeMetricFamily("recon_money_at_risk_minor_units", "Unfinished payments' sum (minor units).",
+    at_risk = GaugeMetricFamily("recon_money_at_risk_minor_units",
+                                "Unfinished payments' and refunds in flight's sum (minor units).",
                                 labels=["currency"])
     for row in payments["unfinished"]:
         unfinished.add_metric([row["currency"], row["age"]], float(row["count"]))
@@ -217,6 +219,16 @@ def _payment_families(payments: dict[str, Any]) -> Iterator[Metric]:
         at_risk.add_metric([currency], float(amount))
     yield unfinished
     yield at_risk
+    refunds = GaugeMetricFamily("recon_refunds", "Refunds by status and currency.", labels=["status", "currency"])
+    in_flight = GaugeMetricFamily("recon_refunds_in_flight_minor_units",
+                                  "Refunds created, processing or pending: their sum (minor units; also in "
+                                  "recon_money_at_risk_minor_units).", labels=["currency"])
+    for row in payments["refunds"]["rows"]:
+        refunds.add_metric([row["status"], row["currency"]], float(row["count"]))
+    for currency, amount in payments["refunds"]["in_flight"].items():
+        in_flight.add_metric([currency], float(amount))
+    yield refunds
+    yield in_flight
 
 
 def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:

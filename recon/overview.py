@@ -25,6 +25,7 @@ from recon.db.control_store import ControlStore
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.pool_rows import WorkerRecord
 from recon.review_rows import QueueFilter
+from recon.rows import PaymentStatus
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -56,7 +57,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     # the oldest due job per queue is the queues section's already (raw["oldest_due"]): not read twice
     pool = app.pool.pool_snapshot(workers_within=None, depth_detail=not overview, oldest_due=False)
     doc.update(pool_section(pool, attempts, app.payments.money_at_risk(), window=window,
-                            live_window=live_window.total_seconds()))
+                            live_window=live_window.total_seconds(), refunds=app.refunds.counts()))
     # pause, cool-down and breaker per PSP, next to the PSP latency section
     doc["psp_controls"] = psp_controls_document(app.controls, app.guard_config, app.psp_names())["psps"]
     doc["review"] = review_section(*app.payments.review_summary(), now=now)
@@ -113,9 +114,11 @@ def depth_detail(rows: Iterable[tuple[str, str, str, int, str, int]]) -> list[di
 
 
 def pool_section(pool: dict[str, Any], attempts: dict[str, Any], money: list[dict[str, Any]], *,
-                 window: timedelta, live_window: float = LIVE_WINDOW_SECONDS) -> dict[str, Any]:
+                 window: timedelta, live_window: float = LIVE_WINDOW_SECONDS,
+                 refunds: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """What `recon stats` adds to the job counts: depth detail, per-kind rates and durations, the workers,
-    their counters (rows seen within ``window``), PSP latency and throttles, and the unfinished payments."""
+    their counters (rows seen within ``window``), PSP latency and throttles, the unfinished payments and the
+    refunds."""
     now = pool["now"]
     recent = [w for w in pool["workers"] if now - w.last_seen_at <= window]
     successes = sum(n for _, outcome, n, _, _ in attempts["by_kind"] if outcome == "succeeded")
@@ -128,7 +131,7 @@ def pool_section(pool: dict[str, Any], attempts: dict[str, Any], money: list[dic
         **{key: sum(int(w.counters.get(key, 0)) for w in recent)
            for key in ("stale_finishes", "leases_lost")},
         "psp": psp_section(recent),
-        "payments": payments_section(money),
+        "payments": payments_section(money, refunds),
     }
 
 
@@ -218,16 +221,29 @@ def _r(value: float | None) -> float | None:
 # --- the payments --------------------------------------------------------------------------------------------
 
 
-def payments_section(money: list[dict[str, Any]]) -> dict[str, Any]:
+#: a refund's states that are still in flight (its money may yet leave)
+UNFINISHED_STATUSES = frozenset(s.value for s in PaymentStatus if not s.final)
+
+
+def payments_section(money: list[dict[str, Any]], refunds: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """The unfinished payments (``PaymentStore.money_at_risk`` rows: currency, age bucket, count, amount), by
-    age, and their sum per currency in minor units."""
+    age, and their sum per currency in minor units; the money at risk adds the refunds in flight (created,
+    processing, pending: ``RefundStore.counts`` rows), whose ``refunds`` section counts every refund by status."""
     by_age: Counter[str] = Counter()
     at_risk: Counter[str] = Counter()
     for row in money:
         by_age[row["age"]] += row["count"]
         at_risk[row["currency"]] += row["amount"]
+    by_status: Counter[str] = Counter()
+    in_flight: Counter[str] = Counter()
+    for row in refunds:
+        by_status[row["status"]] += row["count"]
+        if row["status"] in UNFINISHED_STATUSES:
+            in_flight[row["currency"]] += row["amount"]
+            at_risk[row["currency"]] += row["amount"]
     return {"unfinished_by_age": dict(sorted(by_age.items())), "money_at_risk": dict(sorted(at_risk.items())),
-            "unfinished": money}
+            "unfinished": money, "refunds": {"by_status": dict(sorted(by_status.items())),
+                                             "in_flight": dict(sorted(in_flight.items())), "rows": list(refunds)}}
 
 
 def review_section(count: int, oldest: datetime | None, *, now: datetime) -> dict[str, Any]:

@@ -31,6 +31,7 @@ class LineMatch:
     fee: int | None = None  #: the PSP's fee for this payment, minor units of ``settlement_currency``
     net: int | None = None  #: what the PSP pays out for it after fees, same units
     settlement_currency: str | None = None  #: None: the line's own currency
+    refunded: int = 0  #: what our refunds that have not failed take back from the payment (minor units)
 
 
 @dataclass(frozen=True, slots=True)

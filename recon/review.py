@@ -84,7 +84,8 @@ class ReviewItem:
                 "review_reason": p.review_reason, "since": self.since.isoformat(),
                 "age_seconds": round(self.age_seconds, 3), "psp_answer": self.psp_answer,
                 "severity": str(self.severity), "due_at": self.due_at.isoformat() if self.due_at else None,
-                "overdue": self.overdue, "assignee": p.review_assignee, "difference": self.difference}
+                "overdue": self.overdue, "assignee": p.review_assignee, "difference": self.difference,
+                "evidence_due_by": (self.psp_answer or {}).get("evidence_due_by")}
 
 
 @dataclass(frozen=True, slots=True)

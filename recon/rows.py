@@ -255,6 +255,8 @@ class Payment:
     key_sent_at: datetime | None = None  #: when the current key was first sent to the PSP (retention counts from it)
     review_since: datetime | None = None  #: when it last entered needs_review
     review_assignee: str | None = None  #: who works on it in review (``recon review assign``)
+    captured_amount: int = 0  #: minor units the PSP captured: the amount, once succeeded
+    refunded_amount: int = 0  #: minor units our refunds that have not failed take back (<= captured_amount)
 
     @property
     def charge_key(self) -> str:

@@ -32,7 +32,7 @@ class WebhookRecord:
     merchant_account: str | None
     amount: int | None
     currency: str | None
-    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute; None: no payment news
+    news: str | None  #: succeeded, failed, pending, action_required, unknown, refund, dispute, refund_<state>
     psp_status: str | None
     reason: str | None
     report: str | None
@@ -40,6 +40,9 @@ class WebhookRecord:
     state: WebhookState
     payment_id: int | None
     applied_at: datetime | None
+    movement_reference: str | None = None  #: the PSP's id of the refund (or dispute) the news is about
+    due_by: datetime | None = None  #: a dispute's evidence deadline
+    fee: int | None = None  #: a dispute's fee (minor units)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,12 @@
  *                     outlasts it: no heal while a stamped request has not landed (finding 2's fix)
  *   REPLAY            add `recon jobs replay` and a charge that dies first (config_dead); with ABOUND_CH=2
  *   ASSERTS_OFF       no assertions: the ltl formulas alone must find a counterexample
+ *   REFUNDS           the refund model instead of the charge model (the end of this file): two refunds of one
+ *                     succeeded payment, their refund jobs on RW workers, the bound on the captured amount, the
+ *                     refund reconcile job and the stuck watcher
+ *   REFUND_UNBOUNDED  (with REFUNDS) the mutation: a refund reserved without the conditional UPDATE's bound
+ *   REFUND_PAUSE_OUTLIVES_GRACE
+ *                     (with REFUNDS) drop the grace-period assumption of "never reached the PSP"
  *   NO_CANCEL, NO_RET, NO_HB, NO_WATCHER, FENCE_OWNER_ONLY, NW=, MAXCRASH=
  *                     smaller or mutated instances (the mutations must produce counterexamples)
  */
@@ -522,6 +528,197 @@ end:
     od
 }
 
+#ifdef REFUNDS
+/* === refunds (recon/db/refund_queries.py, recon/db/refund_store.py, recon/payments/refund.py,
+   recon/reconcile/refund.py) ================================================================================
+   One payment, succeeded, with CAPTURED units captured; NR refunds asked for (refund i of RAMT(i) units), each
+   with its refund job (the lease protocol above, reduced to what fences the refund's writes: state, attempt,
+   owner, lease) on RW workers; the stuck watcher; the refund's reconcile job (the "never reached the PSP" heal,
+   a recheck of a final refund); the PSP, which keeps one refund per idempotency key (each refund's own key) and
+   may fail a refund after it succeeded. */
+#define NR 2
+#define RW 2
+#define CAPTURED 2
+#define RAMT(i) (i + 1)                 /* refund 0: 1 unit, refund 1: 2 units */
+#define RMAXA 2
+#define R_NONE 0                        /* not asked (or refused) */
+#define R_NOPSP 0                       /* the PSP holds nothing for the key */
+#define R_MADE 1                        /* the PSP refunded under the key */
+#define R_FAILED_AT_PSP 2               /* the PSP failed it (at once, or after it succeeded) */
+
+byte refunded = 0;                      /* payments.refunded_amount */
+byte rs[NR];                            /* refunds.status (R_NONE: no row) */
+byte rjs[NR];                           /* its refund job's state */
+byte rja[NR];                           /* attempts: the fencing token */
+byte rjo[NR];                           /* lease_owner: 0 NULL, else the worker */
+byte rjl[NR];                           /* LIVE or expired */
+byte rpsp[NR];                          /* what the PSP keeps under the refund's key */
+byte inflight[NR];                      /* stamped requests not landed yet (refund_mark_sent_if_unfinished) */
+bool rnever[NR];                        /* reconcile committed "failed: never reached the PSP" */
+bool late_refund = false;               /* the PSP refunded after that: never_reached_refund_holds */
+bool inexact = false;                   /* refunded was seen other than the sum of refunds not failed */
+byte rended[NR];
+
+#define OWED(i) ((rs[i] != R_NONE && rs[i] != FAILED) -> RAMT(i) : 0)
+#define RFENCE(i, ww, aa) (rjs[i] == LEASED && rjo[i] == ww && rja[i] == aa)
+#define R_UNFINISHED(st) (st == CREATED || st == PROCESSING || st == PENDING)
+
+/* RefundStore.create: payment_reserve_refund (the conditional UPDATE), the refund row, its job: one transaction */
+proctype Asker(byte i) {
+    atomic {
+#ifdef REFUND_UNBOUNDED
+        if :: true ->
+#else
+        if :: refunded + RAMT(i) <= CAPTURED ->
+#endif
+            refunded = refunded + RAMT(i); rs[i] = CREATED; rjs[i] = CLAIMABLE;
+            printf("| refund %d of %d asked for: refunded %d\n", i, RAMT(i), refunded)
+        :: else -> printf("| refund %d refused: RefundRefused\n", i)
+        fi
+    }
+}
+
+/* RefundStore.apply to failed gives the amount back (payment_release_refund), in the same transaction */
+inline refund_fail(i) {
+    rs[i] = FAILED; refunded = refunded - RAMT(i)
+}
+
+inline refund_end_attempt(i, aa) {
+    if :: aa <= rended[i] -> dup_end = true :: else -> rended[i] = aa fi;
+    CHECK(!dup_end)
+}
+
+proctype RefundWorker(byte w) {
+    byte i, a, ans;
+    bool stm;
+end_idle:
+    do
+    :: atomic {                                 /* claim (job_claim_available) */
+        (rjs[0] == CLAIMABLE || rjs[1] == CLAIMABLE) ->
+        if :: rjs[0] == CLAIMABLE -> i = 0 :: rjs[1] == CLAIMABLE -> i = 1 fi;
+        rjs[i] = LEASED; rja[i]++; a = rja[i]; rjo[i] = w; rjl[i] = LIVE
+       };
+        atomic {                                /* RefundHandler._claim_send: lease.holds, created -> processing,
+                                                   refund_mark_sent_if_unfinished (the refund row lock) */
+            if
+            :: RFENCE(i, w, a) && R_UNFINISHED(rs[i]) ->
+                if :: rs[i] == CREATED -> rs[i] = PROCESSING :: else fi;
+                inflight[i]++; stm = true
+            :: RFENCE(i, w, a) && !R_UNFINISHED(rs[i]) ->      /* final already: Complete, nothing sent */
+                refund_end_attempt(i, a); rjs[i] = SUCCEEDED; rjo[i] = 0; rjl[i] = 0; goto end_idle
+            :: else -> goto end_idle                            /* LeaseLost: nothing sent */
+            fi
+        };
+        atomic {                                /* the PSP receives the request under the refund's key */
+            if
+            :: rpsp[i] == R_NOPSP ->
+                if
+                :: rpsp[i] = R_MADE
+                :: rpsp[i] = R_FAILED_AT_PSP
+                fi
+            :: else                              /* the key's saved answer is replayed: nothing new */
+            fi;
+            if
+            :: rnever[i] && rpsp[i] == R_MADE -> late_refund = true;
+                printf("| w%d's request for refund %d lands after never reached: the PSP refunds it\n", w, i)
+            :: else
+            fi;
+            inflight[i]--; stm = false;
+            if
+            :: ans = rpsp[i]                     /* the answer arrives */
+            :: ans = R_NOPSP                     /* lost answer: PspUnknownOutcome */
+            fi
+        };
+        atomic {                                /* the fenced finish with the refund's write */
+            if
+            :: RFENCE(i, w, a) ->
+                refund_end_attempt(i, a);
+                if
+                :: ans == R_MADE && R_UNFINISHED(rs[i]) -> rs[i] = PSUCCEEDED; rjs[i] = SUCCEEDED
+                :: ans == R_FAILED_AT_PSP && R_UNFINISHED(rs[i]) -> refund_fail(i); rjs[i] = SUCCEEDED
+                :: ans == R_NOPSP ->            /* pending, retry with the same key */
+                    if :: R_UNFINISHED(rs[i]) -> rs[i] = PENDING :: else fi;
+                    rjs[i] = (rja[i] >= RMAXA -> DEAD : CLAIMABLE)
+                :: else -> rjs[i] = SUCCEEDED   /* decided meanwhile: its answer stands */
+                fi;
+                rjo[i] = 0; rjl[i] = 0
+            :: else                              /* a stale finish: matches nothing, writes nothing */
+            fi;
+            printf("| w%d finishes refund %d attempt %d: refund %d, refunded %d\n", w, i, a, rs[i], refunded)
+        }
+    od
+}
+
+/* the refund's reconcile job, one step per decision (RefundReconcileHandler): fetch_refund and the write */
+#ifdef REFUND_PAUSE_OUTLIVES_GRACE
+#define GRACE_PASSED(i) true
+#else
+#define GRACE_PASSED(i) (inflight[i] == 0)  /* the grace counts from the last send's stamp: none in flight */
+#endif
+inline reconcile_refund(i) {
+    if
+    /* not found, no refund id, its refund job finished (may no longer send), past the grace period: failed */
+    :: R_UNFINISHED(rs[i]) && rpsp[i] == R_NOPSP && rjs[i] != CLAIMABLE && rjs[i] != LEASED && GRACE_PASSED(i) ->
+        refund_fail(i); rnever[i] = true; printf("| reconcile: refund %d never reached the PSP\n", i)
+    :: R_UNFINISHED(rs[i]) && rpsp[i] == R_MADE -> rs[i] = PSUCCEEDED; printf("| reconcile heals refund %d\n", i)
+    :: R_UNFINISHED(rs[i]) && rpsp[i] == R_FAILED_AT_PSP -> refund_fail(i)
+    /* a recheck: the PSP failed a refund after it succeeded: a person looks, the amount still counted */
+    :: rs[i] == PSUCCEEDED && rpsp[i] == R_FAILED_AT_PSP -> rs[i] = NEEDS_REVIEW
+    fi
+}
+#define RJOB_DONE(i) (rjs[i] != CLAIMABLE && rjs[i] != LEASED)
+#define NEVER_OK(i) (RJOB_DONE(i) && GRACE_PASSED(i))
+#define RECONCILABLE(i) ((R_UNFINISHED(rs[i]) && (rpsp[i] != R_NOPSP || NEVER_OK(i))) || (rs[i] == PSUCCEEDED && rpsp[i] == R_FAILED_AT_PSP))
+
+proctype RefundReconciler() {
+end:
+    do
+    :: atomic { RECONCILABLE(0) -> reconcile_refund(0) }
+    :: atomic { RECONCILABLE(1) -> reconcile_refund(1) }
+    od
+}
+
+/* the PSP fails a refund after it succeeded (Stripe's refund.failed, Adyen's REFUNDED_REVERSED) */
+proctype RefundPsp() {
+end:
+    do :: atomic { rpsp[0] == R_MADE -> rpsp[0] = R_FAILED_AT_PSP } od
+}
+
+proctype RefundWatcher() {
+    byte i;
+end:
+    do
+    :: atomic {
+        (rjs[0] == LEASED && rjl[0] == 0) || (rjs[1] == LEASED && rjl[1] == 0) ->
+        if :: rjs[0] == LEASED && rjl[0] == 0 -> i = 0 :: rjs[1] == LEASED && rjl[1] == 0 -> i = 1 fi;
+        refund_end_attempt(i, rja[i]);
+        rjs[i] = (rja[i] >= RMAXA -> DEAD : CLAIMABLE); rjo[i] = 0
+       }
+    :: atomic { rjl[0] == LIVE -> rjl[0] = 0 }
+    :: atomic { rjl[1] == LIVE -> rjl[1] = 0 }
+    od
+}
+
+/* checked after every step (as assertions, and as the ltl claims below) */
+active proctype RefundInvariants() {
+end:
+    do
+    :: atomic {
+        !(refunded <= CAPTURED && refunded == OWED(0) + OWED(1)) && !inexact ->
+        inexact = (refunded != OWED(0) + OWED(1));
+        CHECK(refunded <= CAPTURED); CHECK(!inexact)
+       }
+    od
+}
+
+init {
+    atomic {
+        run Asker(0); run Asker(1);
+        run RefundWorker(1); run RefundWorker(2);
+        run RefundReconciler(); run RefundPsp(); run RefundWatcher()
+    }
+}
+#else
 init {
     byte i = 1;
     atomic {
@@ -533,6 +730,8 @@ init {
         run Watcher(); run Clock(); run Environment()
     }
 }
+
+#endif
 
 /* --- the properties as LTL (each also an assertion above) ------------------------------------------------- */
 /* 1: at most one end (finish or rescue) per attempt takes effect */
@@ -547,3 +746,12 @@ ltl one_key_charged { [] !(keyc[0] && keyc[1]) }
 /* 5 (the handlers' own claim, not one of the issue's four): after "failed: never reached the PSP" commits,
       the PSP never takes money for the payment */
 ltl never_reached_holds { [] !late_charge }
+
+#ifdef REFUNDS
+/* 6: the payment's refunded amount never exceeds what it captured */
+ltl refunds_within_capture { [] (refunded <= CAPTURED) }
+/* 7: it is exactly the sum of its refunds that have not failed */
+ltl refunded_exact { [] !inexact }
+/* 8: after "failed: never reached the PSP", the PSP never refunds it */
+ltl never_reached_refund_holds { [] !late_refund }
+#endif

@@ -83,6 +83,18 @@ INSTANCES: tuple[Instance, ...] = (
              (Claim("never_reached_holds", True),),
              why="the same instance with the grace counted from the last send's stamp (the reconcile handler's "
                  "max(created_at, updated_at)) and no pause longer than it: property 5 holds"),
+    Instance("refunds", ("-DREFUNDS",),
+             (Claim("refunds_within_capture", True), Claim("refunded_exact", True),
+              Claim("never_reached_refund_holds", True)),
+             why="two refunds of one payment racing on two workers, the watcher, reconciliation and a PSP that fails "
+                 "a refund after it succeeded: properties 6-8 (and every assertion) hold"),
+    Instance("refunds-mutant-unbounded", ("-DREFUNDS", "-DREFUND_UNBOUNDED", "-DASSERTS_OFF"),
+             (Claim("refunds_within_capture", False),),
+             why="a refund reserved without the conditional UPDATE's bound: more refunded than captured"),
+    Instance("refunds-pause-outlives-grace", ("-DREFUNDS", "-DREFUND_PAUSE_OUTLIVES_GRACE", "-DASSERTS_OFF"),
+             (Claim("never_reached_refund_holds", False),),
+             why="property 8 needs its timing assumption: a paused worker's stamped request lands after 'never "
+                 "reached the PSP' when a pause outlasts the grace period"),
 )
 
 

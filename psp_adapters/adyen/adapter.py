@@ -74,6 +74,7 @@ from zoneinfo import ZoneInfo
 import httpx
 
 from psp_adapters.adyen import charge, report, settlement, wire
+from psp_adapters.adyen import refund as refund_wire
 from psp_adapters.adyen.wire import PSP_NAME
 from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
 from psp_adapters.http import (
@@ -93,6 +94,8 @@ from psp_adapters.protocol import (
     PspPayout,
     PspPayoutLine,
     PspRef,
+    RefundRef,
+    RefundRequest,
     Secret,
     SettlementLine,
 )
@@ -134,6 +137,7 @@ class AdyenAdapter:
     search_lag: ClassVar[timedelta] = timedelta(0)
     #: the listing is the daily report file: an hour's window would download the same file 24 times
     listing_window: ClassVar[timedelta | None] = timedelta(days=1)
+    refund_reasons: ClassVar[tuple[str, ...] | None] = refund_wire.REASONS
 
     def __init__(
         self,
@@ -230,6 +234,27 @@ class AdyenAdapter:
             if matching:
                 return wire.report_outcome(matching)
         return Pending(psp_reference=ref.psp_reference, merchant_reference=ref.merchant_reference)
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome:
+        """``POST /{api_version}/payments/{paymentPspReference}/refunds`` (``refund.refund_body``) with
+        ``Idempotency-Key``: Pending with the refund's pspReference (``[received]``); errors as for a charge."""
+        account = charge.resolve_merchant_account(request.merchant_account, self._merchant_account)
+        if not idempotency_key or len(idempotency_key) > wire.IDEMPOTENCY_KEY_MAX:
+            raise PspRejectedError(
+                f"{PSP_NAME}: an Idempotency-Key has 1 to {wire.IDEMPOTENCY_KEY_MAX} characters", psp=PSP_NAME
+            )
+        path = f"/{self._api_version}/payments/{quote(request.payment_reference, safe='')}/refunds"
+        body = refund_wire.refund_body(request, merchant_account=account)
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
+            response = self._client.post(path, json=body, headers={"Idempotency-Key": idempotency_key})
+        if not response.is_success:
+            raise self._error(response, keyed=True)
+        return refund_wire.refund_to_outcome(json_body(response, psp=PSP_NAME))
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+        """Checkout cannot read a refund back: its webhooks (REFUND, REFUND_FAILED, REFUNDED_REVERSED) and the
+        reports tell. Pending, always (recon waits on its schedule, then a person looks)."""
+        return Pending(psp_reference=ref.psp_refund_id, merchant_reference=ref.refund_reference)
 
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()

@@ -21,13 +21,21 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | AUTHORISATION, success     | Succeeded                                                          |
 | AUTHORISATION, not success | Failed (reason)                                                    |
 | CANCELLATION, success      | Failed ("cancelled"), for the original payment                     |
-| REFUND, success            | Reversed, kind refund, for the original payment                    |
-| CHARGEBACK                 | Reversed, kind dispute, for the original payment                   |
+| REFUND, success            | RefundNews succeeded: the refund ``pspReference`` of the payment   |
+|                            | ``originalReference``, our ``merchantReference``                   |
+| REFUND, not success        | RefundNews failed (reason)                                         |
+| REFUND_FAILED              | RefundNews failed (reason): the scheme failed it after it was sent |
+| REFUNDED_REVERSED          | RefundNews reversed: the money came back to the merchant           |
+| NOTIFICATION_OF_CHARGEBACK | DisputeNews opened (evidence by additionalData.defensePeriodEndsAt)|
+| CHARGEBACK                 | DisputeNews opened: the money withdrawn                            |
+| CHARGEBACK_REVERSED        | DisputeNews reversed: the money came back                          |
+| SECOND_CHARGEBACK          | DisputeNews lost                                                   |
+|                            | (one dispute per payment: its id is the payment's pspReference)    |
 | REPORT_AVAILABLE           | no news; ``report`` is the file name (``reason`` its download URL) |
 | REPORT_AVAILABLE of a      | PayoutNews: the file name (``settlement_detail_report_batch_N``);  |
 | Settlement details report  | recon fetches that batch (``recon.close.payouts``)                 |
 
-Anything else (a failed refund or cancellation, other event codes) is acknowledged and ignored.
+Anything else (a failed cancellation, other event codes) is acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -46,9 +54,11 @@ from psp_adapters.adyen import settlement
 from psp_adapters.adyen.wire import PSP_NAME, from_adyen_amount
 from psp_adapters.errors import PspProtocolError, WebhookRejected
 from psp_adapters.protocol import (
+    DisputeNews,
     Failed,
     PaymentOutcome,
     PayoutNews,
+    RefundNews,
     Reversed,
     Secret,
     Succeeded,
@@ -57,6 +67,11 @@ from psp_adapters.protocol import (
 )
 
 KEY_VARIABLE = "RECON_ADYEN_HMAC_KEY"
+#: the refund event codes and the RefundNews state each says (REFUND's when ``success`` is true)
+REFUND_STATES = {"REFUND": "succeeded", "REFUND_FAILED": "failed", "REFUNDED_REVERSED": "reversed"}
+#: the chargeback event codes and the DisputeNews state each says
+DISPUTE_STATES = {"NOTIFICATION_OF_CHARGEBACK": "opened", "CHARGEBACK": "opened", "CHARGEBACK_REVERSED": "reversed",
+                  "SECOND_CHARGEBACK": "lost"}
 USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
 PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a variable's name, not a secret
 
@@ -188,7 +203,8 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
         report=psp_reference if code == "REPORT_AVAILABLE" and not payout else None, body=dict(item))
 
 
-def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str) -> PaymentOutcome | Reversed | None:
+def _news(code: str, success: bool, item: Mapping[str, object], *,
+          payment: str) -> PaymentOutcome | Reversed | RefundNews | DisputeNews | None:
     amount_doc = _json.as_object(item.get("amount"), "amount")
     currency = _json.require(amount_doc, "currency", str).upper()
     amount = from_adyen_amount(_json.amount(amount_doc, "value"), currency)
@@ -201,8 +217,15 @@ def _news(code: str, success: bool, item: Mapping[str, object], *, payment: str)
         return Failed(**common, raw_status="AUTHORISATION", reason=reason or "refused")  # type: ignore[arg-type]
     if code == "CANCELLATION" and success:
         return Failed(**common, raw_status="CANCELLATION", reason="cancelled")  # type: ignore[arg-type]
-    if code == "REFUND" and success:
-        return Reversed(**common, raw_status="REFUND", kind="refund", reason=reason)  # type: ignore[arg-type]
-    if code == "CHARGEBACK":
-        return Reversed(**common, raw_status="CHARGEBACK", kind="dispute", reason=reason)  # type: ignore[arg-type]
+    if code in REFUND_STATES:
+        state = REFUND_STATES[code] if success or code != "REFUND" else "failed"
+        refund_id = _json.require(item, "pspReference", str)
+        return RefundNews(**common, raw_status=code, state=state, refund_id=refund_id,  # type: ignore[arg-type]
+                          reason=reason if state == "failed" else None)
+    if code in DISPUTE_STATES:
+        extra = item.get("additionalData")
+        ends = extra.get("defensePeriodEndsAt") if isinstance(extra, Mapping) else None
+        due_by = _json.instant(ends, "additionalData.defensePeriodEndsAt") if isinstance(ends, str) else None
+        return DisputeNews(**common, raw_status=code, state=DISPUTE_STATES[code], dispute_id=payment,  # type: ignore[arg-type]
+                           reason=reason, due_by=due_by)
     return None

@@ -67,10 +67,13 @@ from psp_adapters.protocol import (
     PspPayout,
     PspPayoutLine,
     PspRef,
+    RefundRef,
+    RefundRequest,
     Secret,
     SettlementLine,
 )
 from psp_adapters.stripe import balance, payouts, wire
+from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import API_VERSION, PSP_NAME
 
 logger = logging.getLogger(__name__)
@@ -97,6 +100,7 @@ class StripeAdapter:
     #: "data is typically searchable in under a minute; during outages, up to an hour" (docs.stripe.com/search)
     search_lag: ClassVar[timedelta] = timedelta(hours=1)
     listing_window: ClassVar[timedelta | None] = None
+    refund_reasons: ClassVar[tuple[str, ...] | None] = refund_wire.REASONS
 
     def __init__(
         self,
@@ -172,6 +176,42 @@ class StripeAdapter:
                 "stripe: %d payment intents carry merchant reference %r", len(intents), ref.merchant_reference
             )
         return wire.to_outcome(_most_telling(intents))
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome:
+        """``POST /v1/refunds`` (``refund.create_form``) with ``Idempotency-Key``: the Refund as an outcome.
+
+        A refusal (``charge_already_refunded``, ``amount_too_large``: HTTP 400) raises PspRejectedError; a lost
+        answer PspUnknownOutcome; Stripe's 500 is saved under the key, as for a charge."""
+        form = refund_wire.create_form(request)
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
+            response = self._client.post("/v1/refunds", data=form, headers={"Idempotency-Key": idempotency_key})
+        if response.is_success:
+            return refund_wire.to_outcome(json_body(response, psp=PSP_NAME))
+        error = _maybe_error(response)
+        raise self._error(response, error, saved=error is not None and response.status_code == 500)
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+        """The Refund by its id when known (404 ``resource_missing``: NotFound), else the one carrying our
+        ``refund_reference`` among the PaymentIntent's refunds (none: NotFound)."""
+        if ref.psp_refund_id:
+            response = self._get(f"/v1/refunds/{quote(ref.psp_refund_id, safe='')}")
+            if response.status_code == 404:
+                error = _maybe_error(response)
+                if error is not None and error.code == "resource_missing":
+                    return NotFound(psp_reference=ref.psp_refund_id, merchant_reference=ref.refund_reference)
+                raise self._error(response, error)
+            return refund_wire.to_outcome(self._body(response))
+        pager = Pager(PSP_NAME, "/v1/refunds")
+        params = {"payment_intent": ref.payment_reference, "limit": str(self._page_size)}
+        while True:
+            pager.request()
+            items, has_more = wire.list_page(self._body(self._get("/v1/refunds", params=params)))
+            for item in items:
+                if refund_wire.reference(item) == ref.refund_reference:
+                    return refund_wire.to_outcome(item)
+            if not has_more:
+                return NotFound(merchant_reference=ref.refund_reference)
+            params = {**params, "starting_after": pager.follow(_last_id(items), items=len(items))}
 
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()

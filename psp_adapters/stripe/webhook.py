@@ -21,7 +21,12 @@ Events (data.object is the object as of the event, so an out-of-order delivery s
 | payment_intent.canceled                | Failed (cancellation_reason)                                |
 | payment_intent.requires_action         | ActionRequired                                              |
 | charge.refunded                        | Reversed, kind refund, amount_refunded                      |
-| charge.dispute.created                 | Reversed, kind dispute                                      |
+| refund.created, refund.updated,        | RefundNews of the Refund object: its id, payment_intent,    |
+| refund.failed, charge.refund.updated   | metadata.refund_reference, status (failed, canceled: failed)|
+| charge.dispute.created, .updated,      | DisputeNews of the Dispute object: its id, payment_intent,  |
+| .closed, .funds_withdrawn,             | amount, reason, evidence_details.due_by, the fees of its    |
+| .funds_reinstated                      | balance_transactions; status won / lost: won / lost, else   |
+|                                        | opened (warning_closed: won, no money moved)                |
 | payout.paid, payout.failed,            | PayoutNews: the payout's id and status (recon fetches it    |
 | payout.reconciliation_completed        | again: ``recon.close.payouts``)                             |
 
@@ -39,7 +44,16 @@ import orjson
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError, WebhookRejected
-from psp_adapters.protocol import PaymentOutcome, PayoutNews, Reversed, WebhookAnswer, WebhookEvent
+from psp_adapters.protocol import (
+    DisputeNews,
+    PaymentOutcome,
+    PayoutNews,
+    RefundNews,
+    Reversed,
+    WebhookAnswer,
+    WebhookEvent,
+)
+from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
 SECRET_VARIABLE = "RECON_STRIPE_WEBHOOK_SECRET"  # nosec B105  # a variable's name, not a secret
@@ -51,9 +65,19 @@ PAYMENT_INTENT_EVENTS = frozenset({"payment_intent.succeeded", "payment_intent.p
                                    "payment_intent.processing", "payment_intent.canceled",
                                    "payment_intent.requires_action"})
 REFUNDED = "charge.refunded"
+#: events whose data.object is a Refund (docs.stripe.com/api/events/types); charge.refund.updated is the older name
+REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"})
+#: a Refund's status -> RefundNews' state
+REFUND_STATES = {"succeeded": "succeeded", "failed": "failed", "canceled": "failed", "pending": "pending",
+                 "requires_action": "pending"}
 DISPUTE_CREATED = "charge.dispute.created"
 #: https://docs.stripe.com/api/events/types: payout.paid, payout.failed, payout.reconciliation_completed
 PAYOUT_EVENTS = frozenset({"payout.paid", "payout.failed", "payout.reconciliation_completed"})
+#: events whose data.object is a Dispute (docs.stripe.com/api/events/types)
+DISPUTE_EVENTS = frozenset({DISPUTE_CREATED, "charge.dispute.updated", "charge.dispute.closed",
+                            "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated"})
+#: a Dispute's final statuses -> DisputeNews' state; every other status is opened
+DISPUTE_ENDS = {"won": "won", "lost": "lost", "warning_closed": "won"}
 
 _json = JsonFields(PSP_NAME)
 
@@ -131,7 +155,8 @@ def parse(payload: bytes) -> WebhookEvent:
                         body=dict(obj))
 
 
-def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Reversed | PayoutNews | None:
+def _news(event_type: str, obj: Mapping[str, object]
+          ) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | None:
     if event_type in PAYMENT_INTENT_EVENTS:
         return to_outcome(obj)
     if event_type in PAYOUT_EVENTS:
@@ -139,6 +164,8 @@ def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Revers
         return PayoutNews(psp_reference=_json.require(obj, "id", str), currency=currency,
                           amount=from_stripe_amount(_json.amount(obj, "amount", signed=True), currency),
                           raw_status=_json.optional(obj, "status", str))
+    if event_type in REFUND_EVENTS:
+        return _refund_news(obj)
     if event_type == REFUNDED:
         currency = _json.require(obj, "currency", str).upper()
         refunded = _json.optional_amount(obj, "amount_refunded") or 0
@@ -147,10 +174,34 @@ def _news(event_type: str, obj: Mapping[str, object]) -> PaymentOutcome | Revers
                         amount=from_stripe_amount(refunded, currency),
                         raw_status="refunded" if full else "partially_refunded",
                         merchant_reference=reference(obj), kind="refund")
-    if event_type == DISPUTE_CREATED:
-        currency = _json.require(obj, "currency", str).upper()
-        return Reversed(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
-                        amount=from_stripe_amount(_json.amount(obj, "amount"), currency),
-                        raw_status=_json.optional(obj, "status", str), kind="dispute",
-                        reason=_json.optional(obj, "reason", str))
+    if event_type in DISPUTE_EVENTS:
+        return _dispute_news(obj)
     return None
+
+
+def _refund_news(obj: Mapping[str, object]) -> RefundNews:
+    """A Refund object's news: a status Stripe may add later reads as pending, never as a guess of an end."""
+    currency = _json.require(obj, "currency", str).upper()
+    status = _json.require(obj, "status", str)
+    state = REFUND_STATES.get(status, "pending")
+    return RefundNews(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                      amount=from_stripe_amount(_json.amount(obj, "amount"), currency), raw_status=status,
+                      merchant_reference=refund_wire.reference(obj), state=state,
+                      refund_id=_json.require(obj, "id", str),
+                      reason=_json.optional(obj, "failure_reason", str) if state == "failed" else None)
+
+
+def _dispute_news(obj: Mapping[str, object]) -> DisputeNews:
+    """A Dispute object's news: its evidence deadline and the fees its balance transactions carry (Stripe's units)."""
+    currency = _json.require(obj, "currency", str).upper()
+    status = _json.require(obj, "status", str)
+    evidence = obj.get("evidence_details")
+    due_by = _json.optional_unix_time(evidence, "due_by") if isinstance(evidence, Mapping) else None
+    txns = obj.get("balance_transactions")
+    fees = [_json.amount(t, "fee") for t in (txns if isinstance(txns, list) else [])
+            if isinstance(t, Mapping) and isinstance(t.get("fee"), int)]
+    return DisputeNews(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
+                       amount=from_stripe_amount(_json.amount(obj, "amount"), currency), raw_status=status,
+                       state=DISPUTE_ENDS.get(status, "opened"), dispute_id=_json.require(obj, "id", str),
+                       reason=_json.optional(obj, "reason", str), due_by=due_by,
+                       fee=from_stripe_amount(sum(fees), currency) if fees else None)

@@ -15,6 +15,7 @@ from recon.params import EXIT_USAGE, LIMIT, say
 from recon.payments.importer import ImportRejected, read_payments
 from recon.payments.money import format_amount
 from recon.render.payments import payment_detail, payments_table
+from recon.render.refunds import disputes_table, refunds_table
 from recon.rows import Payment, PaymentStatus
 
 
@@ -65,16 +66,24 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def payments_show(app: App, reference: str, as_json: bool) -> None:
-    """One payment, by merchant reference, with its event history."""
+    """One payment, by merchant reference, with its event history and its movements (refunds)."""
     payment = app.payments.by_reference(reference)
     if payment is None:
         raise UsageError(f"payment {reference} not found")
     events = app.payments.events(payment.id)
+    movements = app.refunds.for_payment(payment.id)
+    disputes = app.disputes.for_payment(payment.id)
     if as_json:
-        click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events]}))
+        click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events],
+                               "refunds": [r.to_dict() for r in movements],
+                               "disputes": [d.to_dict() for d in disputes]}))
         return
 
     payment_detail(payment, events)
+    if movements:
+        refunds_table(movements, title=f"{len(movements)} refunds of {payment.merchant_reference}")
+    if disputes:
+        disputes_table(disputes, title=f"{len(disputes)} disputes of {payment.merchant_reference}")
 
 
 @payments.command("list")

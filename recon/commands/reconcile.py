@@ -24,6 +24,7 @@ from recon.params import (
 )
 from recon.reconcile import settlement as st
 from recon.reconcile import sweep as sw
+from recon.reconcile.refund_sweep import enqueue_refunds, refunds_exit_code, summarise_refunds
 from recon.reconcile.sweep import ReportWriter, Selection
 from recon.reconcile.window import WindowHandler
 from recon.render.output import progress_while
@@ -74,9 +75,12 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     try:
         selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue,
                                bulk_psps={name for name, m in modes.items() if m == "bulk"}, config=rc)
-        if not enqueue_only and len(selection):
-            _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json)
+        refund_selection = enqueue_refunds(app.refunds, app.client(), options, queue=rc.queue)
+        if not enqueue_only and (len(selection) or len(refund_selection)):
+            _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json,
+                                  extra=len(refund_selection))
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
+        refund_summary = summarise_refunds(app.refunds, app.jobs, refund_selection)
     except BaseException:
         if writer:
             writer.abort()
@@ -88,13 +92,14 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     doc = {"enqueue_only": enqueue_only, **summary.to_dict(), "mode": modes,
            "window_jobs": len(selection.window_job_ids), "psp_calls": sum(n for n, _ in calls.values()),
            "psp_calls_by_psp": {name: n for name, (n, _) in calls.items()},
-           "http_429": sum(t for _, t in calls.values())}
-    app.sweeps.finish(run_id, outcome="finished", exit_code=summary.exit_code, summary=doc)
+           "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary}
+    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary))
+    app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
     if as_json:
         click.echo(json.dumps(doc))
     else:
         sweep_summary(doc)
-    ctx.exit(summary.exit_code)
+    ctx.exit(exit_code)
 
 
 def _record_failure(app: App, run_id: int) -> None:
@@ -145,7 +150,8 @@ def _calls_since(before: dict[str, tuple[int, int]], after: dict[str, tuple[int,
     return out
 
 
-def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | None, show_progress: bool) -> None:
+def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | None, show_progress: bool,
+                          extra: int = 0) -> None:
     """A worker on the reconcile queue alone, in this process, until the sweep's jobs are done. The progress
     bar counts payments: those window jobs healed, then each finished per-payment job."""
     handlers = app.handlers(queues=(app.reconcile_config.queue,))
@@ -162,7 +168,7 @@ def _run_reconcile_worker(app: App, selection: Selection, *, concurrency: int | 
             return finished
         return window.healed + max(0, finished - windows)
 
-    progress_while(lambda: worker.run(burst=True), done, total=len(selection), label="reconciling",
+    progress_while(lambda: worker.run(burst=True), done, total=len(selection) + extra, label="reconciling",
                    enabled=show_progress)
 
 

@@ -15,7 +15,9 @@ from recon.commands.payments import payment_doc
 from recon.errors import UsageError
 from recon.params import LIMIT, Duration, say
 from recon.payments.money import format_amount
+from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.render.payments import payment_detail, review_table
+from recon.render.refunds import disputes_table
 from recon.review import Difference
 from recon.review_rows import QueueFilter, ReviewKind, Severity
 
@@ -85,6 +87,7 @@ def vars_of(total: Any) -> dict[str, Any]:
 def review_show(app: App, reference: str, as_json: bool) -> None:
     """A payment with its whole audit trail (the PSP's evidence at each step), its jobs and their attempts."""
     detail = app.review.detail(reference)
+    disputes = app.disputes.for_payment(detail.payment.id)
     if as_json:
         click.echo(json.dumps({
             "payment": payment_doc(detail.payment),
@@ -92,6 +95,7 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
             "comments": [{"at": c.at.isoformat(), "author": c.author, "kind": c.kind.value, "body": c.body}
                          for c in detail.comments],
+            "disputes": [d.to_dict() for d in disputes],
         }))
         return
 
@@ -99,6 +103,8 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
     for c in detail.comments:
         say(f"{c.at:%Y-%m-%d %H:%M:%S} UTC {c.author} " + (f"assigned it to {c.body}" if c.kind == "assigned"
                                                            else f"wrote: {c.body}"))
+    if disputes:  # with their evidence deadlines: what to answer, by when
+        disputes_table(disputes, title=f"{len(disputes)} disputes of {detail.payment.merchant_reference}")
 
 
 @review.command("resolve")
@@ -137,8 +143,19 @@ def review_resolve(app: App, reference: str, to: str, reason: str, by: str, over
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def review_recheck(app: App, reference: str, as_json: bool) -> None:
-    """Queue a reconcile job for the payment now: a worker on the reconcile queue asks the PSP and adds its
-    answer to the audit trail (a payment in review keeps its status)."""
+    """Queue a reconcile job for the payment (or the refund: REF is then its refund reference) now: a worker on
+    the reconcile queue asks the PSP and adds its answer to the audit trail (a payment in review keeps its
+    status; a succeeded refund the PSP now calls failed or reversed goes to review)."""
+    refund = app.refunds.by_reference(reference) if app.payments.by_reference(reference) is None else None
+    if refund is not None:
+        queue = app.reconcile_config.queue
+        job_id = app.client().enqueue(REFUND_RECONCILE_KIND, {"refund_id": refund.id, "recheck": True}, queue=queue,
+                                      unique_key=refund_reconcile_key(refund.id))
+        if as_json:
+            click.echo(json.dumps({"refund": reference, "job_id": job_id, "queue": queue}))
+        else:
+            say(f"reconcile job {job_id} queued on {queue} for refund {reference}")
+        return
     job_id = app.review.recheck(reference)
     if as_json:
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))

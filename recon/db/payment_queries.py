@@ -16,7 +16,7 @@ from recon.db.sql import Query
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
     "updated_at, psp_reference, failure_reason, review_reason, payment_method, customer_reference, key_generation, "
-    "key_sent_at, review_since, review_assignee"
+    "key_sent_at, review_since, review_assignee, captured_amount, refunded_amount"
 )
 UNFINISHED = "status IN ('created', 'processing', 'pending')"
 

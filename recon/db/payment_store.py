@@ -357,7 +357,8 @@ class PaymentStore(TransitionStore):
                        review_reason=m["review_reason"], payment_method=m["payment_method"],
                        customer_reference=m["customer_reference"], key_generation=int(m["key_generation"] or 0),
                        key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]),
-                       review_assignee=m["review_assignee"])
+                       review_assignee=m["review_assignee"],
+                       captured_amount=int(m["captured_amount"] or 0), refunded_amount=int(m["refunded_amount"] or 0))
 
 
 def _redacted(p: NewPayment) -> NewPayment:

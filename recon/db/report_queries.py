@@ -147,7 +147,7 @@ report_lines_matched = Query(
                l.currency AS psp_currency, l.status AS psp_status, l.lines,
                p.id AS payment_id, p.merchant_reference, p.psp_reference AS our_psp_reference, p.amount, p.currency,
                p.status, CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END AS in_window, l.fee, l.net,
-               l.settlement_currency,
+               l.settlement_currency, p.refunded_amount AS refunded,
                row_number() OVER (
                    PARTITION BY p.id,
                        CASE WHEN p.id IS NULL

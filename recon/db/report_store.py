@@ -112,7 +112,8 @@ class ReportSession:
                             merchant_reference=m["merchant_reference"], our_psp_reference=m["our_psp_reference"],
                             amount=_int(m["amount"]), currency=m["currency"], status=m["status"],
                             in_window=bool(m["in_window"]), fee=_int(m["fee"]), net=_int(m["net"]),
-                            settlement_currency=m["settlement_currency"], rank=int(m["rank"]))
+                            settlement_currency=m["settlement_currency"], rank=int(m["rank"]),
+                            refunded=int(m["refunded"] or 0))
 
     def merchant_accounts(self) -> list[str]:
         """The merchant accounts of our payments of this PSP (Adyen lists settlements per account)."""

@@ -156,7 +156,13 @@ payments = sa.Table(
     sa.Column("key_sent_at", Timestamp, nullable=True),
     sa.Column("review_since", Timestamp, nullable=True),  #: when it last entered needs_review (migration 0008)
     sa.Column("review_assignee", sa.Text(), nullable=True),  #: who works on it in review (migration 0020)
+    #: what the PSP captured (the whole amount once succeeded) and what our non-failed refunds take back
+    #: (migration 0018): one conditional UPDATE moves ``refunded_amount`` with each refund (recon.db.refund_store)
+    sa.Column("captured_amount", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("refunded_amount", sa.BigInteger(), nullable=False, server_default="0"),
     sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
+    sa.CheckConstraint("refunded_amount >= 0 AND refunded_amount <= captured_amount AND captured_amount <= amount",
+                       name="payments_refunds_within_capture"),
     sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
     sa.CheckConstraint(_in("status", PAYMENT_STATUSES), name="payments_status_valid"),
     sa.UniqueConstraint("merchant_reference", name="payments_merchant_reference_key"),
@@ -303,6 +309,11 @@ webhook_events = sa.Table(
     sa.Column("state", sa.Text(), nullable=False, server_default="received"),
     sa.Column("payment_id", Id, nullable=True),
     sa.Column("applied_at", Timestamp, nullable=True),
+    #: the PSP's id of the movement the event is about, when not the payment itself: a refund's (migration 0018)
+    sa.Column("movement_reference", sa.Text(), nullable=True),
+    #: a dispute's evidence deadline and the PSP's dispute fee (minor units), when the event says (migration 0018)
+    sa.Column("due_by", Timestamp, nullable=True),
+    sa.Column("fee", sa.BigInteger(), nullable=True),
     sa.CheckConstraint(_in("state", WEBHOOK_STATES), name="webhook_events_state_valid"),
     sa.UniqueConstraint("psp", "event_id", name="webhook_events_psp_event_key"),
     sa.Index("webhook_events_unknown", "psp", "received_at", postgresql_where=sa.text("state = 'unknown_payment'"),
@@ -503,5 +514,103 @@ payout_exceptions = sa.Table(
              sqlite_where=sa.text("state = 'open'")),
     sa.Index("payout_exceptions_payout", "payout_id"),
     sa.Index("payout_exceptions_entry", "bank_entry_id"),
+    sqlite_autoincrement=True,
+)
+
+# --- refunds (migration 0018): money given back, each refund a job of its own, never more than captured -------
+
+REFUND_STATUSES = PAYMENT_STATUSES
+UNFINISHED_REFUND = UNFINISHED_PAYMENT
+REFUND_EVENT_SOURCES = ("refund", "reconcile", "manual", "webhook")
+
+refunds = sa.Table(
+    "refunds",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="refunds_payment_fkey"), nullable=False),
+    sa.Column("refund_reference", sa.Text(), nullable=False),  #: ours, unique: the CSV's or the command's
+    sa.Column("amount", sa.BigInteger(), nullable=False),  #: minor units of the payment's currency
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=True),  #: the PSP's reason code
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("psp_refund_id", sa.Text(), nullable=True),  #: the PSP's id of the refund, stored once, never replaced
+    sa.Column("idempotency_key", sa.Text(), nullable=False),
+    sa.Column("requested_by", sa.Text(), nullable=False),
+    sa.Column("failure_reason", sa.Text(), nullable=True),
+    sa.Column("review_reason", sa.Text(), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Column("sent_at", Timestamp, nullable=True),  #: when the request first went out
+    sa.CheckConstraint("amount > 0", name="refunds_amount_positive"),
+    sa.CheckConstraint(_in("status", REFUND_STATUSES), name="refunds_status_valid"),
+    sa.UniqueConstraint("refund_reference", name="refunds_refund_reference_key"),
+    sa.UniqueConstraint("idempotency_key", name="refunds_idempotency_key_key"),
+    sa.Index("refunds_payment", "payment_id", "id"),
+    sa.Index("refunds_psp_refund_id", "psp", "psp_refund_id"),
+    sa.Index("refunds_stale", "psp", "updated_at", postgresql_where=sa.text(UNFINISHED_REFUND),
+             sqlite_where=sa.text(UNFINISHED_REFUND)),
+    sqlite_autoincrement=True,
+)
+
+refund_events = sa.Table(
+    "refund_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("refund_id", Id, sa.ForeignKey("refunds.id", name="refund_events_refund_fkey"), nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("source", REFUND_EVENT_SOURCES), name="refund_events_source_valid"),
+    sa.Index("refund_events_refund", "refund_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+# --- disputes (migration 0018): a payment's chargebacks, objects of their own, from the PSPs' webhooks ----------
+
+DISPUTE_STATUSES = ("opened", "won", "lost", "reversed")
+
+disputes = sa.Table(
+    "disputes",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="disputes_payment_fkey"), nullable=False),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("psp_dispute_id", sa.Text(), nullable=False),  #: the PSP's id (Adyen: the payment's reference)
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("amount", sa.BigInteger(), nullable=True),  #: withdrawn, minor units of ``currency``
+    sa.Column("currency", sa.Text(), nullable=True),
+    sa.Column("fee", sa.BigInteger(), nullable=True),  #: the PSP's dispute fee, when it says
+    sa.Column("reason", sa.Text(), nullable=True),
+    sa.Column("psp_status", sa.Text(), nullable=True),  #: the PSP's own word for its latest state
+    sa.Column("evidence_due_by", Timestamp, nullable=True),
+    sa.Column("opened_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("status", DISPUTE_STATUSES), name="disputes_status_valid"),
+    sa.UniqueConstraint("psp", "psp_dispute_id", name="disputes_psp_dispute_key"),
+    sa.Index("disputes_payment", "payment_id", "id"),
+    sa.Index("disputes_open_due", "evidence_due_by", postgresql_where=sa.text("status = 'opened'"),
+             sqlite_where=sa.text("status = 'opened'")),
+    sqlite_autoincrement=True,
+)
+
+dispute_events = sa.Table(
+    "dispute_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("dispute_id", Id, sa.ForeignKey("disputes.id", name="dispute_events_dispute_fkey"), nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint("source IN ('webhook', 'manual')", name="dispute_events_source_valid"),
+    sa.Index("dispute_events_dispute", "dispute_id", "id"),
     sqlite_autoincrement=True,
 )

@@ -41,7 +41,8 @@ payment_transition_if_status = Query(
             psp_reference = coalesce(psp_reference, :psp_reference),
             failure_reason = coalesce(:failure_reason, failure_reason),
             review_reason = coalesce(:review_reason, review_reason),
-            review_since = CASE WHEN :to_status = 'needs_review' THEN {{now}} ELSE review_since END
+            review_since = CASE WHEN :to_status = 'needs_review' THEN {{now}} ELSE review_since END,
+            captured_amount = CASE WHEN :to_status = 'succeeded' THEN amount ELSE captured_amount END
         WHERE id = :id AND status = :from_status
           AND {_SAME_REFERENCE.format(stored="psp_reference", given="CAST(:psp_reference AS TEXT)")}
         RETURNING id
@@ -109,7 +110,8 @@ payment_transition_many_if_status = Query(
             psp_reference = coalesce(p.psp_reference, r.psp_reference),
             failure_reason = coalesce(r.failure_reason, p.failure_reason),
             review_reason = coalesce(r.review_reason, p.review_reason),
-            review_since = CASE WHEN r.to_status = 'needs_review' THEN {{now}} ELSE p.review_since END
+            review_since = CASE WHEN r.to_status = 'needs_review' THEN {{now}} ELSE p.review_since END,
+            captured_amount = CASE WHEN r.to_status = 'succeeded' THEN p.amount ELSE p.captured_amount END
         FROM jsonb_to_recordset({{json:rows}}) AS r(id bigint, from_status text, to_status text, psp_reference text,
              failure_reason text, review_reason text)
         WHERE p.id = r.id AND p.status = r.from_status
@@ -121,7 +123,8 @@ payment_transition_many_if_status = Query(
             psp_reference = coalesce(payments.psp_reference, r.psp_reference),
             failure_reason = coalesce(r.failure_reason, payments.failure_reason),
             review_reason = coalesce(r.review_reason, payments.review_reason),
-            review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END
+            review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END,
+            captured_amount = CASE WHEN r.to_status = 'succeeded' THEN payments.amount ELSE payments.captured_amount END
         FROM (SELECT value ->> '$.id' AS id, value ->> '$.from_status' AS from_status,
                      value ->> '$.to_status' AS to_status, value ->> '$.psp_reference' AS psp_reference,
                      value ->> '$.failure_reason' AS failure_reason, value ->> '$.review_reason' AS review_reason

@@ -6,7 +6,8 @@ from recon.db.sql import Query
 
 WEBHOOK_COLUMNS = (
     "id, psp, event_id, event_type, occurred_at, received_at, psp_reference, merchant_reference, merchant_account, "
-    "amount, currency, news, psp_status, reason, report, body, state, payment_id, applied_at"
+    "amount, currency, news, psp_status, reason, report, body, state, payment_id, applied_at, movement_reference, "
+    "due_by, fee"
 )
 
 webhook_insert = Query(
@@ -16,19 +17,20 @@ webhook_insert = Query(
     postgresql="""
         INSERT INTO webhook_events (psp, event_id, event_type, occurred_at, received_at, psp_reference,
                                     merchant_reference, merchant_account, amount, currency, news, psp_status,
-                                    reason, report, body, state)
+                                    reason, report, body, state, movement_reference, due_by, fee)
         VALUES (:psp, :event_id, :event_type, :occurred_at, {now}, :psp_reference, :merchant_reference,
                 :merchant_account, :amount, :currency, :news, :psp_status, :reason, :report,
-                CAST(:body AS jsonb), :state)
+                CAST(:body AS jsonb), :state, :movement_reference, :due_by, :fee)
         ON CONFLICT (psp, event_id) DO NOTHING
         RETURNING id
     """,
     sqlite="""
         INSERT INTO webhook_events (psp, event_id, event_type, occurred_at, received_at, psp_reference,
                                     merchant_reference, merchant_account, amount, currency, news, psp_status,
-                                    reason, report, body, state)
+                                    reason, report, body, state, movement_reference, due_by, fee)
         VALUES (:psp, :event_id, :event_type, :occurred_at, :now, :psp_reference, :merchant_reference,
-                :merchant_account, :amount, :currency, :news, :psp_status, :reason, :report, :body, :state)
+                :merchant_account, :amount, :currency, :news, :psp_status, :reason, :report, :body, :state,
+                :movement_reference, :due_by, :fee)
         ON CONFLICT (psp, event_id) DO NOTHING
         RETURNING id
     """,
@@ -102,13 +104,15 @@ webhook_intake_batch = Query(
         WITH r AS (
             SELECT * FROM jsonb_to_recordset({json:rows}) AS r(ord int, psp text, event_id text, event_type text,
                  occurred_at timestamptz, psp_reference text, merchant_reference text, merchant_account text,
-                 amount bigint, currency text, news text, psp_status text, reason text, report text, body jsonb)
+                 amount bigint, currency text, news text, psp_status text, reason text, report text, body jsonb,
+                 movement_reference text, due_by timestamptz, fee bigint)
         ), ins AS (
             INSERT INTO webhook_events (psp, event_id, event_type, occurred_at, received_at, psp_reference,
                                         merchant_reference, merchant_account, amount, currency, news, psp_status,
-                                        reason, report, body, state)
+                                        reason, report, body, state, movement_reference, due_by, fee)
             SELECT psp, event_id, event_type, occurred_at, {now}, psp_reference, merchant_reference,
-                   merchant_account, amount, currency, news, psp_status, reason, report, body, 'received'
+                   merchant_account, amount, currency, news, psp_status, reason, report, body, 'received',
+                   movement_reference, due_by, fee
             FROM r ORDER BY ord
             ON CONFLICT (psp, event_id) DO NOTHING
             RETURNING id, psp, event_id, merchant_account, report, news

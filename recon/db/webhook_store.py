@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from psp_adapters.protocol import PayoutNews, WebhookEvent, news_kind
+from psp_adapters.protocol import DisputeNews, PayoutNews, RefundNews, WebhookEvent, news_kind
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
@@ -37,7 +37,7 @@ WEBHOOK_QUEUE = "webhooks"
 BODY_MAX_CHARS = 32_768
 
 #: the columns ``_params`` stores exactly as given (module docstring); ``body`` is redacted as a document first
-_VERBATIM = frozenset({"event_id", "psp_reference", "body"})
+_VERBATIM = frozenset({"event_id", "psp_reference", "movement_reference", "body"})
 
 
 def webhook_key(webhook_id: int) -> str:
@@ -106,6 +106,8 @@ class WebhookStore:
                 params["ord"] = len(rows)
                 if e.occurred_at is not None:
                     params["occurred_at"] = e.occurred_at.isoformat()
+                if isinstance(e.news, DisputeNews) and e.news.due_by is not None:
+                    params["due_by"] = e.news.due_by.isoformat()
                 # the body is embedded as the JSON it already is (no second encoding as a string)
                 rows.append(_dumps(params)[:-1] + ',"body":' + body + "}")
         sql = wq.webhook_intake_batch.for_driver("postgresql")
@@ -186,7 +188,11 @@ class WebhookStore:
                            "merchant_account": e.merchant_account, "amount": news.amount if news else None,
                            "currency": news.currency if news else None, "news": kind,
                            "psp_status": news.raw_status if news else None, "reason": reason, "report": e.report,
-                           "body": body, "state": str(WebhookState.RECEIVED), "now": self.db.now_param()},
+                           "body": body, "state": str(WebhookState.RECEIVED), "now": self.db.now_param(),
+                           "movement_reference": _movement(news),
+                           "due_by": self.db.to_db(news.due_by) if isinstance(news, DisputeNews) and news.due_by
+                           else None,
+                           "fee": news.fee if isinstance(news, DisputeNews) else None},
                           keep=_VERBATIM)
 
     def _record(self, r: Any) -> WebhookRecord:
@@ -199,7 +205,9 @@ class WebhookStore:
                              amount=int(m["amount"]) if m["amount"] is not None else None, currency=m["currency"],
                              news=m["news"], psp_status=m["psp_status"], reason=m["reason"], report=m["report"],
                              body=json_from_db(m["body"]), state=WebhookState(m["state"]),
-                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]))
+                             payment_id=m["payment_id"], applied_at=t(m["applied_at"]),
+                             movement_reference=m["movement_reference"], due_by=t(m["due_by"]),
+                             fee=int(m["fee"]) if m["fee"] is not None else None)
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
@@ -208,3 +216,12 @@ class WebhookStore:
 def _dumps(value: Any) -> str:
     """Compact JSON: orjson, a fifth of the stdlib's time for an event body (the intake's hot path)."""
     return orjson.dumps(value, default=str).decode()
+
+
+def _movement(news: object) -> str | None:
+    """The PSP's id of the movement an event is about (a refund's, a dispute's), stored apart from the payment's."""
+    if isinstance(news, RefundNews):
+        return news.refund_id
+    if isinstance(news, DisputeNews):
+        return news.dispute_id
+    return None

@@ -27,8 +27,12 @@ from psp_adapters.protocol import (
     PspPayout,
     PspPayoutLine,
     PspRef,
+    RefundingAdapter,
+    RefundRef,
+    RefundRequest,
     SettlementLine,
 )
+from recon.errors import ConfigError
 from recon.logs import bind
 
 T = TypeVar("T")
@@ -49,7 +53,8 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                      "lists_payments": bool(getattr(inner, "lists_payments", False)),
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
                      "listing_window": getattr(inner, "listing_window", None),
-                     "pays_out": isinstance(inner, PayoutSource)})
+                     "pays_out": isinstance(inner, PayoutSource),
+                     "refund_reasons": getattr(inner, "refund_reasons", None)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -64,6 +69,7 @@ class InstrumentedAdapter:
     listing_window: ClassVar[timedelta | None] = None
     #: whether the inner adapter is a ``PayoutSource`` (this wrapper always has its methods)
     pays_out: ClassVar[bool] = False
+    refund_reasons: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner
@@ -111,6 +117,22 @@ class InstrumentedAdapter:
     def _payout_source(self) -> PayoutSource:
         if not isinstance(self.inner, PayoutSource):
             raise PspRejectedError(f"{self.name}: the adapter lists no payouts", psp=self.name)
+        return self.inner
+
+    def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome:
+        bind(payment_reference=request.refund_reference)
+        inner = self._refunding()
+        return self._timed("create_refund", lambda: inner.create_refund(request, idempotency_key=idempotency_key))
+
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+        bind(payment_reference=ref.refund_reference)
+        inner = self._refunding()
+        return self._timed("fetch_refund", lambda: inner.fetch_refund(ref))
+
+    def _refunding(self) -> RefundingAdapter:
+        """The inner adapter as one that refunds; ConfigError when its PSP does not (the job dies, replayable)."""
+        if not isinstance(self.inner, RefundingAdapter):
+            raise ConfigError(f"PSP {self.name!r}: its adapter does not refund")
         return self.inner
 
     def close(self) -> None:

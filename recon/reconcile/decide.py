@@ -29,6 +29,7 @@ or None when nothing changes. ``outcome_details`` is how every answer joins the 
 | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
 | customer action required                  | unfinished         | needs_review (authentication_required)          |
 | failed / canceled                         | unfinished         | failed ("psp: " and the PSP's reason)           |
+| refunded by no more than our own refunds  | succeeded          | nothing: ours (recon.db.refund_store)           |
 | refunded or disputed                      | unfinished, succeeded, failed | needs_review (psp_reversed)          |
 | succeeded                                 | failed             | needs_review (status_mismatch)                  |
 | anything else                             | final              | nothing (a redelivery, or older news)           |
@@ -63,15 +64,18 @@ from typing import Any
 
 from psp_adapters.protocol import (
     ActionRequired,
+    DisputeNews,
     Failed,
     NotFound,
     PaymentOutcome,
     Pending,
+    RefundNews,
     Reversed,
     Succeeded,
     Unknown,
 )
 from recon.payments.money import format_amount
+from recon.refund_rows import Refund
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
 
@@ -109,13 +113,16 @@ def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
                                "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed):
+    if isinstance(outcome, Failed | RefundNews | DisputeNews):
         details["reason"] = outcome.reason
+    if isinstance(outcome, DisputeNews):
+        details.update(dispute=outcome.state, dispute_id=outcome.dispute_id, fee=outcome.fee,
+                       evidence_due_by=outcome.due_by.isoformat() if outcome.due_by else None)
     return details
 
 
@@ -215,13 +222,144 @@ def reversal(payment: Payment, news: Reversed) -> Heal:
                 review_reason=f"psp_reversed: {what} {taken} at the PSP while ours was {payment.status}{why}")
 
 
+def our_refunds(payment: Payment, news: Reversed) -> bool:
+    """Whether a refund the PSP reports on a succeeded payment (Stripe's charge.refunded: all refunded so far) is no
+    more than the refunds we asked for and have not seen fail (``Payment.refunded_amount``): ours, each a refund
+    of its own (recon.db.refund_store), not a surprise."""
+    return (news.kind == "refund" and payment.status is PaymentStatus.SUCCEEDED and news.amount is not None
+            and 0 < news.amount <= payment.refunded_amount
+            and (news.currency is None or news.currency.upper() == payment.currency))
+
+
 def late_news(payment: Payment, news: PaymentOutcome | Reversed) -> Heal | None:
     """What news about a payment that is final already changes: a reversal of it, or a success of one we
     hold as failed, goes to review; anything else is a redelivery or older news (None)."""
+    if isinstance(news, Reversed) and our_refunds(payment, news):
+        return None
     if isinstance(news, Reversed) and payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
         return reversal(payment, news)
     if isinstance(news, Succeeded) and payment.status is PaymentStatus.FAILED:
         return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=news.psp_reference,
                     review_reason=f"status_mismatch: ours failed ({payment.failure_reason or 'no reason'}), the "
                                   f"PSP says {news.raw_status or 'succeeded'}")
+    return None
+
+
+# --- refunds --------------------------------------------------------------------------------------------------
+#
+# A refund's evidence, in the same room. The answer to our own refund request (``refund_sent``, the refund job):
+#
+# | the PSP answers                           | the refund                                              |
+# | ----------------------------------------- | ------------------------------------------------------- |
+# | anything naming another PSP refund id than the one stored | needs_review (reference_conflict)     |
+# | succeeded, same amount and currency       | succeeded                                               |
+# | succeeded, other amount or currency       | needs_review (amount_mismatch / currency_mismatch)      |
+# | failed                                    | failed ("declined: " and the PSP's reason)              |
+# | pending, action required, cannot say, not found | pending: reconciliation and webhooks decide        |
+#
+# The PSP's word about a refund later (``refund_heal``: its reconcile job's lookup, a webhook):
+#
+# | the PSP says                              | ours               | becomes                                   |
+# | ----------------------------------------- | ------------------ | ----------------------------------------- |
+# | anything naming another PSP refund id     | not failed/review  | needs_review (reference_conflict)         |
+# | succeeded, same amount and currency       | unfinished         | succeeded                                 |
+# | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch)            |
+# | failed                                    | unfinished         | failed ("psp: " and the PSP's reason)     |
+# | failed, or reversed (Adyen REFUNDED_REVERSED) | succeeded      | needs_review (refund_reversed): a person looks |
+# | reversed                                  | unfinished         | needs_review (refund_reversed)            |
+# | anything else                             | any                | nothing (redelivery, older, not final)    |
+#
+# Failed is a refund's end (recon.refund_rows): its amount went back to the payment's captured amount.
+
+
+@dataclass(frozen=True, slots=True)
+class RefundHeal:
+    target: PaymentStatus
+    psp_refund_id: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+
+    def fields(self) -> dict[str, str | None]:
+        return {"psp_refund_id": self.psp_refund_id, "failure_reason": self.failure_reason,
+                "review_reason": self.review_reason}
+
+
+def refund_news_outcome(news: RefundNews) -> tuple[PaymentOutcome, bool]:
+    """A refund's webhook news as the answer ``refund_heal`` reads (about the refund: its id, our reference), and
+    whether it says the refund was reversed."""
+    common: dict[str, Any] = {"psp_reference": news.refund_id, "amount": news.amount, "currency": news.currency,
+                              "raw_status": news.raw_status, "merchant_reference": news.merchant_reference}
+    if news.state == "succeeded":
+        return Succeeded(**common), False
+    if news.state == "failed":
+        return Failed(**common, reason=news.reason), False
+    return Pending(**common), news.state == "reversed"
+
+
+def refund_mismatch(refund: Refund, outcome: PaymentOutcome) -> str | None:
+    """Why the PSP's refund amount or currency differs from ours, or None when they agree (or it did not say)."""
+    if outcome.currency is not None and outcome.currency.upper() != refund.currency:
+        return f"currency_mismatch: ours {refund.currency}, PSP {outcome.currency.upper()}"
+    if outcome.amount is not None and outcome.amount != refund.amount:
+        return f"amount_mismatch: ours {refund.amount} {refund.currency}, PSP {outcome.amount}"
+    return None
+
+
+def refund_conflict(refund: Refund, named: str | None) -> RefundHeal | None:
+    """The review the table gives when ``named`` (the refund id some evidence gives) is not the one the refund
+    holds; None when it holds none, the evidence names none, or they agree (or the refund is past changing)."""
+    if not (refund.psp_refund_id and named) or named == refund.psp_refund_id:
+        return None
+    if refund.status not in (PaymentStatus.CREATED, PaymentStatus.PROCESSING, PaymentStatus.PENDING,
+                             PaymentStatus.SUCCEEDED):
+        return None
+    return RefundHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+        f"reference_conflict: ours is {refund.psp_refund_id}, the PSP names {named} for our refund "
+        f"{refund.refund_reference} (a second refund, or not ours: a person looks)"))
+
+
+def refund_sent(refund: Refund, answer: PaymentOutcome) -> RefundHeal:
+    """What the answer to our own refund request makes of the refund (the first refund table)."""
+    ref = answer.psp_reference
+    clash = refund_conflict(refund, ref)
+    if clash is not None:
+        return clash
+    match answer:
+        case Succeeded():
+            problem = refund_mismatch(refund, answer)
+            if problem:
+                return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=problem)
+            return RefundHeal(PaymentStatus.SUCCEEDED, psp_refund_id=ref)
+        case Failed(reason=reason):
+            return RefundHeal(PaymentStatus.FAILED, psp_refund_id=ref,
+                              failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
+    return RefundHeal(PaymentStatus.PENDING, psp_refund_id=ref)
+
+
+def refund_heal(refund: Refund, answer: PaymentOutcome, *, reversed_: bool = False) -> RefundHeal | None:
+    """What the PSP's later word about a refund changes (the second refund table); None: nothing.
+    ``reversed_``: the PSP reversed the refund (Adyen's REFUNDED_REVERSED: the money came back)."""
+    ref = answer.psp_reference
+    clash = refund_conflict(refund, ref)
+    if clash is not None:
+        return clash
+    unfinished = not refund.status.final
+    said = answer.raw_status or type(answer).__name__.lower()
+    if reversed_ or (isinstance(answer, Failed) and refund.status is PaymentStatus.SUCCEEDED):
+        if unfinished or refund.status is PaymentStatus.SUCCEEDED:
+            why = f", reason {answer.reason}" if isinstance(answer, Failed) and answer.reason else ""
+            return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=(
+                f"refund_reversed: the PSP says {said} for a refund ours was {refund.status}{why}"))
+        return None
+    if not unfinished:
+        return None
+    match answer:
+        case Succeeded():
+            problem = refund_mismatch(refund, answer)
+            if problem:
+                return RefundHeal(PaymentStatus.NEEDS_REVIEW, psp_refund_id=ref, review_reason=problem)
+            return RefundHeal(PaymentStatus.SUCCEEDED, psp_refund_id=ref)
+        case Failed(reason=reason):
+            return RefundHeal(PaymentStatus.FAILED, psp_refund_id=ref,
+                              failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
     return None

@@ -19,8 +19,10 @@ Categories, first rule that applies:
   another line; or a line found by merchant reference whose payment recorded a different PSP reference.
 - ``missing_locally``: a PSP line with no payment of ours, whatever its PSP status (a failed one moved no
   money, but we still have no record of a charge made with our reference).
-- ``status_mismatch`` when the PSP reversed the payment (refunded, partially_refunded, chargeback, or a status
-  we do not know): checked before amounts, because such lines carry the reversal's amount.
+- ``matched`` when the PSP refunded a succeeded payment (refunded, partially_refunded) by no more than our own
+  refunds that have not failed take back (``payments.refunded_amount``, recon.db.refund_store): our refunds.
+- ``status_mismatch`` when the PSP reversed the payment otherwise (refunded beyond our refunds, chargeback, or a
+  status we do not know): checked before amounts, because such lines carry the reversal's amount.
 - ``currency_mismatch``, then ``amount_mismatch``.
 - statuses: local succeeded + PSP succeeded, and local failed + PSP failed/canceled: ``matched``. Local
   needs_review: ``status_mismatch`` (a person decides). Local unfinished (created, processing, pending), or a
@@ -135,6 +137,9 @@ def _line_category(m: LineMatch) -> tuple[Category, str]:
     psp = m.psp_status
     if psp == CONFLICTING:
         return Category.STATUS_MISMATCH, "the PSP lists it twice at one time with different statuses"
+    if (psp in ("refunded", "partially_refunded") and m.status == "succeeded" and m.psp_currency == m.currency
+            and 0 < abs(m.psp_amount) <= m.refunded):
+        return Category.MATCHED, f"refunded by our refunds ({m.refunded} minor units not failed)"
     if psp not in _PSP_FAILED and psp not in ("succeeded", "pending"):
         return Category.STATUS_MISMATCH, f"the PSP says {psp}"
     if m.currency != m.psp_currency:

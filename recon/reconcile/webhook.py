@@ -20,6 +20,20 @@ reconcile job now (``reconcile:<id>``, in the same finish), which asks the PSP a
 that hears of money moved under the other reference goes to review. ``REPORT_AVAILABLE`` queues reconcile
 work for the PSP's unfinished payments (window jobs where its adapter lists payments: ``report_sweep``), so
 the new report is read now rather than at the next sweep.
+
+News about one refund (``RefundNews``: Stripe's refund.*, Adyen's REFUND, REFUND_FAILED, REFUNDED_REVERSED) is
+applied one event at a time after the batch (``_apply_refund``): to our refund it names (by the PSP's refund
+id, else by our refund reference) through ``decide.refund_heal``, as a compare-and-set on the refund with the
+event as evidence; a refund of ours that did not move gets the event as a note (its PSP refund id remembered
+when it lacked it). A succeeded refund that is not ours (made at the PSP's dashboard) is, for its payment, a
+reversal like any other (``decide.late_news``: review); any other news of a refund not ours is stale.
+
+News about a dispute (``DisputeNews``: Stripe's charge.dispute.*, Adyen's NOTIFICATION_OF_CHARGEBACK, CHARGEBACK,
+CHARGEBACK_REVERSED, SECOND_CHARGEBACK) is recorded on the dispute, an object of its own (``DisputeStore.record``:
+created once, moved by the dispute state machine, else noted, with its evidence deadline and fee); a dispute
+opened is also, for its payment, a reversal like any other (needs_review: psp_reversed, or a note for one in
+review), so the review desk shows it with its deadline. A dispute of a payment we do not know is kept as
+``unknown_payment``.
 """
 
 from __future__ import annotations
@@ -32,17 +46,31 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-from psp_adapters.protocol import PaymentOutcome, PayoutNews, Reversed, news_from
+from psp_adapters.protocol import DisputeNews, PaymentOutcome, PayoutNews, RefundNews, Reversed, news_from
+from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
+from recon.db.refund_store import RefundStore
 from recon.db.webhook_store import WEBHOOK_KIND, WEBHOOK_QUEUE, WebhookStore
+from recon.dispute_rows import DisputeStatus, DisputeWord
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import BatchWrite, Complete, Dead, Outcome
 from recon.errors import PaymentKeptMoving
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import QUEUE_DEFAULT, ReconcileConfig
-from recon.reconcile.decide import Heal, accounts_agree, conflict, heal, late_news, outcome_details, reversal
+from recon.reconcile.decide import (
+    Heal,
+    accounts_agree,
+    conflict,
+    heal,
+    late_news,
+    outcome_details,
+    refund_heal,
+    refund_news_outcome,
+    reversal,
+)
 from recon.reconcile.handler import reconcile_row
+from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.rows import EventSource, Job, Note, Payment, PaymentStatus, Transition
 from recon.webhook_rows import WebhookRecord, WebhookState
 
@@ -52,6 +80,7 @@ DECIDE_ROUNDS = 3
 log = logging.getLogger("recon.webhooks")
 
 News = PaymentOutcome | Reversed
+AnyNews = PaymentOutcome | Reversed | RefundNews | DisputeNews
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +103,14 @@ class WebhookHandler:
 
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
                  sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT,
-                 queue: str = WEBHOOK_QUEUE, payout_func: Callable[[WebhookRecord], int] | None = None) -> None:
+                 queue: str = WEBHOOK_QUEUE, payout_func: Callable[[WebhookRecord], int] | None = None,
+                 refunds: RefundStore | None = None, disputes: DisputeStore | None = None) -> None:
         self.queue = queue
         self.payments = payments
+        #: our refunds, which refund news is about first (None: refund news reads as a payment's reversal)
+        self.refunds = refunds
+        #: the disputes dispute news is recorded on (None: dispute news reads as a payment's reversal alone)
+        self.disputes = disputes
         self.webhooks = webhooks
         #: where a payment's reconcile job goes when an event names another PSP reference than ours
         self.reconcile_queue = reconcile_queue
@@ -108,6 +142,7 @@ class WebhookHandler:
         records = self.webhooks.get_many_to_apply(conn, [i for _, i in items])
         marks: list[tuple[int, WebhookState, int | None]] = []
         todo: list[tuple[WebhookRecord, News, Job]] = []
+        refund_news: list[tuple[WebhookRecord, RefundNews | DisputeNews, Job]] = []
         for job, webhook_id in items:
             record = records.get(webhook_id)
             if record is None:
@@ -118,6 +153,8 @@ class WebhookHandler:
                     marks.append((record.id, WebhookState.IGNORED, None))
                 elif isinstance(news, PayoutNews):  # its payouts job was queued before this finish
                     marks.append((record.id, WebhookState.APPLIED, None))
+                elif isinstance(news, RefundNews | DisputeNews):
+                    refund_news.append((record, news, job))
                 else:
                     todo.append((record, news, job))
         found = self.payments.for_psp_events(conn, [(r.psp, r.psp_reference, r.merchant_reference)
@@ -158,6 +195,96 @@ class WebhookHandler:
         self.webhooks.mark_many(conn, marks)
         for _, record, news, job in sorted(later, key=lambda item: item[0]):  # a payment's events in their order
             self._apply(conn, record, news, job)
+        for record, said, job in refund_news:  # refunds' and disputes' news, one at a time
+            if isinstance(said, RefundNews):
+                self._apply_refund(conn, record, said, job)
+            else:
+                self._apply_dispute(conn, record, said, job)
+
+    def _apply_dispute(self, conn: sa.Connection, record: WebhookRecord, news: DisputeNews, job: Job) -> None:
+        """A dispute's news: recorded on the dispute; an opened one also reverses its payment (module docstring)."""
+        payment = self.payments.for_psp_event(conn, psp=record.psp, psp_reference=news.psp_reference,
+                                              merchant_reference=news.merchant_reference)
+        if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
+            self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
+            return
+        if self.disputes is not None:
+            word = DisputeWord(payment_id=payment.id, psp=record.psp,
+                               psp_dispute_id=news.dispute_id or payment.psp_reference or str(payment.id),
+                               status=DisputeStatus(news.state), amount=news.amount, currency=news.currency,
+                               fee=news.fee, reason=news.reason, psp_status=news.raw_status,
+                               evidence_due_by=news.due_by)
+            self.disputes.record(conn, word, details=_details(record, news), job_id=job.id, attempt=job.attempts)
+        if news.state == "opened":
+            taken = Reversed(psp_reference=news.psp_reference, amount=news.amount, currency=news.currency,
+                             raw_status=news.raw_status, kind="dispute", reason=news.reason,
+                             merchant_reference=news.merchant_reference)
+            self._apply(conn, record, taken, job)
+            return
+        self.webhooks.mark(conn, record.id, WebhookState.APPLIED, payment_id=payment.id)
+
+    def _apply_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews, job: Job) -> None:
+        """One refund's news: to our refund it names, reading it and deciding until a compare-and-set holds;
+        else, for its payment, a reversal (succeeded) or nothing (module docstring)."""
+        details = {**outcome_details(news), "refund_news": news.state, "refund_id": news.refund_id,
+                   **_details(record, news)}
+        for _ in range(DECIDE_ROUNDS):
+            refund = self._our_refund(conn, record, news)
+            if refund is None:
+                self._not_our_refund(conn, record, news, job)
+                return
+            if self._write_refund(conn, record, refund, news, details, job):
+                return
+        raise PaymentKeptMoving(f"webhook event {record.event_id}: its refund changed under {DECIDE_ROUNDS} "
+                                "decisions; retrying")
+
+    def _our_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews) -> Refund | None:
+        if self.refunds is None:
+            return None
+        found = self.refunds.by_psp_refund_id(conn, psp=record.psp, psp_refund_id=news.refund_id) \
+            if news.refund_id else None
+        if found is None and news.merchant_reference:
+            found = self.refunds.by_reference(news.merchant_reference, conn)
+        return found if found is not None and found.psp == record.psp else None
+
+    def _write_refund(self, conn: sa.Connection, record: WebhookRecord, refund: Refund, news: RefundNews,
+                      details: dict[str, Any], job: Job) -> bool:
+        """The decision for our refund as read, written; False when the refund changed meanwhile."""
+        assert self.refunds is not None  # nosec B101  # _our_refund found it: type narrowing
+        answer, reversed_ = refund_news_outcome(news)
+        decision = refund_heal(refund, answer, reversed_=reversed_)
+        state = WebhookState.APPLIED
+        if decision is not None:
+            moved = self.refunds.apply(conn, RefundTransition(
+                refund.id, refund.status, decision.target, RefundSource.WEBHOOK, details=details, job_id=job.id,
+                attempt=job.attempts, **decision.fields()))
+            if not moved:
+                return False
+        elif refund.status.final and refund.status is not PaymentStatus.NEEDS_REVIEW:
+            state = WebhookState.STALE  # a redelivery, or older news than the refund's end
+        else:
+            if news.refund_id and not refund.psp_refund_id:
+                self.refunds.remember_psp_refund_id(conn, refund_id=refund.id, status=refund.status,
+                                                    psp_refund_id=news.refund_id)
+            if not self.refunds.note(conn, refund_id=refund.id, status=refund.status, source=RefundSource.WEBHOOK,
+                                     details=details, job_id=job.id, attempt=job.attempts):
+                return False
+        self.webhooks.mark(conn, record.id, state, payment_id=refund.payment_id)
+        return True
+
+    def _not_our_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews, job: Job) -> None:
+        """A refund we did not ask for: for its payment, a succeeded one is a reversal; the rest is stale."""
+        payment = self.payments.for_psp_event(conn, psp=record.psp, psp_reference=news.psp_reference,
+                                              merchant_reference=None)
+        if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
+            self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
+            return
+        if news.state != "succeeded":
+            self.webhooks.mark(conn, record.id, WebhookState.STALE, payment_id=payment.id)
+            return
+        taken = Reversed(psp_reference=news.psp_reference, amount=news.amount, currency=news.currency,
+                         raw_status=news.raw_status, kind="refund", reason=news.reason)
+        self._apply(conn, record, taken, job)
 
     def _apply(self, conn: sa.Connection, record: WebhookRecord, news: News, job: Job) -> None:
         """One event, reading its payment and deciding until a compare-and-set holds."""
@@ -228,22 +355,25 @@ def _noted(payment: Payment, details: dict[str, Any], job: Job, *, remember: str
                 remember=remember, reconcile=reconcile)
 
 
-def news_of(record: WebhookRecord) -> News | PayoutNews | None:
-    """What a stored event says about its payment (or payout), as the PSP's webhook module parsed it (None: no
-    news)."""
+def news_of(record: WebhookRecord) -> AnyNews | PayoutNews | None:
+    """What a stored event says about its payment (or payout, refund, dispute), as the PSP's webhook module parsed
+    it (None: no news)."""
     if record.news is None:
         return None
     return news_from(record.news, psp_reference=record.psp_reference, merchant_reference=record.merchant_reference,
                      amount=record.amount, currency=record.currency, raw_status=record.psp_status,
-                     reason=record.reason)
+                     reason=record.reason, refund_id=record.movement_reference, due_by=record.due_by,
+                     fee=record.fee)
 
 
-def _details(record: WebhookRecord, news: News) -> dict[str, Any]:
+def _details(record: WebhookRecord, news: AnyNews) -> dict[str, Any]:
     details = {**outcome_details(news), "webhook": {"event_id": record.event_id, "event_type": record.event_type,
                                                     "occurred_at": record.occurred_at.isoformat()
                                                     if record.occurred_at else None}}
     if isinstance(news, Reversed):
         details.update(reversal=news.kind, reason=news.reason)
+    if record.due_by is not None:  # a dispute's evidence deadline: the review desk shows it
+        details["evidence_due_by"] = record.due_by.isoformat()
     return details
 
 

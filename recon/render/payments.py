@@ -72,6 +72,8 @@ def review_table(items: Sequence[Any], *, now: datetime) -> None:
         said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
         if answer.get("psp_amount") is not None and answer.get("psp_currency"):
             said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        if answer.get("evidence_due_by"):  # a dispute's: what to answer, by when
+            said += f" (evidence due by {answer['evidence_due_by']})"
         due = "-" if item.due_at is None else f"overdue {age_text((now - item.due_at).total_seconds())}" \
             if item.overdue else f"in {age_text((item.due_at - now).total_seconds())}"
         table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
@@ -103,6 +105,11 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         by_psp = ", ".join(f"{psp} {n}" for psp, n in sorted(doc.get("psp_calls_by_psp", {}).items()))
         console.print(f"PSP calls {doc['psp_calls']}" + (f" ({by_psp})" if by_psp else "")
                       + f", 429s {doc.get('http_429', 0)}; mode: {how}; window jobs {doc.get('window_jobs', 0)}")
+    refunds = doc.get("refunds") or {}
+    if refunds.get("checked"):
+        console.print(f"refunds checked {refunds['checked']}: succeeded {refunds['healed_succeeded']}, failed "
+                      f"{refunds['healed_failed']}, still pending {refunds['still_pending']}, needs review "
+                      f"{refunds['needs_review']}, errors {refunds['errors']}, dead {refunds['dead']}")
     if doc["money_at_risk"]:
         table = FoldTable(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):

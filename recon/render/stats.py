@@ -70,10 +70,15 @@ def pool_tables(doc: dict[str, Any]) -> None:
         console.print(f"PSP {psp}: {p['requests']} requests, {p['throttles']} throttled (429); latency p50 "
                       f"{_num(lat['p50'])}s p95 {_num(lat['p95'])}s")
     pay = doc["payments"]
+    at_risk = ", ".join(format_amount(v, k) for k, v in pay["money_at_risk"].items())
     if pay["unfinished"]:
         by_age = ", ".join(f"{k} {v}" for k, v in pay["unfinished_by_age"].items())
-        at_risk = ", ".join(format_amount(v, k) for k, v in pay["money_at_risk"].items())
         console.print(f"unfinished payments by age: {by_age}; money at risk: {at_risk}")
+    refunds = pay.get("refunds") or {}
+    if refunds.get("by_status"):
+        statuses = ", ".join(f"{k} {v}" for k, v in refunds["by_status"].items())
+        flight = ", ".join(format_amount(v, k) for k, v in refunds["in_flight"].items()) or "none"
+        console.print(f"refunds: {statuses}; in flight: {flight} (in the money at risk: {at_risk})")
 
 
 def review_lines(doc: dict[str, Any]) -> None:

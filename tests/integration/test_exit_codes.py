@@ -39,6 +39,9 @@ ARGS = {
     ("payouts", "fetch"): ["--psp", "sandbox", "--since", "2026-11-01", "--until", "2026-11-02"],
     ("payouts", "list"): [], ("payouts", "show"): ["1"], ("payouts", "exceptions"): [],
     ("payouts", "resolve"): ["1", "--reason", "r", "--by", "me"],
+    ("refunds", "import"): ["{refunds}", "--by", "me"], ("refunds", "show"): ["rf-1"],
+    ("refunds", "resolve"): ["rf-1", "--as", "failed", "--reason", "r", "--by", "me"],
+    ("refund",): ["order-1", "--amount", "1.00", "--by", "me"],
 }
 IBAN = "NL91ABNA0417164300"
 
@@ -95,7 +98,9 @@ def run_planted(tmp_path: Path, *global_args: str) -> dict[str, list[object]]:
     csv.write_text("merchant_reference,amount,currency,psp\norder-1,1.00,EUR,sandbox\n", encoding="utf-8")
     config = tmp_path / "recon.toml"
     config.write_text(f'[bank.accounts.main]\niban = "{IBAN}"\ncurrency = "EUR"\n', encoding="utf-8")
-    files = {"csv": csv, "statement": _statement(tmp_path)}
+    refunds = tmp_path / "r.csv"
+    refunds.write_text("merchant_reference,refund_reference,amount,reason\norder-1,rf-1,1.00,\n", encoding="utf-8")
+    files = {"csv": csv, "statement": _statement(tmp_path), "refunds": refunds}
     argvs = {" ".join(name): [*global_args, *name, *(a.format(**files) for a in args)]
              for name, args in ARGS.items()}
     r = subprocess.run([sys.executable, "-c", PLANT, json.dumps(argvs)], capture_output=True, text=True,

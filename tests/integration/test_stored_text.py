@@ -46,9 +46,11 @@ from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
+from recon.db.refund_store import RefundStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.schema import Json
 from recon.engine.worker import make_worker_id
+from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.scheduler import Schedule, Scheduler
 from tests.adapters.stripe_oracle import canonical
@@ -208,6 +210,55 @@ def plant_psp_references(env: Env) -> None:
     assert payment.psp_reference == ADYEN_NUMERIC_REFERENCE
     assert column(env.db, "webhook_events", "psp_reference") == [ADYEN_NUMERIC_REFERENCE]
     assert column(env.db, "webhook_events", "event_id") == [f"AUTHORISATION:{ADYEN_NUMERIC_REFERENCE}::true"]
+
+
+def plant_refund_webhook(env: Env) -> None:
+    """Adyen's REFUND for our refund, whose refund pspReference is Luhn-valid digits: kept exactly in the event's
+    movement reference and in the refund it moves."""
+    app = _webhook_app(env)
+    pid = _succeeded(env, "order-rw", "adyen", "8815208516304269")
+    store = RefundStore(env.db)
+    [rid] = store.create([NewRefund(pid, "rf-rw", 100, None, "alice")], queue="charges")
+    item = _adyen_item("REFUND", ADYEN_NUMERIC_REFERENCE, success=True, merchantReference="rf-rw",
+                       originalReference="8815208516304269")
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        _post_adyen(client, item)
+    _work(app, "webhook")
+    app.close()
+    refund = store.get(rid)
+    assert refund is not None and refund.psp_refund_id == ADYEN_NUMERIC_REFERENCE
+    assert column(env.db, "webhook_events", "movement_reference") == [ADYEN_NUMERIC_REFERENCE]
+
+
+def plant_dispute_webhooks(env: Env) -> None:
+    """Disputes of our payments: a Stripe Dispute whose status holds a card number, and Adyen chargebacks whose
+    reason and currency do, on a payment whose Adyen reference is Luhn-valid digits (the dispute's id: exact)."""
+    app = _webhook_app(env)
+    _succeeded(env, "order-dsp", "stripe", "pi_dsp")
+    adyen = PaymentStore(env.db)
+    [pid] = adyen.create([NewPayment("ShopECOM", "order-dsa", 1000, "EUR", "adyen")], charge=False)
+    with env.db.begin() as conn:
+        assert adyen.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE,
+                                            psp_reference=ADYEN_NUMERIC_REFERENCE))
+    dispute = canonical("dispute", id="dp_probe", status=planted(1), amount=2000, currency="usd",
+                        payment_intent="pi_dsp")
+    body = json.dumps(canonical("event", id="evt_dsp", type="charge.dispute.updated", created=int(time.time()),
+                                data={"object": dispute})).encode()
+    notice = _adyen_item("NOTIFICATION_OF_CHARGEBACK", "9915208516304260", success=True, merchantReference="order-dsa",
+                         originalReference=ADYEN_NUMERIC_REFERENCE, reason=planted(2))
+    lost = _adyen_item("SECOND_CHARGEBACK", ADYEN_NUMERIC_REFERENCE, success=True, merchantReference="order-dsa",
+                       reason=planted())
+    lost["amount"] = {"currency": f"{PROBE}{CARD}", "value": 1000}
+    lost["additionalData"] = {"hmacSignature": adyen_util.generate_notification_sig(
+        {k: v for k, v in lost.items() if k != "additionalData"}, ADYEN_KEY).decode()}
+    with TestClient(_server(app), base_url="http://127.0.0.1") as client:
+        header = stripe.WebhookSignature.generate_signature_header(body.decode(), STRIPE_SECRET)
+        assert client.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": header}).status_code == 200
+        _post_adyen(client, notice)
+        _post_adyen(client, lost)
+    _work(app, "webhook")
+    app.close()
+    assert sorted(column(env.db, "disputes", "psp_dispute_id")) == sorted(["dp_probe", ADYEN_NUMERIC_REFERENCE])
 
 
 def _stripe_app(env: Env, config: str = "") -> App:
@@ -426,6 +477,63 @@ def plant_payouts(env: Env) -> None:
     assert column(env.db, "payout_lines", "psp_reference") == [intent]
 
 
+def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
+    store = PaymentStore(env.db)
+    [pid] = store.create([NewPayment("default", ref, 2000, "USD", psp, payment_method="pm_card_visa",
+                                     customer_reference="cus_NffrFeUfNV2Hib")], charge=False)
+    with env.db.begin() as conn:
+        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE,
+                                            psp_reference=psp_reference))
+    return pid
+
+
+def plant_refund_commands(env: Env) -> None:
+    """``recon refund`` with a reason and an operator holding a card number (the sandbox takes any reason text),
+    and a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    _succeeded(env, "order-r", "sandbox", "pay_r1")
+    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", planted())
+    assert r.returncode == 0, r.stderr
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "alice"),
+            "--reference")
+    path = env.tmp_path / "refunds.csv"
+    path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
+                    encoding="utf-8")
+    refused(env.run("refunds", "import", str(path), "--by", "alice"), "(field refund_reference)")
+
+
+def plant_stripe_refund_answers(env: Env) -> None:
+    """Stripe's answers to refunds, over HTTP: a failure whose reason holds a card number (and whose refund id is
+    Luhn-valid digits: kept exactly), and an answer naming another refund id than ours, holding one."""
+    app = _stripe_app(env)
+    pid = _succeeded(env, "order-rf", "stripe", "pi_rf")
+    store = RefundStore(env.db)
+    failing, other = store.create([NewRefund(pid, "rf-1", 100, None, "alice"), NewRefund(pid, "rf-2", 100, None,
+                                                                                         "alice")], queue="charges")
+    with env.db.begin() as conn:  # an earlier attempt was answered pending with its id
+        assert store.apply(conn, RefundTransition(other, PaymentStatus.CREATED, PaymentStatus.PENDING,
+                                                  RefundSource.REFUND, psp_refund_id="re_ours"))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        ref = parse_qs(request.content.decode())["metadata[refund_reference]"][0]
+        if ref == "rf-1":
+            return httpx.Response(200, json=canonical(
+                "refund", id=f"re_{ADYEN_NUMERIC_REFERENCE}", status="failed", failure_reason=planted(1), amount=100,
+                currency="usd", payment_intent="pi_rf", metadata={"refund_reference": ref}))
+        return httpx.Response(200, json=canonical("refund", id=f"re_{PROBE}-{CARD}", status="succeeded", amount=100,
+                                                  currency="usd", payment_intent="pi_rf",
+                                                  metadata={"refund_reference": ref}))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(f"{STRIPE_URL}/v1/refunds").mock(side_effect=answer)
+        app.worker(["charges"], handlers=app.handlers(kinds=("refund",))).run(burst=True)
+    app.close()
+    failed, conflicted = store.get(failing), store.get(other)
+    assert failed is not None and failed.status is PaymentStatus.FAILED
+    assert failed.psp_refund_id == f"re_{ADYEN_NUMERIC_REFERENCE}"  # the PSP's id, exactly
+    assert conflicted is not None and conflicted.status is PaymentStatus.NEEDS_REVIEW
+    assert conflicted.psp_refund_id == "re_ours"  # never replaced
+
+
 # --- the columns -------------------------------------------------------------------------------------------
 
 
@@ -565,9 +673,35 @@ COLUMNS: dict[str, Entry] = {
     "webhook_events.report": Masked(plant_adyen_webhook),
     "webhook_events.body": Masked(plant_stripe_webhook),
     "webhook_events.state": Exempt(CHECKED),
+    "webhook_events.movement_reference": Verbatim(plant_refund_webhook, PSP_ID),
     "schedule_slots.schedule": Refused(config_refused('[schedule."s-4242424242424242"]\nkind = "sweep"\n'
                                                       'every = "1h"\n', "schedule")),
     "schedule_slots.scheduler": Masked(plant_scheduler),
+    "refunds.refund_reference": Refused(plant_refund_commands),
+    "refunds.currency": Exempt("the payment's currency, copied from its row by the refund store (checked at import)"),
+    "refunds.psp": Exempt("the payment's PSP, copied from its row by the refund store (a registry name)"),
+    "refunds.status": Exempt(CHECKED),
+    "refunds.reason": Masked(plant_refund_commands),
+    "refunds.psp_refund_id": Verbatim(plant_stripe_refund_answers, PSP_ID),
+    "refunds.idempotency_key": Exempt("made by recon (recon-refund- and 24 hex digits): never outside text, and a "
+                                      "key the PSP holds; masking would merge keys"),
+    "refunds.requested_by": Masked(plant_refund_commands),
+    "refunds.failure_reason": Masked(plant_stripe_refund_answers),
+    "refunds.review_reason": Masked(plant_stripe_refund_answers),
+    "refund_events.from_status": Exempt("a refund status: RefundStore writes the state machine's names"),
+    "refund_events.to_status": Exempt("a refund status: RefundStore writes the state machine's names"),
+    "refund_events.source": Exempt(CHECKED),
+    "refund_events.details": Masked(plant_refund_commands),
+    "disputes.psp": Exempt("the endpoint's PSP (the route), never the body's"),
+    "disputes.psp_dispute_id": Verbatim(plant_dispute_webhooks, PSP_ID),
+    "disputes.status": Exempt(CHECKED),
+    "disputes.currency": Masked(plant_dispute_webhooks),
+    "disputes.reason": Masked(plant_dispute_webhooks),
+    "disputes.psp_status": Masked(plant_dispute_webhooks),
+    "dispute_events.from_status": Exempt("a dispute status: DisputeStore writes the state machine's names"),
+    "dispute_events.to_status": Exempt("a dispute status: DisputeStore writes the state machine's names"),
+    "dispute_events.source": Exempt(CHECKED),
+    "dispute_events.details": Masked(plant_dispute_webhooks),
     "console_sessions.principal": Exempt("recon.console.session.token_principal: 'access-token/' and a base32 "
                                          "scrypt digest of the token, never the token or outside text"),
 }

@@ -15,7 +15,9 @@ under another reference goes to review; anything else about a final payment is a
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,14 +38,18 @@ from recon.reconcile import decide
 from recon.reconcile.decide import (
     Conflict,
     Heal,
+    RefundHeal,
     accounts_agree,
     charged,
     conflict,
     heal,
     late_news,
     outcome_details,
+    refund_heal,
+    refund_sent,
     reversal,
 )
+from recon.refund_rows import Refund
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
 
 P = PaymentStatus
@@ -167,6 +173,12 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
      Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: card_declined")),
     ("failed / canceled | unfinished", lambda: heal(payment(P.CREATED, None), CANCELED_A),
      Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: canceled")),
+    ("refunded by no more than our own refunds | succeeded",
+     lambda: late_news(replace(P_SUCCEEDED, captured_amount=1000, refunded_amount=1000), REFUND_A), None),
+    ("refunded by no more than our own refunds | succeeded",  # more than ours: a surprise, as below
+     lambda: late_news(replace(P_SUCCEEDED, captured_amount=1000, refunded_amount=400), REFUND_A),
+     Heal(REVIEW, psp_reference="pi_A",
+          review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was succeeded")),
     ("refunded or disputed | unfinished, succeeded, failed", lambda: reversal(P_PENDING, REFUND_A),
      Heal(REVIEW, psp_reference="pi_A",
           review_reason="psp_reversed: refunded 10.00 EUR at the PSP while ours was pending")),
@@ -213,7 +225,7 @@ def docstring_rows() -> list[str]:
 
 def test_decide__the_tables_and_their_cases_match_row_for_row() -> None:
     rows = docstring_rows()
-    assert len(rows) == 17 and len(set(rows)) == len(rows)
+    assert len(rows) == 18 and len(set(rows)) == len(rows)
     assert sorted({row for row, _, _ in TABLE}) == sorted(rows)
 
 
@@ -228,3 +240,90 @@ def test_outcome_details__every_answer_joins_the_audit_trail_with_what_the_psp_s
                                            "reason": "card_declined"}
     assert outcome_details(REFUND_A) == {"psp_outcome": "reversed", "psp_status": "refunded", "psp_reference": "pi_A",
                                          "psp_amount": 1000, "psp_currency": "EUR"}
+
+
+# --- refunds: the two tables of decide's refund section (its comment block), row for row --------------------
+
+def refund(status: PaymentStatus, psp_refund_id: str | None = None) -> Refund:
+    return Refund(id=3, payment_id=7, refund_reference="rf-7", amount=400, currency="EUR", psp="stripe",
+                  status=status, idempotency_key="recon-refund-k", requested_by="alice", created_at=T, updated_at=T,
+                  psp_refund_id=psp_refund_id)
+
+
+RE_A = Succeeded(psp_reference="re_A", amount=400, currency="EUR", raw_status="succeeded", merchant_reference="rf-7")
+RE_B = Succeeded(psp_reference="re_B", amount=400, currency="EUR", raw_status="succeeded")
+RE_LESS = Succeeded(psp_reference="re_A", amount=300, currency="EUR", raw_status="succeeded")
+RE_FAILED = Failed(psp_reference="re_A", amount=400, currency="EUR", raw_status="failed",
+                   reason="expired_or_canceled_card")
+RH = RefundHeal
+CONFLICT_B = ("reference_conflict: ours is re_A, the PSP names re_B for our refund rf-7 (a second refund, or not "
+              "ours: a person looks)")
+
+REFUND_TABLE: list[tuple[str, Callable[[], Any], Any]] = [
+    ("anything naming another PSP refund id than the one stored",
+     lambda: refund_sent(refund(P.PENDING, "re_A"), RE_B), RH(REVIEW, review_reason=CONFLICT_B)),
+    ("succeeded, same amount and currency", lambda: refund_sent(refund(P.PROCESSING), RE_A),
+     RH(P.SUCCEEDED, psp_refund_id="re_A")),
+    ("succeeded, other amount or currency", lambda: refund_sent(refund(P.PROCESSING), RE_LESS),
+     RH(REVIEW, psp_refund_id="re_A", review_reason="amount_mismatch: ours 400 EUR, PSP 300")),
+    ("failed", lambda: refund_sent(refund(P.PROCESSING), RE_FAILED),
+     RH(P.FAILED, psp_refund_id="re_A", failure_reason="declined: expired_or_canceled_card")),
+    ("pending, action required, cannot say, not found",
+     lambda: refund_sent(refund(P.PROCESSING), Pending(psp_reference="re_A", raw_status="received")),
+     RH(P.PENDING, psp_refund_id="re_A")),
+    ("pending, action required, cannot say, not found",
+     lambda: refund_sent(refund(P.PROCESSING), ActionRequired(psp_reference="re_A")),
+     RH(P.PENDING, psp_refund_id="re_A")),
+    ("pending, action required, cannot say, not found", lambda: refund_sent(refund(P.PENDING, "re_A"), NotFound()),
+     RH(P.PENDING)),
+    ("anything naming another PSP refund id | not failed/review",
+     lambda: refund_heal(refund(P.SUCCEEDED, "re_A"), RE_B), RH(REVIEW, review_reason=CONFLICT_B)),
+    ("anything naming another PSP refund id | not failed/review",
+     lambda: refund_heal(refund(P.FAILED, "re_A"), RE_B), None),
+    ("succeeded, same amount and currency | unfinished", lambda: refund_heal(refund(P.PENDING, "re_A"), RE_A),
+     RH(P.SUCCEEDED, psp_refund_id="re_A")),
+    ("succeeded, other amount or currency | unfinished", lambda: refund_heal(refund(P.PENDING), RE_LESS),
+     RH(REVIEW, psp_refund_id="re_A", review_reason="amount_mismatch: ours 400 EUR, PSP 300")),
+    ("failed | unfinished", lambda: refund_heal(refund(P.PROCESSING), RE_FAILED),
+     RH(P.FAILED, psp_refund_id="re_A", failure_reason="psp: expired_or_canceled_card")),
+    ("failed, or reversed (Adyen REFUNDED_REVERSED) | succeeded",
+     lambda: refund_heal(refund(P.SUCCEEDED, "re_A"), RE_FAILED),
+     RH(REVIEW, psp_refund_id="re_A", review_reason="refund_reversed: the PSP says failed for a refund ours was "
+                                                    "succeeded, reason expired_or_canceled_card")),
+    ("failed, or reversed (Adyen REFUNDED_REVERSED) | succeeded",
+     lambda: refund_heal(refund(P.SUCCEEDED, "re_A"), Pending(psp_reference="re_A", raw_status="REFUNDED_REVERSED"),
+                         reversed_=True),
+     RH(REVIEW, psp_refund_id="re_A", review_reason="refund_reversed: the PSP says REFUNDED_REVERSED for a refund "
+                                                    "ours was succeeded")),
+    ("reversed | unfinished",
+     lambda: refund_heal(refund(P.PENDING, "re_A"), Pending(psp_reference="re_A", raw_status="REFUNDED_REVERSED"),
+                         reversed_=True),
+     RH(REVIEW, psp_refund_id="re_A", review_reason="refund_reversed: the PSP says REFUNDED_REVERSED for a refund "
+                                                    "ours was pending")),
+    ("anything else | any", lambda: refund_heal(refund(P.SUCCEEDED, "re_A"), RE_A), None),
+    ("anything else | any", lambda: refund_heal(refund(P.PENDING, "re_A"), Pending(psp_reference="re_A")), None),
+    ("anything else | any", lambda: refund_heal(refund(P.FAILED, "re_A"), RE_FAILED), None),
+    ("anything else | any", lambda: refund_heal(refund(P.NEEDS_REVIEW, "re_A"), RE_A), None),
+]
+
+
+def refund_comment_rows() -> list[str]:
+    """The rows of the refund section's two tables (a comment block of decide), headers and rules left out."""
+    rows = []
+    for line in inspect.getsource(decide).splitlines():
+        if line.startswith("# | ") and set(line) - set("#|- "):
+            cells = [cell.strip() for cell in line[2:].strip().strip("|").split("|")]
+            rows.append(" | ".join(cells[:-1]))
+    return [row for row in rows if row not in ("the PSP answers", "the PSP says | ours")]
+
+
+def test_decide__the_refund_tables_and_their_cases_match_row_for_row() -> None:
+    rows = refund_comment_rows()
+    assert len(rows) == 12 and len(set(rows)) == len(rows)
+    assert sorted({row for row, _, _ in REFUND_TABLE}) == sorted(rows)
+
+
+@pytest.mark.parametrize(("row", "call", "expected"), REFUND_TABLE,
+                         ids=[f"{i}: {row}" for i, (row, _, _) in enumerate(REFUND_TABLE)])
+def test_decide__every_row_of_the_refund_tables(row: str, call: Callable[[], Any], expected: Any) -> None:
+    assert call() == expected

@@ -36,6 +36,10 @@ pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"Spin model check 
 
 #: what the counterexamples must tell (the lines their trails print; statuses: 1 created, 5 failed)
 STORIES: dict[str, tuple[str, ...]] = {
+    # refunds without the bound: both reserved, 3 units refunded of 2 captured
+    "refunds-mutant-unbounded": ("refunded 3",),
+    # a paused worker's stamped refund request lands after "never reached the PSP"
+    "refunds-pause-outlives-grace": ("never reached the PSP", "lands after never reached: the PSP refunds it"),
     # the planted bug: the watcher ended the attempt, and its worker still finishes it, writing the payment
     "unfenced": ("the watcher rescues job 0 attempt 2", "finishes job 0 attempt 2: outcome 1, write 1"),
     # the disagreement: a replayed charge reads "created", the heal to failed commits, the charge goes out

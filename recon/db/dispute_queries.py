@@ -1,0 +1,58 @@
+"""Every SQL statement about disputes; only ``recon.db.dispute_store`` executes these. Placeholders as in
+``recon.db.sql``."""
+
+from __future__ import annotations
+
+from recon.db.sql import Query
+
+DISPUTE_COLUMNS = ("id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status, "
+                   "evidence_due_by, opened_at, updated_at")
+
+dispute_insert_if_new = Query(
+    "dispute_insert_if_new",
+    "Run by the webhook job: the dispute the PSP tells of, once (unique on psp and its id; no row: known).",
+    sql="""INSERT INTO disputes (payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                                 evidence_due_by, opened_at, updated_at)
+           VALUES (:payment_id, :psp, :psp_dispute_id, :status, :amount, :currency, :fee, :reason, :psp_status,
+                   :evidence_due_by, {now}, {now})
+           ON CONFLICT (psp, psp_dispute_id) DO NOTHING
+           RETURNING id""",
+)
+
+dispute_get_for_update = Query(
+    "dispute_get_for_update",
+    "Run by the webhook job before a dispute's change: the row, locked on PostgreSQL.",
+    postgresql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                         evidence_due_by, opened_at, updated_at
+                  FROM disputes WHERE psp = :psp AND psp_dispute_id = :psp_dispute_id FOR UPDATE""",
+    sqlite="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                     evidence_due_by, opened_at, updated_at
+              FROM disputes WHERE psp = :psp AND psp_dispute_id = :psp_dispute_id""",
+)
+
+dispute_update_if_status = Query(
+    "dispute_update_if_status",
+    "Run by the webhook job: a dispute's new status and what the PSP says now (compare-and-set on the status; "
+    "what the PSP did not say is kept).",
+    sql="""UPDATE disputes SET status = :to_status, updated_at = {now},
+               amount = coalesce(:amount, amount), currency = coalesce(:currency, currency),
+               fee = coalesce(:fee, fee), reason = coalesce(:reason, reason),
+               psp_status = coalesce(:psp_status, psp_status),
+               evidence_due_by = coalesce(:evidence_due_by, evidence_due_by)
+           WHERE id = :id AND status = :from_status
+           RETURNING id""",
+)
+
+dispute_event_insert = Query(
+    "dispute_event_insert",
+    "Run with every dispute change or note: its audit trail.",
+    sql="""INSERT INTO dispute_events (dispute_id, from_status, to_status, source, job_id, attempt, details, at)
+           VALUES (:dispute_id, :from_status, :to_status, :source, :job_id, :attempt, {json:details}, {now})""",
+)
+
+dispute_list_for_payment = Query(
+    "dispute_list_for_payment", "Run by `recon payments show` and the review desk: a payment's disputes.",
+    sql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                  evidence_due_by, opened_at, updated_at
+           FROM disputes WHERE payment_id = :payment_id ORDER BY id""",
+)

@@ -1,0 +1,107 @@
+"""The rows of refunds (``recon.db.refund_store``): a refund, its audit events, a new refund and a refund's
+compare-and-set transition. A leaf, like ``recon.rows``.
+
+A refund has the states of a charge (``recon.rows.PaymentStatus`` and its state machine,
+``recon.rows.TRANSITIONS``): created (stored, not sent), processing (sent, or about to be), pending (the PSP
+has it, no final answer), succeeded, failed, needs_review. What the states mean for the money is the refund
+store's bound: every refund that has not failed counts against the payment's captured amount.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from recon.errors import IllegalTransition
+from recon.rows import TRANSITIONS, PaymentStatus
+
+#: a refund's states are a charge's
+RefundStatus = PaymentStatus
+
+#: a charge's state machine, but failed is the end: the refund's money was given back to the payment's
+#: captured amount when it failed, and a later word of the PSP about it is kept as evidence (a note) for a person
+REFUND_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
+    **TRANSITIONS, PaymentStatus.FAILED: frozenset()}
+
+
+def check_refund_transition(current: PaymentStatus, target: PaymentStatus) -> None:
+    if target not in REFUND_TRANSITIONS[current]:
+        raise IllegalTransition(f"refund cannot go from {current} to {target}")
+
+
+class RefundSource(StrEnum):
+    REFUND = "refund"  #: the refund job
+    RECONCILE = "reconcile"  #: the refund's reconcile job
+    WEBHOOK = "webhook"  #: the webhook job, applying an event the PSP pushed
+    MANUAL = "manual"  #: a person: the import, `recon refund`, a review resolution
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    id: int
+    payment_id: int
+    refund_reference: str  #: ours, unique
+    amount: int  #: minor units of ``currency``, the payment's
+    currency: str
+    psp: str
+    status: PaymentStatus
+    idempotency_key: str  #: fixed at creation: every attempt of the refund sends it
+    requested_by: str
+    created_at: datetime
+    updated_at: datetime
+    reason: str | None = None  #: the PSP's reason code
+    psp_refund_id: str | None = None  #: the PSP's id of the refund, once known; never replaced
+    failure_reason: str | None = None
+    review_reason: str | None = None
+    sent_at: datetime | None = None  #: when the request first went out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
+                value, StrEnum) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class RefundEvent:
+    id: int
+    refund_id: int
+    from_status: str | None
+    to_status: str
+    source: str
+    at: datetime
+    job_id: int | None = None
+    attempt: int | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRefund:
+    """A refund to create (``RefundStore.create``) of payment ``payment_id``: ``amount`` minor units of its
+    currency, at most what the payment's captured amount has left."""
+
+    payment_id: int
+    refund_reference: str
+    amount: int
+    reason: str | None
+    requested_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefundTransition:
+    """One compare-and-set status change of a refund with its audit event (``RefundStore.apply``)."""
+
+    refund_id: int
+    from_status: PaymentStatus
+    to_status: PaymentStatus
+    source: RefundSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+    psp_refund_id: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None

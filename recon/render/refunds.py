@@ -1,0 +1,58 @@
+"""`recon refunds …` and the movements of `recon payments show` for people (printed through
+``recon.render.output``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from recon.dispute_rows import Dispute
+from recon.payments.money import format_amount
+from recon.refund_rows import Refund, RefundEvent
+from recon.render.output import FoldTable, stdout_console, timestamp
+
+
+def refunds_table(refunds: Sequence[Refund], *, title: str | None = None) -> None:
+    table = FoldTable(title=title or f"{len(refunds)} refunds")
+    for col in ("id", "refund", "amount", "status", "PSP refund id", "reason", "by", "created", "why"):
+        table.add_column(col, justify="right" if col in ("id", "amount") else "left")
+    for r in refunds:
+        table.add_row(str(r.id), r.refund_reference, format_amount(r.amount, r.currency), str(r.status),
+                      r.psp_refund_id or "", r.reason or "", r.requested_by, timestamp(r.created_at),
+                      (r.review_reason or r.failure_reason or "")[:120])
+    stdout_console().print(table)
+
+
+def refund_detail(refund: Refund, events: Sequence[RefundEvent], *, payment_reference: str) -> None:
+    console = stdout_console()
+    table = FoldTable("", "", show_header=False, title=f"refund {refund.refund_reference}")
+    table.add_row("payment", payment_reference)
+    for key, value in refund.to_dict().items():
+        if key == "amount":
+            value = f"{format_amount(refund.amount, refund.currency)} ({refund.amount} minor units)"
+        if value is not None:
+            table.add_row(key, str(value))
+    console.print(table)
+    history = FoldTable(title="events")
+    for col in ("at", "from", "to", "source", "job", "attempt", "details"):
+        history.add_column(col)
+    for e in events:
+        history.add_row(timestamp(e.at), e.from_status or "", e.to_status, e.source,
+                        str(e.job_id) if e.job_id is not None else "",
+                        str(e.attempt) if e.attempt is not None else "",
+                        json.dumps(e.details, sort_keys=True)[:160] if e.details else "")
+    console.print(history)
+
+
+def disputes_table(disputes: Sequence[Dispute], *, title: str) -> None:
+    """A payment's disputes with their evidence deadline (`recon payments show`, `recon review show`)."""
+    table = FoldTable(title=title)
+    for col in ("dispute", "status", "amount", "fee", "reason", "evidence due by", "PSP says", "opened"):
+        table.add_column(col, justify="right" if col in ("amount", "fee") else "left")
+    for d in disputes:
+        money = format_amount(d.amount, d.currency) if d.amount is not None and d.currency else ""
+        fee = format_amount(d.fee, d.currency) if d.fee is not None and d.currency else ""
+        table.add_row(d.psp_dispute_id, str(d.status), money, fee, d.reason or "",
+                      timestamp(d.evidence_due_by) if d.evidence_due_by else "", d.psp_status or "",
+                      timestamp(d.opened_at))
+    stdout_console().print(table)
