@@ -20,12 +20,15 @@ from typing import Any
 
 from psp_adapters import registry
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
+from recon.actions import Actions
+from recon.audit import AuditConfig, Sealer
 from recon.bank.config import BankConfig
 from recon.classify import classify_failure
 from recon.clock import SystemClock
 from recon.config import EngineConfig, Settings, load_settings, unknown
 from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
+from recon.db.audit_store import AuditStore
 from recon.db.bank_store import BankStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
@@ -45,6 +48,9 @@ from recon.engine.pruner import Pruner
 from recon.engine.retry import RetryPolicy
 from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
+from recon.four_eyes import FourEyes, FourEyesConfig
+from recon.operator_rows import Role
+from recon.operators import Operators
 from recon.payments.charge import ChargeHandler
 from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
@@ -108,6 +114,8 @@ class App:
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
             BankConfig.from_table(settings.extra.get("bank"), source=settings.source)
+            AuditConfig.load(settings.extra.get("audit"), source=settings.source)
+            FourEyesConfig.load(settings.extra.get("four_eyes"), source=settings.source)
             self._settings = settings
             self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings
@@ -180,6 +188,35 @@ class App:
     def bank(self) -> BankStore:
         """The bank statements and their entries (``recon bank``)."""
         return BankStore(self.db)
+
+    @cached_property
+    def operators(self) -> Operators:
+        """The named operators, their roles, logins and lockout (recon.operators)."""
+        return Operators(self.db)
+
+    @cached_property
+    def audit(self) -> AuditStore:
+        """The audit trail's rows and seals (recon.audit)."""
+        return AuditStore(self.db)
+
+    @cached_property
+    def audit_config(self) -> AuditConfig:
+        """``[audit]``: retention, the sealer's interval and gap grace (recon.audit)."""
+        return AuditConfig.load(self.settings.extra.get("audit"), source=self.settings.source)
+
+    @cached_property
+    def four_eyes(self) -> FourEyes:
+        """Four-eyes requests and their approval (recon.four_eyes), with ``[four_eyes]``'s thresholds."""
+        return FourEyes(self, FourEyesConfig.load(self.settings.extra.get("four_eyes"), source=self.settings.source))
+
+    @cached_property
+    def actions(self) -> Actions:
+        """What people do, each write role-checked, four-eyed where it needs it, and audited (recon.actions)."""
+        return Actions(self)
+
+    def authorize(self, name: str | None, needs: Role, *, action: str) -> str:
+        """``--by`` checked (recon.operators.Operators.authorize): the operator's name, or NotAllowed."""
+        return self.operators.authorize(name, needs, action=action).name
 
     @cached_property
     def bank_config(self) -> BankConfig:
@@ -404,6 +441,10 @@ class App:
         the scheduler (``[schedule.NAME]`` set; recon.scheduler: each slot runs once across the pool; not in a
         burst run)."""
         loops = []
+        sealer = Sealer(self.audit, gap_grace=self.audit_config.gap_grace)
+        loops.append(Periodic("sealer", sealer.run_once, interval=self.audit_config.seal_interval.total_seconds(),
+                              in_burst=False, note="audit rows and payment events chained into audit_seals every "
+                                                   f"{self.audit_config.seal_interval.total_seconds():g}s"))
         if engine.prune_after is not None:
             pruner = Pruner(self.jobs, older_than=engine.prune_after, batch=engine.prune_batch_size)
             loops.append(Periodic("pruner", pruner.run_once, interval=engine.prune_interval_seconds,

@@ -14,7 +14,21 @@ from typing import NoReturn
 import click
 
 from recon.app import App
-from recon.commands import bank, console, engine, jobs, payments, psp, reconcile, review, schedule, serve
+from recon.commands import (
+    approvals,
+    audit,
+    bank,
+    console,
+    engine,
+    jobs,
+    operators,
+    payments,
+    psp,
+    reconcile,
+    review,
+    schedule,
+    serve,
+)
 from recon.errors import ConfigError, InvalidJobState, JobNotFound, QueueFull, ReconError, UnknownJobKind, UsageError
 from recon.logs import configure
 from recon.params import EXIT_FAILED, EXIT_OK, EXIT_USAGE, say
@@ -46,7 +60,7 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
 
 for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs, payments.payments, psp.psp,
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
-                 serve.serve, schedule.schedule, bank.bank):
+                 serve.serve, schedule.schedule, bank.bank, operators.operators, approvals.approvals, audit.audit):
     cli.add_command(_command)
 
 

@@ -216,7 +216,7 @@ class Settings:
 
 _KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
 #: sections other parts of recon read and check (``Settings.extra``)
-_EXTRA_SECTIONS = {"reconcile", "payments", "psp", "webhooks", "schedule", "console", "bank"}
+_EXTRA_SECTIONS = {"reconcile", "payments", "psp", "webhooks", "schedule", "console", "bank", "audit", "four_eyes"}
 
 
 def mask_url(url: str) -> str:

@@ -8,6 +8,7 @@ ReconError
 │   ├── ReviewRefused       the PSP's answer contradicts a resolution by hand (or it could not be asked)
 │   ├── BankImportRejected  a bank statement file rejected (unreadable, not ours, not adding up): nothing written
 │   ├── BankEvidenceConflict a bank statement contradicts a stored statement or entry: nothing written
+│   ├── NotAllowed          no such enabled operator, or their role does not allow it: nothing done
 │   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
 │                           carries the importer's problems and their display rule)
 ├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
@@ -65,6 +66,10 @@ class BankImportRejected(UsageError):
 
 class BankEvidenceConflict(UsageError):
     """The file contradicts what is stored; nothing was imported."""
+
+
+class NotAllowed(UsageError):
+    """The operator may not do this (unknown, disabled, or their role does not allow it); nothing was done."""
 
 
 class ReviewRefused(UsageError):

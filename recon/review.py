@@ -172,7 +172,8 @@ class ReviewDesk:
 
     # --- acting ---------------------------------------------------------------------------------------
 
-    def resolve(self, reference: str, *, to: str, reason: str, by: str, override: bool = False) -> Resolution:
+    def resolve(self, reference: str, *, to: str, reason: str, by: str, override: bool = False,
+                approved_by: str | None = None) -> Resolution:
         """Move a payment out of review to ``to`` (succeeded or failed), as decided by ``by`` for ``reason``.
 
         Asks the PSP first; raises ReviewRefused when its final answer contradicts ``to``, or when it could
@@ -199,6 +200,8 @@ class ReviewDesk:
             "ours": {"amount": payment.amount, "currency": payment.currency},
             "psp_asked": answer is not None, "psp_not_asked": not_asked, "contradicts_psp": contradiction,
         }
+        if approved_by is not None:  # a four-eyes override (recon.four_eyes): who approved it
+            details["approved_by"] = approved_by
         if answer is not None:
             details.update(outcome_details(answer))
             details["psp"] = {"amount": answer.amount, "currency": answer.currency}

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 
 import click
 
 from recon.app import App
 from recon.commands.payments import payment_doc
-from recon.params import LIMIT, Duration, say
+from recon.operator_rows import Approval
+from recon.params import EXIT_REVIEW, LIMIT, Duration, by_option, pending_approval, say
 from recon.render.payments import payment_detail, review_table
 from recon.review import ReviewKind
 
@@ -61,35 +63,42 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
 @click.option("--as", "to", type=click.Choice(["succeeded", "failed"]), required=True,
               help="The payment's status from now on.")
 @click.option("--reason", required=True, help="Why; kept in the audit trail.")
-@click.option("--by", "by", required=True, help="Who decides (kept in the audit trail).")
+@by_option("Who decides: an operator (role operator or above); kept in the audit trail.")
 @click.option("--override", is_flag=True,
               help="Resolve even when the PSP's answer contradicts it, or the PSP cannot be asked (recorded).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def review_resolve(app: App, reference: str, to: str, reason: str, by: str, override: bool, as_json: bool) -> None:
+def review_resolve(app: App, reference: str, to: str, reason: str, by: str | None, override: bool,
+                   as_json: bool) -> None:
     """Move a payment out of needs_review by hand, after asking the PSP once more.
 
     Refused (exit 2, nothing changed) when the PSP's final answer contradicts the choice or the PSP cannot be
-    asked, unless --override. The audit event keeps the operator, the reason, both amounts and the PSP's
-    answer."""
-    result = app.review.resolve(reference, to=to, reason=reason, by=by, override=override)
+    asked, unless --override. An override needs four eyes: it is requested (exit 1) and runs when another
+    operator approves it (recon approvals). The audit event keeps the operator, the reason, both amounts and
+    the PSP's answer."""
+    result = app.actions.resolve(reference, to=to, reason=reason, by=by, override=override)
+    if isinstance(result, Approval):
+        if as_json:
+            click.echo(json.dumps({"approval": result.to_dict()}))
+            sys.exit(EXIT_REVIEW)
+        pending_approval(result)
     if as_json:
         click.echo(json.dumps({"payment": result.payment.to_dict(), "resolution": result.details}))
         return
     d = result.details
     said = d.get("psp_status") or d.get("psp_outcome") if d["psp_asked"] else f"not asked ({d['psp_not_asked']})"
-    say(f"payment {reference} resolved as {to} by {by}; the PSP said {said}"
-               + ("; recorded as an OVERRIDE of the PSP's answer" if override else ""))
+    say(f"payment {reference} resolved as {to} by {d['operator']}; the PSP said {said}")
 
 
 @review.command("recheck")
 @click.argument("reference", metavar="REF")
+@by_option()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def review_recheck(app: App, reference: str, as_json: bool) -> None:
+def review_recheck(app: App, reference: str, by: str | None, as_json: bool) -> None:
     """Queue a reconcile job for the payment now: a worker on the reconcile queue asks the PSP and adds its
     answer to the audit trail (a payment in review keeps its status)."""
-    job_id = app.review.recheck(reference)
+    job_id = app.actions.recheck(reference, by=by)
     if as_json:
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))
         return

@@ -45,3 +45,10 @@ console_session_revoke = Query(
     "accepted: ends it now. A session already revoked keeps its first revocation time.",
     sql="UPDATE console_sessions SET revoked_at = {now} WHERE id = :id AND revoked_at IS NULL",
 )
+
+console_session_revoke_operator = Query(
+    "console_session_revoke_operator",
+    "Run when an operator is disabled or their password reset, in that transaction: every session of theirs ends "
+    "now (the next request of each is refused).",
+    sql="UPDATE console_sessions SET revoked_at = {now} WHERE operator_id = :operator_id AND revoked_at IS NULL",
+)

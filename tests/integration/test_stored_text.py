@@ -19,6 +19,7 @@ and dashes are taken out of the stored text.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -26,7 +27,6 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-import io
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -336,9 +336,9 @@ def plant_psp_name(env: Env) -> None:
 
 
 def plant_bank_statement(env: Env) -> None:
-    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its entries (bank
-    reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold a card
-    number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
+    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its
+    entries (bank reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold
+    a card number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
     iban = "NL91ABNA0417164300"
     config = env.config(f'[bank.accounts.payouts]\niban = "{iban}"\ncurrency = "EUR"\n')
     day = date(2026, 11, 2)
