@@ -129,6 +129,25 @@ class Operators:
             raise NotAllowed(f"{action}: operator {name!r} has the role {found.role}; this takes {needs} or above")
         return found
 
+    def check_add(self, name: str, *, role: Role, by: str | None) -> None:
+        """What ``add`` would refuse, before a password is asked for: a bad or taken name, ``by`` not an admin
+        (or, for the first operator, a role other than admin)."""
+        check_name(name)
+        with self.db.begin() as conn:
+            if self.store.count(conn) == 0:
+                if role is not Role.ADMIN:
+                    raise UsageError("the first operator must be an admin (--role admin): they add the others")
+            else:
+                self._admin(conn, by, action="operators add")
+            if self.store.find(conn, name) is not None:
+                raise UsageError(f"operator {name!r} exists already (recon operators list)")
+
+    def check_reset(self, name: str, *, by: str | None) -> None:
+        """What ``reset_password`` would refuse, before a password is asked for."""
+        with self.db.begin() as conn:
+            self._admin(conn, by, action="operators reset-password")
+            self._existing(conn, name)
+
     def add(self, name: str, *, role: Role, password: str | None, by: str | None, bootstrap_actor: str,
             totp: bool = False) -> tuple[Operator, str | None]:
         """A new operator (the first one: an admin, by anyone; later ones by an admin). Returns it and its TOTP

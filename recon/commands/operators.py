@@ -49,6 +49,7 @@ def operators_add(app: App, name: str, role: str, totp: bool, password_stdin: bo
     """Add operator NAME with a role; the password is asked for (twice) unless --password-stdin."""
     if no_password and (totp or password_stdin):
         raise UsageError("--no-password: not with --totp or --password-stdin")
+    app.operators.check_add(name, role=Role(role), by=by)  # before the prompt
     password = None if no_password else _password(password_stdin)
     added, secret = app.operators.add(name, role=Role(role), password=password, by=by,
                                       bootstrap_actor=operator_name(), totp=totp)
@@ -97,6 +98,7 @@ def operators_enable(app: App, name: str, by: str | None) -> None:
 def operators_reset_password(app: App, name: str, totp: bool, password_stdin: bool, by: str | None) -> None:
     """A new password for NAME (asked for twice unless --password-stdin); the lockout cleared, their console
     sessions ended."""
+    app.operators.check_reset(name, by=by)  # before the prompt
     secret = app.operators.reset_password(name, password=_password(password_stdin), by=by, totp=totp)
     say(f"operator {name}: password reset; their console sessions are ended")
     _totp_line(name, secret)

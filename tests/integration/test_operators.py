@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pyotp
 import pytest
@@ -85,7 +85,7 @@ def test_operators_cli__password_from_stdin_disable_and_reset(db: Database, db_u
 
 
 def test_login__lockout_after_ten_failures_for_thirty_minutes_audited(db: Database, staff: dict[str, Role]) -> None:
-    clock = FixedClock.at("2026-12-05T10:00:00Z")
+    clock = FixedClock(datetime(2026, 12, 5, 10, 0, tzinfo=UTC))
     db.clock = clock
     ops = Operators(db)
     assert ops.login("ann", PASSWORD, None, source="t").operator is not None
