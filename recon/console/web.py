@@ -25,8 +25,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from recon.console.security import csrf_accepts, plain_http_off_loopback
-from recon.errors import InvalidJobState, JobNotFound, UsageError
+from recon.console.security import Actor, csrf_accepts, plain_http_off_loopback
+from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
+from recon.operator_rows import Role
 from recon.payments.money import format_amount
 from recon.redact import redact, redact_value
 
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("recon.console")
 
-#: the longest operator name accepted (it is stored with every write)
-OPERATOR_MAX = 100
 #: the longest free-text field accepted (reasons)
 TEXT_MAX = 500
 #: form limits: no files, a few fields
@@ -81,10 +80,6 @@ class Fields:
             raise UsageError(f"{label or name} is required")
         return value
 
-    def operator(self) -> str:
-        """Who acts: required, stripped, at most OPERATOR_MAX characters."""
-        return self.required("operator", label="operator name", max_length=OPERATOR_MAX)
-
     def flag(self, name: str) -> bool:
         return self._data.get(name, "") not in ("", "0", "off", "false")
 
@@ -108,7 +103,8 @@ class Pages:
         csrf = getattr(request.state, "csrf", "")
         base = {"request": request, "css": self.css, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
-                "logged_in": getattr(request.state, "session", None) is not None, "notice": None, "error": None}
+                "logged_in": getattr(request.state, "session", None) is not None,
+                "actor": getattr(request.state, "actor", None), "notice": None, "error": None}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)
 
@@ -116,6 +112,17 @@ class Pages:
         if status == 401:
             return self.render(request, "login.html", status=401, error=message)
         return self.render(request, "error.html", status=status, status_code=status, message=message)
+
+
+def acting(request: Request, needs: Role) -> str:
+    """The signed-in operator's name when their role allows ``needs`` (recon.operators); a 403 page otherwise
+    (nothing done). The App's actions check the operator again, in the database."""
+    actor: Actor | None = getattr(request.state, "actor", None)
+    if actor is None:
+        raise PageError(401, "log in: your operator name and password")
+    if not actor.role.allows(needs):
+        raise PageError(403, f"refused: {actor.name} has the role {actor.role}; this takes {needs} or above")
+    return actor.name
 
 
 def recon_app(request: Request) -> App:
@@ -166,6 +173,8 @@ async def _guarded(request: Request, run: Callable[[], Any]) -> Response:
         return pages(request).error(request, exc.status_code, str(exc.detail))
     except JobNotFound as exc:
         return pages(request).error(request, 404, str(exc))
+    except NotAllowed as exc:
+        return pages(request).error(request, 403, f"refused: {exc}")
     except InvalidJobState as exc:
         return pages(request).error(request, 409, str(exc))
     except UsageError as exc:

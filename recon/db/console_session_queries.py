@@ -26,9 +26,13 @@ console_session_open = Query(
 console_session_find = Query(
     "console_session_find",
     "Run on every console request that carries a session cookie: the session with that id's hash (unique index), "
-    "with the time of the read, which recon.console.session judges it by.",
-    sql="""SELECT id, principal, operator_id, created_at, last_seen_at, expires_at, revoked_at, {now} AS checked_at
-           FROM console_sessions WHERE sid_hash = :sid_hash""",
+    "with the time of the read, which recon.console.session judges it by, and its operator as they are now "
+    "(name, role, disabled).",
+    sql="""SELECT s.id, s.principal, s.operator_id, s.created_at, s.last_seen_at, s.expires_at, s.revoked_at,
+                  {now} AS checked_at, o.name AS operator_name, o.role AS operator_role,
+                  o.disabled_at IS NOT NULL AS operator_disabled
+           FROM console_sessions s LEFT JOIN operators o ON o.id = s.operator_id
+           WHERE s.sid_hash = :sid_hash""",
 )
 
 console_session_touch = Query(

@@ -13,9 +13,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.classify import ErrorKind
-from recon.console.web import Fields, action, page, pages, recon_app
-from recon.engine.replay import job_filter, replay
+from recon.console.web import Fields, acting, action, page, pages, recon_app
+from recon.engine.replay import ReplayRun, job_filter, replay
 from recon.errors import UsageError
+from recon.operator_rows import Role
 from recon.params import INT64_MAX, Since
 from recon.rows import JobFilter
 
@@ -81,14 +82,19 @@ def preview(request: Request) -> Response:
 
 
 def replay_dead(request: Request, fields: Fields) -> Response:
+    operator = acting(request, Role.OPERATOR)
     try:
         filters = read_filters(fields)
-        operator = fields.operator()
     except UsageError as exc:
         return _render(request, status=422, error=f"nothing replayed: {exc}", typed=_typed(fields))
     app = recon_app(request)
     budget = app.settings.engine.default_max_attempts
-    run = replay(app.jobs, filters.job_filter(request), budget=budget, operator=operator)
+    done = app.actions.replay(filters.job_filter(request), budget=budget, by=operator)
+    if done.approval is not None:  # above [four_eyes] replay_count
+        return _render(request, typed=filters.typed, notice=f"more than {app.four_eyes.config.replay_count} dead "
+                       f"jobs match: the replay needs four eyes; approval {done.approval.id} waits for another "
+                       "approver (Approvals)")
+    run = done.run or ReplayRun(dry_run=False, budget=budget)
     log.info("console: %d dead jobs replayed by %s", len(run.replayed), operator)
     notice = (f"replayed {len(run.replayed)} dead jobs with {budget} fresh attempts each, by {operator}"
               + (f"; {len(run.skipped)} left dead: an unfinished job holds their unique key" if run.skipped else ""))

@@ -11,9 +11,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, action, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
 from recon.durations import parse_duration
-from recon.errors import ReviewRefused, UsageError
+from recon.errors import NotAllowed, ReviewRefused, UsageError
+from recon.operator_rows import Approval, Role
 from recon.review import ReviewKind
 
 log = logging.getLogger("recon.console")
@@ -53,19 +54,23 @@ def show_payment(request: Request) -> Response:
 
 def resolve(request: Request, fields: Fields) -> Response:
     override = fields.flag("override")
-    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500],
-                            "operator": fields.raw("operator")[:100], "override": override}
+    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override}
     reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = fields.operator()
         reason = fields.required("reason")
         to = fields.required("as", label="resolve as", max_length=20)
-        done = recon_app(request).review.resolve(reference, to=to, reason=reason, by=operator,
-                                                 override=override)
+        done = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator, override=override)
     except ReviewRefused as exc:
         return payment_page(request, status=409, error=f"not resolved: {exc}", form=form)
+    except NotAllowed:
+        raise
     except UsageError as exc:
         return payment_page(request, status=422, error=f"not resolved: {_plain(exc)}", form=form)
+    if isinstance(done, Approval):  # an override needs four eyes
+        log.info("console: payment %s override requested by %s (approval %d)", reference, operator, done.id)
+        return payment_page(request, notice=f"override requested by {operator}: approval {done.id} waits for "
+                                            "another approver (Approvals)")
     log.info("console: payment %s resolved as %s by %s", reference, done.payment.status, operator)
     return payment_page(request, notice=f"resolved as {done.payment.status} by {operator}"
                         + (" (an override of the PSP's answer, recorded)" if override else ""))
@@ -73,11 +78,8 @@ def resolve(request: Request, fields: Fields) -> Response:
 
 def recheck(request: Request, fields: Fields) -> Response:
     reference = _reference(request)
-    try:
-        operator = fields.operator()
-    except UsageError as exc:
-        return payment_page(request, status=422, error=f"not rechecked: {exc}")
-    job_id = recon_app(request).review.recheck(reference)
+    operator = acting(request, Role.OPERATOR)
+    job_id = recon_app(request).actions.recheck(reference, by=operator)
     log.info("console: payment %s recheck (job %d) by %s", reference, job_id, operator)
     return payment_page(request, notice=f"reconcile job {job_id} queued: the PSP is asked again",
                         recheck_job=job_id)
