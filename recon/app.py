@@ -13,7 +13,7 @@ import importlib
 import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 from psp_adapters import registry
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
 from recon.actions import Actions
-from recon.audit import AuditConfig, Sealer
+from recon.audit import AuditConfig, Sealer, entry
 from recon.bank.config import BankConfig
 from recon.classify import classify_failure
 from recon.clock import SystemClock
@@ -430,6 +430,9 @@ class App:
         the worker runs the pruner and the scheduler when the settings ask for them (``loops``)."""
         engine = self.settings.engine if engine is None else engine
         worker_id = redact(make_worker_id())
+        # the configuration a worker started with, in the audit trail (recon.audit)
+        self.audit.record(entry(f"system:{worker_id}", "worker.start", worker_id, queues=list(queues),
+                                engine=asdict(engine), config=self.settings.source, wakeups=wakeups))
         return Worker(self.jobs, self.handlers() if handlers is None else handlers, config=engine,
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
