@@ -30,12 +30,14 @@ class AuditStore:
 
     def append(self, conn: sa.Connection, entries: Sequence[AuditEntry]) -> None:
         """The entries as audit rows, in the caller's transaction, unchained."""
+        if not entries:
+            return
         now = self.db.now_param()
-        for e in entries:
-            row = redact_row({"actor": e.actor, "action": e.action, "subject": e.subject, "outcome": e.outcome,
-                              "evidence": e.evidence})
-            conn.execute(self._q(q.audit_insert), {**row, "evidence": json.dumps(row["evidence"], default=str)
-                                                   if row["evidence"] is not None else None, "now": now})
+        rows = [redact_row({"actor": e.actor, "action": e.action, "subject": e.subject, "outcome": e.outcome,
+                            "evidence": e.evidence}) for e in entries]
+        conn.execute(self._q(q.audit_insert), [  # one executemany
+            {**row, "evidence": json.dumps(row["evidence"], default=str) if row["evidence"] is not None else None,
+             "now": now} for row in rows])
 
     def record(self, *entries: AuditEntry) -> None:
         """``append`` in a transaction of its own (an action whose own write is elsewhere, or none: a login)."""
@@ -60,11 +62,12 @@ class AuditStore:
                                                              {"stream": stream, "after": after, "n": n})]
 
     def insert_seals(self, conn: sa.Connection, seals: Sequence[Seal]) -> None:
+        if not seals:
+            return
         now = self.db.now_param()
-        for s in seals:
-            conn.execute(self._q(q.audit_seal_insert), {"stream": s.stream, "row_id": s.row_id, "kind": s.kind,
-                                                        "row_hash": s.row_hash, "chain_hash": s.chain_hash,
-                                                        "now": now})
+        conn.execute(self._q(q.audit_seal_insert), [  # one executemany
+            {"stream": s.stream, "row_id": s.row_id, "kind": s.kind, "row_hash": s.row_hash,
+             "chain_hash": s.chain_hash, "now": now} for s in seals])
 
     def rows_after(self, conn: sa.Connection, stream: str, after: int, n: int) -> tuple[list[AuditRecord], datetime]:
         """A page of a stream's rows after id ``after``, each with its columns as the sealer encodes them, and
