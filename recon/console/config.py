@@ -34,7 +34,7 @@ ABSOLUTE_TIMEOUT_DEFAULT = timedelta(hours=12)
 ABSOLUTE_TIMEOUT_MAX = timedelta(hours=24)
 #: last_seen_at is written at most this often per session (and at most every tenth of the idle timeout)
 TOUCH_INTERVAL_MAX = timedelta(minutes=1)
-TOKEN_OPERATOR_DEFAULT = "console-token"
+TOKEN_OPERATOR_DEFAULT = "console-token"  # nosec B105  # an operator's name, not a secret
 TOKEN_ROLE_DEFAULT = Role.VIEWER
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,99}")
 _KEYS = {"idle_timeout", "absolute_timeout", "token_operator", "token_role"}

@@ -263,7 +263,8 @@ def test_state_of__the_table(session: ConsoleSession | None, config: ConsoleConf
 
 def test_config__the_shipped_file_states_the_defaults() -> None:
     shipped = tomllib.loads((Path(__file__).parents[2] / "config" / "recon.toml").read_text())["console"]
-    assert shipped == {"idle_timeout": "15m", "absolute_timeout": "12h"}
+    assert shipped == {"idle_timeout": "15m", "absolute_timeout": "12h", "token_operator": "console-token",
+                       "token_role": "viewer"}
     assert ConsoleConfig.load(shipped) == ConsoleConfig() == \
         ConsoleConfig(idle_timeout=timedelta(minutes=15), absolute_timeout=timedelta(hours=12))
     assert ConsoleConfig().touch_interval == timedelta(minutes=1)
