@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
@@ -64,7 +64,8 @@ class BenchPsp:
         self.n = n
         self.listing_done = 0.0
 
-    def iter_settlements(self, since: datetime, until: datetime) -> Iterator[SettlementLine]:
+    def iter_settlements(self, since: datetime, until: datetime, *,
+                         merchant_accounts: Collection[str] = ()) -> Iterator[SettlementLine]:
         try:
             for i in range(self.n):
                 yield from self._lines(i)

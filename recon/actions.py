@@ -6,6 +6,9 @@
 | ---------------------- | -------- | -------------------------------------------- | ------------------- |
 | resolve a payment      | operator | with override                                | review.resolve      |
 | recheck a payment      | operator |                                              | review.recheck      |
+| assign a payment       | operator |                                              | review.assign       |
+| comment on a payment   | operator |                                              | review.comment      |
+| bulk resolve           | operator | more than ``[four_eyes] bulk_resolve_count``  | review.bulk_resolve |
 | pause a PSP            | operator | always                                       | psp.pause           |
 | resume a PSP           | operator |                                              | psp.resume          |
 | replay dead jobs       | operator | more than ``[four_eyes] replay_count`` jobs  | jobs.replay         |
@@ -17,9 +20,11 @@ A write that needs four eyes returns the pending ``Approval`` instead of its res
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
+from recon import review_bulk
 from recon.audit import entry
 from recon.db.audit_store import AuditStore
 from recon.engine.client import Client
@@ -30,7 +35,11 @@ from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
 from recon.review import Resolution
-from recon.rows import JobFilter, PaymentStatus
+from recon.review_bulk import BulkPreview
+from recon.review_rows import QueueFilter
+from recon.rows import JobFilter, Payment, PaymentStatus
+
+BULK_RESOLVE = "review.bulk_resolve"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +63,9 @@ class Actions:
 
     @property
     def four_eyes(self) -> FourEyes:
-        return self.app.four_eyes  # type: ignore[no-any-return]
+        four_eyes: FourEyes = self.app.four_eyes
+        four_eyes.register(BULK_RESOLVE, self._bulk_resolve_approved)
+        return four_eyes
 
     @property
     def audit(self) -> AuditStore:
@@ -65,8 +76,8 @@ class Actions:
 
     # --- the review desk -----------------------------------------------------------------------------------
 
-    def resolve(self, reference: str, *, to: str, reason: str, by: str | None,
-                override: bool = False) -> Resolution | Approval:
+    def resolve(self, reference: str, *, to: str, reason: str, by: str | None, override: bool = False,
+                difference: str | None = None) -> Resolution | Approval:
         who = self._who(by, Role.OPERATOR, "review resolve")
         if override:
             payment = self.app.review.get(reference)
@@ -76,9 +87,10 @@ class Actions:
             if to not in ("succeeded", "failed"):
                 raise UsageError(f"resolve as: {to!r} is neither succeeded nor failed")
             return self.four_eyes.request("review.resolve", reference, {
-                "reference": reference, "to": to, "reason": reason}, by=who)
+                "reference": reference, "to": to, "reason": reason, "difference": difference}, by=who)
         try:
-            done: Resolution = self.app.review.resolve(reference, to=to, reason=reason, by=who)
+            done: Resolution = self.app.review.resolve(reference, to=to, reason=reason, by=who,
+                                                       difference=difference)
         except ReviewRefused as exc:
             self.audit.record(entry(who, "review.resolve", reference, "refused", to=to, reason=reason,
                                     why=str(exc)))
@@ -92,6 +104,53 @@ class Actions:
         job_id: int = self.app.review.recheck(reference)
         self.audit.record(entry(who, "review.recheck", reference, job=job_id))
         return job_id
+
+    def assign(self, reference: str, *, to: str | None, by: str | None) -> Payment:
+        who = self._who(by, Role.OPERATOR, "review assign")
+        payment: Payment = self.app.review.assign(reference, to=to, by=who)
+        self.audit.record(entry(who, "review.assign", reference, to=payment.review_assignee))
+        return payment
+
+    def comment(self, reference: str, *, text: str, by: str | None) -> None:
+        who = self._who(by, Role.OPERATOR, "review comment")
+        self.app.review.comment(reference, text=text, by=who)
+        self.audit.record(entry(who, "review.comment", reference, text=text))
+
+    def bulk_resolve(self, where: QueueFilter, *, to: str, reason: str, by: str | None,
+                     expect: str) -> BulkPreview | Approval:
+        """Resolve what a preview showed (its digest ``expect``), all or nothing (``recon.review_bulk``); more
+        than ``[four_eyes] bulk_resolve_count`` payments: a pending request instead, run when approved."""
+        who = self._who(by, Role.OPERATOR, "review bulk-resolve")
+        threshold = self.four_eyes.config.bulk_resolve_count
+        requested: list[Approval] = []
+
+        def four_eyes(shown: BulkPreview, by: str) -> None:  # review_bulk's approval_func
+            if shown.count > threshold:
+                payload = {"where": _filter_doc(where), "to": str(shown.to), "reason": reason,
+                           "digest": shown.digest, "count": shown.count}
+                requested.append(self.four_eyes.request(BULK_RESOLVE, f"{shown.count} payments in review",
+                                                        payload, by=by))
+                raise _Requested
+
+        try:
+            done = review_bulk.apply(self.app.review, where, to=to, reason=reason, by=who, expect=expect,
+                                     approval_func=four_eyes)
+        except _Requested:
+            return requested[0]
+        except ReviewRefused as exc:
+            self.audit.record(entry(who, BULK_RESOLVE, "payments in review", "refused", to=to, reason=reason,
+                                    why=str(exc)))
+            raise
+        self.audit.record(entry(who, BULK_RESOLVE, f"{done.count} payments in review", to=to, reason=reason,
+                                digest=done.digest, payments=[p.merchant_reference for p in done.payments]))
+        return done
+
+    def _bulk_resolve_approved(self, approval: Approval, approver: str) -> str:
+        """The four-eyes executor of a bulk resolve: exactly the previewed set, or nothing (its digest)."""
+        p = approval.payload
+        done = review_bulk.apply(self.app.review, _filter_of(p["where"]), to=p["to"], reason=p["reason"],
+                                 by=approval.requested_by, expect=p["digest"])
+        return f"resolved {done.count} payments as {done.to} (approved by {approver})"
 
     # --- PSP controls ----------------------------------------------------------------------------------------
 
@@ -144,3 +203,18 @@ class Actions:
     def reject(self, approval_id: int, *, by: str | None) -> Approval:
         who = self._who(by, Role.APPROVER, "approvals reject")
         return self.four_eyes.reject(approval_id, by=who)
+
+
+class _Requested(Exception):
+    """A bulk resolve above the threshold became a four-eyes request: nothing written."""
+
+
+def _filter_doc(where: QueueFilter) -> dict[str, Any]:
+    doc = asdict(where)
+    doc["cutoff"] = where.cutoff.isoformat() if where.cutoff else None
+    return doc
+
+
+def _filter_of(doc: dict[str, Any]) -> QueueFilter:
+    cutoff = datetime.fromisoformat(doc["cutoff"]) if doc.get("cutoff") else None
+    return QueueFilter(**{**doc, "cutoff": cutoff})

@@ -64,6 +64,7 @@ from recon.reconcile.webhook import WebhookHandler, report_sweep
 from recon.reconcile.window import WindowHandler
 from recon.redact import redact
 from recon.review import ReviewDesk
+from recon.review_config import ReviewConfig
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
 from recon.webhooks.config import WebhookConfig
 from recon.webhooks.config import check as check_webhooks
@@ -252,7 +253,13 @@ class App:
         """The review desk: payments in needs_review, their resolution and recheck (``recon review``, the
         console). Its PSP calls go through this process's guard."""
         return ReviewDesk(self.payments, self.jobs, self.client(), self.adapter, self.guard,
-                          reconcile_queue=self.reconcile_config.queue, psp_names=self.psp_names())
+                          reconcile_queue=self.reconcile_config.queue, psp_names=self.psp_names(),
+                          clock=self.db.clock, config=self.review_config)
+
+    @cached_property
+    def review_config(self) -> ReviewConfig:
+        """``[review]``: severity thresholds, each reason's SLA, the bulk resolve bound."""
+        return ReviewConfig.load(self.settings.extra.get("review"), source=self.settings.source)
 
     # --- the PSPs -----------------------------------------------------------------------------------------
 
@@ -300,6 +307,17 @@ class App:
         """``[psp.NAME]`` of the config file (adapter settings and guard limits), empty when absent."""
         table = self.settings.extra.get("psp", {}).get(name, {})
         return dict(table) if isinstance(table, dict) else {}
+
+    def unconfigured_psps(self) -> dict[str, str]:
+        """PSP name -> why it cannot be called as configured (a key missing, …), for those that cannot: the
+        console shows them as "not configured" rather than "flowing"."""
+        out: dict[str, str] = {}
+        for name in self.psp_names():
+            try:
+                self.adapter(name)
+            except ConfigError as exc:
+                out[name] = str(exc)
+        return out
 
     def require_psps(self, names: Iterable[str]) -> None:
         """Before a command does any work: every PSP in ``names`` can be called as configured (its adapter

@@ -26,6 +26,7 @@ from recon.commands import (
     psp,
     reconcile,
     review,
+    sandbox_statement,
     schedule,
     serve,
 )
@@ -60,7 +61,8 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
 
 for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs, payments.payments, psp.psp,
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
-                 serve.serve, schedule.schedule, bank.bank, operators.operators, approvals.approvals, audit.audit):
+                 serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement,
+                 operators.operators, approvals.approvals, audit.audit):
     cli.add_command(_command)
 
 

@@ -22,3 +22,17 @@ class ConsoleSession:
     operator_name: str | None = None  #: the operator's name (read with the session on every request)
     operator_role: str | None = None  #: their role now: a role changed applies at the next request
     operator_disabled: bool = False  #: a disabled operator's session serves no request
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentListFilter:
+    """The console's payments list filter (``recon.db.payment_list_store``). None: any."""
+
+    status: str | None = None  #: a payment status, or "unfinished" (created, processing, pending)
+    psp: str | None = None
+    currency: str | None = None
+    created_before: datetime | None = None
+    created_after: datetime | None = None
+    min_scaled: int | None = None  #: the amount range in ten-thousandths of a major unit
+    max_scaled: int | None = None
+    reference_prefix: str | None = None  #: matched case-insensitively

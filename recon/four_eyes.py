@@ -188,7 +188,7 @@ class FourEyes:
     def _resolve(self, approval: Approval, approver: str) -> str:
         p = approval.payload
         done = self.desk.review.resolve(p["reference"], to=p["to"], reason=p["reason"], by=approval.requested_by,
-                                        override=True, approved_by=approver)
+                                        override=True, approved_by=approver, difference=p.get("difference"))
         return f"payment {p['reference']} resolved as {done.payment.status} (an override, approved by {approver})"
 
     def _pause(self, approval: Approval, approver: str) -> str:

@@ -36,6 +36,7 @@ from recon.counters import series
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
+from recon.db.review_store import ReviewStore
 from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
 from recon.overview import (
@@ -47,6 +48,8 @@ from recon.overview import (
     workers_section,
 )
 from recon.pool_rows import WorkerRecord
+from recon.review_config import ReviewConfig
+from recon.review_rows import QueueFilter
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +61,9 @@ class PoolCollector:
     """Prometheus collector over the database: the whole pool, whichever process serves it."""
 
     def __init__(self, store: PoolStore, ledger: PaymentStore, *, live_window: float = LIVE_WINDOW_SECONDS,
-                 refresh: float = REFRESH_SECONDS) -> None:
+                 refresh: float = REFRESH_SECONDS, review_config: ReviewConfig | None = None) -> None:
         self._store, self._ledger = store, ledger
+        self._review, self._review_config = ReviewStore(ledger.db, ledger), review_config or ReviewConfig()
         self._live_window, self._refresh = live_window, refresh
         self._lock = threading.Lock()
         self._cached: tuple[float, dict[str, Any]] | None = None
@@ -74,6 +78,8 @@ class PoolCollector:
                 pool["pool"] = workers_section(pool["workers"], now, self._live_window)
                 pool["payments"] = payments_section(self._ledger.money_at_risk())
                 pool["review"] = review_section(*self._ledger.review_summary(), now=now)
+                pool["review"]["overdue"] = self._review.totals(QueueFilter(overdue=True),
+                                                                self._review_config.rules(now)).count
                 pool["resolutions"] = self._ledger.resolutions(since=_EPOCH)
                 pool["slots"] = ScheduleStore(self._ledger.db).latest()
                 self._cached = (time.monotonic(), pool)
@@ -212,6 +218,8 @@ def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:
                             value=float(review["needs_review"]))
     yield GaugeMetricFamily("recon_review_oldest_age_seconds", "How long the oldest payment in review has waited "
                             "(0: none).", value=float(review["oldest_age_seconds"] or 0.0))
+    yield GaugeMetricFamily("recon_review_overdue", "Payments in needs_review past their due-by (the SLA of their "
+                            "reason, [review.sla]).", value=float(review.get("overdue", 0)))
     resolved = CounterMetricFamily("recon_review_resolutions", "Payments resolved out of needs_review by hand, by "
                                    "operator, new status and whether the PSP's answer was overridden.",
                                    labels=["operator", "status", "override"])
@@ -251,11 +259,12 @@ class MetricsServer:
 
 
 def serve(db: Database, *, port: int, host: str = "127.0.0.1", live_window: float = LIVE_WINDOW_SECONDS,
-          refresh: float = REFRESH_SECONDS) -> MetricsServer | None:
+          refresh: float = REFRESH_SECONDS, review_config: ReviewConfig | None = None) -> MetricsServer | None:
     """Serve the pool's metrics on ``host:port`` (0: any free port); None when the port is taken (another
     worker on this host serves the same pool)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PoolCollector(PoolStore(db), PaymentStore(db), live_window=live_window, refresh=refresh))
+    registry.register(PoolCollector(PoolStore(db), PaymentStore(db), live_window=live_window, refresh=refresh,
+                                    review_config=review_config))
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -24,6 +24,7 @@ from recon.counters import ENGINE_COUNTERS, quantile, series
 from recon.db.control_store import ControlStore
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.pool_rows import WorkerRecord
+from recon.review_rows import QueueFilter
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -59,6 +60,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     # pause, cool-down and breaker per PSP, next to the PSP latency section
     doc["psp_controls"] = psp_controls_document(app.controls, app.guard_config, app.psp_names())["psps"]
     doc["review"] = review_section(*app.payments.review_summary(), now=now)
+    doc["review"]["overdue"] = app.review.totals(QueueFilter(overdue=True)).count
     doc["resolutions"] = {"since": (now - RESOLUTIONS_WINDOW).isoformat(),
                           "by_day": app.payments.resolutions(since=now - RESOLUTIONS_WINDOW)}
     doc["sweeps"] = app.sweeps.latest(SWEEPS_SHOWN)

@@ -25,6 +25,7 @@ from psp_adapters.protocol import Failed, NotFound, PaymentOutcome, PspAdapter, 
 from recon.clock import Clock, SystemClock
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore, charge_key
+from recon.db.review_store import Cursor, ReviewStore
 from recon.engine.client import Client
 from recon.engine.outcome import Snooze
 from recon.errors import ConfigError, ReviewRefused, UsageError
@@ -32,26 +33,15 @@ from recon.payments.guard import Guard
 from recon.payments.money import check_currency, format_amount
 from recon.reconcile.decide import outcome_details
 from recon.reconcile.handler import RECONCILE_KIND, reconcile_key
+from recon.review_config import ReviewConfig
+from recon.review_rows import QueueFilter, QueueTotals, ReviewComment, ReviewKind, Severity
 from recon.rows import AttemptRecord, EventSource, Job, Payment, PaymentEvent, PaymentStatus, Transition
 
 #: bounds of what a person types
 REASON_MAX = 500
 OPERATOR_MAX = 100
+COMMENT_MAX = 2000
 LIST_MAX = 10_000
-
-
-class ReviewKind(StrEnum):
-    """Why a payment is in review: the first word of its review reason."""
-
-    AMOUNT_MISMATCH = "amount_mismatch"  #: the PSP took another amount
-    CURRENCY_MISMATCH = "currency_mismatch"  #: the PSP took another currency
-    MISSING_AT_PSP = "missing_at_psp"  #: the PSP has no payment for a reference it gave us
-    NO_FINAL_ANSWER = "no_final_answer"  #: still pending at the PSP at the end of the reconcile schedule
-    AUTHENTICATION_REQUIRED = "authentication_required"  #: the customer must authenticate (3-D Secure)
-    PSP_REVERSED = "psp_reversed"  #: refunded or disputed at the PSP after it succeeded
-    STATUS_MISMATCH = "status_mismatch"  #: we hold it as failed, the PSP says it succeeded
-    REFERENCE_CONFLICT = "reference_conflict"  #: the PSP speaks of another PSP reference under our reference
-    OTHER = "other"  #: anything else
 
 
 def review_kind(reason: str | None) -> ReviewKind:
@@ -71,6 +61,20 @@ class ReviewItem:
     since: datetime  #: when it entered needs_review
     age_seconds: float
     psp_answer: dict[str, Any] | None  #: the latest PSP evidence in its audit trail
+    severity: Severity = Severity.LOW  #: from the amount and the age (``[review]``)
+    due_at: datetime | None = None  #: since + the SLA of its kind (``[review.sla]``)
+    overdue: bool = False
+
+    @property
+    def difference(self) -> int | None:
+        """Ours minus what the PSP's latest answer says it took (minor units), when it names an amount in our
+        currency: what is left to settle. None when it names none."""
+        answer = self.psp_answer or {}
+        amount, currency = answer.get("psp_amount"), answer.get("psp_currency")
+        if not isinstance(amount, int) or isinstance(amount, bool) or not isinstance(currency, str) or \
+                currency.upper() != self.payment.currency:
+            return None
+        return self.payment.amount - amount
 
     def to_dict(self) -> dict[str, Any]:
         p = self.payment
@@ -78,7 +82,20 @@ class ReviewItem:
                 "merchant_account": p.merchant_account, "amount": p.amount, "currency": p.currency,
                 "amount_formatted": format_amount(p.amount, p.currency), "kind": str(self.kind),
                 "review_reason": p.review_reason, "since": self.since.isoformat(),
-                "age_seconds": round(self.age_seconds, 3), "psp_answer": self.psp_answer}
+                "age_seconds": round(self.age_seconds, 3), "psp_answer": self.psp_answer,
+                "severity": str(self.severity), "due_at": self.due_at.isoformat() if self.due_at else None,
+                "overdue": self.overdue, "assignee": p.review_assignee, "difference": self.difference}
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePage:
+    """One page of the filtered queue: its items, the filter's totals, and the cursors of the pages around it
+    (None: there is none)."""
+
+    items: list[ReviewItem]
+    totals: QueueTotals
+    next_cursor: Cursor | None
+    previous_cursor: Cursor | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +103,7 @@ class PaymentDetail:
     payment: Payment
     events: list[PaymentEvent]
     jobs: list[tuple[Job, list[AttemptRecord]]] = field(default_factory=list)
+    comments: list[ReviewComment] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +117,9 @@ class ReviewDesk:
 
     def __init__(self, payments: PaymentStore, jobs: JobStore, client: Client,
                  adapter_func: Callable[[str], PspAdapter], guard: Guard, *, reconcile_queue: str,
-                 psp_names: Sequence[str], clock: Clock | None = None) -> None:
+                 psp_names: Sequence[str], clock: Clock | None = None, config: ReviewConfig | None = None) -> None:
         self.payments = payments
+        self.queue_store = ReviewStore(payments.db, payments)
         self.jobs = jobs
         self.client = client
         self.adapter_func = adapter_func
@@ -108,42 +127,74 @@ class ReviewDesk:
         self.reconcile_queue = reconcile_queue
         self.psp_names = tuple(psp_names)
         self.clock = clock or SystemClock()
+        self.config = config or ReviewConfig()
 
     # --- reading --------------------------------------------------------------------------------------
 
-    def list(self, *, kind: ReviewKind | str | None = None, psp: str | None = None,
-             older_than: timedelta | None = None, currency: str | None = None,
-             limit: int = 100) -> builtins.list[ReviewItem]:
-        """Payments in review, longest in review first, with why and the PSP's latest answer."""
+    def where(self, *, kind: ReviewKind | str | None = None, psp: str | None = None,
+              older_than: timedelta | None = None, currency: str | None = None, assignee: str | None = None,
+              unassigned: bool = False, severity: Severity | str | None = None,
+              overdue: bool = False) -> QueueFilter:
+        """The queue's filter from what a person typed; UsageError names a bad value (by its option)."""
         wanted = self._kind(kind)
         if psp is not None and psp not in self.psp_names:
             raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(self.psp_names)})")
         if currency is not None:
             currency = check_currency(currency)
+        if severity is not None and severity not in {s.value for s in Severity}:
+            raise UsageError(f"--severity: {severity!r} is not one of {', '.join(s.value for s in Severity)}")
+        if assignee is not None:
+            assignee = typed_text(assignee, "--assignee", OPERATOR_MAX)
+        cutoff = self.clock.now() - older_than if older_than else None
+        return QueueFilter(kind=wanted.value if wanted else None, psp=psp, currency=currency, cutoff=cutoff,
+                           assignee=assignee, unassigned=unassigned, severity=str(severity) if severity else None,
+                           overdue=overdue)
+
+    def list(self, *, kind: ReviewKind | str | None = None, psp: str | None = None,
+             older_than: timedelta | None = None, currency: str | None = None, assignee: str | None = None,
+             unassigned: bool = False, severity: str | None = None, overdue: bool = False,
+             limit: int = 100) -> builtins.list[ReviewItem]:
+        """Payments in review, longest in review first, with why and the PSP's latest answer."""
+        where = self.where(kind=kind, psp=psp, older_than=older_than, currency=currency, assignee=assignee,
+                           unassigned=unassigned, severity=severity, overdue=overdue)
         if not 1 <= limit <= LIST_MAX:
             raise UsageError(f"--limit: must be between 1 and {LIST_MAX}")
         now = self.clock.now()
-        cutoff = now - (older_than or timedelta(0)) if older_than else now + timedelta(days=1)
-        # a known kind filters in SQL by its prefix; "other" is what no known prefix matches, so it pages
-        prefix = f"{wanted}:" if wanted is not None and wanted is not ReviewKind.OTHER else None
-        found: list[Payment] = []
-        after: tuple[datetime, int] | None = None
-        while len(found) < limit:
-            page = self.payments.review_page(after=after, cutoff=cutoff, psp=psp, currency=currency,
-                                             reason_prefix=prefix, limit=min(500, max(limit, 50)))
-            found.extend(p for p in page if wanted is None or review_kind(p.review_reason) is wanted)
-            if len(page) < min(500, max(limit, 50)):
-                break
-            last = page[-1]
-            after = (last.review_since or last.updated_at, last.id)
-        found = found[:limit]
-        evidence = self.payments.latest_evidence([p.id for p in found])
+        return self.items(self.queue_store.page(where, self.config.rules(now), limit=limit), now=now)
+
+    def queue(self, where: QueueFilter, *, after: Cursor | None = None, before: Cursor | None = None,
+              limit: int = 100) -> QueuePage:
+        """One page of the filtered queue (keyset: after a cursor, or before one), with the filter's totals."""
+        now = self.clock.now()
+        rules = self.config.rules(now)
+        found = self.queue_store.page(where, rules, after=after, before=before, limit=limit + 1)
+        if before is not None:
+            more_before, found = len(found) > limit, found[-limit:]
+            more_after = True
+        else:
+            more_after, found = len(found) > limit, found[:limit]
+            more_before = after is not None
+        items = self.items(found, now=now)
+        return QueuePage(items=items, totals=self.queue_store.totals(where, rules),
+                         next_cursor=_cursor(found[-1]) if more_after and found else None,
+                         previous_cursor=_cursor(found[0]) if more_before and found else None)
+
+    def totals(self, where: QueueFilter) -> QueueTotals:
+        return self.queue_store.totals(where, self.config.rules(self.clock.now()))
+
+    def items(self, payments: Sequence[Payment], *, now: datetime) -> builtins.list[ReviewItem]:
+        """Queue items for ``payments``: kind, age, severity, due-by and the PSP's latest answer."""
+        evidence = self.payments.latest_evidence([p.id for p in payments])
         items = []
-        for p in found:
+        for p in payments:
             since = p.review_since or p.updated_at
-            items.append(ReviewItem(payment=p, kind=review_kind(p.review_reason), since=since,
+            kind = review_kind(p.review_reason)
+            due = self.config.due(kind, since)
+            items.append(ReviewItem(payment=p, kind=kind, since=since,
                                     age_seconds=max((now - since).total_seconds(), 0.0),
-                                    psp_answer=evidence.get(p.id)))
+                                    psp_answer=evidence.get(p.id),
+                                    severity=self.config.severity(p.amount, p.currency, since, now),
+                                    due_at=due, overdue=due < now))
         return items
 
     def find(self, text: str) -> builtins.list[Payment]:
@@ -168,20 +219,38 @@ class ReviewDesk:
             job = self.jobs.get(job_id)
             if job is not None:  # pruned since its event was written
                 jobs.append((job, self.jobs.attempts(job_id)))
-        return PaymentDetail(payment=payment, events=events, jobs=jobs)
+        return PaymentDetail(payment=payment, events=events, jobs=jobs,
+                             comments=self.queue_store.comments(payment.id))
 
     # --- acting ---------------------------------------------------------------------------------------
 
     def resolve(self, reference: str, *, to: str, reason: str, by: str, override: bool = False,
-                approved_by: str | None = None) -> Resolution:
+                difference: str | None = None, approved_by: str | None = None) -> Resolution:
         """Move a payment out of review to ``to`` (succeeded or failed), as decided by ``by`` for ``reason``.
 
         Asks the PSP first; raises ReviewRefused when its final answer contradicts ``to``, or when it could
-        not be asked, unless ``override``. UsageError for bad input, a payment not in review, or one that
-        changed meanwhile (nothing written then)."""
-        target = _target(to)
-        reason, by = _text(reason, "--reason", REASON_MAX), _text(by, "--by", OPERATOR_MAX)
-        payment = self.get(reference)
+        not be asked, unless ``override``. Resolved as succeeded while the PSP took another amount, the
+        difference is recorded with what happens to it (``difference``, a ``Difference``; written off by
+        default). UsageError for bad input, a payment not in review, or one that changed meanwhile (nothing
+        written then)."""
+        target = target_status(to)
+        reason, by = typed_text(reason, "--reason", REASON_MAX), typed_text(by, "--by", OPERATOR_MAX)
+        treatment = _difference(difference)
+        extra = {"approved_by": approved_by} if approved_by is not None else None  # a four-eyes override
+        transition = self.decide(self.get(reference), target, reason=reason, by=by, override=override,
+                                 difference=treatment, extra=extra)
+        with self.payments.db.begin() as conn:
+            if not self.payments.apply(conn, transition):
+                raise UsageError(f"payment {reference} changed while it was being resolved; nothing written "
+                                 f"(look again: recon review show {reference})")
+        return Resolution(payment=self.get(reference), details=transition.details or {})
+
+    def decide(self, payment: Payment, target: PaymentStatus, *, reason: str, by: str, override: bool,
+               difference: Difference | None = None, extra: dict[str, Any] | None = None) -> Transition:
+        """The resolution of one payment as a transition, after asking the PSP: what ``resolve`` and a bulk
+        resolve write. Raises ReviewRefused (the PSP contradicts or could not be asked, without ``override``)
+        or UsageError (not in review); writes nothing."""
+        reference = payment.merchant_reference
         if payment.status is not PaymentStatus.NEEDS_REVIEW:
             raise UsageError(f"payment {reference} is {payment.status}, not needs_review: only a payment in review "
                              f"is resolved by hand")
@@ -199,20 +268,35 @@ class ReviewDesk:
                 payment.review_reason)), "review_reason": payment.review_reason,
             "ours": {"amount": payment.amount, "currency": payment.currency},
             "psp_asked": answer is not None, "psp_not_asked": not_asked, "contradicts_psp": contradiction,
+            **(extra or {}),
         }
-        if approved_by is not None:  # a four-eyes override (recon.four_eyes): who approved it
-            details["approved_by"] = approved_by
         if answer is not None:
             details.update(outcome_details(answer))
             details["psp"] = {"amount": answer.amount, "currency": answer.currency}
-        transition = Transition(payment.id, PaymentStatus.NEEDS_REVIEW, target, EventSource.MANUAL, details=details,
-                                failure_reason=f"resolved by {by}: {reason}" if target is PaymentStatus.FAILED
-                                else None)
-        with self.payments.db.begin() as conn:
-            if not self.payments.apply(conn, transition):
-                raise UsageError(f"payment {reference} changed while it was being resolved; nothing written "
-                                 f"(look again: recon review show {reference})")
-        return Resolution(payment=self.get(reference), details=details)
+            if target is PaymentStatus.SUCCEEDED and answer.amount is not None and answer.currency and \
+                    answer.currency.upper() == payment.currency and answer.amount != payment.amount:
+                details["difference"] = _settled(payment.amount - answer.amount, payment.currency,
+                                                 difference or Difference.WRITTEN_OFF)
+        return Transition(payment.id, PaymentStatus.NEEDS_REVIEW, target, EventSource.MANUAL, details=details,
+                          failure_reason=f"resolved by {by}: {reason}" if target is PaymentStatus.FAILED else None)
+
+    def assign(self, reference: str, *, to: str | None, by: str) -> Payment:
+        """Assign a payment in review to ``to`` (None: nobody), as ``by`` decided; recorded with its comments.
+        UsageError when it is not in review."""
+        by = typed_text(by, "--by", OPERATOR_MAX)
+        assignee = typed_text(to, "--to", OPERATOR_MAX) if to is not None else None
+        payment = self.get(reference)
+        if not self.queue_store.assign(payment.id, assignee=assignee, by=by):
+            raise UsageError(f"payment {reference} is {payment.status}, not needs_review: only a payment in review "
+                             f"is assigned")
+        return self.get(reference)
+
+    def comment(self, reference: str, *, text: str, by: str) -> ReviewComment:
+        """Add a comment to a payment (in review or not: a note on a resolved one is history too)."""
+        body, by = typed_text(text, "--text", COMMENT_MAX), typed_text(by, "--by", OPERATOR_MAX)
+        payment = self.get(reference)
+        self.queue_store.comment(payment.id, author=by, body=body)
+        return self.queue_store.comments(payment.id)[-1]
 
     def recheck(self, reference: str) -> int:
         """Queue a reconcile job for the payment now (the id of the one already queued, if any)."""
@@ -249,13 +333,48 @@ class ReviewDesk:
                 from None
 
 
-def _target(to: str) -> PaymentStatus:
+class Difference(StrEnum):
+    """What happens to the difference when a payment is resolved as succeeded at the PSP's other amount."""
+
+    WRITTEN_OFF = "written_off"  #: the PSP's amount stands; the difference is written off
+    TO_COLLECT = "to_collect"  #: the difference is to be collected from the customer
+    TO_REFUND = "to_refund"  #: the difference is to be refunded to the customer
+
+
+DIFFERENCE_WORDS = {Difference.WRITTEN_OFF: "is written off (the PSP's amount stands)",
+                    Difference.TO_COLLECT: "is to be collected from the customer",
+                    Difference.TO_REFUND: "is to be refunded to the customer"}
+
+
+def _difference(value: str | None) -> Difference | None:
+    if value is None or value == "":
+        return None
+    try:
+        return Difference(value)
+    except ValueError:
+        raise UsageError(f"--difference: {value!r} is not one of {', '.join(d.value for d in Difference)}") \
+            from None
+
+
+def _settled(amount: int, currency: str, treatment: Difference) -> dict[str, Any]:
+    """The audit event's record of the difference (ours minus the PSP's, minor units) and its fate."""
+    direction = "ours is more" if amount > 0 else "the PSP took more"
+    return {"amount": amount, "currency": currency, "treatment": treatment.value,
+            "sentence": f"the difference of {format_amount(abs(amount), currency)} ({direction}) "
+                        f"{DIFFERENCE_WORDS[treatment]}"}
+
+
+def _cursor(payment: Payment) -> Cursor:
+    return (payment.review_since or payment.updated_at, payment.id)
+
+
+def target_status(to: str) -> PaymentStatus:
     if to not in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
         raise UsageError(f"--as: {to!r} is not succeeded or failed")
     return PaymentStatus(to)
 
 
-def _text(value: str | None, option: str, limit: int) -> str:
+def typed_text(value: str | None, option: str, limit: int) -> str:
     text = " ".join((value or "").split())
     if not text:
         raise UsageError(f"{option}: is required and must not be blank")

@@ -254,6 +254,7 @@ class Payment:
     key_generation: int = 0  #: 0: ``idempotency_key`` itself; N: ``idempotency_key-gN`` (see ``charge_key``)
     key_sent_at: datetime | None = None  #: when the current key was first sent to the PSP (retention counts from it)
     review_since: datetime | None = None  #: when it last entered needs_review
+    review_assignee: str | None = None  #: who works on it in review (``recon review assign``)
 
     @property
     def charge_key(self) -> str:

@@ -12,6 +12,14 @@ server has an api key (the flavour's scheme: ``Authorization: Bearer`` or ``X-AP
     POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
     POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
     POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
+    POST /_admin/payouts/run               pay out now (stripe: a payout per currency; adyen: a batch per account
+                                           and currency) what is unpaid, paid at once: {"payouts": [...]}
+    POST /_admin/payouts/{id}/fail         stripe: optional {"failure_code": "…"} (default could_not_process);
+                                           200 the failed payout | 400 | 404 (``stripe_payouts``)
+    GET  /_admin/bank-credits?since=YYYY-MM-DD&until=YYYY-MM-DD
+                                           the bank credits the payouts (stripe) or settlement batches (adyen)
+                                           arriving in [since, until] make: {"flavor", "credits": [...]}
+                                           (``bank_credits``)
     POST /_admin/reset                     forget all payments, keys and objects, restore the start-up faults
     GET  /_admin/webhooks[?psp_reference=] the webhook messages sent and their fate ({"url", "waiting",
                                            "webhooks": [{event_id, type, state, attempts, last_status, …}]})
@@ -27,7 +35,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 
 from psp_adapters.sandbox.core import Flavor, Request, Response, json_response
@@ -42,6 +50,7 @@ from psp_adapters.sandbox.wire import PaymentStatus
 from psp_adapters.units import AMOUNT_MAX
 
 _PAYMENT_PATH = re.compile(r"^/_admin/payments/(?P<ref>[^/]+)/(?P<action>settle|fail|cancel|amount|refund|dispute)$")
+_PAYOUT_PATH = re.compile(r"^/_admin/payouts/(?P<id>[^/]+)/fail$")
 _STATUS = {"settle": PaymentStatus.SUCCEEDED, "fail": PaymentStatus.FAILED, "cancel": PaymentStatus.CANCELED}
 
 
@@ -60,6 +69,10 @@ class Host(Protocol):
     def tick(self) -> None: ...
 
     def tell(self, changes: list[Change]) -> None: ...
+
+    def fail_payout(self, payout_id: str, code: str) -> object | str: ...
+
+    def run_payouts(self) -> list[object]: ...
 
 
 def handle_admin(host: Host, req: Request) -> Response:
@@ -89,6 +102,13 @@ def handle_admin(host: Host, req: Request) -> Response:
         return json_response(200, doc)
     if route == ("POST", "/_admin/reset"):
         return _reset(host)
+    if route == ("GET", "/_admin/bank-credits"):
+        return _bank_credits(host, req)
+    if route == ("POST", "/_admin/payouts/run"):
+        host.tick()
+        return json_response(200, {"payouts": host.run_payouts()})
+    if req.method == "POST" and (match := _PAYOUT_PATH.match(req.path)):
+        return _fail_payout(host, match["id"], payload)
     if req.method == "POST" and (match := _PAYMENT_PATH.match(req.path)):
         return _payment(host, match["ref"], match["action"], payload)
     return native_error("not_found")
@@ -121,6 +141,31 @@ def cross_site(req: Request, origins: frozenset[str]) -> bool:
     fetch_site = (req.headers.get("Sec-Fetch-Site") or "").strip().lower()
     foreign = origin is not None and origin.strip().rstrip("/") not in origins
     return foreign or fetch_site not in ("", "same-origin", "none")
+
+
+def _fail_payout(host: Host, payout_id: str, payload: Mapping[str, object]) -> Response:
+    code = payload.get("failure_code", "could_not_process")
+    if not isinstance(code, str):
+        return native_error("parameter_invalid", "failure_code must be a string")
+    host.tick()
+    result = host.fail_payout(payout_id, code)
+    if result == "resource_missing":
+        return native_error("resource_missing")
+    if isinstance(result, str):
+        return native_error("parameter_invalid", f"cannot fail {payout_id}: {result}")
+    return json_response(200, result)
+
+
+def _bank_credits(host: Host, req: Request) -> Response:
+    try:
+        since, until = date.fromisoformat(req.param("since") or ""), date.fromisoformat(req.param("until") or "")
+    except ValueError:
+        return native_error("parameter_invalid", "since and until must be dates (YYYY-MM-DD)")
+    if until < since:
+        return native_error("parameter_invalid", "until is before since")
+    host.tick()
+    credits = host.flavor.bank_credits(since, until)
+    return json_response(200, {"flavor": host.flavor.name, "credits": [credit.to_json() for credit in credits]})
 
 
 def _reset(host: Host) -> Response:

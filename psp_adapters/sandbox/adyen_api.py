@@ -11,6 +11,8 @@ error-codes; the OpenAPI documents' examples)::
     POST /{v71|v72}/payments/{pspReference}/captures|cancels|refunds|reversals   (adyen_modifications)
     GET  /reports/download/MerchantAccount/{merchantAccount}/payments_accounting_report_YYYY_MM_DD.csv
                                            200 text/csv (``adyen_report``) | 404 unknown account or future day
+    GET  /reports/download/MerchantAccount/{merchantAccount}/settlement_detail_report_batch_N.csv
+                                           200 text/csv (``adyen_settlement``) | 404 no such closed batch
 
 Every POST is a write: idempotent by key. Injected 500/503 are ``errorType: internal`` with ``Transient-Error:
 true`` (the idempotency page: such an error may be retried later with the same key; without the header the
@@ -43,8 +45,9 @@ from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from psp_adapters.protocol import Secret
-from psp_adapters.sandbox import adyen_checkout, adyen_modifications, adyen_report
+from psp_adapters.sandbox import adyen_checkout, adyen_modifications, adyen_report, adyen_settlement
 from psp_adapters.sandbox.adyen_wire import adyen_error, amount_of, payment_response, psp_reference
+from psp_adapters.sandbox.bank_credits import BankCredit
 from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.movements import Adjustment
@@ -59,6 +62,10 @@ _CHECKOUT = re.compile(
 _REPORT_PATH = re.compile(
     r"^/reports/download/MerchantAccount/(?P<account>[^/]+)/payments_accounting_report_"
     r"(?P<y>\d{4})_(?P<m>\d{2})_(?P<d>\d{2})\.csv$"
+)
+_SETTLEMENT_PATH = re.compile(
+    r"^/reports/download/MerchantAccount/(?P<account>[^/]+)/settlement_detail_report_batch_(?P<batch>[1-9][0-9]{0,8})"
+    r"\.csv$"
 )
 _TRANSIENT = (("Transient-Error", "true"),)
 #: generic error kinds (``core``) -> (HTTP status, errorCode, errorType, message, headers)
@@ -204,9 +211,23 @@ class AdyenFlavor:
         """Process the modifications that fell due."""
         adyen_modifications.process_due(scope)
 
+        adyen_settlement.tick(self._ledger, scope, self._zone)
+
+    def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
+        return "resource_missing"  # a settlement batch does not fail in the sandbox
+
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return list(adyen_settlement.close_now(self._ledger, scope, self._zone))
+
+    def bank_credits(self, since: date, until: date) -> list[BankCredit]:
+        return adyen_settlement.bank_credits(self._ledger, since, until, now=self._now(), zone=self._zone)
+
     # -- reports -------------------------------------------------------------------------------------------
 
     def route(self, req: Request) -> Response:
+        settlement = _SETTLEMENT_PATH.match(req.path)
+        if settlement is not None:
+            return self._settlement_report(unquote(settlement["account"]), int(settlement["batch"]))
         match = _REPORT_PATH.match(req.path)
         if match is None:
             return self.error("not_found")
@@ -224,6 +245,15 @@ class AdyenFlavor:
             payments, adjustments, start=start, end=end, zone=self._zone, company_account=self._company
         )
         disposition = ("Content-Disposition", f'attachment; filename="{adyen_report.file_name(day)}"')
+        return Response(200, text.encode(), (disposition,), content_type="text/csv; charset=utf-8")
+
+    def _settlement_report(self, account: str, number: int) -> Response:
+        name = adyen_settlement.file_name(number)
+        stored = adyen_settlement.batch(self._ledger, account, number)
+        if stored is None:
+            return self.error("not_found", f"No report {name} for {account}")
+        text = adyen_settlement.render(self._ledger, stored, zone=self._zone, company_account=self._company)
+        disposition = ("Content-Disposition", f'attachment; filename="{name}"')
         return Response(200, text.encode(), (disposition,), content_type="text/csv; charset=utf-8")
 
     # -- admin renderings ----------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ value}``, ``eventCode``, ``eventDate`` (ISO 8601 with the offset of the report t
   dispute-notifications), and ``CANCELLATION`` for an admin cancel;
 - ``REPORT_AVAILABLE`` (``pspReference`` the report's file name, ``reason`` its download URL on this sandbox),
   after the first other notification of each merchant account and day (in the report time zone): the day's
-  Payment accounting report then has a row to read.
+  Payment accounting report then has a row to read; and when a settlement batch closes
+  (``adyen_settlement``): its ``settlement_detail_report_batch_N.csv``.
 
 ``additionalData.hmacSignature``: base64 of HMAC-SHA256, keyed with the bytes of the hex HMAC key, of
 ``pspReference:originalReference:merchantAccountCode:merchantReference:value:currency:eventCode:success``
@@ -95,6 +96,9 @@ class AdyenNotifications:
 
     def render(self, change: Change) -> list[Notification]:
         record = change.record
+        if record is None and change.kind == "report_available" and change.document is not None:
+            account, name = str(change.document["merchantAccount"]), str(change.document["fileName"])
+            return [self._message(self._announcement(account, name))]
         if record is None or record.flavor != "adyen":
             return []
         item = self._event(change, record)
@@ -175,7 +179,10 @@ class AdyenNotifications:
             if (account, day) in self._announced:
                 return None
             self._announced.add((account, day))
-        name = adyen_report.file_name(day)
+        return self._announcement(account, adyen_report.file_name(day))
+
+    def _announcement(self, account: str, name: str) -> dict[str, object]:
+        """``REPORT_AVAILABLE`` for the report ``name`` of ``account``."""
         url = f"{self._base_url()}/reports/download/MerchantAccount/{quote(account, safe='')}/{name}"
         return {
             "amount": {"currency": "EUR", "value": 0},

@@ -221,6 +221,22 @@ class _SandboxApp:
                 about = change.record.psp_reference if change.record else change.kind
                 logger.exception("sandbox: webhook for %s %s not sent", change.kind, about)
 
+    def fail_payout(self, payout_id: str, code: str) -> object | str:
+        """The admin API's payout failure, in one transaction, told like a write's change."""
+        scope = _Scope(self, None)
+        with self.ledger.atomic():
+            result = self.flavor.fail_payout(scope, payout_id, code)
+        self.tell(scope.told)
+        return result
+
+    def run_payouts(self) -> list[object]:
+        """The admin API's "pay out now", in one transaction, told like a write's change."""
+        scope = _Scope(self, None)
+        with self.ledger.atomic():
+            made = self.flavor.run_payouts(scope)
+        self.tell(scope.told)
+        return made
+
     def tick(self) -> None:
         """The clock-driven work (see the module docstring); safe to run from any thread, any number of times."""
         scope = _Scope(self, None)

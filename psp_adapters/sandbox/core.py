@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from email.message import Message
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from psp_adapters.sandbox.bank_credits import BankCredit
 from psp_adapters.sandbox.cards import TestCard
 from psp_adapters.sandbox.faults import Decision, Faults
 from psp_adapters.sandbox.movements import Adjustment
@@ -156,6 +157,19 @@ class Flavor(Protocol):
 
     def render_payment(self, record: PaymentRecord) -> object:
         """A payment in this flavour's shape, for the admin API's answers."""
+        ...
+
+    def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
+        """Fail a payout (the admin API): the payout in the flavour's shape, or why not
+        (``resource_missing`` for a flavour without payouts)."""
+        ...
+
+    def run_payouts(self, scope: Scope) -> list[object]:
+        """Pay out now what is unpaid (the admin API), paid at once; the payouts (or batches) made."""
+        ...
+
+    def bank_credits(self, since: date, until: date) -> list[BankCredit]:
+        """The bank credits the flavour's payouts arriving in ``[since, until]`` make (``bank_credits``)."""
         ...
 
     def adjustment_id(self, kind: str) -> str:

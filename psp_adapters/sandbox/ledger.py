@@ -149,6 +149,15 @@ class Ledger(KeyBooks, AdjustmentBooks, DocumentBooks):
             ).fetchone()
         return row is not None
 
+    def merchant_accounts(self, *, flavor: str) -> list[str]:
+        """The merchant accounts of the flavour's payments, in order of name."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT DISTINCT merchant_account FROM payments WHERE flavor = ? AND merchant_account IS NOT NULL "
+                "ORDER BY merchant_account", (flavor,)
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def succeeded_between(self, lo: datetime, hi: datetime, *, flavor: str) -> list[PaymentRecord]:
         """The succeeded payments with ``lo <= settled_at < hi``."""
         return self._payments(

@@ -27,10 +27,11 @@ import json
 import re
 import secrets
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.sandbox import wire
+from psp_adapters.sandbox.bank_credits import BankCredit
 from psp_adapters.sandbox.cards import card_of
 from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall, json_response
 from psp_adapters.sandbox.ledger import Ledger
@@ -122,6 +123,15 @@ class NativeFlavor:
             return json_response(201, record.to_json())
 
         return WriteCall(fingerprint=wire.request_digest(payload), run=run)
+
+    def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
+        return "resource_missing"  # the native PSP has no payouts
+
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return []
+
+    def bank_credits(self, since: date, until: date) -> list[BankCredit]:
+        return []
 
     def tick(self, scope: Scope) -> None:
         """Nothing of its own."""

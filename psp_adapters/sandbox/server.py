@@ -1,11 +1,12 @@
 """The sandbox PSP: a real HTTP server on 127.0.0.1 speaking one PSP's wire, with fault injection.
 
 One flavour per server (``flavor=``): ``native`` (the sandbox's own JSON API, ``native_api``), ``stripe``
-(Stripe's v1 API: PaymentIntents, refunds, charges, customers, payment methods, events, the balance, form-encoded,
-``stripe_api``) or ``adyen`` (Adyen's Checkout v71 and v72: payments, details, payment methods, modifications,
-and the Payment accounting report, ``adyen_api``). Their endpoints, auth, error shapes and idempotency rules are
-listed in those modules; faults, the idempotent write pipeline and the clock-driven work in ``api``; the admin
-API (``/_admin/…``, the same for every flavour) in ``admin``; the HTTP plumbing in ``httpd``. State lives in
+(Stripe's v1 API: PaymentIntents, refunds, charges, customers, payment methods, events, the balance, payouts,
+form-encoded, ``stripe_api``) or ``adyen`` (Adyen's Checkout v71 and v72: payments, details, payment methods,
+modifications, the Payment accounting report and the Settlement details report, ``adyen_api``). Their endpoints,
+auth, error shapes and idempotency rules are listed in those modules; faults, the idempotent write pipeline and
+the clock-driven work in ``api``; the admin API (``/_admin/…``, the same for every flavour) in ``admin``; the
+HTTP plumbing in ``httpd``. State lives in
 memory, or in one SQLite file (``ledger``) that survives restarts. Stripe's events are kept in either; with
 ``webhooks=WebhookConfig(…)`` the Stripe and Adyen flavours also send their PSP's webhooks to that URL
 (``webhooks``, ``stripe_events``, ``adyen_events``); the native flavour sends none.

@@ -8,7 +8,8 @@ Every write is a POST; every answer carries ``Request-Id`` and ``Stripe-Version`
     GET  /v1/payment_intents/{id}, /v1/payment_intents, /v1/payment_intents/search
     POST /v1/refunds, /v1/refunds/{id}[/cancel];   GET /v1/refunds/{id}, /v1/refunds      (stripe_money)
     GET  /v1/charges/{id}, /v1/charges, /v1/charges/search
-    GET  /v1/balance, /v1/balance_transactions/{id}, /v1/balance_transactions
+    GET  /v1/balance, /v1/balance_transactions/{id}, /v1/balance_transactions[?payout=po_…]
+    GET  /v1/payouts, /v1/payouts/{id}                                                      (stripe_payouts)
     POST /v1/customers, /v1/customers/{id};   GET /v1/customers/{id}, /v1/customers, /v1/customers/search
     GET  /v1/payment_methods/{id}, /v1/payment_methods?customer=, /v1/customers/{id}/payment_methods
     POST /v1/payment_methods/{id}/attach, /v1/payment_methods/{id}/detach                (stripe_account)
@@ -52,6 +53,8 @@ from urllib.parse import parse_qsl
 from psp_adapters.sandbox import stripe_account as account
 from psp_adapters.sandbox import stripe_intents as intents
 from psp_adapters.sandbox import stripe_money as money
+from psp_adapters.sandbox import stripe_payouts as payouts
+from psp_adapters.sandbox.bank_credits import BankCredit
 from psp_adapters.sandbox.core import IdempotencyPolicy, Request, Response, Scope, WriteCall, json_response
 from psp_adapters.sandbox.ledger import Ledger
 from psp_adapters.sandbox.movements import Adjustment
@@ -94,6 +97,8 @@ _READS: tuple[tuple[re.Pattern[str], Reader], ...] = tuple((re.compile(p), r) fo
     (r"^/v1/balance$", lambda b, p, _: money.balance(b, p)),
     (r"^/v1/balance_transactions$", lambda b, p, _: money.list_transactions(b, p)),
     (rf"^/v1/balance_transactions/{_ID}$", money.retrieve_transaction),
+    (r"^/v1/payouts$", lambda b, p, _: payouts.list_payouts(b, p)),
+    (rf"^/v1/payouts/{_ID}$", payouts.retrieve_payout),
     (r"^/v1/customers/search$", lambda b, p, _: account.search_customers(b, p)),
     (r"^/v1/customers$", lambda b, p, _: account.list_customers(b, p)),
     (rf"^/v1/customers/{_ID}$", account.retrieve_customer),
@@ -209,7 +214,18 @@ class StripeFlavor:
         return self.error("not_found", f"Unrecognized request URL (GET: {req.path}).")
 
     def tick(self, scope: Scope) -> None:
-        """Nothing of Stripe's own: the dispatcher settles, moves refunds and expires authorisations."""
+        """Payouts (``stripe_payouts``): formed at each UTC midnight, paid at their arrival date; the dispatcher
+        settles, moves refunds and expires authorisations before."""
+        payouts.tick(self.books, scope)
+
+    def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
+        return payouts.fail(self.books, scope, payout_id, code)
+
+    def run_payouts(self, scope: Scope) -> list[object]:
+        return list(payouts.pay_out_now(self.books, scope))
+
+    def bank_credits(self, since: date, until: date) -> list[BankCredit]:
+        return payouts.bank_credits(self.books, since, until)
 
     # -- admin renderings ----------------------------------------------------------------------------------
 

@@ -16,6 +16,9 @@ from psp_adapters.sandbox.movements import REFUND_FAILED, Adjustment
 from psp_adapters.sandbox.records import PaymentRecord
 
 FLAVOR = "stripe"
+#: document types of the payouts and of their own balance transactions (``stripe_payouts``)
+PAYOUT = "payout"
+PAYOUT_TXN = "payout_txn"
 
 
 class StripeBooks:
@@ -77,6 +80,9 @@ class StripeBooks:
         record = self.payment("pi_" + rest)
         if record is not None and record.captured and record.settled_at is not None:
             return sw.balance_transaction(record, record)
+        paid_out = self.ledger.get_document(txn_id, type=PAYOUT_TXN)
+        if paid_out is not None:
+            return dict(paid_out.body)
         failure = rest.startswith("F") and self.refund_by_id("re_" + rest[1:])
         if failure and failure.status == REFUND_FAILED:
             return sw.balance_transaction(failure, self._payment_of(failure), failure=True)
@@ -90,6 +96,11 @@ class StripeBooks:
         record = self.ledger.get_payment(adjustment.psp_reference)
         assert record is not None  # nosec B101  # foreign key
         return record
+
+    def payout(self, payout_id: str) -> dict[str, object] | None:
+        """A payout as the API serves it (``stripe_payouts``), else None."""
+        found = self.ledger.get_document(payout_id, type=PAYOUT) if payout_id.startswith("po_") else None
+        return so.public(found.body) if found is not None else None
 
     # -- documents -----------------------------------------------------------------------------------------
 
@@ -124,7 +135,7 @@ class StripeBooks:
             dispute = self.ledger.get_adjustment(object_id)
             return self.dispute(dispute) if dispute and self.payment(dispute.psp_reference) else None
         finders: dict[str, Callable[[str], dict[str, object] | None]] = {
-            "txn_": self.transaction, "cus_": self.customer, "pm_": self.payment_method,
+            "txn_": self.transaction, "cus_": self.customer, "pm_": self.payment_method, "po_": self.payout,
         }
         finder = finders.get(prefix)
         return finder(object_id) if finder else None

@@ -47,7 +47,7 @@ DEFAULT_WEBHOOK_EVENTS = frozenset({
     "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
     "payment_intent.canceled", "payment_intent.requires_action", "payment_intent.amount_capturable_updated",
     "charge.refunded", "charge.refund.updated", "charge.dispute.created", "refund.created", "refund.updated",
-    "refund.failed",
+    "refund.failed", "payout.created", "payout.paid", "payout.failed", "payout.reconciliation_completed",
 })  # fmt: skip
 
 

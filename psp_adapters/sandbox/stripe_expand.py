@@ -24,6 +24,8 @@ EXPANDABLE: Mapping[str, frozenset[str]] = {
     "balance_transaction": frozenset({"source"}),
     "customer": frozenset({"invoice_settings.default_payment_method"}),
     "payment_method": frozenset({"customer"}),
+    "payout": frozenset({"balance_transaction", "failure_balance_transaction", "original_payout",
+                         "reversed_by"}),
 }
 
 Lookup = Callable[[str], dict[str, object] | None]

@@ -15,6 +15,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from psp_adapters.sandbox import stripe_objects as so
+from psp_adapters.sandbox import stripe_payouts as payouts
 from psp_adapters.sandbox.core import Response, Scope, json_response
 from psp_adapters.sandbox.movements import REFUND_PENDING, REFUND_SUCCEEDED, Adjustment
 from psp_adapters.sandbox.records import PaymentRecord, random_id
@@ -31,8 +32,8 @@ from psp_adapters.sandbox.stripe_lists import (
     paginate,
     search_page,
 )
+from psp_adapters.sandbox.stripe_payouts import transactions
 from psp_adapters.sandbox.stripe_search import parse
-from psp_adapters.sandbox.stripe_wire import balance_transaction
 from psp_adapters.sandbox.webhook_events import Change
 
 REFUND_CREATE = {"amount", "charge", "payment_intent", "reason", "metadata", "expand", "instructions_email",
@@ -195,10 +196,8 @@ def search_charges(books: StripeBooks, params: Params) -> dict[str, object]:
 def balance(books: StripeBooks, params: Params) -> dict[str, object]:
     params.check_known({"expand"})
     available: dict[str, int] = {}
-    for _, _, _txn_id, (item, record, failure) in _entries(books, *_ALL_TIME, None):
-        currency = record.currency.lower()
-        net = balance_transaction(item, record, failure=failure)["net"]
-        available[currency] = available.get(currency, 0) + (net if isinstance(net, int) else 0)
+    for txn in transactions(books, *_ALL_TIME):
+        available[txn.currency] = available.get(txn.currency, 0) + txn.net
     return so.balance(available)
 
 
@@ -211,34 +210,20 @@ def retrieve_transaction(books: StripeBooks, params: Params, txn_id: str) -> dic
 
 
 def list_transactions(books: StripeBooks, params: Params) -> dict[str, object]:
+    """Newest first; ``payout=po_…``: the transactions that payout paid out, then its own (type ``payout``)."""
     params.check_known({"created", "limit", "starting_after", "ending_before", "type", "expand", "currency",
                         "payout", "source"})
     lo, hi = created_window(params)
-    entries = _entries(books, lo, hi, params.text("type"))
-    page, more = paginate(entries, params, id_of=lambda entry: entry[2], kind="balance_transaction")
-    data = [balance_transaction(item, record, failure=failure) for *_, (item, record, failure) in page]
-    return expanded(listing("/v1/balance_transactions", data, more), params, books.lookup)
-
-
-Entry = tuple[datetime, int, str, tuple[PaymentRecord | Adjustment, PaymentRecord, bool]]
-
-
-def _entries(books: StripeBooks, lo: datetime, hi: datetime, type_filter: str | None) -> list[Entry]:
-    """Balance transactions in ``[lo, hi)``, newest first: (at, order, txn id, (item, its payment, a failure?))."""
-    ledger, entries = books.ledger, list[Entry]()
-    if type_filter in (None, "charge"):
-        for record in ledger.succeeded_between(lo, hi, flavor=FLAVOR):
-            assert record.settled_at is not None  # nosec B101  # type narrowing, not a check
-            entries.append((record.settled_at, 0, "txn_" + record.psp_reference[3:], (record, record, False)))
-    for adjustment, record in ledger.adjustments_between(lo, hi, flavor=FLAVOR):
-        kind = "refund" if adjustment.kind == "refund" else "adjustment"
-        if type_filter in (None, kind):
-            txn = "txn_" + adjustment.id.split("_", 1)[1]
-            entries.append((adjustment.created_at, 1, txn, (adjustment, record, False)))
-    if type_filter in (None, "refund_failure"):
-        for adjustment, record in ledger.adjustments_between(lo, hi, flavor=FLAVOR, failed=True):
-            at = adjustment.updated_at or adjustment.created_at
-            entries.append((at, 2, "txn_F" + adjustment.id.removeprefix("re_"), (adjustment, record, True)))
-    entries.sort(key=lambda entry: (entry[0], entry[1], entry[2]), reverse=True)
-    return entries
-
+    payout_id, currency, type_filter = params.text("payout"), params.text("currency"), params.text("type")
+    if payout_id:
+        stored = payouts.payout(books, payout_id)
+        if stored is None:
+            raise missing("payout", payout_id, param="payout")
+        found = [t for t in payouts.paid_out(books, stored)
+                 if lo <= t.at < hi and type_filter in (None, t.doc["type"])]
+    else:
+        found = transactions(books, lo, hi, type_filter)
+    if currency:
+        found = [t for t in found if t.currency == currency.lower()]
+    page, more = paginate(found, params, id_of=lambda t: t.id, kind="balance_transaction")
+    return expanded(listing("/v1/balance_transactions", [t.doc for t in page], more), params, books.lookup)

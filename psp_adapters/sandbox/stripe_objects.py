@@ -104,7 +104,8 @@ def public(document: Mapping[str, object]) -> dict[str, object]:
 
 
 def balance(available: Mapping[str, int]) -> dict[str, object]:
-    """The Balance: ``available`` per currency (the sandbox pays out at once: nothing pending)."""
+    """The Balance: ``available`` per currency (transactions are available at once: nothing pending; payouts
+    take it out, ``stripe_payouts``)."""
     currencies = sorted(available) or ["usd"]
     return {
         "object": "balance",

@@ -295,8 +295,8 @@ def balance_transaction(
 ) -> dict[str, object]:
     """A BalanceTransaction (docs.stripe.com/api/balance_transactions/object) of a captured charge, a refund (type
     and reporting_category "refund"), a refund that failed after it was booked (``failure``: "refund_failure",
-    the money back) or a dispute (type "adjustment", reporting_category "dispute"); available at once (the
-    sandbox pays out instantly). ``source`` is an id (``stripe_expand`` expands it)."""
+    the money back) or a dispute (type "adjustment", reporting_category "dispute"); available at once
+    (``stripe_payouts`` pays them out daily). ``source`` is an id (``stripe_expand`` expands it)."""
     if isinstance(item, PaymentRecord):
         assert item.settled_at is not None  # nosec B101  # type narrowing, not a check
         at, amount, fee = item.settled_at, record.captured, record.booked_fee

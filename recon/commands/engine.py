@@ -93,7 +93,7 @@ def _serve_metrics(app: App, port: int | None) -> MetricsServer | None:
         return None
     from recon.metrics import serve
 
-    return serve(app.db, port=port)
+    return serve(app.db, port=port, review_config=app.review_config)
 
 
 @click.command()

@@ -1,19 +1,25 @@
-"""`recon review list|show|resolve|recheck`: what finance ops do with payments in needs_review."""
+"""`recon review list|show|resolve|recheck|assign|comment|bulk-resolve`: what finance ops do with payments in
+needs_review."""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
 
+from recon import review_bulk
 from recon.app import App
 from recon.commands.payments import payment_doc
+from recon.errors import UsageError
 from recon.operator_rows import Approval
 from recon.params import EXIT_REVIEW, LIMIT, Duration, by_option, pending_approval, say
+from recon.payments.money import format_amount
 from recon.render.payments import payment_detail, review_table
-from recon.review import ReviewKind
+from recon.review import Difference
+from recon.review_rows import QueueFilter, ReviewKind, Severity
 
 
 @click.group()
@@ -21,23 +27,57 @@ def review() -> None:
     """Payments in needs_review: list them, look at one, resolve it by hand, or ask the PSP again."""
 
 
+def queue_filters(*kind_flags: str) -> Callable[[Callable[..., None]], Any]:
+    """The queue's filters, shared by ``list`` (the kind as ``--reason`` or ``--kind``) and ``bulk-resolve``
+    (``--kind``: its ``--reason`` is the resolution's, as for ``resolve``)."""
+    return lambda func: _with_filters(func, kind_flags)
+
+
+def _with_filters(func: Callable[..., None], kind_flags: tuple[str, ...]) -> Any:
+    options = [
+        click.option(*kind_flags, "kind", type=click.Choice([k.value for k in ReviewKind]),
+                     help="Only this kind of reason."),
+        click.option("--psp"),
+        click.option("--older-than", type=Duration(), help="Only payments in review for longer than this (e.g. 2d)."),
+        click.option("--currency", help="Only this ISO-4217 currency."),
+        click.option("--assignee", help="Only payments assigned to this person."),
+        click.option("--unassigned", is_flag=True, help="Only payments nobody is assigned to."),
+        click.option("--severity", type=click.Choice([s.value for s in Severity]),
+                     help="Only this severity (from amount and age, [review])."),
+        click.option("--overdue", is_flag=True, help="Only payments past their due-by ([review.sla])."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _where(app: App, kw: dict[str, Any]) -> QueueFilter:
+    return app.review.where(kind=kw["kind"], psp=kw["psp"], older_than=kw["older_than"], currency=kw["currency"],
+                            assignee=kw["assignee"], unassigned=kw["unassigned"], severity=kw["severity"],
+                            overdue=kw["overdue"])
+
+
 @review.command("list")
-@click.option("--reason", "kind", type=click.Choice([k.value for k in ReviewKind]), help="Only this kind of reason.")
-@click.option("--psp")
-@click.option("--older-than", type=Duration(), help="Only payments in review for longer than this (e.g. 2d).")
-@click.option("--currency", help="Only this ISO-4217 currency.")
+@queue_filters("--reason", "--kind")
 @click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def review_list(app: App, kind: str | None, psp: str | None, older_than: timedelta | None, currency: str | None,
-                limit: int, as_json: bool) -> None:
-    """Payments in needs_review, longest in review first: why, for how long, the PSP's latest answer."""
-    items = app.review.list(kind=kind, psp=psp, older_than=older_than, currency=currency, limit=min(limit, 10_000))
+def review_list(app: App, /, limit: int, as_json: bool, **filters: Any) -> None:
+    """Payments in needs_review, longest in review first: why, for how long, severity, due-by, assignee, the
+    PSP's latest answer."""
+    where = _where(app, filters)
+    items = app.review.list(**filters, limit=min(limit, 10_000))
     if as_json:
-        click.echo(json.dumps({"payments": [i.to_dict() for i in items]}))
+        totals = app.review.totals(where)
+        click.echo(json.dumps({"payments": [i.to_dict() for i in items], "total": totals.count,
+                               "by_currency": [vars_of(t) for t in totals.by_currency]}))
         return
 
-    review_table(items)
+    review_table(items, now=app.review.clock.now())
+
+
+def vars_of(total: Any) -> dict[str, Any]:
+    return {"currency": total.currency, "count": total.count, "amount": total.amount}
 
 
 @review.command("show")
@@ -52,10 +92,15 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
             "payment": payment_doc(detail.payment),
             "events": [e.to_dict() for e in detail.events],
             "jobs": [{"job": j.to_dict(), "attempts": [a.to_dict() for a in attempts]} for j, attempts in detail.jobs],
+            "comments": [{"at": c.at.isoformat(), "author": c.author, "kind": c.kind.value, "body": c.body}
+                         for c in detail.comments],
         }))
         return
 
     payment_detail(detail.payment, detail.events, detail.jobs)
+    for c in detail.comments:
+        say(f"{c.at:%Y-%m-%d %H:%M:%S} UTC {c.author} " + (f"assigned it to {c.body}" if c.kind == "assigned"
+                                                           else f"wrote: {c.body}"))
 
 
 @review.command("resolve")
@@ -66,9 +111,13 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
 @by_option("Who decides: an operator (role operator or above); kept in the audit trail.")
 @click.option("--override", is_flag=True,
               help="Resolve even when the PSP's answer contradicts it, or the PSP cannot be asked (recorded).")
+@click.option("--difference", type=click.Choice([d.value for d in Difference]),
+              help="Resolved as succeeded at the PSP's other amount: what happens to the difference (recorded; "
+                   "default written_off).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def review_resolve(app: App, reference: str, to: str, reason: str, by: str | None, override: bool,
+                   difference: str | None,
                    as_json: bool) -> None:
     """Move a payment out of needs_review by hand, after asking the PSP once more.
 
@@ -76,18 +125,24 @@ def review_resolve(app: App, reference: str, to: str, reason: str, by: str | Non
     asked, unless --override. An override needs four eyes: it is requested (exit 1) and runs when another
     operator approves it (recon approvals). The audit event keeps the operator, the reason, both amounts and
     the PSP's answer."""
-    result = app.actions.resolve(reference, to=to, reason=reason, by=by, override=override)
+    result = app.actions.resolve(reference, to=to, reason=reason, by=by, override=override, difference=difference)
     if isinstance(result, Approval):
-        if as_json:
-            click.echo(json.dumps({"approval": result.to_dict()}))
-            sys.exit(EXIT_REVIEW)
-        pending_approval(result)
+        _pending(result, as_json=as_json)
     if as_json:
         click.echo(json.dumps({"payment": result.payment.to_dict(), "resolution": result.details}))
         return
     d = result.details
     said = d.get("psp_status") or d.get("psp_outcome") if d["psp_asked"] else f"not asked ({d['psp_not_asked']})"
-    say(f"payment {reference} resolved as {to} by {d['operator']}; the PSP said {said}")
+    say(f"payment {reference} resolved as {to} by {d['operator']}; the PSP said {said}"
+        + (f"; {d['difference']['sentence']}" if d.get("difference") else ""))
+
+
+def _pending(approval: Approval, *, as_json: bool) -> NoReturn:
+    """A four-eyes request instead of the action: its line (or document), exit 1."""
+    if as_json:
+        click.echo(json.dumps({"approval": approval.to_dict()}))
+        sys.exit(EXIT_REVIEW)
+    pending_approval(approval)
 
 
 @review.command("recheck")
@@ -103,3 +158,79 @@ def review_recheck(app: App, reference: str, by: str | None, as_json: bool) -> N
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))
         return
     say(f"reconcile job {job_id} queued on {app.reconcile_config.queue} for payment {reference}")
+
+
+@review.command("assign")
+@click.argument("reference", metavar="REF")
+@click.option("--to", "to", help="Who works on it from now on.")
+@click.option("--nobody", is_flag=True, help="Unassign it.")
+@by_option("Who assigns: an operator (role operator or above); kept with the payment's comments.")
+@click.pass_obj
+def review_assign(app: App, reference: str, to: str | None, nobody: bool, by: str | None) -> None:
+    """Assign a payment in review to a person (or, with --nobody, to no one); recorded with its comments."""
+    if (to is None) == (not nobody):
+        raise UsageError("--to NAME or --nobody: exactly one")
+    payment = app.actions.assign(reference, to=to, by=by)
+    say(f"payment {reference} assigned to {payment.review_assignee}" if payment.review_assignee
+        else f"payment {reference} unassigned")
+
+
+@review.command("comment")
+@click.argument("reference", metavar="REF")
+@click.option("--text", required=True, help="The comment (at most 2000 characters).")
+@by_option("Who writes it: an operator (role operator or above).")
+@click.pass_obj
+def review_comment(app: App, reference: str, text: str, by: str | None) -> None:
+    """Add a comment to a payment; `recon review show` lists them with the assignments."""
+    app.actions.comment(reference, text=text, by=by)
+    say(f"comment added to payment {reference} by {by}")
+
+
+@review.command("bulk-resolve")
+@queue_filters("--kind")
+@click.option("--as", "to", type=click.Choice(["succeeded", "failed"]), required=True,
+              help="The status every matched payment takes.")
+@click.option("--reason", help="Why; kept in each payment's audit trail (with --apply).")
+@by_option("Who decides (with --apply): an operator (role operator or above).")
+@click.option("--apply", "expect", metavar="DIGEST",
+              help="Resolve exactly the set a preview printed (its digest); without it: only the preview.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def review_bulk_resolve(app: App, /, to: str, reason: str | None, by: str | None, expect: str | None, as_json: bool,
+                        **filters: Any) -> None:
+    """Resolve every payment the filters match, all or nothing. First a preview (nothing changes): how many,
+    how much per currency, and a digest; then the same command with --apply DIGEST --reason --by resolves
+    exactly that set, after asking the PSP about each (refused, nothing changed, if the set changed or a PSP
+    contradicts). At most [review] bulk_max payments. More than [four_eyes] bulk_resolve_count: a four-eyes
+    request (exit 1), run when another operator approves it (recon approvals)."""
+    where = _where(app, filters)
+    if expect is None:
+        shown = review_bulk.preview(app.review, where, to=to)
+        _bulk_out(shown, applied=False, as_json=as_json)
+        return
+    if not reason or not by:
+        raise UsageError("--apply needs --reason and --by")
+    done = app.actions.bulk_resolve(where, to=to, reason=reason, by=by, expect=expect)
+    if isinstance(done, Approval):
+        _pending(done, as_json=as_json)
+    _bulk_out(done, applied=True, as_json=as_json)
+
+
+def _bulk_out(shown: review_bulk.BulkPreview, *, applied: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"applied": applied, "to": shown.to.value, "count": shown.count,
+                               "by_currency": [vars_of(t) for t in shown.by_currency], "digest": shown.digest,
+                               "too_many": shown.too_many,
+                               "payments": [p.merchant_reference for p in shown.payments]}))
+        return
+    money = ", ".join(f"{t.count} x {format_amount(t.amount, t.currency)}" for t in shown.by_currency) or "nothing"
+    if applied:
+        say(f"resolved {shown.count} payments as {shown.to}: {money}")
+        return
+    say(f"would resolve {shown.count} payments as {shown.to}: {money}"
+        + (" (more match: narrow the filters)" if shown.too_many else ""))
+    for p in shown.payments[:20]:
+        say(f"  {p.merchant_reference}  {format_amount(p.amount, p.currency)}  {p.psp}")
+    if shown.count > 20:
+        say(f"  ... and {shown.count - 20} more")
+    say(f"digest {shown.digest}: add --apply {shown.digest} --reason WHY --by NAME to resolve exactly these")

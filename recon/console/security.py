@@ -35,9 +35,10 @@ refused before any form is read.
 (``localhost``, ``127.x.x.x``, ``[::1]``): a DNS-rebinding page (evil.example resolving to 127.0.0.1) would
 otherwise read the console as its own origin.
 
-**Headers** on every response: a Content-Security-Policy allowing no script at all and only the console's
-own inline stylesheet (by its hash), ``X-Frame-Options: DENY``, ``Referrer-Policy: same-origin``,
-``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store`` (pages show payment data).
+**Headers** on every response: a Content-Security-Policy allowing only the console's own inline script and
+stylesheet (each by its hash; the script only adds local times beside UTC ones), ``X-Frame-Options: DENY``,
+``Referrer-Policy: same-origin``, ``X-Content-Type-Options: nosniff`` and ``Cache-Control: no-store`` (pages
+show payment data).
 """
 
 from __future__ import annotations
@@ -181,9 +182,11 @@ def _over_tls(request: Request) -> bool:
             or "proto=https" in forwarded)
 
 
-def security_headers(style_hash: str) -> list[tuple[bytes, bytes]]:
-    """The headers of every response; ``style_hash`` is the base64 SHA-256 of the one inline stylesheet."""
-    csp = (f"default-src 'self'; script-src 'none'; style-src 'sha256-{style_hash}'; img-src 'self' data:; "
+def security_headers(style_hash: str, script_hash: str | None = None) -> list[tuple[bytes, bytes]]:
+    """The headers of every response; ``style_hash`` and ``script_hash`` are the base64 SHA-256 of the one
+    inline stylesheet and the one inline script (None: no script at all)."""
+    scripts = f"'sha256-{script_hash}'" if script_hash else "'none'"
+    csp = (f"default-src 'self'; script-src {scripts}; style-src 'sha256-{style_hash}'; img-src 'self' data:; "
            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
     return [(b"content-security-policy", csp.encode()), (b"x-frame-options", b"DENY"),
             (b"referrer-policy", b"same-origin"), (b"x-content-type-options", b"nosniff"),
@@ -199,13 +202,14 @@ class Gatekeeper:
     """
 
     def __init__(self, app: ASGIApp, *, csrf: Csrf, auth: TokenAuth | None, sessions: Sessions,
-                 style_hash: str, deny_func: DenyFunc, token_actor_func: Callable[[], Actor | None]) -> None:
+                 style_hash: str, deny_func: DenyFunc, token_actor_func: Callable[[], Actor | None],
+                 script_hash: str | None = None) -> None:
         self.app = app
         self.csrf = csrf
         self.auth = auth
         self.sessions = sessions
         self.token_actor = token_actor_func
-        self.headers = security_headers(style_hash)
+        self.headers = security_headers(style_hash, script_hash)
         self.deny = deny_func
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

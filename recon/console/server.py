@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from recon.asgi import serve
 from recon.console.config import ConsoleConfig
-from recon.console.pages import approvals, dead, jobs, login, overview, psps, review
+from recon.console.pages import approvals, dead, jobs, login, overview, payments, psps, review
 from recon.console.security import Actor, Csrf, Gatekeeper, TokenAuth
 from recon.console.session import Sessions, token_principal
 from recon.console.web import Pages
@@ -63,13 +63,14 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
         detail = exc.detail if isinstance(exc, HTTPException) else "the console failed on this request"
         return rendered.error(request, status, "no such page" if status == 404 else str(detail))
 
-    web = Starlette(routes=[*overview.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES, *psps.ROUTES,
-                            *login.ROUTES, *approvals.ROUTES],
+    web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES,
+                            *psps.ROUTES, *login.ROUTES, *approvals.ROUTES],
                     middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
-                                           style_hash=rendered.style_hash, deny_func=deny,
-                                           token_actor_func=token_actor)],
+                                           style_hash=rendered.style_hash, script_hash=rendered.script_hash,
+                                           deny_func=deny, token_actor_func=token_actor)],
                     exception_handlers={HTTPException: not_served}, max_body_size=MAX_BODY_BYTES)
     web.state.console_recon = app
+    web.state.console_key = key
     web.state.console_pages = rendered
     web.state.console_auth = auth
     web.state.console_sessions = sessions

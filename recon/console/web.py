@@ -11,24 +11,27 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from recon.console.security import Actor, csrf_accepts, plain_http_off_loopback
 from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
+from recon.evidence import options_facts, sweep_facts
 from recon.operator_rows import Role
-from recon.payments.money import format_amount
+from recon.payments.money import format_amount, group_digits
 from recon.redact import redact, redact_value
 
 if TYPE_CHECKING:
@@ -97,14 +100,19 @@ class Pages:
         css = (files("recon.console") / "templates" / "console.css").read_text(encoding="utf-8")
         self.css = Markup(css)  # nosec B704  # our own stylesheet, not input
         self.style_hash = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
-        self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty)
+        js = (files("recon.console") / "templates" / "console.js").read_text(encoding="utf-8")
+        self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
+        self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
+        self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
-        base = {"request": request, "css": self.css, "path": request.url.path,
+        base = {"request": request, "css": self.css, "js": self.js, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
                 "logged_in": getattr(request.state, "session", None) is not None,
-                "actor": getattr(request.state, "actor", None), "notice": None, "error": None}
+                "actor": getattr(request.state, "actor", None), "notice": notice_of(request),
+                "error": None, "signed_in": signed_in(request), "refresh": _refresh(request)}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)
 
@@ -123,6 +131,42 @@ def acting(request: Request, needs: Role) -> str:
     if not actor.role.allows(needs):
         raise PageError(403, f"refused: {actor.name} has the role {actor.role}; this takes {needs} or above")
     return actor.name
+
+
+def signed_in(request: Request) -> str | None:
+    """Who is signed in: the operator of the request's session (or of the console's access token), None
+    without one (a loopback console with no token). The one place the console asks who is signed in."""
+    actor: Actor | None = getattr(request.state, "actor", None)
+    return actor.name if actor is not None else None
+
+
+def done(request: Request, url: str, notice: str, **params: str | int) -> RedirectResponse:
+    """POST -> redirect -> GET: a 303 to ``url`` carrying ``notice`` (signed, so a link cannot forge one) and
+    ``params``; reloading the page it leads to repeats nothing, and the address bar holds a page's URL."""
+    query = {**{k: str(v) for k, v in params.items()}, "notice": notice, "ns": _notice_sig(request, notice)}
+    url, hash_, fragment = url.partition("#")
+    url = url.rstrip("?&")
+    sep = "&" if "?" in url else "?"
+    return RedirectResponse(url + sep + urlencode(query) + hash_ + fragment, status_code=303)
+
+
+def notice_of(request: Request) -> str | None:
+    """The notice a ``done`` redirect carried, when its signature holds; None otherwise."""
+    text = request.query_params.get("notice")
+    if not text or len(text) > 1000:
+        return None
+    return text if hmac.compare_digest(request.query_params.get("ns", ""), _notice_sig(request, text)) else None
+
+
+def _notice_sig(request: Request, text: str) -> str:
+    key: bytes = _state(request, "key")
+    return hmac.new(key, b"notice\0" + text.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _refresh(request: Request) -> int | None:
+    """``?refresh=N`` (10 to 600 seconds) on a page: the page reloads itself that often (a meta refresh)."""
+    raw = request.query_params.get("refresh", "")
+    return int(raw) if raw.isascii() and raw.isdigit() and 10 <= int(raw) <= 600 else None
 
 
 def recon_app(request: Request) -> App:
@@ -198,7 +242,8 @@ def _redacted(value: Any) -> Any:
 
 
 def _money(minor: int, currency: str) -> str:
-    return format_amount(int(minor), currency)
+    """Major units with digit grouping: 6157000, "EUR" -> "61,570.00 EUR"."""
+    return format_amount(int(minor), currency, grouped=True)
 
 
 def _timestamp(value: datetime | str | None) -> str:
@@ -207,6 +252,15 @@ def _timestamp(value: datetime | str | None) -> str:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(value: datetime | str | None) -> Markup:
+    """A time as ``<time datetime=ISO>… UTC</time>``: the console's script adds the browser's own time beside it."""
+    if value is None or value == "":
+        return Markup("-")
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return Markup('<time datetime="%s">%s</time>') % (value.isoformat(), _timestamp(value))
 
 
 def age_text(seconds: float | None) -> str:

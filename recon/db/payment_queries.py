@@ -16,7 +16,7 @@ from recon.db.sql import Query
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
     "updated_at, psp_reference, failure_reason, review_reason, payment_method, customer_reference, key_generation, "
-    "key_sent_at, review_since"
+    "key_sent_at, review_since, review_assignee"
 )
 UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
@@ -180,20 +180,6 @@ payment_search = Query(
             SELECT {PAYMENT_COLUMNS} FROM payments WHERE psp IN :psps AND psp_reference = :text
             ORDER BY id LIMIT :n""",  # nosec B608  # constant SQL, values bound
     expanding=("psps",),
-)
-
-payment_review_page = Query(
-    "payment_review_page",
-    "Run by `recon review list` and the console's review queue: payments in needs_review, longest in review "
-    "first, after a (review_since, id) cursor, through the partial index payments_review.",
-    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
-            WHERE status = 'needs_review'
-              AND (review_since > :after_since OR (review_since = :after_since AND id > :after_id))
-              AND review_since < :cutoff
-              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
-              AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
-              AND (CAST(:reason_like AS TEXT) IS NULL OR review_reason LIKE :reason_like)
-            ORDER BY review_since, id LIMIT :n""",  # nosec B608  # constant SQL, values bound
 )
 
 payment_review_summary = Query(

@@ -298,19 +298,6 @@ class PaymentStore(TransitionStore):
                                 {"text": text, "psps": list(psps) or [""], "n": limit}).all()
         return [self._payment(r) for r in rows]
 
-    def review_page(self, *, after: tuple[datetime, int] | None, cutoff: datetime, psp: str | None,
-                    currency: str | None, reason_prefix: str | None, limit: int) -> list[Payment]:
-        """Payments in needs_review since before ``cutoff``, longest in review first, after the
-        ``(review_since, id)`` cursor ``after``; ``reason_prefix`` matches the start of the review reason."""
-        since, after_id = after if after else (datetime.min.replace(tzinfo=cutoff.tzinfo), 0)
-        # a kind's name ("amount_mismatch:"): its "_" is LIKE's one-character wildcard, which matches itself too
-        pattern = None if reason_prefix is None else f"{reason_prefix}%"
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(lq.payment_review_page), {
-                "after_since": self.db.to_db(since), "after_id": after_id, "cutoff": self.db.to_db(cutoff),
-                "psp": psp, "currency": currency, "reason_like": pattern, "n": limit}).all()
-        return [self._payment(r) for r in rows]
-
     def review_summary(self) -> tuple[int, datetime | None]:
         """How many payments are in needs_review, and since when the oldest."""
         with self.db.begin() as conn:
@@ -355,6 +342,10 @@ class PaymentStore(TransitionStore):
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
 
+    def from_row(self, r: Any) -> Payment:
+        """A ``Payment`` from a row of ``PAYMENT_COLUMNS`` another store read (the review queue's)."""
+        return self._payment(r)
+
     def _payment(self, r: Any) -> Payment:
         """A ``Payment`` from a row of ``PAYMENT_COLUMNS``, read by name."""
         m, t = r._mapping, self.db.from_db
@@ -365,7 +356,8 @@ class PaymentStore(TransitionStore):
                        psp_reference=m["psp_reference"], failure_reason=m["failure_reason"],
                        review_reason=m["review_reason"], payment_method=m["payment_method"],
                        customer_reference=m["customer_reference"], key_generation=int(m["key_generation"] or 0),
-                       key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]))
+                       key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]),
+                       review_assignee=m["review_assignee"])
 
 
 def _redacted(p: NewPayment) -> NewPayment:

@@ -155,6 +155,7 @@ payments = sa.Table(
     sa.Column("key_generation", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("key_sent_at", Timestamp, nullable=True),
     sa.Column("review_since", Timestamp, nullable=True),  #: when it last entered needs_review (migration 0008)
+    sa.Column("review_assignee", sa.Text(), nullable=True),  #: who works on it in review (migration 0020)
     sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
     sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
     sa.CheckConstraint(_in("status", PAYMENT_STATUSES), name="payments_status_valid"),
@@ -168,6 +169,28 @@ payments = sa.Table(
              sqlite_where=sa.text(UNFINISHED_PAYMENT)),
     sa.Index("payments_review", "review_since", "id", postgresql_where=sa.text("status = 'needs_review'"),
              sqlite_where=sa.text("status = 'needs_review'")),
+    sa.Index("payments_review_assignee", "review_assignee", "review_since", "id",
+             postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
+    sa.Index("payments_review_totals", "currency", "amount",
+             postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
+)
+
+# --- the review queue's comments and assignments (migration 0020) -------------------------------------------
+
+REVIEW_COMMENT_KINDS = ("comment", "assigned")
+
+review_comments = sa.Table(
+    "review_comments",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="review_comments_payment_fkey"), nullable=False),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.Column("author", sa.Text(), nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),
+    sa.Column("body", sa.Text(), nullable=False),
+    sa.CheckConstraint(_in("kind", REVIEW_COMMENT_KINDS), name="review_comments_kind_valid"),
+    sa.Index("review_comments_payment", "payment_id", "id"),
+    sqlite_autoincrement=True,
 )
 
 payment_events = sa.Table(

@@ -66,7 +66,13 @@ def exact_minor(text: str, currency: str) -> int:
     return int(minor)
 
 
-def format_amount(minor: int, currency: str) -> str:
-    """1234, "EUR" -> "12.34 EUR"."""
+def format_amount(minor: int, currency: str, *, grouped: bool = False) -> str:
+    """1234, "EUR" -> "12.34 EUR"; ``grouped``: 123456789 -> "1,234,567.89 EUR" (for people, the console)."""
     exponent = MINOR_UNITS.get(currency.upper(), 2)
-    return f"{Decimal(minor).scaleb(-exponent):.{exponent}f} {currency.upper()}"
+    spec = f",.{exponent}f" if grouped else f".{exponent}f"
+    return f"{Decimal(minor).scaleb(-exponent):{spec}} {currency.upper()}"
+
+
+def group_digits(value: int | str) -> str:
+    """A count for people: 2012 -> "2,012"."""
+    return f"{int(value):,}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from recon.evidence import resolution_sentence
 from recon.payments.money import format_amount
 from recon.render.output import FoldTable, age_text, stdout_console, timestamp
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
@@ -55,24 +57,14 @@ def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
     override), other events' details as sorted JSON; at most ``width`` characters."""
     d = event.details or {}
     if event.source == "manual" and "operator" in d:
-        ours = d.get("ours") or {}
-        psp = d.get("psp") or {}
-        text = f"resolved {event.to_status} by {d['operator']}: {d.get('reason', '')}"
-        if psp.get("amount") is not None and psp.get("currency") and ours:
-            text += (f" (ours {format_amount(ours['amount'], ours['currency'])}, PSP "
-                     f"{format_amount(psp['amount'], str(psp['currency']))})")
-        text += f"; PSP said {d['psp_status'] or d.get('psp_outcome')}" if d.get("psp_outcome") else \
-            f"; PSP not asked ({d.get('psp_not_asked')})"
-        if d.get("override"):
-            text += "; OVERRIDE"
-        return text[:width]
+        return resolution_sentence(event.to_status, d)[:width]
     return json.dumps(d, sort_keys=True)[:width] if d else ""
 
 
-def review_table(items: Sequence[Any]) -> None:
+def review_table(items: Sequence[Any], *, now: datetime) -> None:
     """``recon review list``: recon.review.ReviewItem rows."""
     table = FoldTable(title=f"{len(items)} payments in review")
-    for col in ("reference", "psp", "amount", "why", "in review", "PSP's latest answer", "reason"):
+    for col in ("reference", "psp", "amount", "why", "severity", "in review", "due", "assignee", "PSP's latest answer"):
         table.add_column(col, justify="right" if col in ("amount", "in review") else "left")
     for item in items:
         p = item.payment
@@ -80,8 +72,10 @@ def review_table(items: Sequence[Any]) -> None:
         said = answer.get("psp_status") or answer.get("psp_outcome") or "-"
         if answer.get("psp_amount") is not None and answer.get("psp_currency"):
             said += f" {format_amount(answer['psp_amount'], str(answer['psp_currency']))}"
+        due = "-" if item.due_at is None else f"overdue {age_text((now - item.due_at).total_seconds())}" \
+            if item.overdue else f"in {age_text((item.due_at - now).total_seconds())}"
         table.add_row(p.merchant_reference, p.psp, format_amount(p.amount, p.currency), str(item.kind),
-                      age_text(item.age_seconds), said, (p.review_reason or "")[:60])
+                      str(item.severity), age_text(item.age_seconds), due, p.review_assignee or "-", said)
     stdout_console().print(table)
 
 

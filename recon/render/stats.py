@@ -77,7 +77,8 @@ def review_lines(doc: dict[str, Any]) -> None:
     console = stdout_console()
     r = doc["review"]
     oldest = f", the oldest for {age_text(r['oldest_age_seconds'])}" if r["oldest_since"] else ""
-    console.print(f"needs_review: {r['needs_review']} payments{oldest}")
+    overdue = f", {r['overdue']} past their due-by" if r.get("overdue") else ""
+    console.print(f"needs_review: {r['needs_review']} payments{oldest}{overdue}")
     rows = doc["resolutions"]["by_day"]
     if rows:
         table = FoldTable(title=f"manual resolutions since {doc['resolutions']['since'][:10]}")

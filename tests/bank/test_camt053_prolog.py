@@ -16,7 +16,7 @@ import pytest
 from recon.bank.formats import registry
 from recon.bank.formats.camt053 import prolog, reader
 from recon.bank.formats.protocol import Entry, EntryToWrite, FormatError, StatementToWrite
-from tests.bank.samples import CAMT, XML_HOSTILE, sample
+from tests.bank.samples import OKANE, XML_HOSTILE, sample
 from tests.bank.test_readers import LAUGHS
 
 DEFUSEDXML_HOSTILE = ["xmlbomb", "xmlbomb2", "quadratic", "cyclic", "external", "external_file", "dtd", "dtd_element"]
@@ -90,7 +90,7 @@ def test_camt053_reader__after_the_root_a_declaration_or_an_entity_is_not_well_f
 
 
 def test_camt053_reader__a_doctype_inside_a_comment_is_no_dtd(tmp_path: Path) -> None:
-    original = sample(CAMT / "valid_example_v8.xml").read_bytes()
+    original = sample(OKANE / "test1.xml").read_bytes()
     declaration_end = original.index(b"?>") + 2
     path = tmp_path / "commented.xml"
     comment = b"\n<!-- <!DOCTYPE d [<!ENTITY x 'y'>]> -->"

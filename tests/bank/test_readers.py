@@ -1,6 +1,7 @@
-"""The readers against files we did not write: the mt-940 project's and the bai2 project's test files, the
-camt_parser project's camt.053 examples (tests/bank/samples.py). Expected values are read off the
-files themselves (or the mt-940 project's own expected-results YAML), not off our code."""
+"""The readers against files we did not write: the mt-940 project's and the bai2 project's test files, the OCA
+importer's and okane's camt.053 statements, and (where the hand-made ../shared/samples copy is present) the
+camt_parser project's examples (tests/bank/samples.py; every published file: test_published_samples.py). Expected
+values are read off the files themselves (or the mt-940 project's own expected-results YAML), not off our code."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from recon.bank.formats import registry
 from recon.bank.formats.protocol import Entry, FormatError, Statement
-from tests.bank.samples import BAI2, CAMT, MT940, sample
+from tests.bank.samples import BAI2, CAMT, MT940, OCA_CAMT, OKANE, sample
 
 
 def _read(path: Path) -> tuple[list[Entry], list[Statement]]:
@@ -23,7 +24,8 @@ def _read(path: Path) -> tuple[list[Entry], list[Statement]]:
 
 
 @pytest.mark.parametrize(("path", "name"), [
-    (CAMT / "valid_example.xml", "camt053"), (CAMT / "valid_example_v8.xml", "camt053"),
+    (OCA_CAMT / "test-camt053", "camt053"), (OKANE / "test1.xml", "camt053"),
+    (CAMT / "valid_example_v8.xml", "camt053"),
     (MT940 / "jejik" / "ing.sta", "mt940"), (MT940 / "cmxl" / "mt940.sta", "mt940"),
     (BAI2 / "svb_us_example.bai2", "bai2"), (BAI2 / "nwb_example.bai2", "bai2"),
 ])
@@ -126,7 +128,7 @@ def test_camt053_reader__refuses_a_dtd_and_entities_quickly_never_expanding_them
 
 
 def test_camt053_reader__names_the_line_of_a_truncated_file(tmp_path: Path) -> None:
-    text = sample(CAMT / "valid_example.xml").read_text()
+    text = sample(OCA_CAMT / "test-camt053").read_text()
     path = tmp_path / "cut.xml"
     path.write_text(text[: len(text) // 2])
     with pytest.raises(FormatError, match="truncated") as caught:

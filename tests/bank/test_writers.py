@@ -1,5 +1,6 @@
 """The writers, checked by what we did not write: the mt-940 and bai2 libraries read back every field, and ISO
-20022's published camt.053.001.08 schema validates the XML (shared/samples/iso20022; skipped when absent)."""
+20022's published camt.053.001.08 and .001.02 schemas validate the XML (fetched by tests/bank/get_samples.py:
+tests/bank/samples.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from recon.bank.formats import registry
 from recon.bank.formats.protocol import Entry, EntryToWrite, Statement, StatementToWrite
-from tests.bank.samples import CAMT08_XSD, sample
+from tests.bank.samples import ISO20022, sample
 
 ENTRIES = (
     EntryToWrite(amount=123456, direction="credit", booking_date=date(2026, 11, 2), value_date=date(2026, 11, 3),
@@ -68,12 +69,13 @@ def test_bai2_writer__the_bai2_library_reads_it_with_every_total_checked(tmp_pat
     assert days[0][1].children[0].text == "Stripe Payments Europe STRIPE PAYOUT po_1Abc"
 
 
-def test_camt053_writer__001_08_is_valid_against_iso_20022s_schema(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", ["08", "02"])
+def test_camt053_writer__is_valid_against_iso_20022s_schema(version: str, tmp_path: Path) -> None:
     import xmlschema
 
-    schema = xmlschema.XMLSchema(str(sample(CAMT08_XSD)))
+    schema = xmlschema.XMLSchema(str(sample(ISO20022 / f"camt.053.001.{version}.xsd")))
     path = tmp_path / "s.xml"
-    path.write_bytes(_written("camt053", "08"))
+    path.write_bytes(_written("camt053", version))
     schema.validate(str(path))
 
 

@@ -52,7 +52,11 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
                                                                                     recon: Runner) -> None:
     with console(db_url, login="ann") as client, console(db_url, login="bob") as approver:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"reason": "incident 7", "csrf": csrf})
+        unconfirmed = client.post("/psps/stripe/pause", data={"reason": "incident 7", "csrf": csrf})
+        assert unconfirmed.status_code == 422
+        assert 'data-form-error="stripe">not paused: tick &#34;Yes, stop all calls to stripe&#34; to confirm' in \
+            unconfirmed.text
+        r = client.post("/psps/stripe/pause", data={"reason": "incident 7", "confirm": "1", "csrf": csrf})
         assert r.status_code == 200 and "pause of stripe requested by ann: approval 1 waits" in r.text
         assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
         own = client.post("/approvals/1", data={"verdict": "approve", "csrf": csrf})
@@ -66,9 +70,10 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
             True, "ann (approved by bob)", "incident 7")
         r = client.post("/psps/stripe/resume", data={"operator": "mallory", "csrf": csrf})  # the field is ignored
         assert r.status_code == 200 and "resumed by ann" in r.text
-        assert client.post("/psps/nopsp/pause", data={"reason": "b", "csrf": csrf}).status_code == 404
+        assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
     with console(db_url, login="vic") as viewer:
-        r = viewer.post("/psps/stripe/pause", data={"reason": "x", "csrf": csrf_token(viewer)})
+        r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",
+                                                    "csrf": csrf_token(viewer)})
         assert r.status_code == 403 and "vic has the role viewer; this takes operator or above" in r.text
     assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
 
@@ -84,9 +89,13 @@ def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Da
         assert preview.status_code == 200
         assert f'data-job="{hit}"' in preview.text and f'data-job="{miss}"' not in preview.text
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
-        r = client.post("/dead/replay", data={**filters, "csrf": csrf_token(client)})
+        unconfirmed = client.post("/dead/replay", data={**filters, "csrf": csrf_token(client)})
+        assert unconfirmed.status_code == 422 and 'tick &#34;Yes, replay these jobs&#34; to confirm' in unconfirmed.text
+        assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
+        r = client.post("/dead/replay", data={**filters, "confirm": "1", "csrf": csrf_token(client)})
         assert r.status_code == 200 and "replayed 1 dead jobs" in r.text and f'data-replayed="{hit}"' in r.text
-        assert client.post("/dead/replay", data={"since": "someday", "csrf": csrf_token(client)}).status_code == 422
+        assert client.post("/dead/replay", data={"since": "someday", "confirm": "1", "csrf": csrf_token(client)}
+                           ).status_code == 422
     shown = cli_json(recon, db_url, "jobs", "show", str(hit))
     assert shown["job"]["state"] == "runnable"
     assert [r["replayed_by"] for r in shown["replays"]] == ["ann"]

@@ -3,6 +3,8 @@ name, and `recon console` refusing a non-loopback bind without a token; the serv
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -41,21 +43,21 @@ def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: D
         good = csrf_token(client)
         forged = "0" * 32 + "." + "0" * 64  # the right shape, not signed by this process
         for fields in ({}, {"csrf": ""}, {"csrf": good + "x"}, {"csrf": forged}):
-            r = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", **fields})
+            r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", **fields})
             assert r.status_code == 403, fields
             assert "CSRF" in r.text
         client.cookies.set("recon_csrf", forged)  # a planted cookie with a matching field: still not ours
-        assert client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "x", "csrf": forged}
+        assert client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": forged}
                            ).status_code == 403
         client.cookies.delete("recon_csrf")  # the session's token needs its session cookie only
         client.cookies.delete("recon_session")
-        assert client.post("/dead/replay", data={"operator": "ann", "csrf": good}).status_code == 401  # no cookie
+        assert client.post("/dead/replay", data={"confirm": "1", "csrf": good}).status_code == 401  # no cookie
         operator_log_in(client, "root")
         good = csrf_token(client)
-        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good},
                         headers={"Origin": "https://evil.example"})
         assert r.status_code == 403 and "another site" in r.text
-        r = client.post("/dead/replay", data={"operator": "ann", "csrf": good},
+        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good},
                         headers={"Sec-Fetch-Site": "cross-site"})
         assert r.status_code == 403
     assert not any(paused(recon, db_url).values())
@@ -107,10 +109,12 @@ def test_csrf__bound_to_the_session_a_token_of_another_session_the_login_page_or
             bob.cookies.delete("recon_csrf")
             if token:
                 bob.cookies.set("recon_csrf", token)  # planted beside the field: the double-submit attacker's pair
-            r = bob.post("/psps/stripe/pause", data={"operator": "mallory", "reason": what, "csrf": token})
+            r = bob.post("/psps/stripe/pause", data={"operator": "mallory", "confirm": "1", "reason": what,
+                                                     "csrf": token})
             assert r.status_code == 403 and "CSRF" in r.text, what
         assert not any(paused(recon, db_url).values())
-        r = bob.post("/psps/stripe/pause", data={"operator": "bob", "reason": "incident 9", "csrf": csrf_token(bob)})
+        r = bob.post("/psps/stripe/pause", data={"operator": "bob", "confirm": "1", "reason": "incident 9",
+                                                 "csrf": csrf_token(bob)})
         assert r.status_code == 200 and "pause of stripe requested by console-token" in r.text
     assert pending(recon, db_url) == [("psp.pause", "console-token", "incident 9")]
 
@@ -134,7 +138,7 @@ def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Run
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     with console(db_url, token=TOKEN, headers=bearer, config_path=token_operator_config(tmp_path)) as client:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"reason": "x", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"confirm": "1", "reason": "x", "csrf": csrf})
         assert r.status_code == 200
         client.cookies.delete("recon_csrf")
         assert client.post("/psps/stripe/resume", data={"csrf": csrf}).status_code == 403
@@ -147,9 +151,9 @@ def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Run
 def test_operator__the_signed_in_one_acts_whatever_the_form_says(db_url: str, recon: Runner) -> None:
     with console(db_url, login="ann") as client:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"operator": "root", "reason": " ", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"operator": "root", "confirm": "1", "reason": " ", "csrf": csrf})
         assert r.status_code == 422 and "reason is required" in r.text
-        r = client.post("/psps/stripe/pause", data={"operator": "root", "reason": "x", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"operator": "root", "confirm": "1", "reason": "x", "csrf": csrf})
         assert r.status_code == 200 and "requested by ann" in r.text
     assert pending(recon, db_url) == [("psp.pause", "ann", "x")]
     assert not any(paused(recon, db_url).values())
@@ -190,16 +194,20 @@ def test_host__without_a_token_only_loopback_host_names_are_served(db_url: str) 
                           ).status_code == 200
 
 
-def test_headers__every_response_has_them_and_no_script_is_allowed(db_url: str) -> None:
+def test_headers__every_response_has_them_and_only_the_consoles_own_script_is_allowed(db_url: str) -> None:
     with console(db_url) as client:
         for path in ("/", "/nowhere", "/payments/none"):
             r = client.get(path)
             csp = r.headers["content-security-policy"]
-            assert "default-src 'self'" in csp and "script-src 'none'" in csp and "unsafe-inline" not in csp
+            assert "default-src 'self'" in csp and "unsafe-inline" not in csp
+            allowed = re.search(r"script-src 'sha256-([A-Za-z0-9+/=]{44})';", csp)
+            assert allowed  # one script, by its hash
             assert "frame-ancestors 'none'" in csp
             assert (r.headers["x-frame-options"], r.headers["referrer-policy"],
                     r.headers["x-content-type-options"]) == ("DENY", "same-origin", "nosniff")
-            assert "<script" not in r.text
+            scripts = re.findall(r"<script>(.*?)</script>", r.text, re.S)
+            assert r.text.count("<script") == len(scripts) == 1
+            assert base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode() == allowed.group(1)
         cookie = client.get("/").headers.get("set-cookie") or ""
     assert cookie == "" or ("HttpOnly" in cookie and "SameSite=Strict" in cookie)
 

@@ -1,5 +1,5 @@
 """``recon bank import|list|show`` on both databases: statements written by recon.bank.formats' writers (checked
-against third-party parsers in tests/bank) and the camt_parser project's sample; idempotence,
+against third-party parsers in tests/bank) and published samples (tests/bank/samples.py); idempotence,
 overlapping statements, and every refusal (exit 2, one line naming file, place and field, nothing written)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from recon.bank.formats import registry
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db.bank_store import BankStore
 from recon.db.database import Database
-from tests.bank.samples import CAMT, sample
+from tests.bank.samples import BAI2, CAMT, MT940, OCA_CAMT, OKANE, sample
 from tests.cli import Runner
 
 IBAN = "NL91ABNA0417164300"
@@ -129,6 +129,38 @@ def test_bank_import__the_camt_parser_projects_sample_imports_and_masks_a_card_l
         "0352C5320131227220503"
 
 
+#: published statements that add up: (file, its account as the file names it, currency, entries counted in the file)
+PUBLISHED = [(OKANE / "test1.xml", "XXX-IBAN", "CZK", "<Ntry>", 2), (MT940 / "jejik" / "sns.sta", "0123456789", "EUR",
+             ":61:", 2), (BAI2 / "nwb_example.bai2", "88888888 600004", "GBP", "16,", 5)]
+
+
+@pytest.mark.parametrize(("path", "account", "currency", "marker", "count"), PUBLISHED,
+                         ids=["camt053-okane", "mt940-sns", "bai2-nwb"])
+def test_bank_import__a_published_statement_imports_once(
+        recon: Runner, db_url: str, db: Database, tmp_path: Path, path: Path, account: str, currency: str,
+        marker: str, count: int) -> None:
+    text = sample(path).read_text(encoding="latin-1")
+    assert sum(line.lstrip().startswith(marker) for line in text.splitlines()) == count
+    config = tmp_path / "published.toml"
+    config.write_text(f'[bank.accounts.published]\nnumber = "{account}"\ncurrency = "{currency}"\n')
+    first = _import(recon, db_url, config, path)
+    assert (first["entries_added"], first["entries_known"]) == (count, 0)
+    assert _import(recon, db_url, config, path)["entries_added"] == 0
+    stored = list(BankStore(db).iter_entries())
+    assert len(stored) == count and {e.currency for e in stored} == {currency}
+
+
+def test_bank_import__a_published_statement_that_does_not_add_up_is_refused_and_nothing_written(
+        recon: Runner, db_url: str, db: Database, tmp_path: Path) -> None:
+    # the mt-940 project's ING sample: opening 0,00 and seven :61: lines (-45,59 together), closing 3,47
+    path = sample(MT940 / "jejik" / "ing.sta")
+    config = tmp_path / "ing.toml"
+    config.write_text('[bank.accounts.ing]\nnumber = "0001234567"\ncurrency = "EUR"\n')
+    line = _refused(recon, db_url, config, path)
+    assert line.startswith(f"recon: {path}:4: statement 'MPBZ' does not add up: ") and "(field :62F:)" in line
+    assert _count(db) == 0
+
+
 def test_bank_import__a_card_number_in_remittance_text_is_never_stored(
         recon: Runner, db_url: str, db: Database, config: Path, tmp_path: Path) -> None:
     path = _file(tmp_path, "card.xml", [_statement([_entry(1, remittance="REFUND CARD 4111 1111 1111 1111 OK")])])
@@ -194,17 +226,18 @@ def test_bank_import__a_stored_entry_is_never_overwritten_by_a_file_that_says_ot
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_bank_import__refusals_that_need_no_database(recon: Runner, db_url: str, config: Path, tmp_path: Path) -> None:
-    v4 = sample(CAMT / "valid_example_v4.xml")
+    v4 = sample(OCA_CAMT / "test-camt053-txdtls")
     assert "camt.053.001.04 is not supported" in _refused(recon, db_url, config, v4)
     wrong = _file(tmp_path, "s.xml", [_statement([_entry(1)])])
     assert "--format mt940: it looks like camt053" in _refused(recon, db_url, config, wrong, "--format", "mt940")
     text = tmp_path / "notes.txt"
     text.write_text("hello\n")
     assert "not a bank statement recon reads" in _refused(recon, db_url, config, text)
-    v8 = sample(CAMT / "valid_example_v8.xml")
-    chf = tmp_path / "chf.toml"
-    chf.write_text('[bank.accounts.ch]\nnumber = "CH1111111111111111111"\ncurrency = "CHF"\n')
-    assert "is in CHF but has entries in EUR" in _refused(recon, db_url, chf, v8)
+    czk = sample(OKANE / "test1.xml")
+    eur = tmp_path / "eur.toml"
+    eur.write_text('[bank.accounts.cz]\nnumber = "XXX-IBAN"\ncurrency = "EUR"\n')
+    line = _refused(recon, db_url, eur, czk)
+    assert f"{czk} /Document/BkToCstmrStmt/Stmt[1]: " in line and "is in CZK, but [bank.accounts.cz] is a EUR" in line
 
 
 @pytest.mark.parametrize(("args", "message"), [

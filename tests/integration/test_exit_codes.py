@@ -28,6 +28,8 @@ ARGS = {
     ("stats",): [], ("sweep",): [], ("watch",): ["--once"], ("worker",): ["--burst"],
     ("review", "list"): [], ("review", "show"): ["order-1"], ("review", "recheck"): ["order-1"],
     ("review", "resolve"): ["order-1", "--as", "failed", "--reason", "r", "--by", "me"],
+    ("review", "assign"): ["order-1", "--to", "ann", "--by", "me"],
+    ("review", "comment"): ["order-1", "--text", "t", "--by", "me"], ("review", "bulk-resolve"): ["--as", "failed"],
     ("console",): ["--port", "0"], ("serve",): ["--port", "0"], ("schedule", "list"): [],
     # a statement of an account of [bank.accounts] (RECON_CONFIG): read and checked whole, then the database
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
@@ -38,6 +40,8 @@ ARGS = {
     ("approvals", "reject"): ["1", "--by", "bob"],
     ("audit", "seal"): [], ("audit", "verify"): [], ("audit", "export"): ["--since", "1d"],
     ("audit", "prune"): ["--older-than", "400d", "--by", "root"],
+    ("psp-sandbox-statement",): ["--psp", "stripe", "--format", "mt940", "--iban", "NL91ABNA0417164300",
+                                 "--since", "2026-11-01", "--until", "2026-11-02", "--output", "s.sta"],
 }
 IBAN = "NL91ABNA0417164300"
 
@@ -45,7 +49,7 @@ IBAN = "NL91ABNA0417164300"
 # (every command that has one), the demo's story and the sandbox server.
 PLANT = """
 import contextlib, io, json, os, sys
-import recon.app, recon.cli, recon.commands.psp, recon.demo
+import recon.app, recon.cli, recon.commands.psp, recon.commands.sandbox_statement, recon.demo
 
 os.environ["RECON_STRIPE_WEBHOOK_SECRET"] = "whsec_planted"  # recon serve gets past its own check
 
@@ -55,6 +59,7 @@ def crash(*_a, **_k):
 recon.app.connect = crash
 recon.demo.run_demo = crash
 recon.commands.psp.serve_forever = crash  # the sandbox server, as `recon psp-sandbox` starts it
+recon.commands.sandbox_statement.fetch = crash  # the sandbox's bank credits, as the statement asks for them
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
     err = io.StringIO()

@@ -193,7 +193,8 @@ def test_metrics__the_gauges_recon_stats_also_shows_are_its_document_s_numbers(d
     PoolStore(db).upsert_worker(WorkerPresence(id="h:1:x", host="h", pid=1, queues=("default",), slots=3,
                                                busy_slots=1, counters={}))
     with db.begin() as conn:
-        since = db.to_db(db.clock.now().replace(microsecond=123456) - timedelta(hours=3))
+        # in review for 3 days: past the 2-day SLA of a reason of no known kind, so overdue
+        since = db.to_db(db.clock.now().replace(microsecond=123456) - timedelta(days=3))
         conn.execute(sa.text("UPDATE payments SET status = 'needs_review', review_since = :t "
                              "WHERE merchant_reference = 'p-2h'"), {"t": since})
     server = serve(db, port=0, refresh=0)
@@ -212,6 +213,7 @@ def test_metrics__the_gauges_recon_stats_also_shows_are_its_document_s_numbers(d
     for row in doc["payments"]["unfinished"]:
         assert value(m, "recon_payments_unfinished", currency=row["currency"], age=row["age"]) == row["count"]
     assert value(m, "recon_payments_needs_review") == doc["review"]["needs_review"] == 1
+    assert value(m, "recon_review_overdue") == doc["review"]["overdue"] == 1
     # the scrape came a moment after the document: the same age, rounded as the document rounds it
     age = value(m, "recon_review_oldest_age_seconds")
     assert age == round(age, 3) and 0 <= age - doc["review"]["oldest_age_seconds"] < 5

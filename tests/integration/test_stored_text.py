@@ -316,6 +316,20 @@ def plant_operators(env: Env) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def plant_review_workflow(env: Env) -> None:
+    """An operator assigns a payment in review to a name holding a card number, and comments with one, through
+    `recon review assign|comment`."""
+    store = PaymentStore(env.db)
+    [pid] = store.create([NewPayment("default", "order-w", 1000, "EUR", "sandbox")], charge=False)
+    with env.db.begin() as conn:
+        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
+                                            EventSource.RECONCILE, review_reason="missing_at_psp: none"))
+    r = env.run("review", "assign", "order-w", "--to", planted(1), "--by", planted(2))
+    assert r.returncode == 0, r.stderr
+    r = env.run("review", "comment", "order-w", "--text", planted(), "--by", f"{PROBE}-{CARD}")
+    assert r.returncode == 0, r.stderr
+
+
 def plant_scheduler(env: Env) -> None:
     """A scheduler on a host whose name holds a card number claims a slot (its id is the worker's)."""
     env.monkeypatch.setattr(socket, "gethostname", lambda: f"{PROBE}-{FORMS[1]}")
@@ -369,9 +383,9 @@ def plant_pause_request(env: Env) -> None:
 
 
 def plant_bank_statement(env: Env) -> None:
-    """A camt.053 statement whose file name, statement id, sequence and its sequence number and every text of its
-    entries (bank reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold
-    a card number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
+    """A camt.053 statement whose file name, statement id, sequence number and every text of its entries (bank
+    reference, end-to-end id, counterparty, remittance, the bank's proprietary transaction code) hold a card
+    number; a second entry's bank reference is plain, so the entry key is seen to hold the bank's text."""
     iban = "NL91ABNA0417164300"
     config = env.config(f'[bank.accounts.payouts]\niban = "{iban}"\ncurrency = "EUR"\n')
     day = date(2026, 11, 2)
@@ -472,6 +486,10 @@ COLUMNS: dict[str, Entry] = {
     "payments.review_reason": Masked(plant_stripe_answers),
     "payments.payment_method": Refused(plant_csv),
     "payments.customer_reference": Refused(plant_csv),
+    "payments.review_assignee": Masked(plant_review_workflow),
+    "review_comments.author": Masked(plant_review_workflow),
+    "review_comments.kind": Exempt(CHECKED),
+    "review_comments.body": Masked(plant_review_workflow),
     "payment_events.from_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
     "payment_events.to_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
     "payment_events.source": Exempt(CHECKED),

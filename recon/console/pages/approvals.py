@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
 from recon.errors import UsageError
 from recon.operator_rows import ApprovalState, Role
 
@@ -19,15 +19,14 @@ log = logging.getLogger("recon.console")
 LIST_LIMIT = 100
 
 
-def approvals_page(request: Request, *, status: int = 200, notice: str | None = None,
-                   error: str | None = None) -> Response:
+def approvals_page(request: Request, *, status: int = 200, error: str | None = None) -> Response:
     four_eyes = recon_app(request).four_eyes
     pending = four_eyes.in_state(ApprovalState.PENDING, limit=LIST_LIMIT)
     decided = sorted((a for s in (ApprovalState.APPROVED, ApprovalState.REJECTED, ApprovalState.EXPIRED,
                                   ApprovalState.FAILED) for a in four_eyes.in_state(s, limit=20)),
                      key=lambda a: a.id, reverse=True)[:20]
     return pages(request).render(request, "approvals.html", status=status, pending=pending, decided=decided,
-                                 notice=notice, error=error)
+                                 error=error)
 
 
 def show(request: Request) -> Response:
@@ -42,14 +41,14 @@ def decide(request: Request, fields: Fields) -> Response:
         raise PageError(422, "verdict: approve or reject")
     actions = recon_app(request).actions
     try:
-        done = actions.approve(approval_id, by=approver) if verdict == "approve" else \
+        decided = actions.approve(approval_id, by=approver) if verdict == "approve" else \
             actions.reject(approval_id, by=approver)
     except UsageError as exc:  # its own (NotAllowed: 403), or decided by someone else first, or expired
         status = 403 if "four eyes" in str(exc) else 409
         return approvals_page(request, status=status, error=f"not decided: {exc}")
-    log.info("console: approval %d %s by %s", done.id, done.state, approver)
-    return approvals_page(request, notice=f"approval {done.id} ({done.action} of {done.subject}) {done.state} by "
-                                          f"{approver}" + (f": {done.result}" if done.result else ""))
+    log.info("console: approval %d %s by %s", decided.id, decided.state, approver)
+    return done(request, "/approvals", f"approval {decided.id} ({decided.action} of {decided.subject}) "
+                f"{decided.state} by {approver}" + (f": {decided.result}" if decided.result else ""))
 
 
 def _id(request: Request) -> int:

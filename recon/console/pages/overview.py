@@ -27,7 +27,8 @@ def overview(request: Request) -> Response:
                                  chart=money_at_risk_chart(doc["payments"]["unfinished"]),
                                  money=money_by_currency(doc["payments"]["unfinished"]), buckets=BUCKETS,
                                  bucket_labels=BUCKET_LABELS, review=doc.get("review"),
-                                 sweeps=_listed(doc.get("sweeps")), resolutions=doc.get("resolutions"))
+                                 sweeps=_listed(doc.get("sweeps")), resolutions=doc.get("resolutions"),
+                                 unconfigured=recon_app(request).unconfigured_psps())
 
 
 def figures(doc: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
 from recon.errors import UsageError
 from recon.operator_rows import Role
 from recon.overview import psp_controls_document
@@ -17,11 +17,11 @@ from recon.overview import psp_controls_document
 log = logging.getLogger("recon.console")
 
 
-def psp_page(request: Request, *, status: int = 200, notice: str | None = None,
-             error: str | None = None) -> Response:
+def psp_page(request: Request, *, status: int = 200, errors: dict[str, str] | None = None) -> Response:
     app = recon_app(request)
     doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
-    return pages(request).render(request, "psps.html", status=status, doc=doc, notice=notice, error=error)
+    return pages(request).render(request, "psps.html", status=status, doc=doc, errors=errors or {},
+                                 unconfigured=app.unconfigured_psps())
 
 
 def psp_status(request: Request) -> Response:
@@ -34,12 +34,14 @@ def pause(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
     try:
         reason = fields.required("reason")
+        if not fields.flag("confirm"):
+            raise UsageError(f'tick "Yes, stop all calls to {name}" to confirm')
     except UsageError as exc:
-        return psp_page(request, status=422, error=f"not paused: {exc}")
+        return psp_page(request, status=422, errors={name: f"not paused: {exc}"})
     asked = recon_app(request).actions.pause(name, reason=reason, by=operator)
     log.info("console: psp %s pause requested by %s (approval %d)", name, operator, asked.id)
-    return psp_page(request, notice=f"pause of {name} requested by {operator}: approval {asked.id} waits for "
-                                    "another approver (Approvals)")
+    return done(request, "/psps", f"pause of {name} requested by {operator}: approval {asked.id} waits for "
+                                  "another approver (Approvals)")
 
 
 def resume(request: Request, fields: Fields) -> Response:
@@ -47,8 +49,8 @@ def resume(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
     was_paused, woken = recon_app(request).actions.resume(name, by=operator)
     log.info("console: psp %s resumed by %s", name, operator)
-    return psp_page(request, notice=f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
-                    if was_paused else f"psp {name} was not paused")
+    return done(request, "/psps", f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
+                if was_paused else f"psp {name} was not paused")
 
 
 def _known(request: Request) -> str:

@@ -1,51 +1,139 @@
-"""``/review``, ``/payments/{ref}`` and ``/search``: the review queue, a payment's page with its resolve and
-recheck forms, and the payment search, all through the App's review desk (``recon.review``), as
-``recon review list|show|resolve|recheck`` are."""
+"""``/review``, ``/review/bulk``, ``/payments/{ref}`` and ``/search``: the review queue (filtered, paged by
+keyset, with totals, as CSV), bulk resolve (a preview, then exactly that set), a payment's page with its
+resolve, recheck, assign and comment forms, and the payment search, all through the App's review desk
+(``recon.review``, ``recon.review_bulk``), as ``recon review …`` are. Every successful write answers with a
+redirect to a page (``web.done``)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
+from recon import review_bulk
+from recon.console.csv_export import csv_response
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
 from recon.durations import parse_duration
 from recon.errors import NotAllowed, ReviewRefused, UsageError
+from recon.evidence import event_facts, readable_reason, resolution_sentence
 from recon.operator_rows import Approval, Role
-from recon.review import ReviewKind
+from recon.payments.money import format_amount
+from recon.review import LIST_MAX, Difference, ReviewItem
+from recon.review_rows import QueueFilter, ReviewKind, Severity
 
 log = logging.getLogger("recon.console")
 
 #: payments listed per review page
-REVIEW_LIMIT = 200
-REVIEW_FILTERS = ("kind", "psp", "older_than", "currency")
+REVIEW_LIMIT = 100
+REVIEW_FILTERS = ("kind", "psp", "older_than", "currency", "assignee", "unassigned", "severity", "overdue")
+#: a bulk preview lists at most this many of its payments (all are counted and resolved)
+BULK_SHOWN = 200
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CSV_COLUMNS = ("merchant_reference", "psp", "psp_reference", "amount", "currency", "psp_amount", "difference",
+               "kind", "severity", "in_review_since", "due_at", "overdue", "assignee", "review_reason")
+
+
+def typed_filters(fields: Fields) -> dict[str, str]:
+    return {name: fields.raw(name).strip()[:100] for name in REVIEW_FILTERS}
+
+
+def queue_filter(request: Request, typed: dict[str, str]) -> QueueFilter:
+    """The desk's filter from the typed one; UsageError names a bad field."""
+    older = parse_duration(typed["older_than"], what="older than") if typed["older_than"] else None
+    return recon_app(request).review.where(
+        kind=typed["kind"] or None, psp=typed["psp"] or None, older_than=older, currency=typed["currency"] or None,
+        assignee=typed["assignee"] or None, unassigned=typed["unassigned"] == "1",
+        severity=typed["severity"] or None, overdue=typed["overdue"] == "1")
 
 
 def review_queue(request: Request) -> Response:
     fields = Fields(request.query_params)
-    typed = {name: fields.raw(name).strip()[:100] for name in REVIEW_FILTERS}
+    typed = typed_filters(fields)
     app = recon_app(request)
     context: dict[str, Any] = {"filters": typed, "kinds": [k.value for k in ReviewKind], "psps": app.psp_names(),
-                               "limit": REVIEW_LIMIT}
+                               "severities": [s.value for s in Severity], "query": _query(typed),
+                               "differences": [d.value for d in Difference]}
     try:
-        older = parse_duration(typed["older_than"], what="older than") if typed["older_than"] else None
-        items = app.review.list(kind=typed["kind"] or None, psp=typed["psp"] or None, older_than=older,
-                                currency=typed["currency"] or None, limit=REVIEW_LIMIT)
+        where = queue_filter(request, typed)
+        after, before = _cursor(fields.raw("after")), _cursor(fields.raw("before"))
     except UsageError as exc:
-        return pages(request).render(request, "review.html", status=422, error=_plain(exc),
-                                     items=[], **context)
-    return pages(request).render(request, "review.html", items=items, **context)
+        return pages(request).render(request, "review.html", status=422, error=_plain(exc), items=[], queue=None,
+                                     **context)
+    if fields.raw("format") == "csv":
+        items = app.review.list(**_list_args(typed), limit=LIST_MAX)
+        return csv_response("review-queue.csv", CSV_COLUMNS, (_csv_row(i) for i in items))
+    queue = app.review.queue(where, after=after, before=before, limit=REVIEW_LIMIT)
+    return pages(request).render(request, "review.html", items=queue.items, queue=queue,
+                                 next_cursor=_cursor_text(queue.next_cursor),
+                                 previous_cursor=_cursor_text(queue.previous_cursor),
+                                 reasons={i.payment.id: readable_reason(i.payment.review_reason) for i in queue.items},
+                                 **context)
 
 
-def payment_page(request: Request, *, status: int = 200, notice: str | None = None, error: str | None = None,
-                 form: dict[str, Any] | None = None, recheck_job: int | None = None) -> Response:
-    detail = recon_app(request).review.detail(_reference(request))
-    return pages(request).render(request, "payment.html", status=status, detail=detail, payment=detail.payment,
-                                 notice=notice, error=error, form=form or {},
-                                 recheck_job=recheck_job)
+def bulk_preview(request: Request, *, status: int = 200, error: str | None = None,
+                 fields: Fields | None = None) -> Response:
+    fields = fields or Fields(request.query_params)
+    typed = typed_filters(fields)
+    to = fields.raw("as") or "succeeded"
+    context: dict[str, Any] = {"filters": typed, "query": _query(typed), "to": to, "bulk_error": error,
+                               "reason": fields.raw("reason")[:500]}
+    try:
+        shown = review_bulk.preview(recon_app(request).review, queue_filter(request, typed), to=to)
+    except UsageError as exc:
+        return pages(request).render(request, "review_bulk.html", status=422, preview=None, error=_plain(exc),
+                                     **context)
+    return pages(request).render(request, "review_bulk.html", status=status, preview=shown,
+                                 shown=shown.payments[:BULK_SHOWN], **context)
+
+
+def bulk_apply(request: Request, fields: Fields) -> Response:
+    """More than ``[four_eyes] bulk_resolve_count`` payments: requested here, run when another operator
+    approves it (/approvals)."""
+    typed = typed_filters(fields)
+    operator = acting(request, Role.OPERATOR)
+    try:
+        if not fields.flag("confirm"):
+            raise UsageError('tick "Yes, resolve exactly these payments" to confirm')
+        reason = fields.required("reason")
+        where = queue_filter(request, typed)
+        resolved = recon_app(request).actions.bulk_resolve(where, to=fields.required("as", max_length=20),
+                                                           reason=reason, by=operator, expect=fields.raw("digest"))
+    except ReviewRefused as exc:
+        return bulk_preview(request, status=409, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return bulk_preview(request, status=422, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+    if isinstance(resolved, Approval):  # above [four_eyes] bulk_resolve_count
+        log.info("console: bulk resolve requested by %s (approval %d)", operator, resolved.id)
+        return done(request, "/review?" + _query(typed), f"bulk resolve of {resolved.subject} requested by "
+                    f"{operator}: approval {resolved.id} waits for another approver (Approvals)")
+    log.info("console: %d payments resolved as %s in bulk by %s", resolved.count, resolved.to, operator)
+    return done(request, "/review?" + _query(typed),
+                f"resolved {resolved.count} payments as {resolved.to} by {operator}")
+
+
+def payment_page(request: Request, *, status: int = 200, error: str | None = None, errors: dict[str, str] | None = None,
+                 form: dict[str, Any] | None = None) -> Response:
+    app = recon_app(request)
+    detail = app.review.detail(_reference(request))
+    item: ReviewItem | None = None
+    if detail.payment.status == "needs_review":
+        [item] = app.review.items([detail.payment], now=app.review.clock.now())
+    job = request.query_params.get("job", "")
+    return pages(request).render(
+        request, "payment.html", status=status, detail=detail, payment=detail.payment, error=error,
+        errors=errors or {}, form=form or {}, item=item, reason=readable_reason(detail.payment.review_reason),
+        recheck_job=int(job) if job.isascii() and job.isdigit() and len(job) < 19 else None,
+        facts={e.id: event_facts(e.details) for e in detail.events},
+        sentences={e.id: resolution_sentence(e.to_status, e.details) for e in detail.events
+                   if e.source == "manual" and e.details and "operator" in e.details},
+        differences=[d.value for d in Difference])
 
 
 def show_payment(request: Request) -> Response:
@@ -54,26 +142,34 @@ def show_payment(request: Request) -> Response:
 
 def resolve(request: Request, fields: Fields) -> Response:
     override = fields.flag("override")
-    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override}
+    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override,
+                            "difference": fields.raw("difference")[:20]}
     reference = _reference(request)
     operator = acting(request, Role.OPERATOR)
     try:
         reason = fields.required("reason")
         to = fields.required("as", label="resolve as", max_length=20)
-        done = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator, override=override)
+        resolved = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator,
+                                                      override=override, difference=fields.text("difference") or None)
     except ReviewRefused as exc:
-        return payment_page(request, status=409, error=f"not resolved: {exc}", form=form)
+        text = str(exc).replace("(--override records a decision against the PSP's answer)",
+                                "(tick \"override the PSP's answer\" to ask for four eyes on a decision against "
+                                "it)").replace(
+            "(--override decides without its answer, and records that)",
+            "(tick \"override the PSP's answer\" to ask for four eyes on a decision without it)")
+        return payment_page(request, status=409, errors={"resolve": f"not resolved: {text}"}, form=form)
     except NotAllowed:
         raise
     except UsageError as exc:
-        return payment_page(request, status=422, error=f"not resolved: {_plain(exc)}", form=form)
-    if isinstance(done, Approval):  # an override needs four eyes
-        log.info("console: payment %s override requested by %s (approval %d)", reference, operator, done.id)
-        return payment_page(request, notice=f"override requested by {operator}: approval {done.id} waits for "
-                                            "another approver (Approvals)")
-    log.info("console: payment %s resolved as %s by %s", reference, done.payment.status, operator)
-    return payment_page(request, notice=f"resolved as {done.payment.status} by {operator}"
-                        + (" (an override of the PSP's answer, recorded)" if override else ""))
+        return payment_page(request, status=422, errors={"resolve": f"not resolved: {_plain(exc)}"}, form=form)
+    if isinstance(resolved, Approval):  # an override needs four eyes
+        log.info("console: payment %s override requested by %s (approval %d)", reference, operator, resolved.id)
+        return done(request, _payment_url(reference), f"override requested by {operator}: approval {resolved.id} "
+                    "waits for another approver (Approvals)")
+    log.info("console: payment %s resolved as %s by %s", reference, resolved.payment.status, operator)
+    difference = resolved.details.get("difference")
+    return done(request, _payment_url(reference), f"resolved as {resolved.payment.status} by {operator}"
+                + (f"; {difference['sentence']}" if difference else ""))
 
 
 def recheck(request: Request, fields: Fields) -> Response:
@@ -81,8 +177,35 @@ def recheck(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
     job_id = recon_app(request).actions.recheck(reference, by=operator)
     log.info("console: payment %s recheck (job %d) by %s", reference, job_id, operator)
-    return payment_page(request, notice=f"reconcile job {job_id} queued: the PSP is asked again",
-                        recheck_job=job_id)
+    return done(request, _payment_url(reference), f"reconcile job {job_id} queued: the PSP is asked again",
+                job=job_id)
+
+
+def assign(request: Request, fields: Fields) -> Response:
+    reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
+    try:
+        to = fields.text("assignee", label="assignee", max_length=100)
+        payment = recon_app(request).actions.assign(reference, to=to, by=operator)
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return payment_page(request, status=422, errors={"assign": f"not assigned: {_plain(exc)}"})
+    return done(request, _payment_url(reference), f"assigned to {payment.review_assignee}"
+                if payment.review_assignee else "unassigned")
+
+
+def comment(request: Request, fields: Fields) -> Response:
+    reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
+    try:
+        recon_app(request).actions.comment(reference, text=fields.required("comment", max_length=2000),
+                                           by=operator)
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return payment_page(request, status=422, errors={"comment": f"not added: {_plain(exc)}"})
+    return done(request, _payment_url(reference) + "#comments", f"comment added by {operator}")
 
 
 def search(request: Request) -> Response:
@@ -99,15 +222,81 @@ def _reference(request: Request) -> str:
     return reference
 
 
-def _plain(exc: UsageError) -> str:
+def _payment_url(reference: str) -> str:
+    return "/payments/" + quote(reference, safe="")
+
+
+def _plain(exc: Exception) -> str:
     """The desk's message without the command line's option dashes (``--reason:`` -> ``reason:``)."""
     return str(exc).replace("--override", "override").replace(": --", ": ").removeprefix("--")
 
 
+def _query(typed: dict[str, str]) -> str:
+    return urlencode({k: v for k, v in typed.items() if v})
+
+
+def _list_args(typed: dict[str, str]) -> dict[str, Any]:
+    older = parse_duration(typed["older_than"], what="older than") if typed["older_than"] else None
+    return {"kind": typed["kind"] or None, "psp": typed["psp"] or None, "older_than": older,
+            "currency": typed["currency"] or None, "assignee": typed["assignee"] or None,
+            "unassigned": typed["unassigned"] == "1", "severity": typed["severity"] or None,
+            "overdue": typed["overdue"] == "1"}
+
+
+def _cursor(raw: str) -> tuple[datetime, int] | None:
+    """``MICROS.ID`` in base 36 (a page link's cursor) -> (review_since, id); UsageError for anything else.
+    Base 36, not decimal: a 16-digit run of microseconds would read as a card number and be masked."""
+    raw = raw.strip().lower()
+    if not raw:
+        return None
+    micros, _, ident = raw.partition(".")
+    try:
+        if len(raw) > 30 or not (micros.isascii() and micros.isalnum() and ident.isascii() and ident.isalnum()):
+            raise ValueError(raw)
+        return _EPOCH + timedelta(microseconds=int(micros, 36)), int(ident, 36)
+    except (ValueError, OverflowError):
+        raise UsageError(f"page cursor {raw[:30]!r} is not one this console wrote") from None
+
+
+def _cursor_text(cursor: tuple[datetime, int] | None) -> str | None:
+    if cursor is None:
+        return None
+    since, ident = cursor
+    delta = since - _EPOCH
+    return f"{_base36(delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds)}.{_base36(ident)}"
+
+
+def _base36(n: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
+
+
+def _csv_row(item: ReviewItem) -> list[Any]:
+    p, answer = item.payment, item.psp_answer or {}
+    return [p.merchant_reference, p.psp, p.psp_reference, _major(p.amount, p.currency), p.currency,
+            _major(answer["psp_amount"], p.currency) if isinstance(answer.get("psp_amount"), int) else None,
+            _major(item.difference, p.currency) if item.difference is not None else None, str(item.kind),
+            str(item.severity), item.since.isoformat(), item.due_at.isoformat() if item.due_at else None,
+            "yes" if item.overdue else "no", p.review_assignee, p.review_reason]
+
+
+def _major(minor: int, currency: str) -> str:
+    return format_amount(minor, currency).split(" ")[0]
+
+
 ROUTES = [
     Route("/review", page(review_queue), methods=["GET"]),
+    Route("/review/bulk", page(bulk_preview), methods=["GET"]),
+    Route("/review/bulk", action(bulk_apply), methods=["POST"]),
     Route("/search", page(search), methods=["GET"]),
     Route("/payments/{ref:path}/resolve", action(resolve), methods=["POST"]),
     Route("/payments/{ref:path}/recheck", action(recheck), methods=["POST"]),
+    Route("/payments/{ref:path}/assign", action(assign), methods=["POST"]),
+    Route("/payments/{ref:path}/comment", action(comment), methods=["POST"]),
     Route("/payments/{ref:path}", page(show_payment), methods=["GET"]),
 ]

@@ -1,0 +1,52 @@
+"""The SQL of the console's payments list (``/payments``): payments through one filter, newest first, paged by
+an id keyset, and the filter's totals per currency. Only ``recon.db.payment_list_store`` executes these.
+
+Every condition is "parameter NULL or the condition holds", so one statement serves every combination. The
+amount range compares the amount in ten-thousandths of its currency's major unit (``review_queries.SCALED``),
+so "from 100 to 500" means major units in every currency; the reference prefix is matched case-insensitively
+(``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped).
+"""
+
+from __future__ import annotations
+
+# Bandit: every "nosec B608" here marks an f-string that interpolates module constants only.
+from recon.db.payment_queries import PAYMENT_COLUMNS, UNFINISHED
+from recon.db.review_queries import FILTER_LISTS, SCALED
+from recon.db.sql import Query
+
+LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status
+                   OR (CAST(:status AS TEXT) = 'unfinished' AND {UNFINISHED}))
+              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+              AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
+              AND created_at < :created_before AND created_at >= :created_after
+              AND (CAST(:min_scaled AS BIGINT) IS NULL OR {SCALED} >= :min_scaled)
+              AND (CAST(:max_scaled AS BIGINT) IS NULL OR {SCALED} <= :max_scaled)
+              AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')"""
+
+payment_list_filtered = Query(
+    "payment_list_filtered",
+    "Run by the console's payments list: a page of the filtered payments, newest first, before an id.",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE {LIST_FILTER} AND id < :before_id
+            ORDER BY id DESC LIMIT :n""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)
+
+payment_list_filtered_after = Query(
+    "payment_list_filtered_after",
+    "Run by the console's payments list for its previous page: the filtered payments after an id, oldest "
+    "first (the page reverses them).",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE {LIST_FILTER} AND id > :after_id
+            ORDER BY id LIMIT :n""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)
+
+payment_list_totals = Query(
+    "payment_list_totals",
+    "Run by the console's payments list: how many payments the filter matches and how much, per currency.",
+    sql=f"""SELECT currency, count(*) AS n, sum(amount) AS amount FROM payments
+            WHERE {LIST_FILTER}
+            GROUP BY currency ORDER BY currency""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)

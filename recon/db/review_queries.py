@@ -1,0 +1,111 @@
+"""Every SQL statement of the review queue as a workflow: the queue read through one filter (a page after or
+before a keyset cursor, its totals per currency), assignments, and comments. Named ``<table>_<verb>``, with
+who runs it and why; only ``recon.db.review_store`` executes these.
+
+The filter (``QUEUE_FILTER``) is one predicate over the partial index ``payments_review`` (or
+``payments_review_assignee``): every condition is "parameter NULL (or 0) or the condition holds", so one
+statement serves every combination of filters. PostgreSQL plans each execution with its parameters' values,
+so the conditions of the filters not set fold away: the unfiltered totals then need only currency and amount,
+which the partial index ``payments_review_totals`` holds.
+A payment's kind, severity and due-by are derived in SQL from its
+review reason, amount and review_since exactly as ``recon.review`` derives them in Python (the tests compare
+the two), from parameters the desk computes out of ``[review]`` (``QueueRules``).
+"""
+
+from __future__ import annotations
+
+# Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column lists,
+# the kind names of ReviewKind); values always travel as bound parameters.
+from recon.db.payment_queries import PAYMENT_COLUMNS
+from recon.db.sql import Query
+from recon.review_rows import ReviewKind
+
+#: the kinds a reason's first word names ("other" is what none of them matches)
+KNOWN_KINDS = tuple(k.value for k in ReviewKind if k is not ReviewKind.OTHER)
+
+
+def _like(kind: str) -> str:
+    escaped = kind.replace("_", "\\_")
+    return f"(review_reason = '{kind}' OR review_reason LIKE '{escaped}:%' ESCAPE '\\')"
+
+
+#: the kind of a payment's review reason, as ``recon.review.review_kind`` reads it
+KIND = ("CASE " + " ".join(f"WHEN {_like(k)} THEN '{k}'" for k in KNOWN_KINDS)
+        + " WHEN review_reason LIKE 'no final answer%' THEN 'no_final_answer' ELSE 'other' END")
+#: the amount in ten-thousandths of its currency's major unit (every ISO-4217 exponent is 0, 2, 3 or 4)
+SCALED = ("CAST(amount AS NUMERIC) * CASE WHEN currency IN :exponent_0 THEN 10000 WHEN currency IN :exponent_3 "
+          "THEN 10 WHEN currency IN :exponent_4 THEN 1 ELSE 100 END")
+HIGH = f"({SCALED} >= :high_scaled OR review_since < :high_since)"
+MEDIUM = f"({SCALED} >= :medium_scaled OR review_since < :medium_since)"
+#: in review since before its kind's due cutoff: past its due-by
+OVERDUE = (f"review_since < CASE {KIND} "
+           + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END")
+
+QUEUE_FILTER = f"""status = 'needs_review'
+              AND (:has_cutoff = 0 OR review_since < :cutoff)
+              AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+              AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
+              AND (CAST(:assignee AS TEXT) IS NULL OR review_assignee = :assignee)
+              AND (:unassigned = 0 OR review_assignee IS NULL)
+              AND (CAST(:kind AS TEXT) IS NULL OR {KIND} = :kind)
+              AND (:overdue = 0 OR {OVERDUE})
+              AND (CAST(:severity AS TEXT) IS NULL
+                   OR (CAST(:severity AS TEXT) = 'high' AND {HIGH})
+                   OR (CAST(:severity AS TEXT) = 'medium' AND {MEDIUM} AND NOT {HIGH})
+                   OR (CAST(:severity AS TEXT) = 'low' AND NOT {MEDIUM}))"""
+
+#: the parameters QUEUE_FILTER's lists take (expanding)
+FILTER_LISTS = ("exponent_0", "exponent_3", "exponent_4")
+
+review_queue_after = Query(
+    "review_queue_after",
+    "Run by `recon review list`, the console's review queue and bulk resolve: a page of the filtered queue, "
+    "longest in review first, after a (review_since, id) cursor (partial index payments_review).",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE {QUEUE_FILTER}
+              AND (review_since > :after_since OR (review_since = :after_since AND id > :after_id))
+            ORDER BY review_since, id LIMIT :n""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)
+
+review_queue_before = Query(
+    "review_queue_before",
+    "Run by the console's review queue for its previous page: the filtered queue before a (review_since, id) "
+    "cursor, nearest first (the page reverses it).",
+    sql=f"""SELECT {PAYMENT_COLUMNS} FROM payments
+            WHERE {QUEUE_FILTER}
+              AND (review_since < :before_since OR (review_since = :before_since AND id < :before_id))
+            ORDER BY review_since DESC, id DESC LIMIT :n""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)
+
+review_queue_totals = Query(
+    "review_queue_totals",
+    "Run by the review queue, bulk resolve's preview, `recon stats` (overdue) and the metrics endpoint: how "
+    "many payments the filter matches and how much, per currency.",
+    sql=f"""SELECT currency, count(*) AS n, sum(amount) AS amount FROM payments
+            WHERE {QUEUE_FILTER}
+            GROUP BY currency ORDER BY currency""",  # nosec B608  # constant SQL, values bound
+    expanding=FILTER_LISTS,
+)
+
+payment_assign_review = Query(
+    "payment_assign_review",
+    "Run by `recon review assign` and the console: the payment's assignee, only while it is in review.",
+    sql="UPDATE payments SET review_assignee = :assignee WHERE id = :id AND status = 'needs_review'",
+)
+
+review_comment_insert = Query(
+    "review_comment_insert",
+    "Run by `recon review comment|assign` and the console: one comment or assignment on a payment.",
+    sql="""INSERT INTO review_comments (payment_id, at, author, kind, body)
+           VALUES (:payment_id, {now}, :author, :kind, :body)""",
+)
+
+review_comments_for = Query(
+    "review_comments_for",
+    "Run by `recon review show` and the console's payment page: a payment's comments and assignments, oldest "
+    "first (index review_comments_payment).",
+    sql="""SELECT id, payment_id, at, author, kind, body FROM review_comments
+           WHERE payment_id = :payment_id ORDER BY id""",
+)
