@@ -19,14 +19,16 @@ from psp_adapters.sandbox.server import SandboxServer
 from recon import review_bulk
 from recon.app import App
 from recon.db import schema
-from recon.db.database import Database
+from recon.db.database import Database, connect
 from recon.db.payment_store import PaymentStore
 from recon.errors import ReviewRefused, UsageError
+from recon.operator_rows import Role
 from recon.review_rows import QueueFilter
 from recon.rows import PaymentStatus
 from tests.cli import Runner
 from tests.integration.payment_flow import create
 from tests.integration.test_review import charged, env, into_review_by_amount, sandbox, to_review
+from tests.operators import add_operator, add_staff
 
 __all__ = ["env", "sandbox"]  # the fixtures test_review defines, used here too
 
@@ -60,6 +62,17 @@ def listed(recon: Runner, db_url: str, *args: str) -> dict[str, dict[str, object
     r = recon("review", "list", "--json", *args, db_url=db_url)
     assert r.returncode == 0, r.stderr
     return {row["merchant_reference"].removesuffix("-0"): row for row in json.loads(r.stdout)["payments"]}
+
+
+@pytest.fixture(autouse=True)
+def _operators(db_url: str) -> None:
+    """Who these tests act as (``--by``): the staff of tests/operators.py and alice, an operator."""
+    db = connect(db_url)
+    try:
+        add_staff(db)
+        add_operator(db, "alice", Role.OPERATOR)
+    finally:
+        db.dispose()
 
 
 def test_review_list__severity_due_by_and_overdue_follow_amount_age_and_reason(

@@ -318,15 +318,16 @@ def plant_operators(env: Env) -> None:
 
 def plant_review_workflow(env: Env) -> None:
     """An operator assigns a payment in review to a name holding a card number, and comments with one, through
-    `recon review assign|comment`."""
+    `recon review assign|comment` (``--by`` is an operator: recon.operators checks the name)."""
+    add_staff(env.db)
     store = PaymentStore(env.db)
     [pid] = store.create([NewPayment("default", "order-w", 1000, "EUR", "sandbox")], charge=False)
     with env.db.begin() as conn:
         assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
                                             EventSource.RECONCILE, review_reason="missing_at_psp: none"))
-    r = env.run("review", "assign", "order-w", "--to", planted(1), "--by", planted(2))
+    r = env.run("review", "assign", "order-w", "--to", planted(1), "--by", "ann")
     assert r.returncode == 0, r.stderr
-    r = env.run("review", "comment", "order-w", "--text", planted(), "--by", f"{PROBE}-{CARD}")
+    r = env.run("review", "comment", "order-w", "--text", planted(), "--by", "ann")
     assert r.returncode == 0, r.stderr
 
 
@@ -487,7 +488,7 @@ COLUMNS: dict[str, Entry] = {
     "payments.payment_method": Refused(plant_csv),
     "payments.customer_reference": Refused(plant_csv),
     "payments.review_assignee": Masked(plant_review_workflow),
-    "review_comments.author": Masked(plant_review_workflow),
+    "review_comments.author": Refused(plant_operator_name),  # an operator's name: recon.actions authorizes --by
     "review_comments.kind": Exempt(CHECKED),
     "review_comments.body": Masked(plant_review_workflow),
     "payment_events.from_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
