@@ -13,13 +13,15 @@ import importlib
 import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import date, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
 from psp_adapters import registry
 from psp_adapters.protocol import ChargeRequest, FieldProblem, PspAdapter
+from recon.actions import Actions
+from recon.audit import AuditConfig, Sealer, entry
 from recon.bank.config import BankConfig
 from recon.classify import classify_failure
 from recon.clock import SystemClock
@@ -30,6 +32,7 @@ from recon.close.payouts import FetchResult, PayoutsJob, fetch_payouts, news_job
 from recon.config import EngineConfig, Settings, load_settings, unknown
 from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
+from recon.db.audit_store import AuditStore
 from recon.db.bank_store import BankStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
@@ -53,6 +56,9 @@ from recon.engine.retry import RetryPolicy
 from recon.engine.sizing import Pressure
 from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
+from recon.four_eyes import FourEyes, FourEyesConfig
+from recon.operator_rows import Role
+from recon.operators import Operators
 from recon.payments.charge import ChargeHandler
 from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
@@ -120,6 +126,8 @@ class App:
 
             ConsoleConfig.load(settings.extra.get("console"), source=settings.source)
             BankConfig.from_table(settings.extra.get("bank"), source=settings.source)
+            AuditConfig.load(settings.extra.get("audit"), source=settings.source)
+            FourEyesConfig.load(settings.extra.get("four_eyes"), source=settings.source)
             self._settings = settings
             self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings
@@ -232,6 +240,35 @@ class App:
         return closing.run_close(self.payouts, psp=psp, since=since, until=until,
                                  rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
                                  exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)], as_of=as_of)
+
+    @cached_property
+    def operators(self) -> Operators:
+        """The named operators, their roles, logins and lockout (recon.operators)."""
+        return Operators(self.db)
+
+    @cached_property
+    def audit(self) -> AuditStore:
+        """The audit trail's rows and seals (recon.audit)."""
+        return AuditStore(self.db)
+
+    @cached_property
+    def audit_config(self) -> AuditConfig:
+        """``[audit]``: retention, the sealer's interval and gap grace (recon.audit)."""
+        return AuditConfig.load(self.settings.extra.get("audit"), source=self.settings.source)
+
+    @cached_property
+    def four_eyes(self) -> FourEyes:
+        """Four-eyes requests and their approval (recon.four_eyes), with ``[four_eyes]``'s thresholds."""
+        return FourEyes(self, FourEyesConfig.load(self.settings.extra.get("four_eyes"), source=self.settings.source))
+
+    @cached_property
+    def actions(self) -> Actions:
+        """What people do, each write role-checked, four-eyed where it needs it, and audited (recon.actions)."""
+        return Actions(self)
+
+    def authorize(self, name: str | None, needs: Role, *, action: str) -> str:
+        """``--by`` checked (recon.operators.Operators.authorize): the operator's name, or NotAllowed."""
+        return self.operators.authorize(name, needs, action=action).name
 
     @cached_property
     def bank_config(self) -> BankConfig:
@@ -488,6 +525,9 @@ class App:
         the worker runs the pruner and the scheduler when the settings ask for them (``loops``)."""
         engine = self.settings.engine if engine is None else engine
         worker_id = redact(make_worker_id())
+        # the configuration a worker started with, in the audit trail (recon.audit)
+        self.audit.record(entry(f"system:{worker_id}", "worker.start", worker_id, queues=list(queues),
+                                engine=asdict(engine), config=self.settings.source, wakeups=wakeups))
         return Worker(self.jobs, self.handlers() if handlers is None else handlers, config=engine,
                       policy=RetryPolicy(self.settings.retry), queues=list(queues),
                       queue_caps={q: self.settings.queue(q).concurrency for q in queues},
@@ -505,6 +545,10 @@ class App:
         the scheduler (``[schedule.NAME]`` set; recon.scheduler: each slot runs once across the pool; not in a
         burst run)."""
         loops = []
+        sealer = Sealer(self.audit, gap_grace=self.audit_config.gap_grace)
+        loops.append(Periodic("sealer", sealer.run_once, interval=self.audit_config.seal_interval.total_seconds(),
+                              in_burst=False, note="audit rows and payment events chained into audit_seals every "
+                                                   f"{self.audit_config.seal_interval.total_seconds():g}s"))
         if engine.prune_after is not None:
             pruner = Pruner(self.jobs, older_than=engine.prune_after, batch=engine.prune_batch_size)
             loops.append(Periodic("pruner", pruner.run_once, interval=engine.prune_interval_seconds,

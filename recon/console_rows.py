@@ -12,13 +12,16 @@ class ConsoleSession:
     whether it still serves). ``checked_at`` is the time of that read, by the clock the store's SQL uses."""
 
     id: int
-    principal: str  #: who logged in: "access-token/<fingerprint>" (the access token's holder)
-    operator_id: int | None  #: a named operator (issue 27); None until they exist
+    principal: str  #: how they logged in: "operator/<name>" (a password), or "access-token/<fingerprint>"
+    operator_id: int | None  #: the operator who acts (the token's own operator for an access-token session)
     created_at: datetime
     last_seen_at: datetime
     expires_at: datetime  #: the absolute deadline set at login
     revoked_at: datetime | None
     checked_at: datetime
+    operator_name: str | None = None  #: the operator's name (read with the session on every request)
+    operator_role: str | None = None  #: their role now: a role changed applies at the next request
+    operator_disabled: bool = False  #: a disabled operator's session serves no request
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ ReconError
 │   ├── BankEvidenceConflict a bank statement contradicts a stored statement or entry: nothing written
 │   ├── RefundRefused       a refund the payment cannot take (not succeeded, no PSP reference, more than
 │                           its captured amount has left, a reference taken): nothing written
+│   ├── NotAllowed          no such enabled operator, or their role does not allow it: nothing done
 │   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
 │                           carries the importer's problems and their display rule)
 ├── PspReferenceConflict    a payment write named another PSP reference than the one stored: refused
@@ -71,6 +72,10 @@ class BankEvidenceConflict(UsageError):
 
 class RefundRefused(UsageError):
     """The payment cannot take this refund; nothing was written."""
+
+
+class NotAllowed(UsageError):
+    """The operator may not do this (unknown, disabled, or their role does not allow it); nothing was done."""
 
 
 class ReviewRefused(UsageError):

@@ -10,11 +10,12 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -101,6 +102,21 @@ def operator_name() -> str:
     except (OSError, KeyError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def by_option(help_text: str = "The operator who acts (recon operators list); their role must allow it."
+              ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--by NAME`` of every write command: an existing, enabled operator (checked by ``recon.actions``);
+    ``RECON_OPERATOR`` when left out."""
+    return click.option("--by", "by", envvar="RECON_OPERATOR", metavar="OPERATOR", help=help_text)
+
+
+def pending_approval(approval: Any) -> NoReturn:
+    """A four-eyes request's line (recon.four_eyes), then exit 1: done, with an item for review."""
+    say(f"{approval.action} of {approval.subject} needs a second operator: approval {approval.id} requested by "
+        f"{approval.requested_by}, pending until {approval.expires_at:%Y-%m-%d %H:%M} UTC "
+        f"(recon approvals approve {approval.id} --by APPROVER)")
+    sys.exit(EXIT_REVIEW)
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:

@@ -226,7 +226,7 @@ class ReviewDesk:
     # --- acting ---------------------------------------------------------------------------------------
 
     def resolve(self, reference: str, *, to: str, reason: str, by: str, override: bool = False,
-                difference: str | None = None) -> Resolution:
+                difference: str | None = None, approved_by: str | None = None) -> Resolution:
         """Move a payment out of review to ``to`` (succeeded or failed), as decided by ``by`` for ``reason``.
 
         Asks the PSP first; raises ReviewRefused when its final answer contradicts ``to``, or when it could
@@ -237,8 +237,9 @@ class ReviewDesk:
         target = target_status(to)
         reason, by = typed_text(reason, "--reason", REASON_MAX), typed_text(by, "--by", OPERATOR_MAX)
         treatment = _difference(difference)
+        extra = {"approved_by": approved_by} if approved_by is not None else None  # a four-eyes override
         transition = self.decide(self.get(reference), target, reason=reason, by=by, override=override,
-                                 difference=treatment)
+                                 difference=treatment, extra=extra)
         with self.payments.db.begin() as conn:
             if not self.payments.apply(conn, transition):
                 raise UsageError(f"payment {reference} changed while it was being resolved; nothing written "

@@ -10,8 +10,8 @@ contradicts the decision or a PSP could not be asked; then it writes every trans
 payment changed meanwhile rolls all of them back. Overrides are not offered in bulk.
 
 Four eyes: ``apply`` calls ``approval_func(preview, by)`` before anything is written, and writes nothing if it
-raises. The default approves; the four-eyes rule (another operator approves a bulk resolve above a threshold)
-plugs in there.
+raises. The default approves; ``recon.actions`` plugs the four-eyes rule in there (above ``[four_eyes]
+bulk_resolve_count`` the bulk resolve becomes a request another operator approves).
 """
 
 from __future__ import annotations
@@ -109,5 +109,5 @@ def digest(payments: list[Payment], to: PaymentStatus) -> str:
 
 
 def _approve(preview: BulkPreview, by: str) -> None:
-    """The default approval: none needed (issue 27's four eyes replaces it)."""
+    """The default approval: none needed (``recon.actions.Actions.bulk_resolve`` passes the four-eyes one)."""
 

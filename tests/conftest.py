@@ -18,7 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from recon.db.database import Database, connect, upgrade
+from recon.operator_rows import Role
 from tests import cli
+from tests.operators import add_staff
 
 PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +94,13 @@ def db(db_url: str) -> Iterator[Database]:
     database = connect(db_url)
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def staff(db_url: str) -> dict[str, Role]:
+    """One operator of each role in the test's database (tests/operators.py): ann operator, bob and amy
+    approvers, root admin, vic viewer; every password ``tests.operators.PASSWORD``."""
+    return add_staff(db_url)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ Severity and due-by are not stored: they follow from the amount, the time in rev
 (recon.review_config), so a changed rule applies to every item at once.
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-12-05
 """
 
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0020"
-down_revision = "0018"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

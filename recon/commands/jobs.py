@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,8 +12,19 @@ import click
 
 from recon.app import App
 from recon.engine.pruner import Pruner
-from recon.engine.replay import job_filter, replay
-from recon.params import JOB_ID, LIMIT, Duration, Since, install_signal_handlers, operator_name, say
+from recon.engine.replay import ReplayRun, job_filter, replay
+from recon.params import (
+    EXIT_REVIEW,
+    JOB_ID,
+    LIMIT,
+    Duration,
+    Since,
+    by_option,
+    install_signal_handlers,
+    operator_name,
+    pending_approval,
+    say,
+)
 from recon.render.jobs import job_detail, jobs_table, prune_summary, replay_summary
 from recon.rows import Job, JobState
 
@@ -70,19 +82,21 @@ def jobs_show(app: App, job_id: int, as_json: bool) -> None:
 
 @jobs.command("retry")
 @click.argument("job_id", type=JOB_ID)
+@by_option()
 @click.pass_obj
-def jobs_retry(app: App, job_id: int) -> None:
+def jobs_retry(app: App, job_id: int, by: str | None) -> None:
     """Make a dead, canceled or waiting job runnable now."""
-    app.client().retry(job_id)
+    app.actions.retry(job_id, by=by)
     say(f"job {job_id} is runnable")
 
 
 @jobs.command("cancel")
 @click.argument("job_id", type=JOB_ID)
+@by_option()
 @click.pass_obj
-def jobs_cancel(app: App, job_id: int) -> None:
+def jobs_cancel(app: App, job_id: int, by: str | None) -> None:
     """Cancel a job: at once if it is not running, else through its next heartbeat."""
-    result = app.client().cancel(job_id)
+    result = app.actions.cancel(job_id, by=by)
     say(f"job {job_id} canceled" if result == "canceled"
                else f"job {job_id} is running: cancel requested, its worker is told at the next heartbeat")
 
@@ -102,21 +116,33 @@ REPLAY_BATCH_DEFAULT = 500
 @click.option("--batch", type=click.IntRange(1, 10_000), default=REPLAY_BATCH_DEFAULT, show_default=True,
               help="Jobs per transaction.")
 @click.option("--dry-run", is_flag=True, help="List the jobs that would be replayed; change nothing.")
+@by_option("Who replays: an operator (not needed with --dry-run).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str | None,
                 since: timedelta | datetime | None, limit: int | None, budget: int | None, batch: int,
-                dry_run: bool, as_json: bool) -> None:
+                dry_run: bool, by: str | None, as_json: bool) -> None:
     """Move dead jobs (the dead-letter set) back to runnable now, with fresh attempts.
 
     Attempts are kept (they are the fencing token): max_attempts becomes attempts + --attempts. Each replay
     is recorded in the job's history (recon jobs show). A job whose unique key an unfinished job holds
-    stays dead and is reported as skipped. Batches commit one by one; running it again continues.
+    stays dead and is reported as skipped. Batches commit one by one; running it again continues. More than
+    [four_eyes] replay_count jobs (default 100) need four eyes: the replay is requested (exit 1) and runs when
+    another operator approves it (recon approvals).
     """
     filters = job_filter(app.jobs, queue=queue, kind=kind, error_kind=error_kind, since=since)
     budget = budget or app.settings.engine.default_max_attempts
-    run = replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=dry_run,
-                 operator=operator_name())
+    if dry_run:
+        run = replay(app.jobs, filters, limit=limit, budget=budget, batch=batch, dry_run=True,
+                     operator=operator_name())
+    else:
+        done = app.actions.replay(filters, budget=budget, by=by, limit=limit, batch=batch)
+        if done.approval is not None:
+            if as_json:
+                click.echo(json.dumps({"approval": done.approval.to_dict()}))
+                sys.exit(EXIT_REVIEW)
+            pending_approval(done.approval)
+        run = done.run or ReplayRun(dry_run=False, budget=budget)
     if as_json:
         doc: dict[str, Any] = {"dry_run": dry_run, "attempts_added": budget, "batches": run.batches,
                                "skipped": run.skipped}

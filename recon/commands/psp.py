@@ -24,8 +24,7 @@ from psp_adapters.sandbox.webhooks import WebhookConfig
 from recon.app import App
 from recon.errors import UsageError
 from recon.overview import psp_controls_document
-from recon.params import install_signal_handlers, operator_name, say
-from recon.payments import guard
+from recon.params import by_option, install_signal_handlers, pending_approval, say
 from recon.render.stats import psp_controls_table
 
 
@@ -42,24 +41,25 @@ def _known_psp(app: App, name: str) -> None:
 @psp.command("pause")
 @click.argument("name")
 @click.option("--reason", help="Why; shown by `recon psp status`.")
-@click.option("--by", "by", help="Who pauses (default: USER@HOST).")
+@by_option("Who asks for the pause: an operator (role operator or above).")
 @click.pass_obj
 def psp_pause(app: App, name: str, reason: str | None, by: str | None) -> None:
-    """Stop all traffic to PSP NAME without stopping workers: its jobs wait (snoozed, no attempt spent)
-    until `recon psp resume NAME`. Running workers see it within a quarter of a second."""
+    """Ask to stop all traffic to PSP NAME without stopping workers: four eyes, so the pause is requested (exit
+    1) and takes effect when another operator approves it (recon approvals approve ID). Then its jobs wait
+    (snoozed, no attempt spent) until `recon psp resume NAME`; running workers see it within a quarter of a
+    second."""
     _known_psp(app, name)
-    who = by or operator_name()
-    guard.pause(app.controls, name, by=who, reason=reason)
-    say(f"psp {name} paused by {who}" + (f": {reason}" if reason else ""))
+    pending_approval(app.actions.pause(name, reason=reason, by=by))
 
 
 @psp.command("resume")
 @click.argument("name")
+@by_option()
 @click.pass_obj
-def psp_resume(app: App, name: str) -> None:
+def psp_resume(app: App, name: str, by: str | None) -> None:
     """Let traffic to PSP NAME flow again; the jobs the pause put to sleep are due at once."""
     _known_psp(app, name)
-    was_paused, woken = guard.resume(app.controls, name)
+    was_paused, woken = app.actions.resume(name, by=by)
     say(f"psp {name} resumed; {woken} waiting jobs are due now" if was_paused
                else f"psp {name} was not paused")
 

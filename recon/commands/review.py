@@ -4,8 +4,9 @@ needs_review."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -13,7 +14,8 @@ from recon import review_bulk
 from recon.app import App
 from recon.commands.payments import payment_doc
 from recon.errors import UsageError
-from recon.params import LIMIT, Duration, say
+from recon.operator_rows import Approval, Role
+from recon.params import EXIT_REVIEW, LIMIT, Duration, by_option, pending_approval, say
 from recon.payments.money import format_amount
 from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.render.payments import payment_detail, review_table
@@ -112,7 +114,7 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
 @click.option("--as", "to", type=click.Choice(["succeeded", "failed"]), required=True,
               help="The payment's status from now on.")
 @click.option("--reason", required=True, help="Why; kept in the audit trail.")
-@click.option("--by", "by", required=True, help="Who decides (kept in the audit trail).")
+@by_option("Who decides: an operator (role operator or above); kept in the audit trail.")
 @click.option("--override", is_flag=True,
               help="Resolve even when the PSP's answer contradicts it, or the PSP cannot be asked (recorded).")
 @click.option("--difference", type=click.Choice([d.value for d in Difference]),
@@ -120,34 +122,47 @@ def review_show(app: App, reference: str, as_json: bool) -> None:
                    "default written_off).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def review_resolve(app: App, reference: str, to: str, reason: str, by: str, override: bool, difference: str | None,
+def review_resolve(app: App, reference: str, to: str, reason: str, by: str | None, override: bool,
+                   difference: str | None,
                    as_json: bool) -> None:
     """Move a payment out of needs_review by hand, after asking the PSP once more.
 
     Refused (exit 2, nothing changed) when the PSP's final answer contradicts the choice or the PSP cannot be
-    asked, unless --override. The audit event keeps the operator, the reason, both amounts and the PSP's
-    answer."""
-    result = app.review.resolve(reference, to=to, reason=reason, by=by, override=override, difference=difference)
+    asked, unless --override. An override needs four eyes: it is requested (exit 1) and runs when another
+    operator approves it (recon approvals). The audit event keeps the operator, the reason, both amounts and
+    the PSP's answer."""
+    result = app.actions.resolve(reference, to=to, reason=reason, by=by, override=override, difference=difference)
+    if isinstance(result, Approval):
+        _pending(result, as_json=as_json)
     if as_json:
         click.echo(json.dumps({"payment": result.payment.to_dict(), "resolution": result.details}))
         return
     d = result.details
     said = d.get("psp_status") or d.get("psp_outcome") if d["psp_asked"] else f"not asked ({d['psp_not_asked']})"
-    say(f"payment {reference} resolved as {to} by {by}; the PSP said {said}"
-               + ("; recorded as an OVERRIDE of the PSP's answer" if override else "")
+    say(f"payment {reference} resolved as {to} by {d['operator']}; the PSP said {said}"
         + (f"; {d['difference']['sentence']}" if d.get("difference") else ""))
+
+
+def _pending(approval: Approval, *, as_json: bool) -> NoReturn:
+    """A four-eyes request instead of the action: its line (or document), exit 1."""
+    if as_json:
+        click.echo(json.dumps({"approval": approval.to_dict()}))
+        sys.exit(EXIT_REVIEW)
+    pending_approval(approval)
 
 
 @review.command("recheck")
 @click.argument("reference", metavar="REF")
+@by_option()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def review_recheck(app: App, reference: str, as_json: bool) -> None:
+def review_recheck(app: App, reference: str, by: str | None, as_json: bool) -> None:
     """Queue a reconcile job for the payment (or the refund: REF is then its refund reference) now: a worker on
     the reconcile queue asks the PSP and adds its answer to the audit trail (a payment in review keeps its
     status; a succeeded refund the PSP now calls failed or reversed goes to review)."""
     refund = app.refunds.by_reference(reference) if app.payments.by_reference(reference) is None else None
     if refund is not None:
+        app.authorize(by, Role.OPERATOR, action="refund.recheck")
         queue = app.reconcile_config.queue
         job_id = app.client().enqueue(REFUND_RECONCILE_KIND, {"refund_id": refund.id, "recheck": True}, queue=queue,
                                       unique_key=refund_reconcile_key(refund.id))
@@ -156,7 +171,7 @@ def review_recheck(app: App, reference: str, as_json: bool) -> None:
         else:
             say(f"reconcile job {job_id} queued on {queue} for refund {reference}")
         return
-    job_id = app.review.recheck(reference)
+    job_id = app.actions.recheck(reference, by=by)
     if as_json:
         click.echo(json.dumps({"payment": reference, "job_id": job_id, "queue": app.reconcile_config.queue}))
         return
@@ -167,13 +182,13 @@ def review_recheck(app: App, reference: str, as_json: bool) -> None:
 @click.argument("reference", metavar="REF")
 @click.option("--to", "to", help="Who works on it from now on.")
 @click.option("--nobody", is_flag=True, help="Unassign it.")
-@click.option("--by", "by", required=True, help="Who assigns (kept with the payment's comments).")
+@by_option("Who assigns: an operator (role operator or above); kept with the payment's comments.")
 @click.pass_obj
-def review_assign(app: App, reference: str, to: str | None, nobody: bool, by: str) -> None:
+def review_assign(app: App, reference: str, to: str | None, nobody: bool, by: str | None) -> None:
     """Assign a payment in review to a person (or, with --nobody, to no one); recorded with its comments."""
     if (to is None) == (not nobody):
         raise UsageError("--to NAME or --nobody: exactly one")
-    payment = app.review.assign(reference, to=to, by=by)
+    payment = app.actions.assign(reference, to=to, by=by)
     say(f"payment {reference} assigned to {payment.review_assignee}" if payment.review_assignee
         else f"payment {reference} unassigned")
 
@@ -181,11 +196,11 @@ def review_assign(app: App, reference: str, to: str | None, nobody: bool, by: st
 @review.command("comment")
 @click.argument("reference", metavar="REF")
 @click.option("--text", required=True, help="The comment (at most 2000 characters).")
-@click.option("--by", "by", required=True, help="Who writes it.")
+@by_option("Who writes it: an operator (role operator or above).")
 @click.pass_obj
-def review_comment(app: App, reference: str, text: str, by: str) -> None:
+def review_comment(app: App, reference: str, text: str, by: str | None) -> None:
     """Add a comment to a payment; `recon review show` lists them with the assignments."""
-    app.review.comment(reference, text=text, by=by)
+    app.actions.comment(reference, text=text, by=by)
     say(f"comment added to payment {reference} by {by}")
 
 
@@ -194,7 +209,7 @@ def review_comment(app: App, reference: str, text: str, by: str) -> None:
 @click.option("--as", "to", type=click.Choice(["succeeded", "failed"]), required=True,
               help="The status every matched payment takes.")
 @click.option("--reason", help="Why; kept in each payment's audit trail (with --apply).")
-@click.option("--by", "by", help="Who decides (with --apply).")
+@by_option("Who decides (with --apply): an operator (role operator or above).")
 @click.option("--apply", "expect", metavar="DIGEST",
               help="Resolve exactly the set a preview printed (its digest); without it: only the preview.")
 @click.option("--json", "as_json", is_flag=True)
@@ -204,7 +219,8 @@ def review_bulk_resolve(app: App, /, to: str, reason: str | None, by: str | None
     """Resolve every payment the filters match, all or nothing. First a preview (nothing changes): how many,
     how much per currency, and a digest; then the same command with --apply DIGEST --reason --by resolves
     exactly that set, after asking the PSP about each (refused, nothing changed, if the set changed or a PSP
-    contradicts). At most [review] bulk_max payments."""
+    contradicts). At most [review] bulk_max payments. More than [four_eyes] bulk_resolve_count: a four-eyes
+    request (exit 1), run when another operator approves it (recon approvals)."""
     where = _where(app, filters)
     if expect is None:
         shown = review_bulk.preview(app.review, where, to=to)
@@ -212,7 +228,9 @@ def review_bulk_resolve(app: App, /, to: str, reason: str | None, by: str | None
         return
     if not reason or not by:
         raise UsageError("--apply needs --reason and --by")
-    done = review_bulk.apply(app.review, where, to=to, reason=reason, by=by, expect=expect)
+    done = app.actions.bulk_resolve(where, to=to, reason=reason, by=by, expect=expect)
+    if isinstance(done, Approval):
+        _pending(done, as_json=as_json)
     _bulk_out(done, applied=True, as_json=as_json)
 
 

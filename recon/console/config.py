@@ -4,6 +4,8 @@
 [console]
 idle_timeout = "15m"        # a session without a request for this long ends (1m to 15m)
 absolute_timeout = "12h"    # a session ends this long after its login, however busy (idle_timeout to 24h)
+token_operator = "console-token"  # the operator RECON_CONSOLE_TOKEN acts as (automation, bootstrap)
+token_role = "viewer"       # that operator's role: viewer, operator, approver or admin
 ```
 
 The defaults are PCI DSS v4.0.1's: requirement 8.2.8 asks for re-authentication after at most 15 idle minutes,
@@ -13,6 +15,7 @@ The server enforces both (``recon.console.session``); the cookie's Max-Age only 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +24,7 @@ from typing import Any
 from recon.config import unknown
 from recon.durations import parse_duration
 from recon.errors import ConfigError, UsageError
+from recon.operator_rows import Role
 
 IDLE_TIMEOUT_DEFAULT = timedelta(minutes=15)
 IDLE_TIMEOUT_MIN = timedelta(minutes=1)
@@ -30,13 +34,18 @@ ABSOLUTE_TIMEOUT_DEFAULT = timedelta(hours=12)
 ABSOLUTE_TIMEOUT_MAX = timedelta(hours=24)
 #: last_seen_at is written at most this often per session (and at most every tenth of the idle timeout)
 TOUCH_INTERVAL_MAX = timedelta(minutes=1)
-_KEYS = {"idle_timeout", "absolute_timeout"}
+TOKEN_OPERATOR_DEFAULT = "console-token"  # nosec B105  # an operator's name, not a secret
+TOKEN_ROLE_DEFAULT = Role.VIEWER
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,99}")
+_KEYS = {"idle_timeout", "absolute_timeout", "token_operator", "token_role"}
 
 
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
     idle_timeout: timedelta = IDLE_TIMEOUT_DEFAULT
     absolute_timeout: timedelta = ABSOLUTE_TIMEOUT_DEFAULT
+    token_operator: str = TOKEN_OPERATOR_DEFAULT
+    token_role: Role = TOKEN_ROLE_DEFAULT
 
     @property
     def touch_interval(self) -> timedelta:
@@ -61,7 +70,15 @@ class ConsoleConfig:
         if not idle <= absolute <= ABSOLUTE_TIMEOUT_MAX:
             raise ConfigError(f"{where}.absolute_timeout: must be between the idle timeout ({_text(idle)}) and 24h, "
                               f"got {table['absolute_timeout']!r}")
-        return cls(idle_timeout=idle, absolute_timeout=absolute)
+        token_operator = table.get("token_operator", TOKEN_OPERATOR_DEFAULT)
+        if not isinstance(token_operator, str) or not _NAME.fullmatch(token_operator):
+            raise ConfigError(f"{where}.token_operator: an operator name (letters, digits, . _ @ -), got "
+                              f"{token_operator!r}")
+        role = table.get("token_role", str(TOKEN_ROLE_DEFAULT))
+        if role not in {r.value for r in Role}:
+            raise unknown("role", str(role), [r.value for r in Role], f"{where}.token_role: ")
+        return cls(idle_timeout=idle, absolute_timeout=absolute, token_operator=token_operator,
+                   token_role=Role(role))
 
 
 def _duration(table: Mapping[str, Any], key: str, default: timedelta, where: str) -> timedelta:

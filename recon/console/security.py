@@ -1,11 +1,15 @@
 """What keeps the console safe to leave running: the access token and its sessions, CSRF, the Host check and
 the response headers, as one ASGI middleware (``Gatekeeper``) in front of every route.
 
-**Access token and sessions.** With ``RECON_CONSOLE_TOKEN`` set (required for any non-loopback bind, see
-``recon.commands.console``), every request but the login form needs either ``Authorization: Bearer <token>``
-(automation; compared with ``hmac.compare_digest``) or a live session: ``POST /login`` with the token opens one
-on the server and sets its id in the ``recon_session`` cookie; logout, the idle and the absolute timeouts end it
-there (``recon.console.session``). Anything else gets 401 and the login form, saying why a session ended.
+**Operators and sessions.** Every request but the login form needs a live session of an enabled operator
+(``recon.operators``): ``POST /login`` with an operator's name and password (and TOTP code, when enrolled) opens
+one on the server and sets its id in the ``recon_session`` cookie; logout, the idle and the absolute timeouts, and
+disabling the operator end it there (``recon.console.session``). With ``RECON_CONSOLE_TOKEN`` set (required for
+any non-loopback bind, see ``recon.commands.console``), the token also logs in (the login form's token field) or
+authenticates a request by itself (``Authorization: Bearer <token>``, automation; compared with
+``hmac.compare_digest``), as the token's own operator (``[console] token_operator``, role ``token_role``).
+Anything else gets 401 and the login form, saying why a session ended. ``request.state.actor`` is who acts
+(``Actor``): the session's operator with their role as it is now, or the token's operator.
 
 **Cookies** are ``HttpOnly``, ``SameSite=Strict``, ``Path=/``, and ``Secure`` whenever the request came over
 TLS (its scheme, or a proxy's ``X-Forwarded-Proto``/``Forwarded``: trusted only to add the flag) or names a
@@ -45,6 +49,7 @@ import ipaddress
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
@@ -56,6 +61,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from recon.console.session import SESSION_COOKIE, Resumed, ended_message
+from recon.operator_rows import Role
 
 if TYPE_CHECKING:
     from recon.console.session import Sessions
@@ -119,6 +125,14 @@ def csrf_accepts(request: Request, field: str | None) -> bool:
     expected: str = getattr(request.state, "csrf", "")
     held: bool = getattr(request.state, "csrf_held", False)
     return held and bool(field) and bool(expected) and hmac.compare_digest((field or "").encode(), expected.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who a request acts as: an operator's name and role, read on this request."""
+
+    name: str
+    role: Role
 
 
 class TokenAuth:
@@ -187,12 +201,14 @@ class Gatekeeper:
     must carry (``request.state.csrf``), and makes sure the browser holds what binds it.
     """
 
-    def __init__(self, app: ASGIApp, *, csrf: Csrf, auth: TokenAuth | None, sessions: Sessions | None,
-                 style_hash: str, deny_func: DenyFunc, script_hash: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, csrf: Csrf, auth: TokenAuth | None, sessions: Sessions,
+                 style_hash: str, deny_func: DenyFunc, token_actor_func: Callable[[], Actor | None],
+                 script_hash: str | None = None) -> None:
         self.app = app
         self.csrf = csrf
         self.auth = auth
         self.sessions = sessions
+        self.token_actor = token_actor_func
         self.headers = security_headers(style_hash, script_hash)
         self.deny = deny_func
 
@@ -209,8 +225,15 @@ class Gatekeeper:
             await send(message)
 
         refusal: tuple[int, str] | None
+        request.state.actor = None
         try:
             resumed = await self._resume(request)
+            if resumed is not None and resumed.live and resumed.session is not None:
+                row = resumed.session
+                if row.operator_name and row.operator_role:
+                    request.state.actor = Actor(row.operator_name, Role(row.operator_role))
+            elif self.auth is not None and self.auth.bearer(request):
+                request.state.actor = await run_in_threadpool(self.token_actor)
         except Exception as exc:  # the sessions' database: one line on the page, the type in the log
             log.error("console: %s %s: sessions unreadable: %s: %s", request.method, request.url.path,
                       type(exc).__name__, (str(exc).splitlines() or [""])[0][:200])
@@ -229,7 +252,7 @@ class Gatekeeper:
     async def _resume(self, request: Request) -> Resumed | None:
         """The request's session, if it sent a session cookie to a console that has sessions."""
         sid = request.cookies.get(SESSION_COOKIE)
-        if self.sessions is None or not sid:
+        if not sid:
             request.state.session = None
             return None
         resumed: Resumed = await run_in_threadpool(self.sessions.resume, sid)
@@ -254,9 +277,8 @@ class Gatekeeper:
         host = request.headers.get("host", "")
         if self.auth is None and not is_loopback(_hostname(host)):
             return 400, "this console answers only to a loopback host name (127.0.0.1, localhost, [::1])"
-        if self.auth is not None and request.url.path not in OPEN_PATHS and not (
-                (resumed is not None and resumed.live) or self.auth.bearer(request)):
-            return 401, getattr(request.state, "session_ended", None) or "log in with the console's access token"
+        if request.url.path not in OPEN_PATHS and request.state.actor is None:
+            return 401, getattr(request.state, "session_ended", None) or "log in: your operator name and password"
         if request.method == "POST" and _cross_site(request, host):
             return 403, "refused: a form posted from another site"
         return None

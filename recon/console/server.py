@@ -20,8 +20,8 @@ from starlette.responses import Response
 
 from recon.asgi import serve
 from recon.console.config import ConsoleConfig
-from recon.console.pages import dead, jobs, login, overview, payments, payouts, psps, review
-from recon.console.security import Csrf, Gatekeeper, TokenAuth
+from recon.console.pages import approvals, dead, jobs, login, overview, payments, payouts, psps, review
+from recon.console.security import Actor, Csrf, Gatekeeper, TokenAuth
 from recon.console.session import Sessions, token_principal
 from recon.console.web import Pages
 from recon.db.console_session_store import ConsoleSessionStore
@@ -36,16 +36,24 @@ MAX_BODY_BYTES = 64 * 1024
 
 
 def create_app(app: App, *, token: str | None = None, secret: bytes | None = None) -> Starlette:
-    """The console on ``app``. With ``token``, every request needs it or a session opened with it (see
-    ``recon.console.security`` and ``recon.console.session``; ``[console]`` sets the sessions' timeouts);
+    """The console on ``app``: every request needs an operator's session, or with ``token`` the token itself (see
+    ``recon.console.security`` and ``recon.console.session``; ``[console]`` sets the sessions' timeouts and the
+    token's operator);
     ``secret`` keys the pre-session CSRF pairs (default: 32 random bytes, new each process)."""
     key = secret or secrets.token_bytes(32)
     config = ConsoleConfig.load(app.settings.extra.get("console"), source=app.settings.source)
     rendered = Pages()
     auth = TokenAuth(token) if token else None
-    sessions = Sessions(ConsoleSessionStore(app.db), principal=token_principal(token), config=config) \
-        if token else None
+    sessions = Sessions(ConsoleSessionStore(app.db), principal=token_principal(token) if token else None,
+                        config=config)
     csrf = Csrf(key, max_age=config.absolute_timeout, now_func=lambda: app.db.clock.now())
+    if token:  # the token's own operator, created or brought to its configured role
+        app.operators.ensure_token_operator(config.token_operator, config.token_role)
+
+    def token_actor() -> Actor | None:
+        """The token's operator as it is now: None when disabled (the token then opens nothing)."""
+        found = app.operators.get(config.token_operator)
+        return Actor(found.name, found.role) if found is not None and found.enabled else None
 
     def deny(request: Request, status: int, message: str) -> Response:
         return rendered.error(request, status, message)
@@ -56,16 +64,17 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
         return rendered.error(request, status, "no such page" if status == 404 else str(detail))
 
     web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES,
-                            *psps.ROUTES, *payouts.ROUTES, *login.ROUTES],
+                            *psps.ROUTES, *payouts.ROUTES, *login.ROUTES, *approvals.ROUTES],
                     middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
                                            style_hash=rendered.style_hash, script_hash=rendered.script_hash,
-                                           deny_func=deny)],
+                                           deny_func=deny, token_actor_func=token_actor)],
                     exception_handlers={HTTPException: not_served}, max_body_size=MAX_BODY_BYTES)
     web.state.console_recon = app
     web.state.console_key = key
     web.state.console_pages = rendered
     web.state.console_auth = auth
     web.state.console_sessions = sessions
+    web.state.console_config = config
     _warm(app)
     return web
 

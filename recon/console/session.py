@@ -14,6 +14,7 @@ on PostgreSQL):
 | none (never issued, or pruned after it ended)                  | unknown  | 401                        |
 | revoked_at set (logout, a newer login from that browser)       | revoked  | 401                        |
 | principal not the one this console accepts (the token changed) | foreign  | 401, and it is revoked     |
+| its operator disabled (at once: read with the session)         | disabled | 401                        |
 | now >= expires_at, or >= created_at + absolute_timeout         | expired  | 401                        |
 | now >= last_seen_at + idle_timeout                             | idle     | 401                        |
 | otherwise                                                      | live     | served                     |
@@ -31,10 +32,12 @@ Prevention Cheat Sheet's synchronizer token, one per session, derived instead of
 without the HttpOnly cookie, the same in every console process and after a restart, and gone with the session:
 a token of another session, of the login page or of a session that ended fails (recon.console.security).
 
-**Who.** ``principal`` is ``access-token/`` and a scrypt fingerprint of the access token (memory-hard, so the
-stored fingerprint does not make a weak token cheap to guess): a session opened with a token the console was
-since restarted without is refused. Named operators (issue 27) will put their id in ``operator_id``, revoke an
-operator's sessions when they are disabled, and accept several principals.
+**Who.** Every session is an operator's (``operator_id``; recon.operators). ``principal`` says how they logged in:
+``operator/<name>`` with their password (and TOTP code), or ``access-token/`` and a scrypt fingerprint of the
+access token (memory-hard, so the stored fingerprint does not make a weak token cheap to guess) for the token's
+own operator: a session opened with a token the console was since restarted without is refused. The operator is
+read with the session on every request: disabling them (which also revokes their sessions) ends every session of
+theirs at the next request, and a changed role applies at once.
 """
 
 from __future__ import annotations
@@ -53,10 +56,13 @@ from enum import StrEnum
 from recon.console.config import ConsoleConfig
 from recon.console_rows import ConsoleSession
 from recon.db.console_session_store import ConsoleSessionStore
+from recon.operator_rows import Operator
 
 log = logging.getLogger("recon.console")
 
 SESSION_COOKIE = "recon_session"
+#: the principal of a session opened with an operator's password: this and the operator's name
+OPERATOR_PRINCIPAL = "operator/"
 #: a session id as ``secrets.token_urlsafe(32)`` writes it
 _SID_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")
 #: the label the session's CSRF token signs (a new label would retire every token at once)
@@ -73,6 +79,7 @@ class SessionState(StrEnum):
     FOREIGN = "foreign"  #: opened with another access token than the console's
     EXPIRED = "expired"  #: past its absolute deadline
     IDLE = "idle"  #: no request for the idle timeout
+    DISABLED = "disabled"  #: its operator was disabled
 
 
 def state_of(row: ConsoleSession | None, *, principals: Collection[str], config: ConsoleConfig) -> SessionState:
@@ -81,8 +88,10 @@ def state_of(row: ConsoleSession | None, *, principals: Collection[str], config:
         return SessionState.UNKNOWN
     if row.revoked_at is not None:
         return SessionState.REVOKED
-    if row.principal not in principals:
+    if row.principal not in principals and not row.principal.startswith(OPERATOR_PRINCIPAL):
         return SessionState.FOREIGN
+    if row.operator_disabled:
+        return SessionState.DISABLED
     now = row.checked_at
     if now >= min(row.expires_at, row.created_at + config.absolute_timeout):
         return SessionState.EXPIRED
@@ -100,6 +109,8 @@ def ended_message(state: SessionState, config: ConsoleConfig) -> str:
             return f"your session ended: {words(config.absolute_timeout)} after its login; log in again"
         case SessionState.FOREIGN:
             return "your session ended: the console's access token changed; log in with the new one"
+        case SessionState.DISABLED:
+            return "your session ended: your operator was disabled"
         case _:
             return "your session has ended (logged out, or replaced by a newer login); log in again"
 
@@ -143,29 +154,32 @@ class Resumed:
 
 
 class Sessions:
-    """Open, resume and end sessions of one principal (the console's access token) on the store."""
+    """Open, resume and end operators' sessions on the store; ``principal`` is the access token's (None: the
+    console has no token), the one token principal it accepts."""
 
-    def __init__(self, store: ConsoleSessionStore, *, principal: str, config: ConsoleConfig) -> None:
+    def __init__(self, store: ConsoleSessionStore, *, principal: str | None, config: ConsoleConfig) -> None:
         self.store = store
         self.principal = principal
         self.config = config
 
-    def open(self, *, replacing: ConsoleSession | None) -> str:
-        """A new session (ended ones pruned first); ``replacing``, the browser's live session, is revoked.
-        Returns the id for the cookie."""
+    def open(self, *, operator: Operator, by_token: bool, replacing: ConsoleSession | None) -> str:
+        """A new session of ``operator`` (ended ones pruned first), opened with the token (``by_token``) or their
+        password; ``replacing``, the browser's live session, is revoked. Returns the id for the cookie."""
         if replacing is not None:
             self.store.revoke(replacing.id)
+        principal = self.principal if by_token and self.principal else OPERATOR_PRINCIPAL + operator.name
         sid = secrets.token_urlsafe(32)
-        row_id = self.store.open(sid_hash=sid_hash(sid), principal=self.principal,
+        row_id = self.store.open(sid_hash=sid_hash(sid), principal=principal, operator_id=operator.id,
                                  absolute=self.config.absolute_timeout, idle=self.config.idle_timeout)
-        log.info("console: session %d opened%s", row_id, f" (session {replacing.id} replaced)" if replacing else "")
+        log.info("console: session %d opened for %s%s", row_id, operator.name,
+                 f" (session {replacing.id} replaced)" if replacing else "")
         return sid
 
     def resume(self, sid: str) -> Resumed:
         """The session of cookie value ``sid``, judged now; a live one's last_seen_at moved on when stale, a
         foreign one revoked."""
         row = self.store.find(sid_hash(sid)) if _SID_SHAPE.fullmatch(sid) else None
-        state = state_of(row, principals=(self.principal,), config=self.config)
+        state = state_of(row, principals=(self.principal,) if self.principal else (), config=self.config)
         if row is None or state is not SessionState.LIVE:
             if row is not None and state is SessionState.FOREIGN:
                 self.store.revoke(row.id)

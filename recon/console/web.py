@@ -27,9 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from recon.console.security import csrf_accepts, plain_http_off_loopback
-from recon.errors import InvalidJobState, JobNotFound, UsageError
+from recon.console.security import Actor, csrf_accepts, plain_http_off_loopback
+from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
 from recon.evidence import options_facts, sweep_facts
+from recon.operator_rows import Role
 from recon.payments.money import format_amount, group_digits
 from recon.redact import redact, redact_value
 
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("recon.console")
 
-#: the longest operator name accepted (it is stored with every write)
-OPERATOR_MAX = 100
 #: the longest free-text field accepted (reasons)
 TEXT_MAX = 500
 #: form limits: no files, a few fields
@@ -84,10 +83,6 @@ class Fields:
             raise UsageError(f"{label or name} is required")
         return value
 
-    def operator(self) -> str:
-        """Who acts, as typed: required, stripped, at most OPERATOR_MAX characters (``acting_operator``)."""
-        return self.required("operator", label="operator name", max_length=OPERATOR_MAX)
-
     def flag(self, name: str) -> bool:
         return self._data.get(name, "") not in ("", "0", "off", "false")
 
@@ -115,7 +110,8 @@ class Pages:
         csrf = getattr(request.state, "csrf", "")
         base = {"request": request, "css": self.css, "js": self.js, "path": request.url.path,
                 "csrf_field": Markup('<input type="hidden" name="csrf" value="%s">') % csrf,  # %-formatting escapes
-                "logged_in": getattr(request.state, "session", None) is not None, "notice": notice_of(request),
+                "logged_in": getattr(request.state, "session", None) is not None,
+                "actor": getattr(request.state, "actor", None), "notice": notice_of(request),
                 "error": None, "signed_in": signed_in(request), "refresh": _refresh(request)}
         html = self.env.get_template(name).render({**base, **context})
         return HTMLResponse(html, status_code=status)
@@ -126,18 +122,22 @@ class Pages:
         return self.render(request, "error.html", status=status, status_code=status, message=message)
 
 
+def acting(request: Request, needs: Role) -> str:
+    """The signed-in operator's name when their role allows ``needs`` (recon.operators); a 403 page otherwise
+    (nothing done). The App's actions check the operator again, in the database."""
+    actor: Actor | None = getattr(request.state, "actor", None)
+    if actor is None:
+        raise PageError(401, "log in: your operator name and password")
+    if not actor.role.allows(needs):
+        raise PageError(403, f"refused: {actor.name} has the role {actor.role}; this takes {needs} or above")
+    return actor.name
+
+
 def signed_in(request: Request) -> str | None:
-    """Who the request's session belongs to, or None without one (a loopback console with no token): today
-    the principal of the console's access token. The one place the console asks who is signed in; named
-    operators (issue 27, part A) replace its body."""
-    session = getattr(request.state, "session", None)
-    principal: str | None = getattr(session, "principal", None)
-    return principal
-
-
-def acting_operator(request: Request, fields: Fields) -> str:
-    """Who does what a form asks: the signed-in operator, else the name typed in the form."""
-    return signed_in(request) or fields.operator()
+    """Who is signed in: the operator of the request's session (or of the console's access token), None
+    without one (a loopback console with no token). The one place the console asks who is signed in."""
+    actor: Actor | None = getattr(request.state, "actor", None)
+    return actor.name if actor is not None else None
 
 
 def done(request: Request, url: str, notice: str, **params: str | int) -> RedirectResponse:
@@ -217,6 +217,8 @@ async def _guarded(request: Request, run: Callable[[], Any]) -> Response:
         return pages(request).error(request, exc.status_code, str(exc.detail))
     except JobNotFound as exc:
         return pages(request).error(request, 404, str(exc))
+    except NotAllowed as exc:
+        return pages(request).error(request, 403, f"refused: {exc}")
     except InvalidJobState as exc:
         return pages(request).error(request, 409, str(exc))
     except UsageError as exc:

@@ -26,9 +26,13 @@ console_session_open = Query(
 console_session_find = Query(
     "console_session_find",
     "Run on every console request that carries a session cookie: the session with that id's hash (unique index), "
-    "with the time of the read, which recon.console.session judges it by.",
-    sql="""SELECT id, principal, operator_id, created_at, last_seen_at, expires_at, revoked_at, {now} AS checked_at
-           FROM console_sessions WHERE sid_hash = :sid_hash""",
+    "with the time of the read, which recon.console.session judges it by, and its operator as they are now "
+    "(name, role, disabled).",
+    sql="""SELECT s.id, s.principal, s.operator_id, s.created_at, s.last_seen_at, s.expires_at, s.revoked_at,
+                  {now} AS checked_at, o.name AS operator_name, o.role AS operator_role,
+                  o.disabled_at IS NOT NULL AS operator_disabled
+           FROM console_sessions s LEFT JOIN operators o ON o.id = s.operator_id
+           WHERE s.sid_hash = :sid_hash""",
 )
 
 console_session_touch = Query(
@@ -44,4 +48,11 @@ console_session_revoke = Query(
     "Run by logout, by a login that replaces the browser's session, and when a session's principal is no longer "
     "accepted: ends it now. A session already revoked keeps its first revocation time.",
     sql="UPDATE console_sessions SET revoked_at = {now} WHERE id = :id AND revoked_at IS NULL",
+)
+
+console_session_revoke_operator = Query(
+    "console_session_revoke_operator",
+    "Run when an operator is disabled or their password reset, in that transaction: every session of theirs ends "
+    "now (the next request of each is refused).",
+    sql="UPDATE console_sessions SET revoked_at = {now} WHERE operator_id = :operator_id AND revoked_at IS NULL",
 )

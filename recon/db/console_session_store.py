@@ -45,7 +45,9 @@ class ConsoleSessionStore:
         return ConsoleSession(id=int(row.id), principal=row.principal, operator_id=row.operator_id,
                               created_at=t(row.created_at), last_seen_at=t(row.last_seen_at),  # type: ignore[arg-type]
                               expires_at=t(row.expires_at), revoked_at=t(row.revoked_at),  # type: ignore[arg-type]
-                              checked_at=t(row.checked_at))  # type: ignore[arg-type]
+                              checked_at=t(row.checked_at),  # type: ignore[arg-type]
+                              operator_name=row.operator_name, operator_role=row.operator_role,
+                              operator_disabled=bool(row.operator_disabled))
 
     def touch(self, session_id: int, *, older_than: timedelta) -> bool:
         """Move the session's last_seen_at to now if it is at least ``older_than`` old and not revoked."""

@@ -614,3 +614,73 @@ dispute_events = sa.Table(
     sa.Index("dispute_events_dispute", "dispute_id", "id"),
     sqlite_autoincrement=True,
 )
+
+# --- operators, the audit trail and four-eyes approvals (migration 0019, issue 27) ---------------------------
+
+ROLES = ("viewer", "operator", "approver", "admin")
+APPROVAL_STATES = ("pending", "approved", "rejected", "expired", "failed")
+
+operators = sa.Table(
+    "operators",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.Text(), nullable=False),
+    sa.Column("role", sa.Text(), nullable=False),
+    sa.Column("password_hash", sa.Text(), nullable=True),  #: argon2id (recon.operators); NULL: the token operator
+    sa.Column("totp_secret", sa.Text(), nullable=True),  #: base32, never printed after enrolment
+    sa.Column("disabled_at", Timestamp, nullable=True),
+    sa.Column("failed_logins", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("locked_until", Timestamp, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("role", ROLES), name="operators_role_valid"),
+    sa.UniqueConstraint("name", name="operators_name_key"),
+    sqlite_autoincrement=True,
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.Column("actor", sa.Text(), nullable=False),  #: an operator's name, or "system:<what>"
+    sa.Column("action", sa.Text(), nullable=False),  #: e.g. review.resolve, operator.add, login.failed
+    sa.Column("subject", sa.Text(), nullable=False),  #: what it was done to (a payment reference, a PSP, ...)
+    sa.Column("outcome", sa.Text(), nullable=False),  #: done, refused, requested, approved, ...
+    sa.Column("evidence", Json, nullable=True),
+    sa.Index("audit_log_at", "at"),
+    sqlite_autoincrement=True,
+)
+
+audit_seals = sa.Table(
+    "audit_seals",
+    metadata,
+    sa.Column("stream", sa.Text(), primary_key=True),  #: 'audit' (audit_log) or 'payment_events'
+    sa.Column("row_id", Id, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.Text(), nullable=False),  #: 'row', or 'gap': an id that never committed
+    sa.Column("row_hash", sa.Text(), nullable=False),  #: SHA-256 (hex) of the row's canonical encoding
+    sa.Column("chain_hash", sa.Text(), nullable=False),  #: SHA-256 (hex) over the previous chain_hash + row_hash
+    sa.Column("sealed_at", Timestamp, nullable=False),
+    sa.CheckConstraint("stream IN ('audit', 'payment_events')", name="audit_seals_stream_valid"),
+    sa.CheckConstraint("kind IN ('row', 'gap')", name="audit_seals_kind_valid"),
+)
+
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("action", sa.Text(), nullable=False),  #: review.resolve, review.bulk_resolve, jobs.replay, psp.pause
+    sa.Column("subject", sa.Text(), nullable=False),
+    sa.Column("payload", Json, nullable=False),  #: what runs when approved
+    sa.Column("state", sa.Text(), nullable=False),
+    sa.Column("requested_by", sa.Text(), nullable=False),
+    sa.Column("requested_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Column("decided_by", sa.Text(), nullable=True),
+    sa.Column("decided_at", Timestamp, nullable=True),
+    sa.Column("result", sa.Text(), nullable=True),  #: what the approved action did, or why it failed
+    sa.CheckConstraint(_in("state", APPROVAL_STATES), name="approvals_state_valid"),
+    sa.CheckConstraint("decided_by IS NULL OR decided_by <> requested_by", name="approvals_four_eyes"),
+    sa.Index("approvals_pending", "state", "id"),
+    sqlite_autoincrement=True,
+)

@@ -18,6 +18,7 @@ from recon.app import App
 from recon.clock import Clock
 from recon.console.server import create_app
 from recon.rows import Finish
+from tests.operators import PASSWORD, add_staff
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*httpx2.*")
@@ -29,18 +30,32 @@ BASE_URL = "http://127.0.0.1:8470"
 
 @contextmanager
 def console(db_url: str, *, token: str | None = None, clock: Clock | None = None, config_path: str | None = None,
-            **kwargs: Any) -> Iterator[TestClient]:
+            login: str | None = "default", **kwargs: Any) -> Iterator[TestClient]:
     """A client of the console on ``db_url`` (its own App, closed afterwards). ``clock`` becomes the database's
-    clock (the time every session check reads); ``config_path`` is the App's config file."""
+    clock (the time every session check reads); ``config_path`` is the App's config file. ``login``: the
+    operator the client logs in as (tests/operators.py's staff, added when the database has no operator yet);
+    by default ``root`` (an admin) without a token, nobody with one; None: not logged in."""
     app = App(db_url, config_path)
     if clock is not None:
         app.db.clock = clock
+    who = ("root" if token is None else None) if login == "default" else login
     try:
         with TestClient(create_app(app, token=token), base_url=BASE_URL, **kwargs) as client:
+            if who is not None:
+                log_in(client, app, who)
             yield client
     finally:
         app.close()
         app.db.dispose()
+
+
+def log_in(client: TestClient, app: App, name: str) -> None:
+    """Log ``client`` in as operator ``name`` (the staff added first when there is no operator)."""
+    if not app.operators.list() or all(o.name.startswith("console-token") for o in app.operators.list()):
+        add_staff(app.db)
+    r = client.post("/login", data={"operator": name, "password": PASSWORD, "csrf": csrf_token(client, "/login")},
+                    follow_redirects=False)
+    assert r.status_code == 303, r.text[-2000:]
 
 
 def csrf_token(client: TestClient, path: str = "/psps") -> str:

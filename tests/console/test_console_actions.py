@@ -48,22 +48,33 @@ def in_review(db: Database, n: int) -> list[str]:
     return refs
 
 
-def test_psps__pause_and_resume_from_the_page_show_in_recon_psp_status(db_url: str, recon: Runner) -> None:
-    with console(db_url) as client:
+def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_status(db_url: str,
+                                                                                    recon: Runner) -> None:
+    with console(db_url, login="ann") as client, console(db_url, login="bob") as approver:
         csrf = csrf_token(client)
-        unconfirmed = client.post("/psps/stripe/pause", data={"operator": "ann", "reason": "incident 7", "csrf": csrf})
+        unconfirmed = client.post("/psps/stripe/pause", data={"reason": "incident 7", "csrf": csrf})
         assert unconfirmed.status_code == 422
         assert 'data-form-error="stripe">not paused: tick &#34;Yes, stop all calls to stripe&#34; to confirm' in \
             unconfirmed.text
-        r = client.post("/psps/stripe/pause", data={"operator": " ann ", "confirm": "1", "reason": "incident 7",
-                                                    "csrf": csrf})
-        assert r.status_code == 200 and "psp stripe paused by ann" in r.text
+        r = client.post("/psps/stripe/pause", data={"reason": "incident 7", "confirm": "1", "csrf": csrf})
+        assert r.status_code == 200 and "pause of stripe requested by ann: approval 1 waits" in r.text
+        assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
+        own = client.post("/approvals/1", data={"verdict": "approve", "csrf": csrf})
+        assert own.status_code == 403 and "this takes approver or above" in own.text  # ann is an operator
+        page = approver.get("/approvals")
+        assert page.status_code == 200 and "Approve 1" in page.text and "incident 7" in page.text
+        r = approver.post("/approvals/1", data={"verdict": "approve", "csrf": csrf_token(approver, "/approvals")})
+        assert r.status_code == 200 and "approval 1 (psp.pause of stripe) approved by bob" in r.text
         [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
-        assert (stripe["paused"], stripe["paused_by"], stripe["pause_reason"]) == (True, "ann", "incident 7")
-        r = client.post("/psps/stripe/resume", data={"operator": "bob", "csrf": csrf})
-        assert r.status_code == 200 and "resumed by bob" in r.text
-        assert client.post("/psps/nopsp/pause", data={"operator": "a", "confirm": "1", "reason": "b", "csrf": csrf}
-                           ).status_code == 404
+        assert (stripe["paused"], stripe["paused_by"], stripe["pause_reason"]) == (
+            True, "ann (approved by bob)", "incident 7")
+        r = client.post("/psps/stripe/resume", data={"operator": "mallory", "csrf": csrf})  # the field is ignored
+        assert r.status_code == 200 and "resumed by ann" in r.text
+        assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
+    with console(db_url, login="vic") as viewer:
+        r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",
+                                                    "csrf": csrf_token(viewer)})
+        assert r.status_code == 403 and "vic has the role viewer; this takes operator or above" in r.text
     assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
 
 
@@ -73,58 +84,60 @@ def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Da
     hit = make_dead(jobs, queue="charges", error_kind="psp_unavailable")
     miss = make_dead(jobs, queue="charges", error_kind="validation")
     filters = {"queue": "charges", "error_kind": "psp_unavailable", "since": "1h"}
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:
         preview = client.get("/dead/preview", params=filters)
         assert preview.status_code == 200
         assert f'data-job="{hit}"' in preview.text and f'data-job="{miss}"' not in preview.text
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
-        unconfirmed = client.post("/dead/replay", data={**filters, "operator": "carol", "csrf": csrf_token(client)})
+        unconfirmed = client.post("/dead/replay", data={**filters, "csrf": csrf_token(client)})
         assert unconfirmed.status_code == 422 and 'tick &#34;Yes, replay these jobs&#34; to confirm' in unconfirmed.text
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
-        r = client.post("/dead/replay", data={**filters, "confirm": "1", "operator": "carol",
-                                              "csrf": csrf_token(client)})
+        r = client.post("/dead/replay", data={**filters, "confirm": "1", "csrf": csrf_token(client)})
         assert r.status_code == 200 and "replayed 1 dead jobs" in r.text and f'data-replayed="{hit}"' in r.text
-        assert client.post("/dead/replay", data={"since": "someday", "confirm": "1", "operator": "carol",
-                                                 "csrf": csrf_token(client)}).status_code == 422
-        assert client.post("/dead/replay", data={"confirm": "1", "operator": "", "csrf": csrf_token(client)}
+        assert client.post("/dead/replay", data={"since": "someday", "confirm": "1", "csrf": csrf_token(client)}
                            ).status_code == 422
     shown = cli_json(recon, db_url, "jobs", "show", str(hit))
     assert shown["job"]["state"] == "runnable"
-    assert [r["replayed_by"] for r in shown["replays"]] == ["carol"]
+    assert [r["replayed_by"] for r in shown["replays"]] == ["ann"]
     assert cli_json(recon, db_url, "jobs", "show", str(miss))["job"]["state"] == "dead"
 
 
-def test_review__resolve_refused_by_the_psp_then_overridden_and_recorded(db: Database, db_url: str,
-                                                                        sandbox: SandboxServer, recon: Runner) -> None:
+def test_review__resolve_refused_by_the_psp_then_overridden_by_four_eyes_and_recorded(
+        db: Database, db_url: str, sandbox: SandboxServer, recon: Runner) -> None:
     ref, other = in_review(db, 2)
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client, console(db_url, login="amy") as approver:
         csrf = csrf_token(client, f"/payments/{ref}")
-        form = {"as": "succeeded", "reason": "customer sent a receipt", "operator": "dana", "csrf": csrf}
+        form = {"as": "succeeded", "reason": "customer sent a receipt", "csrf": csrf}
         refused = client.post(f"/payments/{ref}/resolve", data=form)
         assert refused.status_code == 409
         assert "the PSP has no such payment" in refused.text and "customer sent a receipt" in refused.text
         assert client.post(f"/payments/{ref}/resolve", data={**form, "reason": ""}).status_code == 422
         assert client.post(f"/payments/{ref}/resolve", data={**form, "as": "pending"}).status_code == 422
         assert cli_json(recon, db_url, "payments", "show", ref)["payment"]["status"] == "needs_review"
-        done = client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"})
-        assert done.status_code == 200 and "resolved as succeeded by dana" in done.text
-        assert client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"}).status_code == 422  # done
-        failed = client.post(f"/payments/{other}/resolve", data={**form, "as": "failed", "operator": "eve"})
+        asked = client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"})
+        assert asked.status_code == 200 and "override requested by ann: approval 1 waits" in asked.text
+        assert cli_json(recon, db_url, "payments", "show", ref)["payment"]["status"] == "needs_review"
+        done = approver.post("/approvals/1", data={"verdict": "approve", "csrf": csrf_token(approver, "/approvals")})
+        assert done.status_code == 200 and "approved by amy" in done.text
+        failed = client.post(f"/payments/{other}/resolve", data={**form, "as": "failed", "override": "1"})
         assert failed.status_code == 200
+        rejected = approver.post("/approvals/2", data={"verdict": "reject",
+                                                       "csrf": csrf_token(approver, "/approvals")})
+        assert rejected.status_code == 200 and "rejected by amy" in rejected.text
         assert client.post("/payments/nope/resolve", data=form).status_code == 404
     shown = cli_json(recon, db_url, "payments", "show", ref)
     assert shown["payment"]["status"] == "succeeded"
     last = shown["events"][-1]
-    assert (last["source"], last["details"]["operator"], last["details"]["override"]) == ("manual", "dana", True)
-    assert cli_json(recon, db_url, "payments", "show", other)["payment"]["status"] == "failed"
+    assert (last["source"], last["details"]["operator"], last["details"]["approved_by"],
+            last["details"]["override"]) == ("manual", "ann", "amy", True)
+    assert cli_json(recon, db_url, "payments", "show", other)["payment"]["status"] == "needs_review"
 
 
 def test_review__recheck_queues_a_reconcile_job(db: Database, db_url: str, recon: Runner) -> None:
     [ref] = in_review(db, 1)
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:
         csrf = csrf_token(client, f"/payments/{ref}")
-        assert client.post(f"/payments/{ref}/recheck", data={"operator": "", "csrf": csrf}).status_code == 422
-        r = client.post(f"/payments/{ref}/recheck", data={"operator": "fay", "csrf": csrf})
+        r = client.post(f"/payments/{ref}/recheck", data={"csrf": csrf})
         assert r.status_code == 200
         job_id = int(r.text.split('data-job-link="')[1].split('"')[0])
     job = cli_json(recon, db_url, "jobs", "show", str(job_id))["job"]

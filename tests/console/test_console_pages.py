@@ -17,6 +17,7 @@ from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.console import attribute, console, make_dead, stats
+from tests.operators import add_staff
 
 CARD = "4242424242424242"
 KEY = "sk_live_51Hx0aBcDeFgHiJkLmNoPq"
@@ -39,7 +40,9 @@ def seed(tmp_path: Path, db: Database, db_url: str, recon: Runner) -> None:
     jobs = JobStore(db)
     make_dead(jobs, queue="charges", error_kind="validation")
     make_dead(jobs, queue="reconcile", kind="reconcile", error_kind="psp_unavailable")
-    assert recon("psp", "pause", "stripe", "--reason", "incident 42", "--by", "ann", db_url=db_url).returncode == 0
+    add_staff(db)
+    assert recon("psp", "pause", "stripe", "--reason", "incident 42", "--by", "ann", db_url=db_url).returncode == 1
+    assert recon("approvals", "approve", "1", "--by", "bob", db_url=db_url).returncode == 0
 
 
 def as_json(db: Database, value: dict[str, Any]) -> Any:

@@ -124,9 +124,9 @@ def test_payments_list__filters_lead_to_the_payments_behind_each_figure(db: Data
 def test_actions__redirect_to_a_page_a_reload_repeats_nothing_and_a_forged_notice_is_not_shown(
         db: Database, db_url: str) -> None:
     [ref] = in_review(db, 1)
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:
         csrf = csrf_token(client, f"/payments/{ref}")
-        r = client.post(f"/payments/{ref}/comment", data={"comment": "called them", "operator": "ann", "csrf": csrf},
+        r = client.post(f"/payments/{ref}/comment", data={"comment": "called them", "csrf": csrf},
                         follow_redirects=False)
         assert r.status_code == 303
         location = r.headers["location"]
@@ -138,11 +138,11 @@ def test_actions__redirect_to_a_page_a_reload_repeats_nothing_and_a_forged_notic
         forged = client.get(f"/payments/{ref}?notice=resolved+as+succeeded&ns=0123456789abcdef0123456789abcdef")
         assert "resolved as succeeded" not in forged.text
 
-        r = client.post(f"/payments/{ref}/assign", data={"assignee": "bea", "operator": "ann", "csrf": csrf})
+        r = client.post(f"/payments/{ref}/assign", data={"assignee": "bea", "csrf": csrf})
         assert r.status_code == 200 and "assigned to bea" in r.text and 'data-stat="assignee">bea<' in r.text
         assert listed(client.get("/review?assignee=bea").text) == [ref]
         assert listed(client.get("/review?unassigned=1").text) == []
-        r = client.post(f"/payments/{ref}/comment", data={"comment": "", "operator": "ann", "csrf": csrf})
+        r = client.post(f"/payments/{ref}/comment", data={"comment": "", "csrf": csrf})
         assert r.status_code == 422 and 'data-form-error="comment"' in r.text
 
 
@@ -150,7 +150,7 @@ def test_bulk_resolve__preview_lists_exactly_what_changes_then_apply_resolves_it
         db: Database, db_url: str, sandbox: SandboxServer) -> None:
     lost = in_review(db, 2)
     in_review(db, 1, prefix="big", amount=2_000_000)
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:
         preview = client.get("/review/bulk?as=failed&kind=missing_at_psp&severity=low")
         assert preview.status_code == 200
         assert 'data-stat="bulk-count">2<' in preview.text and "20.00 EUR (2)" in preview.text
@@ -158,7 +158,7 @@ def test_bulk_resolve__preview_lists_exactly_what_changes_then_apply_resolves_it
         digest = re.search(r'name="digest" value="([0-9a-f]{64})"', preview.text)
         assert digest
         form = {"kind": "missing_at_psp", "severity": "low", "as": "failed", "digest": digest.group(1),
-                "reason": "never reached the PSP", "operator": "ann",
+                "reason": "never reached the PSP",
                 "csrf": csrf_token(client, "/review/bulk?as=failed")}
         refused = client.post("/review/bulk", data=form)
         assert refused.status_code == 422 and "Yes, resolve exactly these payments" in refused.text
@@ -188,12 +188,12 @@ def test_dead_letters__show_their_payment_and_say_when_it_is_already_final(db: D
     [job] = jobs.claim(worker="w", queues=["charges"], n=1, ttl=30)
     jobs.finish(worker="w", finishes=[Finish(id=job.id, attempt=1, state="dead", outcome="dead",
                                              error_kind="bug", error="bug on attempt 1")])
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:
         listing = client.get("/dead").text
         row = listing.split(f'data-job="{job_id}"')[1].split("</tr>")[0]
         assert "paid-0" in row and "1,234.56 EUR" in row and "succeeded" in row and "already final" in row
         preview = client.get("/dead/preview").text
         assert 'data-stat="replay-final">1 of these jobs are for payments already final' in preview
-        r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": csrf_token(client)})
+        r = client.post("/dead/replay", data={"confirm": "1", "csrf": csrf_token(client)})
         assert r.status_code == 200
         assert "1 of them are for payments already final" in r.text and f'data-replayed="{job_id}"' in r.text

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,7 +19,6 @@ import sqlalchemy as sa
 
 from recon.clock import FixedClock
 from recon.console.security import is_loopback
-from recon.console.session import token_principal
 from recon.db import schema
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
@@ -27,6 +27,7 @@ from recon.payout_rows import ExceptionKind, Finding, NewPayout, PayoutStatus
 from tests.cli import Runner, python_env
 from tests.console import BASE_URL, TestClient, console, csrf_token, make_dead
 from tests.integration.payment_flow import create
+from tests.operators import PASSWORD, add_staff
 
 TOKEN = "correct-horse-battery-staple-42"
 
@@ -50,9 +51,10 @@ def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: D
         client.cookies.set("recon_csrf", forged)  # a planted cookie with a matching field: still not ours
         assert client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": forged}
                            ).status_code == 403
-        client.cookies.clear()
-        assert client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good}
-                           ).status_code == 403  # no cookie
+        client.cookies.delete("recon_csrf")  # the session's token needs its session cookie only
+        client.cookies.delete("recon_session")
+        assert client.post("/dead/replay", data={"confirm": "1", "csrf": good}).status_code == 401  # no cookie
+        operator_log_in(client, "root")
         good = csrf_token(client)
         r = client.post("/dead/replay", data={"confirm": "1", "operator": "ann", "csrf": good},
                         headers={"Origin": "https://evil.example"})
@@ -65,6 +67,24 @@ def test_csrf__a_post_without_a_valid_token_is_refused_and_changes_nothing(db: D
     assert shown["job"]["state"] == "dead" and shown["replays"] == []
 
 
+def operator_log_in(client: TestClient, name: str) -> None:
+    csrf = csrf_token(client, "/login")
+    r = client.post("/login", data={"operator": name, "password": PASSWORD, "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text[-500:]
+
+
+def token_operator_config(tmp_path: Path) -> str:
+    """[console] giving the token's operator the role operator (default: viewer)."""
+    path = tmp_path / "console.toml"
+    path.write_text('[console]\ntoken_role = "operator"\n', encoding="utf-8")
+    return str(path)
+
+
+def pending(recon: Runner, db_url: str) -> list[tuple[str, str, str]]:
+    r = recon("approvals", "list", "--json", db_url=db_url)
+    return [(a["action"], a["requested_by"], a["payload"].get("reason")) for a in json.loads(r.stdout)["approvals"]]
+
+
 def log_in(client: TestClient) -> None:
     csrf = csrf_token(client, "/login")
     assert client.post("/login", data={"token": TOKEN, "csrf": csrf}, follow_redirects=False).status_code == 303
@@ -75,8 +95,8 @@ def log_out(client: TestClient) -> None:
 
 
 def test_csrf__bound_to_the_session_a_token_of_another_session_the_login_page_or_before_logout_is_refused(
-        db_url: str, recon: Runner) -> None:
-    with console(db_url, token=TOKEN) as alice:
+        db_url: str, recon: Runner, tmp_path: Path) -> None:
+    with console(db_url, token=TOKEN, config_path=token_operator_config(tmp_path)) as alice:
         bob = TestClient(alice.app, base_url=BASE_URL)
         login_page = csrf_token(bob, "/login")  # the pair (cookie = field) the login page gives anyone
         log_in(alice)
@@ -97,49 +117,47 @@ def test_csrf__bound_to_the_session_a_token_of_another_session_the_login_page_or
         assert not any(paused(recon, db_url).values())
         r = bob.post("/psps/stripe/pause", data={"operator": "bob", "confirm": "1", "reason": "incident 9",
                                                  "csrf": csrf_token(bob)})
-        # the signed-in operator acts, not the typed name: today the console token's principal
-        assert r.status_code == 200 and f"paused by {token_principal(TOKEN)}" in r.text
-    status = json.loads(recon("psp", "status", "--json", db_url=db_url).stdout)["psps"]
-    assert [(p["psp"], p["paused_by"], p["pause_reason"]) for p in status if p["paused"]] == \
-        [("stripe", token_principal(TOKEN), "incident 9")]
+        assert r.status_code == 200 and "pause of stripe requested by console-token" in r.text
+    assert pending(recon, db_url) == [("psp.pause", "console-token", "incident 9")]
 
 
 def test_csrf__a_form_older_than_a_session_may_live_is_refused_without_sessions_too(db_url: str,
                                                                                    recon: Runner) -> None:
     clock = FixedClock(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
-    with console(db_url, clock=clock) as client:  # loopback, no token: no sessions, a pre-session pair
-        old = csrf_token(client)
+    add_staff(db_url)
+    with console(db_url, clock=clock, login=None) as client:  # not logged in: the login form's pre-session pair
+        old = csrf_token(client, "/login")
         clock.advance(timedelta(hours=12))
-        r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": old})
+        form = {"operator": "ann", "password": PASSWORD}
+        r = client.post("/login", data={**form, "csrf": old}, follow_redirects=False)
         assert r.status_code == 403 and "reload the page" in r.text
-        assert not any(paused(recon, db_url).values())
-        fresh = csrf_token(client)
+        fresh = csrf_token(client, "/login")
         assert fresh != old
-        assert client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": "x", "csrf": fresh}
-                           ).status_code == 200
+        assert client.post("/login", data={**form, "csrf": fresh}, follow_redirects=False).status_code == 303
 
 
-def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Runner) -> None:
+def test_csrf__a_bearer_client_uses_the_pre_session_pair(db_url: str, recon: Runner, tmp_path: Path) -> None:
     bearer = {"Authorization": f"Bearer {TOKEN}"}
-    with console(db_url, token=TOKEN, headers=bearer) as client:
+    with console(db_url, token=TOKEN, headers=bearer, config_path=token_operator_config(tmp_path)) as client:
         csrf = csrf_token(client)
-        r = client.post("/psps/stripe/pause", data={"operator": "cron", "confirm": "1", "reason": "x", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"confirm": "1", "reason": "x", "csrf": csrf})
         assert r.status_code == 200
         client.cookies.delete("recon_csrf")
-        assert client.post("/psps/stripe/resume", data={"operator": "cron", "csrf": csrf}).status_code == 403
-    assert paused(recon, db_url)["stripe"]
+        assert client.post("/psps/stripe/resume", data={"csrf": csrf}).status_code == 403
+    assert pending(recon, db_url) == [("psp.pause", "console-token", "x")]
+    with console(db_url, token=TOKEN, headers=bearer) as viewer:  # the token's role back to viewer: refused
+        r = viewer.post("/psps/stripe/pause", data={"reason": "y", "csrf": csrf_token(viewer)})
+        assert r.status_code == 403 and "console-token has the role viewer" in r.text
 
 
-def test_operator__required_and_bounded_else_422_and_nothing_done(db_url: str, recon: Runner) -> None:
-    with console(db_url) as client:
+def test_operator__the_signed_in_one_acts_whatever_the_form_says(db_url: str, recon: Runner) -> None:
+    with console(db_url, login="ann") as client:
         csrf = csrf_token(client)
-        for operator in ("", "   ", "x" * 101, "ann\x07"):
-            r = client.post("/psps/stripe/pause", data={"operator": operator, "confirm": "1", "reason": "x",
-                                                        "csrf": csrf})
-            assert r.status_code == 422, operator
-            assert "operator name" in r.text
-        r = client.post("/psps/stripe/pause", data={"operator": "ann", "confirm": "1", "reason": " ", "csrf": csrf})
+        r = client.post("/psps/stripe/pause", data={"operator": "root", "confirm": "1", "reason": " ", "csrf": csrf})
         assert r.status_code == 422 and "reason is required" in r.text
+        r = client.post("/psps/stripe/pause", data={"operator": "root", "confirm": "1", "reason": "x", "csrf": csrf})
+        assert r.status_code == 200 and "requested by ann" in r.text
+    assert pending(recon, db_url) == [("psp.pause", "ann", "x")]
     assert not any(paused(recon, db_url).values())
 
 
@@ -223,7 +241,7 @@ def test_command__serves_until_sigterm_and_exits_0(db_url: str) -> None:
             found = re.fullmatch(r"console on (http://127\.0\.0\.1:\d+/)\n", line)
             assert found, line
             r = httpx.get(found.group(1) + "psps", timeout=5)  # the socket is bound before the line is printed
-            assert r.status_code == 200 and "PSP controls" in r.text
+            assert r.status_code == 401 and 'action="/login"' in r.text
             proc.terminate()
             assert proc.wait(timeout=10) == 0
         finally:
@@ -247,12 +265,14 @@ def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie
                                      None, ())).payout_id
     [exception] = payouts.record_close([], [Finding(ExceptionKind.BANK_MISSING, payout, None, "none")],
                                        payout_ids=[payout], entry_ids=[])
-    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe", "pid": str(payout), "eid": str(exception.id)}
+    params = {"ref": "order-0", "job_id": str(dead), "name": "stripe", "pid": str(payout), "eid": str(exception.id),
+              "id": "1"}
     before = everything(db)
     cookies: list[str] = []
     for token in (None, TOKEN):
         headers = {"Authorization": f"Bearer {TOKEN}"} if token else {}
         with console(db_url, token=token, headers=headers) as client:
+            before = everything(db)  # after the login (a session, its audit row) and the token's operator
             pages = {route.path for route in client.app.routes if "GET" in route.methods}
             for route in client.app.routes:
                 path = re.sub(r"\{(\w+)(?::\w+)?\}", lambda m: params[m[1]], route.path)
@@ -262,6 +282,6 @@ def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie
                     assert r.status_code in (404, 405), path
                 else:
                     assert r.status_code in (200, 303), path
-    assert everything(db) == before
+            assert everything(db) == before
     assert cookies and all({"HttpOnly", "SameSite=Strict", "Path=/"} <= {p.strip() for p in c.split(";")}
                            for c in cookies), cookies

@@ -19,7 +19,7 @@ def test_cli__db_upgrade_is_idempotent(db_url: str, recon: Runner) -> None:
         assert "up to date" in r.stdout
 
 
-def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str, recon: Runner) -> None:
+def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str, staff: object, recon: Runner) -> None:
     store = JobStore(db)
     client = Client(store, Settings())
     a = client.enqueue("charge", {"payment": 1}, max_attempts=1)
@@ -36,11 +36,13 @@ def test_cli__jobs_list_show_retry_cancel(db: Database, db_url: str, recon: Runn
     assert shown["attempts"][0]["error"] == "amount must be positive"
     human = recon("jobs", "show", str(a), db_url=db_url)
     assert human.returncode == 0 and "amount must be positive" in human.stdout
-    assert recon("jobs", "retry", str(a), db_url=db_url).returncode == 0
+    assert recon("jobs", "retry", str(a), db_url=db_url).returncode == 2  # who retries?
+    assert recon("jobs", "retry", str(a), "--by", "vic", db_url=db_url).returncode == 2  # a viewer
+    assert recon("jobs", "retry", str(a), "--by", "ann", db_url=db_url).returncode == 0
     assert store.get(a).state is JobState.RUNNABLE  # type: ignore[union-attr]
-    assert recon("jobs", "cancel", str(b), db_url=db_url).returncode == 0
+    assert recon("jobs", "cancel", str(b), "--by", "ann", db_url=db_url).returncode == 0
     assert store.get(b).state is JobState.CANCELED  # type: ignore[union-attr]
-    again = recon("jobs", "cancel", str(b), db_url=db_url)
+    again = recon("jobs", "cancel", str(b), "--by", "ann", db_url=db_url)
     assert again.returncode == 2 and "only unfinished jobs can be canceled" in again.stderr
     missing = recon("jobs", "show", "999999", db_url=db_url)
     assert missing.returncode == 2 and missing.stderr.strip() == "recon: job 999999 not found"

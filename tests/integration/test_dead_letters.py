@@ -70,8 +70,8 @@ def test_dead_letters__list_filters_by_queue_kind_error_kind_and_since(db: Datab
     assert human.returncode == 0 and "validation" in human.stdout
 
 
-def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(db: Database,
-                                                                               db_url: str, recon: Runner) -> None:
+def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(db: Database, db_url: str,
+                                                                               staff: object, recon: Runner) -> None:
     store = JobStore(db)
     target = [make_dead(store, queue="charges", error_kind="psp_unavailable", attempts=3),
               make_dead(store, queue="charges", kind="refund", error_kind="psp_unavailable", attempts=1)]
@@ -81,7 +81,8 @@ def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(
     runnable = Client(store, Settings()).enqueue("charge", queue="charges")
     before = {j.id: j for j in store.get_many(target)}
 
-    doc = recon_json(db_url, "jobs", "replay", "--queue", "charges", "--error-kind", "psp_unavailable")
+    doc = recon_json(db_url, "jobs", "replay", "--by", "ann", "--queue", "charges", "--error-kind",
+                     "psp_unavailable")
 
     assert doc == {"dry_run": False, "attempts_added": DEFAULT_BUDGET, "batches": 1, "skipped": [],
                    "replayed": 2, "job_ids": target}
@@ -96,7 +97,7 @@ def test_dead_letters__replay_moves_exactly_the_filtered_set_and_keeps_attempts(
         [replay] = store.dead_letters.replays(job_id)
         assert (replay.attempt, replay.max_attempts_before, replay.max_attempts_after, replay.error_kind) == (
             before[job_id].attempts, before[job_id].max_attempts, job.max_attempts, "psp_unavailable")
-        assert replay.replayed_by and "@" in replay.replayed_by
+        assert replay.replayed_by == "ann"  # the operator of --by
     assert all(store.dead_letters.replays(i) == [] for i in others)
 
     # the next claim is the next attempt: history stays one row per claim, the replay sits between
@@ -137,22 +138,23 @@ def test_dead_letters__dry_run_lists_and_changes_nothing(db: Database, db_url: s
     assert store.get_many(ids) == before
 
 
-def test_dead_letters__replay_limit_batches_and_attempts(db: Database, db_url: str) -> None:
+def test_dead_letters__replay_limit_batches_and_attempts(db: Database, db_url: str, staff: object) -> None:
     store = JobStore(db)
     ids = [make_dead(store) for _ in range(7)]
 
-    doc = recon_json(db_url, "jobs", "replay", "--limit", "5", "--batch", "2", "--attempts", "3")
+    doc = recon_json(db_url, "jobs", "replay", "--by", "ann", "--limit", "5", "--batch", "2", "--attempts", "3")
 
     assert (doc["replayed"], doc["job_ids"], doc["batches"]) == (5, ids[:5], 3)
     assert states(store, ids) == {**dict.fromkeys(ids[:5], JobState.RUNNABLE),
                                   **dict.fromkeys(ids[5:], JobState.DEAD)}
     assert {j.max_attempts for j in store.get_many(ids[:5])} == {1 + 3}
-    rest = recon_json(db_url, "jobs", "replay")  # a second run continues with what is still dead
+    rest = recon_json(db_url, "jobs", "replay", "--by", "ann")  # a second run continues with what is still dead
     assert rest["job_ids"] == ids[5:]
-    assert recon_json(db_url, "jobs", "replay")["replayed"] == 0
+    assert recon_json(db_url, "jobs", "replay", "--by", "ann")["replayed"] == 0
 
 
-def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database, db_url: str, recon: Runner) -> None:
+def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database, db_url: str, staff: object,
+                                                                  recon: Runner) -> None:
     store = JobStore(db)
     held = make_dead(store, unique_key="payment:1")
     # allowed: the first is finished (another queue, so that make_dead's claims leave it alone)
@@ -162,14 +164,14 @@ def test_dead_letters__replay_skips_jobs_whose_unique_key_is_taken(db: Database,
     free = make_dead(store, unique_key="payment:3")
 
     dry = recon_json(db_url, "jobs", "replay", "--dry-run")
-    doc = recon_json(db_url, "jobs", "replay", "--batch", "1")
+    doc = recon_json(db_url, "jobs", "replay", "--by", "ann", "--batch", "1")
 
     assert dry["skipped"] == doc["skipped"] == [held, second]
     assert [j["id"] for j in dry["jobs"]] == doc["job_ids"] == [first, free]
     assert states(store, [held, holder, first, second, free]) == {
         held: JobState.DEAD, holder: JobState.RUNNABLE, first: JobState.RUNNABLE, second: JobState.DEAD,
         free: JobState.RUNNABLE}
-    human = recon("jobs", "replay", db_url=db_url, log_level="WARNING")
+    human = recon("jobs", "replay", "--by", "ann", db_url=db_url, log_level="WARNING")
     assert "2 left dead: an unfinished job holds their unique key" in human.stdout
 
 

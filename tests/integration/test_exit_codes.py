@@ -33,6 +33,13 @@ ARGS = {
     ("console",): ["--port", "0"], ("serve",): ["--port", "0"], ("schedule", "list"): [],
     # a statement of an account of [bank.accounts] (RECON_CONFIG): read and checked whole, then the database
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
+    ("operators", "add"): ["ann", "--role", "admin"], ("operators", "list"): [],
+    ("operators", "disable"): ["ann", "--by", "root"], ("operators", "enable"): ["ann", "--by", "root"],
+    ("operators", "reset-password"): ["ann", "--by", "root"],
+    ("approvals", "list"): [], ("approvals", "show"): ["1"], ("approvals", "approve"): ["1", "--by", "bob"],
+    ("approvals", "reject"): ["1", "--by", "bob"],
+    ("audit", "seal"): [], ("audit", "verify"): [], ("audit", "export"): ["--since", "1d"],
+    ("audit", "prune"): ["--older-than", "400d", "--by", "root"],
     ("psp-sandbox-statement",): ["--psp", "stripe", "--format", "mt940", "--iban", "NL91ABNA0417164300",
                                  "--since", "2026-11-01", "--until", "2026-11-02", "--output", "s.sta"],
     ("close",): ["--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02"],

@@ -24,8 +24,10 @@ from recon.db.database import Database, connect
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.db.sweep_store import SweepRunStore
+from recon.operator_rows import Role
 from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Result, Runner
+from tests.operators import add_operator
 
 #: rich markup and emoji codes: printed as these very characters
 MARKUP = ("[/bold]", "[red]x[/red]", "[link=e.x]y[/link]", ":smiley: [bold]")
@@ -93,12 +95,25 @@ def seed(db_url: str, recon: Runner) -> tuple[dict[str, int], dict[str, Result]]
                                  outcome="finished", exit_code=0, summary={"checked": 0})
     finally:
         db.dispose()
+    # operator names are checked at `recon operators add` (letters, digits, . _ @ -); these hostile ones are put
+    # in the store directly, to show that whatever a name holds is printed literally
+    db = connect(db_url)
+    try:
+        add_operator(db, MARKUP[0], Role.OPERATOR)
+        add_operator(db, OPERATOR, Role.OPERATOR)
+        add_operator(db, "bob", Role.APPROVER)
+    finally:
+        db.dispose()
     said = {"pause": recon("psp", "pause", "sandbox", "--reason", f"{MARKUP[1]} \x1b[31mred\x1b[0m", "--by",
                            MARKUP[0], db_url=db_url, log_level="WARNING"),
             "resolve": recon("review", "resolve", MARKUP[3], "--as", "failed", "--reason", f"{MARKUP[2]} \u202eevil",
                              "--by", OPERATOR, "--override", db_url=db_url, log_level="WARNING")}
     for result in said.values():
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 1, result.stderr  # four eyes: requested
+    for approval in ("1", "2"):
+        said[f"approve {approval}"] = recon("approvals", "approve", approval, "--by", "bob", db_url=db_url,
+                                            log_level="WARNING")
+        assert said[f"approve {approval}"].returncode == 0, said[f"approve {approval}"].stderr
     return {"charge_job": charge.id, **ids}, said
 
 
@@ -110,8 +125,13 @@ def seeded(db_url: str, recon: Runner) -> tuple[dict[str, int], dict[str, Result
 def test_psp_pause_and_review_resolve__say_what_they_did_literally(seeded: tuple[dict[str, int], dict[str, Result]]
                                                                    ) -> None:
     said = seeded[1]
-    assert said["pause"].stdout == "psp sandbox paused by [/bold]: [red]x[/red] \\x1b[31mred\\x1b[0m\n"
-    assert said["resolve"].stdout.startswith(f"payment {MARKUP[3]} resolved as failed by {OPERATOR}; ")
+    assert said["pause"].stdout.startswith("psp.pause of sandbox needs a second operator: approval 1 requested by "
+                                           "[/bold], pending until ")
+    assert said["resolve"].stdout.startswith(f"review.resolve of {MARKUP[3]} needs a second operator: approval 2 "
+                                             f"requested by {OPERATOR}, pending until ")
+    assert said["approve 1"].stdout == "approval 1 (psp.pause of sandbox) approved by bob: psp sandbox paused\n"
+    assert said["approve 2"].stdout == (f"approval 2 (review.resolve of {MARKUP[3]}) approved by bob: payment "
+                                        f"{MARKUP[3]} resolved as failed (an override, approved by bob)\n")
 
 
 def literal(out: str, expected: list[str], where: str) -> None:

@@ -225,7 +225,7 @@ def test_prune__every_worker_the_app_builds_prunes_when_configured(db: Database,
     app = App(database_url=db_url, config_path=str(config))
     try:
         worker = app.worker(["sweep-like"], handlers=handlers)
-        assert [loop.name for loop in worker.loops] == ["heartbeat", "presence", "watcher", "sizer", "pruner"]
+        assert [loop.name for loop in worker.loops] == ["heartbeat", "presence", "watcher", "sizer", "sealer", "pruner"]
         worker.run(burst=True)
     finally:
         app.close()

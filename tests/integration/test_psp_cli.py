@@ -44,14 +44,20 @@ def status(url: str) -> dict[str, dict[str, object]]:
 
 
 def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_them_run(
-        db: Database, db_url: str, sandbox: SandboxServer, recon: Runner) -> None:
-    paused = recon("psp", "pause", "sandbox", "--reason", "maintenance window", "--by", "ops@test", db_url=db_url,
-                   log_level="ERROR", env=no_config_env())
+        db: Database, db_url: str, staff: object, sandbox: SandboxServer, recon: Runner) -> None:
+    asked = recon("psp", "pause", "sandbox", "--reason", "maintenance window", "--by", "ann", db_url=db_url,
+                  log_level="ERROR", env=no_config_env())
+    assert asked.returncode == 1, asked.stderr  # four eyes: requested
+    assert asked.stdout.startswith("psp.pause of sandbox needs a second operator: approval 1 requested by ann")
+    assert status(db_url)["sandbox"]["paused"] is False
+    assert recon("approvals", "approve", "1", "--by", "ann", db_url=db_url, env=no_config_env()).returncode == 2
+    paused = recon("approvals", "approve", "1", "--by", "bob", db_url=db_url, log_level="ERROR",
+                   env=no_config_env())
     assert paused.returncode == 0, paused.stderr
-    assert paused.stdout.strip() == "psp sandbox paused by ops@test: maintenance window"
+    assert paused.stdout.strip() == "approval 1 (psp.pause of sandbox) approved by bob: psp sandbox paused"
     doc = status(db_url)
     assert doc["sandbox"]["paused"] is True and doc["sandbox"]["pause_reason"] == "maintenance window"
-    assert doc["sandbox"]["paused_by"] == "ops@test" and doc["sandbox"]["paused_at"]
+    assert doc["sandbox"]["paused_by"] == "ann (approved by bob)" and doc["sandbox"]["paused_at"]
     assert doc["stripe"]["paused"] is False and set(doc) == {"adyen", "sandbox", "stripe"}
 
     ledger = PaymentStore(db)
@@ -81,14 +87,15 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 0
 
     burst()  # the jobs are snoozed for pause_snooze_seconds (60 s): a burst finds nothing due
-    resumed = recon("psp", "resume", "sandbox", db_url=db_url, log_level="ERROR", env=no_config_env())
+    resumed = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR",
+                    env=no_config_env())
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
     burst()
     assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
     assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
     assert admin(sandbox.url, "/_admin/charges")["charges"] == 3
-    again = recon("psp", "resume", "sandbox", db_url=db_url, log_level="ERROR", env=no_config_env())
+    again = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
     adapter.close()
 

@@ -15,9 +15,11 @@ from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
+from recon.operator_rows import Role
 from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.integration.payment_flow import admin, create, drain, handlers_for, sandbox_adapter, sweep_now
+from tests.operators import add_operator
 
 
 @pytest.fixture
@@ -97,7 +99,8 @@ def test_review_list__says_why_how_long_and_what_the_psp_said_in_major_units(
 
 
 def test_review_resolve__a_mismatch_as_succeeded_records_both_amounts_the_operator_and_shows_everywhere(
-        db: Database, db_url: str, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
+        db: Database, db_url: str, staff: object, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
+    add_operator(db, "alice", Role.OPERATOR)
     [pid] = charged(db, sandbox, 1, amount=1250)
     into_review_by_amount(db, sandbox, pid, psp_amount=990)
 
@@ -121,18 +124,18 @@ def test_review_resolve__a_mismatch_as_succeeded_records_both_amounts_the_operat
     [row] = stats["resolutions"]["by_day"]
     assert (row["operator"], row["status"], row["count"], row["overrides"]) == ("alice", "succeeded", 1, 0)
     assert stats["review"]["needs_review"] == 0
-    again = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "x", "--by", "bob", db_url=db_url,
+    again = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "x", "--by", "alice", db_url=db_url,
                   env=env)
     assert again.returncode == 2 and "is succeeded, not needs_review" in again.stderr
 
 
 def test_review_resolve__refuses_what_the_psp_contradicts_unless_overridden_and_records_the_override(
-        db: Database, db_url: str, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
+        db: Database, db_url: str, staff: object, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
     [pid] = charged(db, sandbox, 1)
     into_review_by_amount(db, sandbox, pid, psp_amount=1000 - 1)
     before = len(PaymentStore(db).events(pid))
 
-    r = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "customer says no", "--by", "bob",
+    r = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "customer says no", "--by", "ann",
               db_url=db_url, env=env)
     assert r.returncode == 2
     assert "the PSP says it succeeded" in r.stderr and "9.99 EUR taken" in r.stderr and "--override" in r.stderr
@@ -140,70 +143,79 @@ def test_review_resolve__refuses_what_the_psp_contradicts_unless_overridden_and_
     assert PaymentStore(db).get(pid).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
     assert len(PaymentStore(db).events(pid)) == before
 
-    r = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "refunded by hand", "--by", "bob",
+    r = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "refunded by hand", "--by", "ann",
               "--override", db_url=db_url, env=env)
-    assert r.returncode == 0, r.stderr and "OVERRIDE" in r.stdout
+    assert r.returncode == 1 and "needs a second operator: approval 1" in r.stdout  # four eyes
+    assert PaymentStore(db).get(pid).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
+    r = recon("approvals", "approve", "1", "--by", "bob", db_url=db_url, env=env)
+    assert r.returncode == 0, r.stderr
     payment = PaymentStore(db).get(pid)
     assert payment.status is PaymentStatus.FAILED  # type: ignore[union-attr]
-    assert "resolved by bob: refunded by hand" in (payment.failure_reason or "")  # type: ignore[union-attr]
+    assert "resolved by ann: refunded by hand" in (payment.failure_reason or "")  # type: ignore[union-attr]
     details = PaymentStore(db).events(pid)[-1].details or {}
     assert details["override"] is True and "the PSP says it succeeded" in details["contradicts_psp"]
+    assert (details["operator"], details["approved_by"]) == ("ann", "bob")
     [row] = json.loads(recon("stats", "--json", db_url=db_url).stdout)["resolutions"]["by_day"]
-    assert (row["operator"], row["status"], row["overrides"]) == ("bob", "failed", 1)
+    assert (row["operator"], row["status"], row["overrides"]) == ("ann", "failed", 1)
 
 
 def test_review_resolve__a_failed_answer_forbids_succeeded_and_a_paused_psp_is_not_asked(
-        db: Database, db_url: str, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
+        db: Database, db_url: str, staff: object, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
     a, b = charged(db, sandbox, 2)
     admin(sandbox.url, f"/_admin/payments/{psp_reference(db, a)}/fail", {"reason": "insufficient_funds"})
     to_review(db, a, "no_final_answer: after 3 checks: PSP still says pending")
-    r = recon("review", "resolve", "order-0", "--as", "succeeded", "--reason", "x", "--by", "carol", db_url=db_url,
+    r = recon("review", "resolve", "order-0", "--as", "succeeded", "--reason", "x", "--by", "ann", db_url=db_url,
               env=env)
     assert r.returncode == 2 and "the PSP says it failed" in r.stderr
-    ok = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "PSP declined", "--by", "carol",
+    ok = recon("review", "resolve", "order-0", "--as", "failed", "--reason", "PSP declined", "--by", "ann",
                db_url=db_url, env=env)
     assert ok.returncode == 0, ok.stderr
 
     to_review(db, b, "no_final_answer: after 3 checks: PSP still says pending")
-    assert recon("psp", "pause", "sandbox", "--reason", "incident", "--by", "ops", db_url=db_url).returncode == 0
+    assert recon("psp", "pause", "sandbox", "--reason", "incident", "--by", "ann", db_url=db_url).returncode == 1
+    assert recon("approvals", "approve", "1", "--by", "bob", db_url=db_url).returncode == 0
     charges_before = httpx.get(f"{sandbox.url}/_admin/charges", timeout=5).json()
-    r = recon("review", "resolve", "order-1", "--as", "failed", "--reason", "x", "--by", "carol", db_url=db_url,
+    r = recon("review", "resolve", "order-1", "--as", "failed", "--reason", "x", "--by", "ann", db_url=db_url,
               env=env)
     assert r.returncode == 2 and "could not be asked" in r.stderr and "paused" in r.stderr
     assert httpx.get(f"{sandbox.url}/_admin/charges", timeout=5).json() == charges_before
     r = recon("review", "resolve", "order-1", "--as", "failed", "--reason", "PSP down, decided on the phone",
-              "--by", "carol", "--override", db_url=db_url, env=env)
-    assert r.returncode == 0, r.stderr
+              "--by", "ann", "--override", db_url=db_url, env=env)
+    assert r.returncode == 1, r.stderr
+    assert recon("approvals", "approve", "2", "--by", "amy", db_url=db_url, env=env).returncode == 0
     details = PaymentStore(db).events(b)[-1].details or {}
     assert details["psp_asked"] is False and "paused" in details["psp_not_asked"] and details["override"] is True
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--as", "succeeded", "--reason", "  ", "--by", "alice"], "--reason: is required"),
-    (["--as", "succeeded", "--reason", "ok", "--by", ""], "--by: is required"),
-    (["--as", "pending", "--reason", "ok", "--by", "alice"], "'pending' is not one of"),
+    (["--as", "succeeded", "--reason", "  ", "--by", "ann"], "--reason: is required"),
+    (["--as", "succeeded", "--reason", "ok", "--by", ""], "--by names who acts"),
+    (["--as", "succeeded", "--reason", "ok", "--by", "vic"], "has the role viewer"),
+    (["--as", "succeeded", "--reason", "ok", "--by", "mallory"], "'mallory' is not an operator"),
+    (["--as", "pending", "--reason", "ok", "--by", "ann"], "'pending' is not one of"),
 ])
-def test_review_resolve__bad_input_exits_2_with_one_line(db: Database, db_url: str, recon: Runner, args: list[str],
-                                                         message: str) -> None:
+def test_review_resolve__bad_input_exits_2_with_one_line(db: Database, db_url: str, staff: object, recon: Runner,
+                                                         args: list[str], message: str) -> None:
     [pid] = create(db, 1, charge=False)
     to_review(db, pid, "missing_at_psp: gone")
     r = recon("review", "resolve", "order-0", *args, db_url=db_url)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert PaymentStore(db).get(pid).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
-    missing = recon("review", "resolve", "nope", "--as", "failed", "--reason", "x", "--by", "a", db_url=db_url)
+    missing = recon("review", "resolve", "nope", "--as", "failed", "--reason", "x", "--by", "ann", db_url=db_url)
     assert missing.returncode == 2 and "payment nope not found" in missing.stderr
 
 
 def test_review_recheck__asks_the_psp_again_and_keeps_its_answer_as_evidence_without_moving_the_payment(
-        db: Database, db_url: str, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
+        db: Database, db_url: str, staff: object, sandbox: SandboxServer, env: dict[str, str], recon: Runner) -> None:
     [pid] = charged(db, sandbox, 1)
     to_review(db, pid, "no_final_answer: after 3 checks: PSP still says pending")
     admin(sandbox.url, f"/_admin/payments/{psp_reference(db, pid)}/settle", {})
 
-    r = recon("review", "recheck", "order-0", "--json", db_url=db_url)
+    r = recon("review", "recheck", "order-0", "--json", "--by", "ann", db_url=db_url)
     assert r.returncode == 0, r.stderr
     job_id = json.loads(r.stdout)["job_id"]
-    assert json.loads(recon("review", "recheck", "order-0", "--json", db_url=db_url).stdout)["job_id"] == job_id
+    again = recon("review", "recheck", "order-0", "--json", "--by", "ann", db_url=db_url)
+    assert json.loads(again.stdout)["job_id"] == job_id
     adapter = sandbox_adapter(sandbox.url)
     drain(db, handlers_for(db, adapter), queues=["reconcile"])
     adapter.close()

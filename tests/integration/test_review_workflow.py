@@ -19,14 +19,16 @@ from psp_adapters.sandbox.server import SandboxServer
 from recon import review_bulk
 from recon.app import App
 from recon.db import schema
-from recon.db.database import Database
+from recon.db.database import Database, connect
 from recon.db.payment_store import PaymentStore
 from recon.errors import ReviewRefused, UsageError
+from recon.operator_rows import Role
 from recon.review_rows import QueueFilter
 from recon.rows import PaymentStatus
 from tests.cli import Runner
 from tests.integration.payment_flow import create
 from tests.integration.test_review import charged, env, into_review_by_amount, sandbox, to_review
+from tests.operators import add_operator, add_staff
 
 __all__ = ["env", "sandbox"]  # the fixtures test_review defines, used here too
 
@@ -60,6 +62,17 @@ def listed(recon: Runner, db_url: str, *args: str) -> dict[str, dict[str, object
     r = recon("review", "list", "--json", *args, db_url=db_url)
     assert r.returncode == 0, r.stderr
     return {row["merchant_reference"].removesuffix("-0"): row for row in json.loads(r.stdout)["payments"]}
+
+
+@pytest.fixture(autouse=True)
+def _operators(db_url: str) -> None:
+    """Who these tests act as (``--by``): the staff of tests/operators.py and alice, an operator."""
+    db = connect(db_url)
+    try:
+        add_staff(db)
+        add_operator(db, "alice", Role.OPERATOR)
+    finally:
+        db.dispose()
 
 
 def test_review_list__severity_due_by_and_overdue_follow_amount_age_and_reason(
@@ -276,3 +289,39 @@ def test_bulk_apply__an_approval_hook_that_refuses_writes_nothing(
     finally:
         app.close()
     assert PaymentStore(db).get(pid).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
+
+
+def test_bulk_resolve__above_bulk_resolve_count_needs_four_eyes_and_runs_as_previewed_once_approved(
+        tmp_path: Path, db: Database, db_url: str, sandbox: SandboxServer, env: dict[str, str], recon: Runner,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECON_SANDBOX_BASE_URL", sandbox.url)
+    [a] = charged(db, sandbox, 1, amount=1250, prefix="a")
+    into_review_by_amount(db, sandbox, a, psp_amount=990)
+    [b] = charged(db, sandbox, 1, amount=1250, prefix="b")
+    into_review_by_amount(db, sandbox, b, psp_amount=1000)
+    config = f"{tmp_path}/recon.toml"
+    with open(config, "w", encoding="utf-8") as f:
+        f.write("[four_eyes]\nbulk_resolve_count = 1\n")
+    shown = recon("--config", config, "review", "bulk-resolve", "--kind", "amount_mismatch", "--as", "succeeded",
+                  "--json", db_url=db_url, env=env)
+    digest = json.loads(shown.stdout)["digest"]
+    apply = ("--config", config, "review", "bulk-resolve", "--kind", "amount_mismatch", "--as", "succeeded",
+             "--apply", digest, "--reason", "partial captures agreed")
+    viewer = recon(*apply, "--by", "vic", db_url=db_url, env=env)
+    assert viewer.returncode == 2 and "vic" in viewer.stderr and "operator or above" in viewer.stderr
+    r = recon(*apply, "--by", "ann", db_url=db_url, env=env)
+    assert r.returncode == 1, r.stderr  # two payments, more than one: a request, nothing resolved yet
+    assert "review.bulk_resolve of 2 payments in review needs a second operator: approval 1" in r.stdout
+    assert {PaymentStore(db).get(p).status for p in (a, b)} == {PaymentStatus.NEEDS_REVIEW}  # type: ignore[union-attr]
+    own = recon("--config", config, "approvals", "approve", "1", "--by", "ann", db_url=db_url, env=env)
+    assert own.returncode == 2
+    ok = recon("--config", config, "approvals", "approve", "1", "--by", "bob", db_url=db_url, env=env)
+    assert ok.returncode == 0, ok.stderr
+    for pid in (a, b):
+        assert PaymentStore(db).get(pid).status is PaymentStatus.SUCCEEDED  # type: ignore[union-attr]
+        details = PaymentStore(db).events(pid)[-1].details or {}
+        assert details["operator"] == "ann" and details["bulk"] == {"size": 2, "digest": digest}
+    with db.begin() as conn:
+        audit = conn.execute(sa.select(schema.audit_log.c.actor, schema.audit_log.c.outcome).where(
+            schema.audit_log.c.action == "review.bulk_resolve").order_by(schema.audit_log.c.id)).all()
+    assert [tuple(row) for row in audit] == [("ann", "requested"), ("bob", "approved"), ("bob", "done")]

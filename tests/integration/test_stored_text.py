@@ -56,6 +56,7 @@ from recon.scheduler import Schedule, Scheduler
 from tests.adapters.stripe_oracle import canonical
 from tests.cli import Runner
 from tests.console import TestClient
+from tests.operators import add_staff
 
 #: Stripe's test Visa (docs.stripe.com/testing): Luhn-valid
 CARD = "4242424242424242"
@@ -339,13 +340,14 @@ def plant_jobs(env: Env) -> None:
         # a lease still held (a finished job's owner is cleared): what the worker's claim loop writes
         assert len(app.jobs.claim(worker=worker.worker_id, queues=["held"], n=1, ttl=300)) == 1
     app.close()
-    r = env.run("jobs", "replay", env={**os.environ, "USER": USER, "LOGNAME": USER})
+    add_staff(env.db)
+    r = env.run("jobs", "replay", "--by", "ann", env={**os.environ, "USER": USER, "LOGNAME": USER})
     assert r.returncode == 0, r.stderr
 
 
 def plant_operators(env: Env) -> None:
-    """An operator's words: a pause's reason and name, a resolution's reason and name, a sweep run by a user
-    whose name holds a card number."""
+    """An operator's words: a pause's reason, a resolution's reason (both four-eyes requests, approved), a sweep run
+    by a user whose name holds a card number. Operators' names are refused at their entry (plant_operator_name)."""
     store = PaymentStore(env.db)
     [pid] = store.create([NewPayment("default", "order-r", 1000, "EUR", "sandbox")], charge=False)
     with env.db.begin() as conn:
@@ -353,25 +355,30 @@ def plant_operators(env: Env) -> None:
                   Transition(pid, PaymentStatus.PROCESSING, PaymentStatus.NEEDS_REVIEW, EventSource.RECONCILE,
                              review_reason="no_final_answer: the PSP said nothing")):
             assert store.apply(conn, t)
-    assert env.run("psp", "pause", "sandbox", "--reason", planted(1), "--by", f"{PROBE}-{CARD}").returncode == 0
-    r = env.run("review", "resolve", "order-r", "--as", "failed", "--reason", planted(2), "--by", planted(),
+    add_staff(env.db)
+    assert env.run("psp", "pause", "sandbox", "--reason", planted(1), "--by", "ann").returncode == 1
+    r = env.run("review", "resolve", "order-r", "--as", "failed", "--reason", planted(2), "--by", "ann",
                 "--override")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
+    for approval in ("1", "2"):
+        r = env.run("approvals", "approve", approval, "--by", "bob")
+        assert r.returncode == 0, r.stderr
     r = env.run("sweep", "--enqueue-only", "--older-than", "1d", env={**os.environ, "USER": USER, "LOGNAME": USER})
     assert r.returncode == 0, r.stderr
 
 
 def plant_review_workflow(env: Env) -> None:
     """An operator assigns a payment in review to a name holding a card number, and comments with one, through
-    `recon review assign|comment`."""
+    `recon review assign|comment` (``--by`` is an operator: recon.operators checks the name)."""
+    add_staff(env.db)
     store = PaymentStore(env.db)
     [pid] = store.create([NewPayment("default", "order-w", 1000, "EUR", "sandbox")], charge=False)
     with env.db.begin() as conn:
         assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
                                             EventSource.RECONCILE, review_reason="missing_at_psp: none"))
-    r = env.run("review", "assign", "order-w", "--to", planted(1), "--by", planted(2))
+    r = env.run("review", "assign", "order-w", "--to", planted(1), "--by", "ann")
     assert r.returncode == 0, r.stderr
-    r = env.run("review", "comment", "order-w", "--text", planted(), "--by", f"{PROBE}-{CARD}")
+    r = env.run("review", "comment", "order-w", "--text", planted(), "--by", "ann")
     assert r.returncode == 0, r.stderr
 
 
@@ -398,6 +405,33 @@ def plant_queues_flag(env: Env) -> None:
 def plant_psp_name(env: Env) -> None:
     refused(env.run("psp", "pause", CARD, "--reason", "x"), "unknown PSP")
     refused(env.run("sweep", "--psp", f"psp-{CARD}", "--enqueue-only"), "--psp")
+
+
+def plant_operator_name(env: Env) -> None:
+    """An operator's name holding a card number is refused at `recon operators add` (the stored name is the one
+    every --by and login compares); so is a --by naming one."""
+    refused(env.run("operators", "add", f"{PROBE}-{CARD}", "--role", "admin", "--no-password"), "operator name")
+    refused(env.run("operators", "add", f"{PROBE}-{FORMS[1]}", "--role", "admin", "--no-password"), "operator name")
+    refused(env.run("review", "recheck", "x", "--by", f"{PROBE}-{CARD}"), "not an operator")
+
+
+def plant_login(env: Env) -> None:
+    """A console login naming an operator that does not exist: its audit row names what was typed (masked)."""
+    app = env.app()
+    try:
+        result = app.operators.login(f"{PROBE} {FORMS[2]}", "a wrong password", None, source="127.0.0.1")
+    finally:
+        app.close()
+        app.db.dispose()
+    assert result.operator is None
+
+
+def plant_pause_request(env: Env) -> None:
+    """A four-eyes PSP pause whose reason holds a card number: the request's payload and its audit evidence."""
+    add_staff(env.db)
+    r = env.run("psp", "pause", "sandbox", "--reason", planted(), "--by", "ann")
+    assert r.returncode == 1, r.stderr
+    assert env.run("approvals", "approve", "1", "--by", "bob").returncode == 0
 
 
 def plant_bank_statement(env: Env) -> None:
@@ -624,7 +658,7 @@ COLUMNS: dict[str, Entry] = {
     "job_attempts.error_kind": Masked(plant_jobs),
     "job_attempts.error": Masked(plant_stripe_answers),
     "job_replays.error_kind": Masked(plant_jobs),
-    "job_replays.replayed_by": Masked(plant_jobs),
+    "job_replays.replayed_by": Refused(plant_operator_name),
     "payments.merchant_account": Refused(plant_csv),
     "payments.merchant_reference": Refused(plant_csv),
     "payments.currency": Refused(plant_csv),
@@ -638,7 +672,7 @@ COLUMNS: dict[str, Entry] = {
     "payments.payment_method": Refused(plant_csv),
     "payments.customer_reference": Refused(plant_csv),
     "payments.review_assignee": Masked(plant_review_workflow),
-    "review_comments.author": Masked(plant_review_workflow),
+    "review_comments.author": Refused(plant_operator_name),  # an operator's name: recon.actions authorizes --by
     "review_comments.kind": Exempt(CHECKED),
     "review_comments.body": Masked(plant_review_workflow),
     "payment_events.from_status": Exempt("a PaymentStatus: PaymentStore writes the state machine's names"),
@@ -655,7 +689,7 @@ COLUMNS: dict[str, Entry] = {
     "workers.queues": Refused(plant_queues_flag),
     "workers.counters": Exempt("numbers keyed by recon's names: kinds, outcomes, PSPs of the registry"),
     "psp_controls.psp": Refused(plant_psp_name),
-    "psp_controls.paused_by": Masked(plant_operators),
+    "psp_controls.paused_by": Refused(plant_operator_name),
     "psp_controls.pause_reason": Masked(plant_operators),
     "psp_controls.breaker_state": Exempt(CHECKED),
     "psp_controls.breaker_reason": Masked(plant_stripe_breaker),
@@ -702,6 +736,29 @@ COLUMNS: dict[str, Entry] = {
     "dispute_events.to_status": Exempt("a dispute status: DisputeStore writes the state machine's names"),
     "dispute_events.source": Exempt(CHECKED),
     "dispute_events.details": Masked(plant_dispute_webhooks),
+    "operators.name": Refused(plant_operator_name),
+    "operators.role": Exempt(CHECKED),
+    "operators.password_hash": Exempt("argon2id's own encoding of a hash recon made ($argon2id$v=19$...), never "
+                                      "the password"),
+    "operators.totp_secret": Exempt("pyotp.random_base32(): 32 base32 letters recon drew, never outside text"),
+    "audit_log.actor": Masked(plant_login),
+    "audit_log.action": Exempt("recon's own action names (review.resolve, login.failed, ...), constants in code"),
+    "audit_log.subject": Masked(plant_login),
+    "audit_log.outcome": Exempt("recon's own outcome words (done, refused, requested, ...), constants in code"),
+    "audit_log.evidence": Masked(plant_pause_request),
+    "audit_seals.stream": Exempt(CHECKED),
+    "audit_seals.kind": Exempt(CHECKED),
+    "audit_seals.row_hash": Exempt("a SHA-256 in hexadecimal that recon.audit computed"),
+    "audit_seals.chain_hash": Exempt("a SHA-256 in hexadecimal that recon.audit computed"),
+    "approvals.action": Exempt("recon's own four-eyes action names (recon.four_eyes), constants in code"),
+    "approvals.subject": Exempt("a PSP name of the registry, a payment reference (refused at import when it holds a "
+                                "card number) or recon's own count of dead jobs"),
+    "approvals.payload": Masked(plant_pause_request),
+    "approvals.state": Exempt(CHECKED),
+    "approvals.requested_by": Refused(plant_operator_name),
+    "approvals.decided_by": Refused(plant_operator_name),
+    "approvals.result": Exempt("recon's sentence of what the approved action did (PSP name, payment reference, "
+                               "counts), or a ReconError's message, redacted by the store"),
     "console_sessions.principal": Exempt("recon.console.session.token_principal: 'access-token/' and a base32 "
                                          "scrypt digest of the token, never the token or outside text"),
 }

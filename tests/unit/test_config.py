@@ -5,9 +5,12 @@ from pathlib import Path
 import pytest
 
 from psp_adapters import registry
+from recon.audit import AuditConfig
 from recon.close.config import CloseConfig
 from recon.config import Settings, load_settings
+from recon.console.config import ConsoleConfig
 from recon.errors import ConfigError
+from recon.four_eyes import FourEyesConfig
 from recon.payments.config import PaymentsConfig
 from recon.webhooks.config import WebhookConfig
 
@@ -26,6 +29,9 @@ def test_config__repository_file_mirrors_the_builtin_defaults() -> None:
     assert WebhookConfig.load(loaded.extra["webhooks"], {}, factories=factories) == \
         WebhookConfig.load(None, {}, factories=factories)
     assert CloseConfig.from_table(loaded.extra["close"]) == CloseConfig()
+    assert ConsoleConfig.load(loaded.extra["console"]) == ConsoleConfig()
+    assert AuditConfig.load(loaded.extra["audit"]) == AuditConfig()
+    assert FourEyesConfig.load(loaded.extra["four_eyes"]) == FourEyesConfig()
 
 
 def test_config__env_overrides_file(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ from starlette.routing import Route
 
 from recon.classify import ErrorKind
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, acting_operator, action, done, page, pages, recon_app
-from recon.engine.replay import job_filter, replay
+from recon.console.web import Fields, acting, action, done, page, pages, recon_app
+from recon.engine.replay import ReplayRun, job_filter, replay
 from recon.errors import UsageError
+from recon.operator_rows import Role
 from recon.params import INT64_MAX, Since
 from recon.rows import Job, JobFilter, Payment
 
@@ -112,16 +113,20 @@ def payments_of(request: Request, jobs: list[Job]) -> dict[int, Payment]:
 
 
 def replay_dead(request: Request, fields: Fields) -> Response:
+    operator = acting(request, Role.OPERATOR)
     try:
         filters = read_filters(fields)
-        operator = acting_operator(request, fields)
         if not fields.flag("confirm"):
             raise UsageError('tick "Yes, replay these jobs" to confirm')
     except UsageError as exc:
         return preview(request, fields=fields, status=422, replay_error=f"nothing replayed: {exc}")
     app = recon_app(request)
     budget = app.settings.engine.default_max_attempts
-    run = replay(app.jobs, filters.job_filter(request), budget=budget, operator=operator)
+    asked = app.actions.replay(filters.job_filter(request), budget=budget, by=operator)
+    if asked.approval is not None:  # above [four_eyes] replay_count
+        return done(request, "/dead", f"more than {app.four_eyes.config.replay_count} dead jobs match: the replay "
+                    f"needs four eyes; approval {asked.approval.id} waits for another approver (Approvals)")
+    run = asked.run or ReplayRun(dry_run=False, budget=budget)
     final = _final(request, run.replayed)
     log.info("console: %d dead jobs replayed by %s", len(run.replayed), operator)
     notice = (f"replayed {len(run.replayed)} dead jobs with {budget} fresh attempts each, by {operator}"

@@ -17,8 +17,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.clock import SystemClock
-from recon.console.web import Fields, PageError, action, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
 from recon.errors import ReviewRefused, UsageError
+from recon.operator_rows import Role
 from recon.payout_rows import Payout
 
 log = logging.getLogger("recon.console")
@@ -90,8 +91,8 @@ def resolve(request: Request, fields: Fields) -> Response:
     found = store.exception(exception_id)
     if found is None:
         raise PageError(404, f"payout exception {exception_id} not found")
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = fields.operator()
         reason = fields.required("reason", max_length=500)
         done = store.resolve(exception_id, by=operator, reason=reason)
     except ReviewRefused as exc:

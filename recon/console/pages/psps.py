@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting_operator, action, done, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
 from recon.errors import UsageError
+from recon.operator_rows import Role
 from recon.overview import psp_controls_document
-from recon.payments import guard
 
 log = logging.getLogger("recon.console")
 
@@ -29,26 +29,25 @@ def psp_status(request: Request) -> Response:
 
 
 def pause(request: Request, fields: Fields) -> Response:
+    """A pause needs four eyes: it is requested here and runs when another operator approves it (/approvals)."""
     name = _known(request)
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = acting_operator(request, fields)
         reason = fields.required("reason")
         if not fields.flag("confirm"):
             raise UsageError(f'tick "Yes, stop all calls to {name}" to confirm')
     except UsageError as exc:
         return psp_page(request, status=422, errors={name: f"not paused: {exc}"})
-    guard.pause(recon_app(request).controls, name, by=operator, reason=reason)
-    log.info("console: psp %s paused by %s", name, operator)
-    return done(request, "/psps", f"psp {name} paused by {operator}: {reason}")
+    asked = recon_app(request).actions.pause(name, reason=reason, by=operator)
+    log.info("console: psp %s pause requested by %s (approval %d)", name, operator, asked.id)
+    return done(request, "/psps", f"pause of {name} requested by {operator}: approval {asked.id} waits for "
+                                  "another approver (Approvals)")
 
 
 def resume(request: Request, fields: Fields) -> Response:
     name = _known(request)
-    try:
-        operator = acting_operator(request, fields)
-    except UsageError as exc:
-        return psp_page(request, status=422, errors={name: f"not resumed: {exc}"})
-    was_paused, woken = guard.resume(recon_app(request).controls, name)
+    operator = acting(request, Role.OPERATOR)
+    was_paused, woken = recon_app(request).actions.resume(name, by=operator)
     log.info("console: psp %s resumed by %s", name, operator)
     return done(request, "/psps", f"psp {name} resumed by {operator}; {woken} waiting jobs are due now"
                 if was_paused else f"psp {name} was not paused")

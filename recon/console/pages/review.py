@@ -17,10 +17,11 @@ from starlette.routing import Route
 
 from recon import review_bulk
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, PageError, acting_operator, action, done, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
 from recon.durations import parse_duration
-from recon.errors import ReviewRefused, UsageError
+from recon.errors import NotAllowed, ReviewRefused, UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
+from recon.operator_rows import Approval, Role
 from recon.payments.money import format_amount
 from recon.review import LIST_MAX, Difference, ReviewItem
 from recon.review_rows import QueueFilter, ReviewKind, Severity
@@ -91,19 +92,27 @@ def bulk_preview(request: Request, *, status: int = 200, error: str | None = Non
 
 
 def bulk_apply(request: Request, fields: Fields) -> Response:
+    """More than ``[four_eyes] bulk_resolve_count`` payments: requested here, run when another operator
+    approves it (/approvals)."""
     typed = typed_filters(fields)
+    operator = acting(request, Role.OPERATOR)
     try:
         if not fields.flag("confirm"):
             raise UsageError('tick "Yes, resolve exactly these payments" to confirm')
-        operator = acting_operator(request, fields)
         reason = fields.required("reason")
         where = queue_filter(request, typed)
-        resolved = review_bulk.apply(recon_app(request).review, where, to=fields.required("as", max_length=20),
-                                     reason=reason, by=operator, expect=fields.raw("digest"))
+        resolved = recon_app(request).actions.bulk_resolve(where, to=fields.required("as", max_length=20),
+                                                           reason=reason, by=operator, expect=fields.raw("digest"))
     except ReviewRefused as exc:
         return bulk_preview(request, status=409, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+    except NotAllowed:
+        raise
     except UsageError as exc:
         return bulk_preview(request, status=422, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+    if isinstance(resolved, Approval):  # above [four_eyes] bulk_resolve_count
+        log.info("console: bulk resolve requested by %s (approval %d)", operator, resolved.id)
+        return done(request, "/review?" + _query(typed), f"bulk resolve of {resolved.subject} requested by "
+                    f"{operator}: approval {resolved.id} waits for another approver (Approvals)")
     log.info("console: %d payments resolved as %s in bulk by %s", resolved.count, resolved.to, operator)
     return done(request, "/review?" + _query(typed),
                 f"resolved {resolved.count} payments as {resolved.to} by {operator}")
@@ -133,38 +142,40 @@ def show_payment(request: Request) -> Response:
 
 def resolve(request: Request, fields: Fields) -> Response:
     override = fields.flag("override")
-    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500],
-                            "operator": fields.raw("operator")[:100], "override": override,
+    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override,
                             "difference": fields.raw("difference")[:20]}
     reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = acting_operator(request, fields)
         reason = fields.required("reason")
         to = fields.required("as", label="resolve as", max_length=20)
-        resolved = recon_app(request).review.resolve(reference, to=to, reason=reason, by=operator,
-                                                     override=override, difference=fields.text("difference") or None)
+        resolved = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator,
+                                                      override=override, difference=fields.text("difference") or None)
     except ReviewRefused as exc:
         text = str(exc).replace("(--override records a decision against the PSP's answer)",
-                                "(tick \"override the PSP's answer\" to decide against it; recorded)").replace(
+                                "(tick \"override the PSP's answer\" to ask for four eyes on a decision against "
+                                "it)").replace(
             "(--override decides without its answer, and records that)",
-            "(tick \"override the PSP's answer\" to decide without it; recorded)")
+            "(tick \"override the PSP's answer\" to ask for four eyes on a decision without it)")
         return payment_page(request, status=409, errors={"resolve": f"not resolved: {text}"}, form=form)
+    except NotAllowed:
+        raise
     except UsageError as exc:
         return payment_page(request, status=422, errors={"resolve": f"not resolved: {_plain(exc)}"}, form=form)
+    if isinstance(resolved, Approval):  # an override needs four eyes
+        log.info("console: payment %s override requested by %s (approval %d)", reference, operator, resolved.id)
+        return done(request, _payment_url(reference), f"override requested by {operator}: approval {resolved.id} "
+                    "waits for another approver (Approvals)")
     log.info("console: payment %s resolved as %s by %s", reference, resolved.payment.status, operator)
     difference = resolved.details.get("difference")
     return done(request, _payment_url(reference), f"resolved as {resolved.payment.status} by {operator}"
-                + (" (an override of the PSP's answer, recorded)" if override else "")
                 + (f"; {difference['sentence']}" if difference else ""))
 
 
 def recheck(request: Request, fields: Fields) -> Response:
     reference = _reference(request)
-    try:
-        operator = acting_operator(request, fields)
-    except UsageError as exc:
-        return payment_page(request, status=422, errors={"recheck": f"not rechecked: {exc}"})
-    job_id = recon_app(request).review.recheck(reference)
+    operator = acting(request, Role.OPERATOR)
+    job_id = recon_app(request).actions.recheck(reference, by=operator)
     log.info("console: payment %s recheck (job %d) by %s", reference, job_id, operator)
     return done(request, _payment_url(reference), f"reconcile job {job_id} queued: the PSP is asked again",
                 job=job_id)
@@ -172,10 +183,12 @@ def recheck(request: Request, fields: Fields) -> Response:
 
 def assign(request: Request, fields: Fields) -> Response:
     reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = acting_operator(request, fields)
         to = fields.text("assignee", label="assignee", max_length=100)
-        payment = recon_app(request).review.assign(reference, to=to, by=operator)
+        payment = recon_app(request).actions.assign(reference, to=to, by=operator)
+    except NotAllowed:
+        raise
     except UsageError as exc:
         return payment_page(request, status=422, errors={"assign": f"not assigned: {_plain(exc)}"})
     return done(request, _payment_url(reference), f"assigned to {payment.review_assignee}"
@@ -184,9 +197,12 @@ def assign(request: Request, fields: Fields) -> Response:
 
 def comment(request: Request, fields: Fields) -> Response:
     reference = _reference(request)
+    operator = acting(request, Role.OPERATOR)
     try:
-        operator = acting_operator(request, fields)
-        recon_app(request).review.comment(reference, text=fields.required("comment", max_length=2000), by=operator)
+        recon_app(request).actions.comment(reference, text=fields.required("comment", max_length=2000),
+                                           by=operator)
+    except NotAllowed:
+        raise
     except UsageError as exc:
         return payment_page(request, status=422, errors={"comment": f"not added: {_plain(exc)}"})
     return done(request, _payment_url(reference) + "#comments", f"comment added by {operator}")

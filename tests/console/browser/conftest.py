@@ -33,6 +33,7 @@ from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.integration.payment_flow import admin, drain, handlers_for, sandbox_adapter, sweep_now
+from tests.operators import PASSWORD, add_staff
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Locator, Page, Playwright
@@ -133,19 +134,32 @@ class ConsoleServer:
 
 
 @pytest.fixture
-def console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
-    """The console on ``db_url`` (each test seeds the database first or meanwhile: every page reads it live)."""
+def console(db_url: str, page: Page, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
+    """The console on ``db_url`` (each test seeds the database first or meanwhile: every page reads it live), with
+    tests/operators.py's staff, ``page`` logged in as ``root`` (an admin; ``sign_in`` changes who)."""
     monkeypatch.delenv("RECON_CONFIG", raising=False)
+    add_staff(db_url)
     with ConsoleServer(db_url) as running:
+        sign_in(running, page, "root")
         yield running
 
 
 @pytest.fixture
 def token_console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Console]:
-    """The console on ``db_url`` started with the access token ``TOKEN``: every page needs a login."""
+    """The console on ``db_url`` started with the access token ``TOKEN``, with tests/operators.py's staff;
+    nobody logged in."""
     monkeypatch.delenv("RECON_CONFIG", raising=False)
+    add_staff(db_url)
     with ConsoleServer(db_url, token=TOKEN) as running:
         yield running
+
+
+def sign_in(console: Console, page: Page, name: str, *, password: str = PASSWORD, expect: int = 303) -> None:
+    """Log in on the login form as operator ``name`` (a session already open is replaced)."""
+    page.goto(console.at("/login"))
+    page.get_by_label("Operator").fill(name)
+    page.get_by_label("Password").fill(password)
+    submit(page, page.get_by_role("button", name="Log in", exact=True), expect=expect)
 
 
 @pytest.fixture

@@ -32,8 +32,10 @@ def seed(db: Database, db_url: str, recon: Runner) -> None:
     to_review(db, review[0], "amount_mismatch: ours 777 EUR, PSP 700")
     to_review(db, review[1], "missing_at_psp: PSP has no payment pi_gone")
     to_review(db, review[2], "no_final_answer: after 3 checks: PSP still says pending")
-    paused = recon("psp", "pause", "stripe", "--reason", "incident 42", "--by", "ops", db_url=db_url,
-                   log_level="WARNING")
+    asked = recon("psp", "pause", "stripe", "--reason", "incident 42", "--by", "ann", db_url=db_url,
+                  log_level="WARNING")
+    assert asked.returncode == 1, asked.stderr  # four eyes: requested, then approved by another
+    paused = recon("approvals", "approve", "1", "--by", "bob", db_url=db_url, log_level="WARNING")
     assert paused.returncode == 0, paused.stderr
 
 

@@ -17,7 +17,7 @@ from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.console.browser.conftest import Console, create, recon_json, submit, to_review
+from tests.console.browser.conftest import Console, create, recon_json, sign_in, submit, to_review
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -59,6 +59,7 @@ def test_browser_queue__bulk_resolve_previews_then_applies_exactly_that_set_and_
         db: Database, db_url: str, sandbox: SandboxServer, console: Console, page: Page, recon: Runner,
         tmp_path: Path) -> None:
     lost = queue_of(db, 3)
+    sign_in(console, page, "ann")  # an operator: the bulk resolve is theirs
     page.goto(console.at("/review"))
     bulk = page.locator("form[action='/review/bulk']")
     bulk.locator("select[name=as]").select_option("failed")
@@ -72,13 +73,11 @@ def test_browser_queue__bulk_resolve_previews_then_applies_exactly_that_set_and_
 
     form = page.locator("form[action='/review/bulk'][method=post]")
     form.locator("input[name=reason]").fill("never reached the PSP")
-    form.locator("input[name=operator]").fill("ann")
     submit(page, form.get_by_role("button"), expect=422)  # the confirmation is not ticked
     assert "Yes, resolve exactly these payments" in page.locator("[data-form-error='bulk']").inner_text()
     page.goto(console.at("/review/bulk?as=failed"))  # the preview again, by GET
     form = page.locator("form[action='/review/bulk'][method=post]")
     form.locator("input[name=reason]").fill("never reached the PSP")
-    form.locator("input[name=operator]").fill("ann")
     form.locator("input[name=confirm]").check()
     submit(page, form.get_by_role("button"))
     page.screenshot(path=tmp_path / "bulk-resolved.png", full_page=True)
@@ -110,14 +109,14 @@ def test_browser_queue__csv_export_downloads_the_filtered_list(
 def test_browser_queue__a_resolve_redirects_to_the_payment_page_and_a_reload_repeats_nothing(
         db: Database, db_url: str, sandbox: SandboxServer, console: Console, page: Page, recon: Runner) -> None:
     [ref] = queue_of(db, 1)
+    sign_in(console, page, "ann")
     page.goto(console.at(f"/payments/{ref}"))
     form = page.locator("form[action$='/resolve']")
     form.locator("select[name=as]").select_option("failed")
     form.locator("input[name=reason]").fill("no such payment at the PSP")
-    form.locator("input[name=operator]").fill("dana")
     submit(page, form.locator("button[type=submit]"))
     assert page.url.startswith(console.at(f"/payments/{ref}?"))
-    assert "resolved as failed by dana" in page.get_by_role("status").inner_text()
+    assert "resolved as failed by ann" in page.get_by_role("status").inner_text()
     before = len(recon_json(recon, db_url, "review", "show", ref)["events"])
     # the console's one script (allowed by its hash) put the browser's own time beside each UTC time
     assert page.locator("time[datetime] + small.local").count() >= 3

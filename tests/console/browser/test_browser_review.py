@@ -11,9 +11,11 @@ import pytest
 from psp_adapters.sandbox.server import SandboxServer
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
+from recon.operator_rows import Role
 from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.console.browser.conftest import Console, charged_into_review, recon_json, submit
+from tests.console.browser.conftest import Console, charged_into_review, recon_json, sign_in, submit
+from tests.operators import add_operator
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -21,12 +23,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
-def fill_resolve(page: Page, *, to: str, reason: str, operator: str, override: bool = False,
-                 expect: int = 200) -> None:
+def fill_resolve(page: Page, *, to: str, reason: str, override: bool = False, expect: int = 200) -> None:
     form = page.locator("form[action$='/resolve']")
     form.locator("select[name=as]").select_option(to)
     form.locator("input[name=reason]").fill(reason)
-    form.locator("input[name=operator]").fill(operator)
     form.locator("input[name=override]").set_checked(override)
     submit(page, form.locator("button[type=submit]"), expect=expect)
 
@@ -35,6 +35,8 @@ def test_browser_review__resolve_from_the_queue_records_a_manual_event_with_oper
         db: Database, db_url: str, sandbox: SandboxServer, console: Console, page: Page, recon: Runner,
         tmp_path: Path) -> None:
     pid = charged_into_review(db, sandbox, "order-1042", amount=1250, psp_amount=990)
+    add_operator(db, "alice", Role.OPERATOR)
+    sign_in(console, page, "alice")
 
     page.goto(console.at("/review"))
     row = page.locator("tr[data-payment='order-1042']")
@@ -44,7 +46,7 @@ def test_browser_review__resolve_from_the_queue_records_a_manual_event_with_oper
     page.wait_for_url("**/payments/order-1042")
     assert page.locator("[data-stat='payment-status']").inner_text() == "needs_review"
 
-    fill_resolve(page, to="succeeded", reason="partial capture agreed with the merchant", operator="alice")
+    fill_resolve(page, to="succeeded", reason="partial capture agreed with the merchant")
     page.screenshot(path=tmp_path / "resolved.png", full_page=True)
     assert page.locator("[data-stat='payment-status']").inner_text() == "succeeded"
     assert "resolved as succeeded by alice" in page.content()
@@ -64,14 +66,15 @@ def test_browser_review__resolve_from_the_queue_records_a_manual_event_with_oper
     assert page.locator("tr[data-source='manual']").count() == 2  # creation and the resolution
 
 
-def test_browser_review__an_override_is_refused_with_the_psps_answer_then_recorded_when_ticked(
+def test_browser_review__an_override_is_refused_then_requested_and_approved_by_a_second_operator(
         db: Database, db_url: str, sandbox: SandboxServer, console: Console, page: Page, recon: Runner,
         tmp_path: Path) -> None:
     pid = charged_into_review(db, sandbox, "order-7", amount=1000, psp_amount=999)
     events_before = len(PaymentStore(db).events(pid))
 
+    sign_in(console, page, "ann")
     page.goto(console.at("/payments/order-7"))
-    fill_resolve(page, to="failed", reason="customer says it was refunded", operator="bob", expect=409)
+    fill_resolve(page, to="failed", reason="customer says it was refunded", expect=409)
     page.screenshot(path=tmp_path / "refused.png", full_page=True)
     text = page.get_by_role("alert").inner_text()
     assert "not resolved" in text and "the PSP says it succeeded" in text and "9.99 EUR taken" in text
@@ -81,14 +84,27 @@ def test_browser_review__an_override_is_refused_with_the_psps_answer_then_record
     # what was typed is kept for the second try
     assert page.locator("input[name=reason]").input_value() == "customer says it was refunded"
 
-    fill_resolve(page, to="failed", reason="refunded by hand, ticket 88", operator="bob", override=True)
-    page.screenshot(path=tmp_path / "overridden.png", full_page=True)
+    fill_resolve(page, to="failed", reason="refunded by hand, ticket 88", override=True)
+    page.screenshot(path=tmp_path / "requested.png", full_page=True)
+    assert "override requested by ann: approval 1 waits for another approver" in page.get_by_role(
+        "status").inner_text()
+    assert page.locator("[data-stat='payment-status']").inner_text() == "needs_review"  # not yet: four eyes
+
+    page.goto(console.at("/approvals"))  # ann may not approve: an operator, and her own request
+    submit(page, page.get_by_role("button", name="Approve 1"), expect=403)
+    sign_in(console, page, "bob")
+    page.goto(console.at("/approvals"))
+    assert "refunded by hand, ticket 88" in page.inner_text("main")
+    submit(page, page.get_by_role("button", name="Approve 1"))
+    page.screenshot(path=tmp_path / "approved.png", full_page=True)
+    assert "approved by bob" in page.get_by_role("status").inner_text()
+    page.goto(console.at("/payments/order-7"))
     assert page.locator("[data-stat='payment-status']").inner_text() == "failed"
-    assert "override" in page.content()
 
     last = recon_json(recon, db_url, "payments", "show", "order-7")["events"][-1]
     assert (last["to_status"], last["source"]) == ("failed", "manual")
-    assert last["details"]["override"] is True and last["details"]["operator"] == "bob"
+    assert last["details"]["override"] is True and last["details"]["operator"] == "ann"
+    assert last["details"]["approved_by"] == "bob"
     assert "the PSP says it succeeded" in last["details"]["contradicts_psp"]
     [row] = recon_json(recon, db_url, "stats")["resolutions"]["by_day"]
-    assert (row["operator"], row["status"], row["count"], row["overrides"]) == ("bob", "failed", 1, 1)
+    assert (row["operator"], row["status"], row["count"], row["overrides"]) == ("ann", "failed", 1, 1)

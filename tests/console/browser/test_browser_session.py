@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from recon.clock import FixedClock
 from recon.db.database import Database
-from tests.console.browser.conftest import TOKEN, Console, submit
+from tests.console.browser.conftest import Console, submit
+from tests.operators import PASSWORD
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -18,9 +19,11 @@ if TYPE_CHECKING:
 def log_in(console: Console, page: Page) -> None:
     response = page.goto(console.at("/"))
     assert response is not None and response.status == 401
-    page.get_by_label("Access token").fill(TOKEN)
-    submit(page, page.get_by_role("button", name="Log in"), expect=303)
+    page.get_by_label("Operator").fill("ann")
+    page.get_by_label("Password").fill(PASSWORD)
+    submit(page, page.get_by_role("button", name="Log in", exact=True), expect=303)
     assert page.url == console.at("/") and page.get_by_role("button", name="Log out").is_visible()
+    assert "ann (operator)" in page.inner_text("header")
 
 
 def test_browser_session__logout_ends_it_and_the_old_cookie_sent_again_is_refused(
@@ -38,7 +41,7 @@ def test_browser_session__logout_ends_it_and_the_old_cookie_sent_again_is_refuse
     page.screenshot(path=tmp_path / "replayed-cookie.png", full_page=True)
     assert response is not None and response.status == 401
     assert "your session has ended" in page.inner_text("main")
-    assert page.get_by_label("Access token").is_visible()
+    assert page.get_by_label("Password").is_visible()
     assert not any(c["name"] == "recon_session" for c in page.context.cookies())  # the server cleared it
     with db.begin() as conn:
         assert conn.exec_driver_sql("SELECT count(*) FROM console_sessions WHERE revoked_at IS NOT NULL").scalar() == 1
@@ -57,6 +60,7 @@ def test_browser_session__fifteen_idle_minutes_end_it_and_the_login_form_says_wh
     page.screenshot(path=tmp_path / "idle.png", full_page=True)
     assert response is not None and response.status == 401
     assert "your session ended: idle for 15 minutes; log in again" in page.inner_text("main")
-    page.get_by_label("Access token").fill(TOKEN)
-    submit(page, page.get_by_role("button", name="Log in"), expect=303)
+    page.get_by_label("Operator").fill("ann")
+    page.get_by_label("Password").fill(PASSWORD)
+    submit(page, page.get_by_role("button", name="Log in", exact=True), expect=303)
     assert page.goto(token_console.at("/review")).status == 200  # type: ignore[union-attr]

@@ -1,0 +1,265 @@
+"""Named operators: who may do what (``Role``), their passwords, their console logins and the lockout
+(``recon operators``, the console, every write command's ``--by``).
+
+**Roles** are a ladder, each allowing what the ones below it do: ``viewer`` reads; ``operator`` resolves,
+rechecks, replays, retries, cancels, pauses and resumes (the four-eyes ones as requests: recon.four_eyes);
+``approver`` approves or rejects another operator's request; ``admin`` manages operators. ``authorize`` is the one
+check: the name must be an operator's, enabled, whose role allows the action, else ``NotAllowed`` (exit 2, or the
+console's 403) and nothing is done. The command line trusts whoever can reach the database to say who they are
+(``--by``): it attributes and limits, it does not authenticate. The console authenticates (a password, and a TOTP
+code when enrolled).
+
+**Passwords** are hashed with argon2id (argon2-cffi's defaults: 64 MiB, 3 passes, 4 lanes; RFC 9106's second
+recommended setting), at least 12 characters (PCI DSS 8.3.6), read from a prompt or stdin, never an argument,
+never logged. A reset ends every console session of the operator.
+
+**Lockout** (PCI DSS 8.3.4): 10 failed logins in a row lock the operator for 30 minutes; a login while locked is
+refused without checking the password, and counts. A successful login forgets the failures. Every login, failure
+and lock is an audit row. A login naming no operator is audited as such and answers the same as a wrong
+password.
+
+**The first operator** (an empty table) must be an admin and needs no ``--by``: the bootstrap, audited with the
+user and host that ran it. After it, only an admin adds, disables, enables or resets operators.
+
+**The console's access token** is the automation operator ``[console] token_operator`` (default
+``console-token``) with the role ``[console] token_role`` (default ``viewer``): a row with no password, created or
+brought to that role when the console starts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+import argon2
+import pyotp
+import sqlalchemy as sa
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from recon.audit import entry
+from recon.db.audit_store import AuditStore
+from recon.db.database import Database
+from recon.db.operator_store import OperatorStore
+from recon.errors import NotAllowed, UsageError
+from recon.operator_rows import Operator, Role
+from recon.redact import redact
+
+log = logging.getLogger(__name__)
+
+PASSWORD_MIN = 12
+PASSWORD_MAX = 1024
+NAME_MAX = 100
+#: PCI DSS v4.0.1 8.3.4: at most 10 attempts, locked at least 30 minutes
+LOCKOUT_LIMIT = 10
+LOCKOUT_TIME = timedelta(minutes=30)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]*")
+_HASHER = argon2.PasswordHasher()  # argon2id, RFC 9106's second recommended parameters
+
+
+def check_name(name: str) -> str:
+    """An operator name: 1 to 100 characters of letters, digits and ``._@-``, starting with a letter or digit,
+    and one redaction leaves as it is (the stored name is the compared one). UsageError otherwise."""
+    if not name or len(name) > NAME_MAX or not _NAME.fullmatch(name) or redact(name) != name:
+        raise UsageError(f"operator name {name!r}: 1 to {NAME_MAX} letters, digits and . _ @ -, starting with a "
+                         "letter or digit (and no card number)")
+    return name
+
+
+def check_password(password: str) -> str:
+    if not PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
+        raise UsageError(f"password: at least {PASSWORD_MIN} characters (PCI DSS 8.3.6), at most {PASSWORD_MAX}")
+    return password
+
+
+def hash_password(password: str) -> str:
+    return _HASHER.hash(check_password(password))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash to check a password against when the name is unknown, so that both cost the same (made once, when
+    first needed: hashing costs what a login costs)."""
+    return _HASHER.hash("recon: no such operator")
+
+
+def password_matches(stored: str | None, password: str) -> bool:
+    try:
+        return _HASHER.verify(stored or _dummy_hash(), password) and stored is not None
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class LoginResult:
+    """A login's outcome: the operator when it succeeded, else the one line the login form shows."""
+
+    operator: Operator | None
+    message: str = ""
+
+
+class Operators:
+    """The operators and their checks, each change with its audit row in one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.store = OperatorStore(db)
+        self.audit = AuditStore(db)
+
+    def get(self, name: str) -> Operator | None:
+        return self.store.get(name)
+
+    def list(self) -> list[Operator]:
+        return self.store.list()
+
+    def authorize(self, name: str | None, needs: Role, *, action: str,
+                  conn: sa.Connection | None = None) -> Operator:
+        """The enabled operator ``name`` whose role allows ``needs`` (read in ``conn``'s transaction when given);
+        NotAllowed (nothing done) otherwise."""
+        if not name:
+            raise NotAllowed(f"{action}: --by names who acts: an operator (recon operators list)")
+        found = self.store.find(conn, name) if conn is not None else self.store.get(name)
+        if found is None:
+            raise NotAllowed(f"{action}: {name!r} is not an operator (recon operators list)")
+        if not found.enabled:
+            raise NotAllowed(f"{action}: operator {name!r} is disabled")
+        if not found.role.allows(needs):
+            raise NotAllowed(f"{action}: operator {name!r} has the role {found.role}; this takes {needs} or above")
+        return found
+
+    def check_add(self, name: str, *, role: Role, by: str | None) -> None:
+        """What ``add`` would refuse, before a password is asked for: a bad or taken name, ``by`` not an admin
+        (or, for the first operator, a role other than admin)."""
+        check_name(name)
+        with self.db.begin() as conn:
+            if self.store.count(conn) == 0:
+                if role is not Role.ADMIN:
+                    raise UsageError("the first operator must be an admin (--role admin): they add the others")
+            else:
+                self._admin(conn, by, action="operators add")
+            if self.store.find(conn, name) is not None:
+                raise UsageError(f"operator {name!r} exists already (recon operators list)")
+
+    def check_reset(self, name: str, *, by: str | None) -> None:
+        """What ``reset_password`` would refuse, before a password is asked for."""
+        with self.db.begin() as conn:
+            self._admin(conn, by, action="operators reset-password")
+            self._existing(conn, name)
+
+    def add(self, name: str, *, role: Role, password: str | None, by: str | None, bootstrap_actor: str,
+            totp: bool = False) -> tuple[Operator, str | None]:
+        """A new operator (the first one: an admin, by anyone; later ones by an admin). Returns it and its TOTP
+        secret when ``totp`` (shown once, for the authenticator app)."""
+        check_name(name)
+        password_hash = hash_password(password) if password is not None else None
+        secret = pyotp.random_base32() if totp else None
+        with self.db.begin() as conn:
+            if self.store.count(conn) == 0:
+                if role is not Role.ADMIN:
+                    raise UsageError("the first operator must be an admin (--role admin): they add the others")
+                actor = f"bootstrap:{bootstrap_actor}"
+            else:
+                actor = self._admin(conn, by, action="operators add").name
+            self.store.add(conn, name=name, role=role, password_hash=password_hash, totp_secret=secret)
+            self.audit.append(conn, [entry(actor, "operator.add", name, role=str(role), totp=totp)])
+        return self._existing_now(name), secret
+
+    def disable(self, name: str, *, by: str | None) -> bool:
+        """Disable ``name`` and end their sessions at once; False when they were disabled already."""
+        with self.db.begin() as conn:
+            admin = self._admin(conn, by, action="operators disable")
+            target = self._existing(conn, name)
+            if target.id == admin.id:
+                raise UsageError("an admin cannot disable themselves (another admin can)")
+            done = self.store.disable(conn, target)
+            self.audit.append(conn, [entry(admin.name, "operator.disable", name,
+                                           "done" if done else "unchanged")])
+        return done
+
+    def enable(self, name: str, *, by: str | None) -> bool:
+        with self.db.begin() as conn:
+            admin = self._admin(conn, by, action="operators enable")
+            done = self.store.enable(conn, self._existing(conn, name))
+            self.audit.append(conn, [entry(admin.name, "operator.enable", name, "done" if done else "unchanged")])
+        return done
+
+    def reset_password(self, name: str, *, password: str, by: str | None, totp: bool = False) -> str | None:
+        """A new password (and a new TOTP secret with ``totp``, returned); the lockout cleared, sessions ended."""
+        password_hash = hash_password(password)
+        secret = pyotp.random_base32() if totp else None
+        with self.db.begin() as conn:
+            admin = self._admin(conn, by, action="operators reset-password")
+            target = self._existing(conn, name)
+            self.store.set_password(conn, target, password_hash=password_hash, totp_secret=secret, reset_totp=totp)
+            self.audit.append(conn, [entry(admin.name, "operator.reset_password", name, totp_reset=totp)])
+        return secret
+
+    def ensure_token_operator(self, name: str, role: Role) -> Operator:
+        """The console's automation operator: created without a password, or brought to ``role``."""
+        check_name(name)
+        with self.db.begin() as conn:
+            found = self.store.find(conn, name)
+            if found is None:
+                self.store.add(conn, name=name, role=role, password_hash=None)
+                self.audit.append(conn, [entry("system:console", "operator.add", name, role=str(role),
+                                               token=True)])
+            elif found.role is not role:
+                self.store.set_role(conn, found, role)
+                self.audit.append(conn, [entry("system:console", "operator.role", name, role=str(role),
+                                               was=str(found.role))])
+        return self._existing_now(name)
+
+    def login(self, name: str, password: str, code: str | None, *, source: str) -> LoginResult:
+        """A console login (module docstring); ``source`` (the client's address) goes into the audit row."""
+        refused = LoginResult(None, "wrong operator name, password or code")
+        creds = self.store.credentials(name) if _NAME.fullmatch(name or "") else None
+        if creds is None:
+            password_matches(None, password)  # the same cost as a known name
+            self.audit.record(entry(f"unknown:{name[:NAME_MAX]}", "login.failed", name[:NAME_MAX], "refused",
+                                    source=source, why="no such operator"))
+            return refused
+        op = creds.operator
+        locked = op.locked_until is not None and op.locked_until > creds.checked_at
+        why = ("locked" if locked else "disabled" if not op.enabled
+               else "no password (the token operator)" if creds.password_hash is None
+               else "wrong password" if not password_matches(creds.password_hash, password)
+               else "wrong TOTP code" if creds.totp_secret and not _totp_ok(creds.totp_secret, code)
+               else None)
+        if why is None:
+            with self.db.begin() as conn:
+                self.store.login_succeeded(conn, op)
+                self.audit.append(conn, [entry(op.name, "login.succeeded", op.name, source=source)])
+            return LoginResult(op)
+        with self.db.begin() as conn:
+            failures, locked_until = self.store.login_failed(conn, op, limit=LOCKOUT_LIMIT, lockout=LOCKOUT_TIME)
+            self.audit.append(conn, [entry(op.name, "login.failed", op.name, "refused", source=source, why=why,
+                                           failures=failures)])
+            if not locked and locked_until is not None and locked_until > creds.checked_at:
+                self.audit.append(conn, [entry(op.name, "login.locked", op.name, "locked", source=source,
+                                               until=locked_until.isoformat(), failures=failures)])
+        log.warning("console: a login as %s from %s was refused (%s)", op.name, source, why)
+        if locked or (locked_until is not None and locked_until > creds.checked_at):
+            return LoginResult(None, f"too many failed logins: locked for {int(LOCKOUT_TIME.total_seconds() // 60)} "
+                                     "minutes (an admin can reset the password)")
+        return refused
+
+    def _existing_now(self, name: str) -> Operator:
+        found = self.store.get(name)
+        if found is None:
+            raise UsageError(f"operator {name!r}: no such operator (recon operators list)")
+        return found
+
+    def _admin(self, conn: sa.Connection, by: str | None, *, action: str) -> Operator:
+        return self.authorize(by, Role.ADMIN, action=action, conn=conn)
+
+    def _existing(self, conn: sa.Connection, name: str) -> Operator:
+        found = self.store.find(conn, name)
+        if found is None:
+            raise UsageError(f"operator {name!r}: no such operator (recon operators list)")
+        return found
+
+
+def _totp_ok(secret: str, code: str | None) -> bool:
+    return bool(code) and pyotp.TOTP(secret).verify((code or "").strip(), valid_window=1)

@@ -1,0 +1,84 @@
+"""Operators in the console: a login by name and password (and TOTP code), the lockout after 10 failures,
+a disabled operator's session dying at its next request, roles refused on POST, every login audited."""
+
+from __future__ import annotations
+
+import pyotp
+import sqlalchemy as sa
+
+from recon.app import App
+from recon.db.database import Database
+from recon.operators import Operators
+from tests.console import TestClient, console, csrf_token
+from tests.operators import PASSWORD
+
+
+def try_login(client: TestClient, name: str, password: str, code: str = "") -> int:
+    r = client.post("/login", data={"operator": name, "password": password, "totp": code,
+                                    "csrf": csrf_token(client, "/login")}, follow_redirects=False)
+    return r.status_code
+
+
+def audit_actions(db: Database) -> list[tuple[str, str]]:
+    with db.begin() as conn:
+        return [tuple(r) for r in conn.execute(sa.text("SELECT actor, action FROM audit_log ORDER BY id"))]
+
+
+def test_login__by_name_and_password_lockout_after_ten_failures(db: Database, db_url: str, staff: object) -> None:
+    with console(db_url, login=None) as client:
+        assert client.get("/").status_code == 401
+        assert try_login(client, "ann", "not the password") == 401
+        assert try_login(client, "nobody", PASSWORD) == 401
+        for _ in range(9):
+            assert try_login(client, "ann", "not the password") == 401
+        r = client.post("/login", data={"operator": "ann", "password": PASSWORD,
+                                        "csrf": csrf_token(client, "/login")})
+        assert r.status_code == 401 and "locked for 30 minutes" in r.text  # 10 failures: the password is not tried
+        assert client.get("/").status_code == 401
+        assert try_login(client, "bob", PASSWORD) == 303
+        page = client.get("/")
+        assert page.status_code == 200 and "bob (approver)" in page.text
+    actions = audit_actions(db)
+    assert actions.count(("ann", "login.failed")) == 11 and actions.count(("ann", "login.locked")) == 1
+    assert ("unknown:nobody", "login.failed") in actions and actions[-1] == ("bob", "login.succeeded")
+
+
+def test_login__totp_code_when_enrolled(db: Database, db_url: str, staff: object) -> None:
+    secret = Operators(db).reset_password("amy", password=PASSWORD, by="root", totp=True)
+    assert secret
+    with console(db_url, login=None) as client:
+        assert try_login(client, "amy", PASSWORD) == 401
+        assert try_login(client, "amy", PASSWORD, pyotp.TOTP(secret).now()) == 303
+
+
+def test_disable__the_operators_session_dies_at_its_next_request(db: Database, db_url: str, staff: object) -> None:
+    with console(db_url, login="ann") as client:
+        assert client.get("/review").status_code == 200
+        Operators(db).disable("ann", by="root")
+        r = client.get("/review")
+        assert r.status_code == 401 and 'action="/login"' in r.text
+        assert try_login(client, "ann", PASSWORD) == 401  # nor can they log in again
+
+
+def test_logout__kills_the_session_on_the_server(db_url: str, staff: object) -> None:
+    with console(db_url, login="ann") as client:
+        sid = client.cookies.get("recon_session")
+        assert client.post("/logout", data={"csrf": csrf_token(client)}, follow_redirects=False).status_code == 303
+        client.cookies.set("recon_session", sid)  # the old cookie, replayed
+        assert client.get("/").status_code == 401
+
+
+def test_roles__a_viewer_reads_but_every_write_is_refused(db_url: str, staff: object) -> None:
+    app = App(db_url)
+    try:
+        with console(db_url, login="vic") as client:
+            assert client.get("/psps").status_code == 200 and client.get("/approvals").status_code == 200
+            csrf = csrf_token(client)
+            for path, form in (("/psps/stripe/pause", {"reason": "x"}), ("/psps/stripe/resume", {}),
+                               ("/dead/replay", {}), ("/approvals/1", {"verdict": "approve"})):
+                r = client.post(path, data={**form, "csrf": csrf})
+                assert r.status_code == 403 and "vic has the role viewer" in r.text, path
+        assert app.four_eyes.in_state() == []
+    finally:
+        app.close()
+        app.db.dispose()
