@@ -32,7 +32,7 @@ def _store(db: Database) -> tuple[int, int, int]:
 def test_payouts_pages__a_day_matched_and_open_the_drill_down_and_a_resolve(db: Database, db_url: str,
                                                                            recon: Runner) -> None:
     _, missing, exception_id = _store(db)
-    with console(db_url) as client:
+    with console(db_url, login="ann") as client:  # the signed-in operator resolves
         listing = client.get("/payouts")
         assert listing.status_code == 200
         assert 'data-payout="po_gone" data-state="bank_missing"' in listing.text
@@ -43,13 +43,13 @@ def test_payouts_pages__a_day_matched_and_open_the_drill_down_and_a_resolve(db: 
         assert f'action="/payouts/exceptions/{exception_id}/resolve"' in detail.text
         assert "no credit for po_gone" in client.get("/payouts/exceptions").text
         csrf = csrf_token(client, f"/payouts/{missing}")
-        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "operator": "ann"})
+        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf})
         assert refused.status_code == 422 and "reason" in refused.text
         done = client.post(f"/payouts/exceptions/{exception_id}/resolve",
-                           data={"csrf": csrf, "operator": "ann", "reason": "the bank booked it on the 3rd"})
+                           data={"csrf": csrf, "reason": "the bank booked it on the 3rd"})
         assert done.status_code == 200 and "resolved by ann" in done.text
         again = client.post(f"/payouts/exceptions/{exception_id}/resolve",
-                            data={"csrf": csrf, "operator": "ann", "reason": "twice"})
+                            data={"csrf": csrf, "reason": "twice"})
         assert again.status_code == 409
         assert client.get("/payouts/999999").status_code == 404
         assert client.get("/payouts?since=yesterday").status_code == 422
