@@ -19,56 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+from scratch import scratch_database  # bench/scratch.py (run as python bench/NAME.py)
 
 from recon.audit import Sealer, entry, verify
 from recon.db.audit_store import AuditStore
-from recon.db.database import Database, connect, upgrade
+from recon.db.database import Database, connect
 from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 
-PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 BATCH = 500
-
-
-@contextmanager
-def bench_database(backend: str) -> Iterator[str]:
-    """A migrated, empty database of the bench's own, removed afterwards."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="recon-bench-audit-") as tmp:
-            url = f"sqlite:///{tmp}/bench.db"
-            _migrate(url)
-            yield url
-        return
-    base = make_url(PG_URL).set(drivername="postgresql+psycopg")
-    name = f"{base.database}_bench_audit_{os.getpid()}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        url = base.set(database=name).render_as_string(hide_password=False)
-        _migrate(url)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
-def _migrate(url: str) -> None:
-    db = connect(url)
-    upgrade(db)
-    db.dispose()
 
 
 def transitions(db: Database, n: int, *, prefix: str, timeout: float) -> dict[str, object]:
@@ -94,7 +58,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
     n = max(1, min(args.payments, 200_000))
-    with bench_database(args.backend) as url:
+    with scratch_database(args.backend, "audit") as url:
         db = connect(url)
         try:
             AuditStore(db).record(*[entry("bench", "bench.row", f"row {i}", i=i) for i in range(min(n, 5000))])

@@ -32,22 +32,17 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+from scratch import scratch_database  # bench/scratch.py (run as python bench/NAME.py)
 
-from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
+from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect
 from recon.engine.pruner import Pruner
-
-PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 # Bench-only statements: finished jobs written in one statement, each with one attempt row. Their
 # finished_at lies a day back, spread over a day, so the jobs_finished_at index is realistic.
@@ -82,37 +77,6 @@ BULK_SQLITE_ATTEMPTS = """
     SELECT id, 1, 'bench', finished_at, finished_at, state FROM jobs
     WHERE kind = 'bulk' AND state <> 'canceled'
 """
-
-
-@contextmanager
-def bench_database(backend: str) -> Iterator[str]:
-    """A migrated, empty database of the bench's own, removed afterwards."""
-    if backend == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="recon-bench-prune-") as tmp:
-            url = f"sqlite:///{tmp}/bench.db"
-            _migrate(url)
-            yield url
-        return
-    base = make_url(PG_URL).set(drivername="postgresql+psycopg")
-    name = f"{base.database}_bench_prune_{os.getpid()}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        url = base.set(database=name).render_as_string(hide_password=False)
-        _migrate(url)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
-def _migrate(url: str) -> None:
-    db = connect(url)
-    upgrade(db)
-    db.dispose()
 
 
 def table_rows(url: str) -> dict[str, int]:
@@ -263,7 +227,7 @@ def main() -> None:
     def emit(case: str, url: str, figures: dict[str, Any]) -> None:
         print(json.dumps({"case": case, **base, **figures, "table_rows": table_rows(url)}), flush=True)
 
-    with bench_database(args.backend) as url:
+    with scratch_database(args.backend, "prune") as url:
         opts = {"jobs": args.jobs, "rounds": args.rounds, "concurrency": args.concurrency,
                 "timeout": args.timeout}
         emit("drain_empty", url, {"jobs": args.jobs, **drain(url, **opts)})
