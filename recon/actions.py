@@ -11,7 +11,8 @@
 | bulk resolve           | operator | more than ``[four_eyes] bulk_resolve_count``  | review.bulk_resolve |
 | pause a PSP            | operator | always                                       | psp.pause           |
 | resume a PSP           | operator |                                              | psp.resume          |
-| replay dead jobs       | operator | more than ``[four_eyes] replay_count`` jobs  | jobs.replay         |
+| replay dead jobs       | operator | more than ``replay_count`` jobs or, in a     | jobs.replay         |
+|                        |          | currency, ``[four_eyes.replay_amount]``      |                     |
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
 | approve or reject      | approver | never one's own                              | the request's       |
 
@@ -37,7 +38,7 @@ from recon.payments import guard
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
-from recon.rows import JobFilter, Payment, PaymentStatus
+from recon.rows import Job, JobFilter, Payment, PaymentStatus
 
 BULK_RESOLVE = "review.bulk_resolve"
 
@@ -168,20 +169,40 @@ class Actions:
 
     def replay(self, filters: JobFilter, *, budget: int, by: str | None, limit: int | None = None,
                batch: int = 500) -> Replayed:
-        """Replay the dead jobs ``filters`` match, or ask for an approval when more than ``replay_count`` do."""
+        """Replay the dead jobs ``filters`` match, or ask for an approval when more than ``replay_count`` do or
+        their payments and refunds add up to more than ``replay_amount`` in a currency (``amount_at_stake``).
+
+        Hazard: the replay reads the filters again when it runs; a job that dies between the check and the run
+        is replayed too (run it with ``limit`` to bound that)."""
         who = self._who(by, Role.OPERATOR, "jobs replay")
-        threshold = self.four_eyes.config.replay_count
+        config = self.four_eyes.config
+        threshold = config.replay_count
         cap = threshold + 1 if limit is None else min(limit, threshold + 1)
         preview = replay(self.app.jobs, filters, budget=budget, operator=who, limit=cap, dry_run=True)
-        if len(preview.replayed) > threshold:
+        # within the count, the preview holds every job the replay would move: their amounts are all known
+        over = None if len(preview.replayed) > threshold else config.amount_over(self.amount_at_stake(preview.jobs))
+        if len(preview.replayed) > threshold or over is not None:
             payload = replay_payload(filters, budget=budget, limit=limit)
-            subject = f"more than {threshold} dead jobs" if limit is None else f"up to {limit} dead jobs"
+            subject = (f"{len(preview.replayed)} dead jobs worth {over}" if over is not None
+                       else f"more than {threshold} dead jobs" if limit is None else f"up to {limit} dead jobs")
             approval = self.four_eyes.request("jobs.replay", subject, payload, by=who)
             return Replayed(run=None, approval=approval, matched=len(preview.replayed))
         run = replay(self.app.jobs, filters, budget=budget, operator=who, limit=limit, batch=batch)
         self.audit.record(entry(who, "jobs.replay", f"{len(run.replayed)} dead jobs", job_ids=run.replayed[:1000],
                                 skipped=run.skipped[:1000], budget=budget))
         return Replayed(run=run, approval=None, matched=len(run.replayed))
+
+    def amount_at_stake(self, jobs: list[Job]) -> dict[str, int]:
+        """Currency -> minor units of the payments (charge and reconcile jobs: ``payment_id``) and refunds
+        (``refund_id``) the jobs act on, each payment or refund counted once; other jobs move no money."""
+        payment_ids = sorted({i for j in jobs if isinstance(i := j.payload.get("payment_id"), int)})
+        refund_ids = sorted({i for j in jobs if isinstance(i := j.payload.get("refund_id"), int)})
+        moved = [(p.currency, p.amount) for p in self.app.payments.get_many(payment_ids)] if payment_ids else []
+        moved += [(r.currency, r.amount) for i in refund_ids if (r := self.app.refunds.get(i)) is not None]
+        totals: dict[str, int] = {}
+        for currency, amount in moved:
+            totals[currency] = totals.get(currency, 0) + amount
+        return totals
 
     def retry(self, job_id: int, *, by: str | None) -> None:
         who = self._who(by, Role.OPERATOR, "jobs retry")
