@@ -161,7 +161,7 @@ class Actions:
 
     def resume(self, psp: str, *, by: str | None) -> tuple[bool, int]:
         who = self._who(by, Role.OPERATOR, "psp resume")
-        was_paused, woken = guard.resume(self.app.controls, psp)
+        was_paused, woken = guard.resume(self.app.controls, psp, by=who)
         self.audit.record(entry(who, "psp.resume", psp, "done" if was_paused else "unchanged", woken=woken))
         return was_paused, woken
 

@@ -5,6 +5,7 @@ against the PSP sandbox over real HTTP for the resolve's question to the PSP."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, PaymentStatus, Transition
 from tests.cli import Runner
-from tests.console import console, csrf_token, make_dead
+from tests.console import attribute, console, csrf_token, make_dead, stats
 from tests.integration.payment_flow import create
 
 
@@ -70,6 +71,12 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
             True, "ann (approved by bob)", "incident 7")
         r = client.post("/psps/stripe/resume", data={"operator": "mallory", "csrf": csrf})  # the field is ignored
         assert r.status_code == 200 and "resumed by ann" in r.text
+        page = client.get("/psps").text  # who resumed it, beside who paused it
+        assert attribute(page, "psp-stripe-resumed", "data-value") == "ann"
+        assert re.match(r"resumed by ann \S+ \S+ UTC; paused before by ann \(approved by bob\) \(incident 7\)$",
+                        stats(page)["psp-stripe-resumed"])
+        [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
+        assert (stripe["paused"], stripe["resumed_by"], stripe["paused_by"]) == (False, "ann", "ann (approved by bob)")
         assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
     with console(db_url, login="vic") as viewer:
         r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",

@@ -690,6 +690,7 @@ COLUMNS: dict[str, Entry] = {
     "workers.counters": Exempt("numbers keyed by recon's names: kinds, outcomes, PSPs of the registry"),
     "psp_controls.psp": Refused(plant_psp_name),
     "psp_controls.paused_by": Refused(plant_operator_name),
+    "psp_controls.resumed_by": Refused(plant_operator_name),
     "psp_controls.pause_reason": Masked(plant_operators),
     "psp_controls.breaker_state": Exempt(CHECKED),
     "psp_controls.breaker_reason": Masked(plant_stripe_breaker),
