@@ -15,8 +15,14 @@
 |                        |          | currency, ``[four_eyes.replay_amount]``      |                     |
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
 | approve or reject      | approver | never one's own                              | the request's       |
+| import payments, bank  | operator |                                              | payments.import,    |
+| statements, refunds;   | or the   |                                              | bank.import,        |
+| sweep                  | system   |                                              | refunds.import,     |
+|                        |          |                                              | sweep               |
 
-A write that needs four eyes returns the pending ``Approval`` instead of its result.
+A write that needs four eyes returns the pending ``Approval`` instead of its result. The batch commands (the
+last row) name an operator with ``--by`` when a person runs them; without it they act as the system
+(``SYSTEM_CLI``), as schedules and scripts run them, and are audited as such.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from recon.review_rows import QueueFilter
 from recon.rows import Job, JobFilter, Payment, PaymentStatus
 
 BULK_RESOLVE = "review.bulk_resolve"
+#: who an import or a sweep acts as without ``--by``: the system (a schedule, a script), audited as such
+SYSTEM_CLI = "system:cli"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +222,17 @@ class Actions:
         result = Client(self.app.jobs, self.app.settings).cancel(job_id)
         self.audit.record(entry(who, "jobs.cancel", f"job {job_id}", result))
         return result
+
+    # --- batch commands: imports and the sweep ------------------------------------------------------------------
+
+    def batch_actor(self, by: str | None, action: str) -> str:
+        """Who an import or a sweep acts as: the operator ``by`` (enabled, role operator or above; NotAllowed and
+        nothing done otherwise) or, without it, the system (``SYSTEM_CLI``). Asked before any work."""
+        return SYSTEM_CLI if by is None else self._who(by, Role.OPERATOR, action.replace(".", " "))
+
+    def batch_done(self, who: str, action: str, subject: str, outcome: str = "done", **evidence: Any) -> None:
+        """The audit row of an import or a sweep, once its write is done."""
+        self.audit.record(entry(who, action, subject, outcome, **evidence))
 
     # --- four eyes --------------------------------------------------------------------------------------------
 

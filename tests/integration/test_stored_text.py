@@ -532,7 +532,7 @@ def plant_refund_commands(env: Env) -> None:
     path = env.tmp_path / "refunds.csv"
     path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
                     encoding="utf-8")
-    refused(env.run("refunds", "import", str(path), "--by", "alice"), "(field refund_reference)")
+    refused(env.run("refunds", "import", str(path)), "(field refund_reference)")
 
 
 def plant_stripe_refund_answers(env: Env) -> None:
