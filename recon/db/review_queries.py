@@ -5,8 +5,9 @@ who runs it and why; only ``recon.db.review_store`` executes these.
 The filter (``QUEUE_FILTER``) is one predicate over the partial index ``payments_review`` (or
 ``payments_review_assignee``): every condition is "parameter NULL (or 0) or the condition holds", so one
 statement serves every combination of filters. PostgreSQL plans each execution with its parameters' values,
-so the conditions of the filters not set fold away: the unfiltered totals then need only currency and amount,
-which the partial index ``payments_review_totals`` holds.
+so the conditions of the filters not set fold away. The partial index ``payments_review_facets`` holds every
+column the filter reads (currency, amount, review_since, and on PostgreSQL psp, review_assignee and
+review_reason as included columns), so every filter's totals read that index alone, never the payments table.
 A payment's kind, severity and due-by are derived in SQL from its
 review reason, amount and review_since exactly as ``recon.review`` derives them in Python (the tests compare
 the two), from parameters the desk computes out of ``[review]`` (``QueueRules``).
@@ -41,13 +42,20 @@ MEDIUM = f"({SCALED} >= :medium_scaled OR review_since < :medium_since)"
 OVERDUE = (f"review_since < CASE {KIND} "
            + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END")
 
+#: the kind filter. A known kind is its reason's own prefix, written so that the planner estimates it from
+#: review_reason's statistics (a CASE expression it cannot, and it then read the whole index to sort a page);
+#: no reason starts with two kinds, so it matches what KIND says. "other" is what KIND says it is.
+KIND_IS = f"""(CAST(:kind AS TEXT) <> 'other' AND (review_reason = :kind OR review_reason LIKE :kind_like ESCAPE '\\'
+                   OR (CAST(:kind AS TEXT) = 'no_final_answer' AND review_reason LIKE 'no final answer%'))
+               OR (CAST(:kind AS TEXT) = 'other' AND {KIND} = 'other'))"""
+
 QUEUE_FILTER = f"""status = 'needs_review'
               AND (:has_cutoff = 0 OR review_since < :cutoff)
               AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
               AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
               AND (CAST(:assignee AS TEXT) IS NULL OR review_assignee = :assignee)
               AND (:unassigned = 0 OR review_assignee IS NULL)
-              AND (CAST(:kind AS TEXT) IS NULL OR {KIND} = :kind)
+              AND (CAST(:kind AS TEXT) IS NULL OR {KIND_IS})
               AND (:overdue = 0 OR {OVERDUE})
               AND (CAST(:severity AS TEXT) IS NULL
                    OR (CAST(:severity AS TEXT) = 'high' AND {HIGH})

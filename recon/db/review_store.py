@@ -97,6 +97,7 @@ class ReviewStore:
             "cutoff": self.db.to_db(where.cutoff or far), "has_cutoff": int(where.cutoff is not None),
             "psp": where.psp, "currency": where.currency,
             "assignee": where.assignee, "unassigned": int(where.unassigned), "kind": where.kind,
+            "kind_like": where.kind.replace("_", "\\_") + ":%" if where.kind else None,
             "overdue": int(where.overdue), "severity": where.severity,
             "exponent_0": _listed(rules.exponent_0), "exponent_3": _listed(rules.exponent_3),
             "exponent_4": _listed(rules.exponent_4), "high_scaled": rules.high_scaled,

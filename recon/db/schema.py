@@ -177,7 +177,10 @@ payments = sa.Table(
              sqlite_where=sa.text("status = 'needs_review'")),
     sa.Index("payments_review_assignee", "review_assignee", "review_since", "id",
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
-    sa.Index("payments_review_totals", "currency", "amount",
+    #: (migration 0024, replacing 0020's payments_review_totals) every column the queue's filters read: each
+    #: filter's totals are an Index Only Scan of the items in review on PostgreSQL
+    sa.Index("payments_review_facets", "currency", "amount", "review_since",
+             postgresql_include=["psp", "review_assignee", "review_reason"],
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
 )
 #: (migration 0024, PostgreSQL only) the console's case-insensitive reference prefix
