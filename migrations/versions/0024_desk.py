@@ -40,10 +40,14 @@ def upgrade() -> None:
     postgresql = op.get_bind().dialect.name == "postgresql"
     if postgresql:
         op.execute("CREATE INDEX payments_reference_lower ON payments (lower(merchant_reference) text_pattern_ops)")
-    op.create_index("payments_review_facets", "payments", ["currency", "amount", "review_since"],
-                    postgresql_include=["psp", "review_assignee", "review_reason"],
-                    postgresql_where=sa.text("status = 'needs_review'"),
-                    sqlite_where=sa.text("status = 'needs_review'"))
+    op.create_index(
+        "payments_review_facets",
+        "payments",
+        ["currency", "amount", "review_since"],
+        postgresql_include=["psp", "review_assignee", "review_reason"],
+        postgresql_where=sa.text("status = 'needs_review'"),
+        sqlite_where=sa.text("status = 'needs_review'"),
+    )
     op.drop_index("payments_review_totals", table_name="payments")
 
 

@@ -28,8 +28,10 @@ IBAN = "NL91ABNA0417164300"
 
 def audit_rows(db: Database, action: str) -> list[tuple[str, str, str, dict[str, object]]]:
     with db.begin() as conn:
-        rows = conn.execute(sa.text("SELECT actor, subject, outcome, evidence FROM audit_log WHERE action = :a "
-                                    "ORDER BY id"), {"a": action}).all()
+        rows = conn.execute(
+            sa.text("SELECT actor, subject, outcome, evidence FROM audit_log WHERE action = :a ORDER BY id"),
+            {"a": action},
+        ).all()
     return [(r[0], r[1], r[2], json.loads(r[3]) if isinstance(r[3], str) else r[3]) for r in rows]
 
 
@@ -47,9 +49,21 @@ def payments_file(tmp_path: Path, db: Database, n: int) -> tuple[list[str], str]
 def bank_file(tmp_path: Path, db: Database, n: int) -> tuple[list[str], str]:
     day = date(2026, 11, 2)
     out = io.BytesIO()
-    registry.writer("camt053").write(out, [StatementToWrite(
-        account=IBAN, currency="EUR", exponent=2, statement_id=f"S{n}", opening=0, period_start=day, period_end=day,
-        entries=[EntryToWrite(amount=100 + n, direction="credit", booking_date=day, bank_reference=f"R{n}")])])
+    registry.writer("camt053").write(
+        out,
+        [
+            StatementToWrite(
+                account=IBAN,
+                currency="EUR",
+                exponent=2,
+                statement_id=f"S{n}",
+                opening=0,
+                period_start=day,
+                period_end=day,
+                entries=[EntryToWrite(amount=100 + n, direction="credit", booking_date=day, bank_reference=f"R{n}")],
+            )
+        ],
+    )
     path = tmp_path / f"statement-{n}.xml"
     path.write_bytes(out.getvalue())
     return ["bank", "import", str(path)], "bank_entries"
@@ -67,22 +81,29 @@ def sweep_run(tmp_path: Path, db: Database, n: int) -> tuple[list[str], str]:
 
 
 CASES: dict[str, Callable[[Path, Database, int], tuple[list[str], str]]] = {
-    "payments.import": payments_file, "bank.import": bank_file, "refunds.import": refunds_file,
-    "sweep": sweep_run}
+    "payments.import": payments_file,
+    "bank.import": bank_file,
+    "refunds.import": refunds_file,
+    "sweep": sweep_run,
+}
 
 
 @pytest.mark.parametrize("action", list(CASES))
 def test_batch_by__an_operator_acts_others_are_refused_none_is_the_system(
-        action: str, db: Database, db_url: str, tmp_path: Path, staff: object, recon: Runner) -> None:
+    action: str, db: Database, db_url: str, tmp_path: Path, staff: object, recon: Runner
+) -> None:
     config = tmp_path / "recon.toml"
     config.write_text(f'[bank.accounts.main]\niban = "{IBAN}"\ncurrency = "EUR"\n', encoding="utf-8")
-    env = {**{k: v for k, v in os.environ.items() if k != "RECON_OPERATOR"},
-           "RECON_CONFIG": str(config)}
+    env = {**{k: v for k, v in os.environ.items() if k != "RECON_OPERATOR"}, "RECON_CONFIG": str(config)}
     Operators(db).disable("amy", by="root")
     make = CASES[action]
-    for n, (by, refusal) in enumerate([("vic", "has the role viewer; this takes operator or above"),
-                                       ("amy", "operator 'amy' is disabled"),
-                                       ("nobody", "'nobody' is not an operator")]):
+    for n, (by, refusal) in enumerate(
+        [
+            ("vic", "has the role viewer; this takes operator or above"),
+            ("amy", "operator 'amy' is disabled"),
+            ("nobody", "'nobody' is not an operator"),
+        ]
+    ):
         argv, table = make(tmp_path, db, n)
         before = count(db, table)
         r = recon(*argv, "--by", by, db_url=db_url, env=env)
@@ -101,14 +122,20 @@ def test_batch_by__an_operator_acts_others_are_refused_none_is_the_system(
     assert r.returncode == 0, r.stderr
     assert count(db, table) == before + 2
     rows = audit_rows(db, action)
-    assert [(actor, outcome) for actor, _subject, outcome, _evidence in rows] == [("ann", "done"),
-                                                                                 ("system:cli", "done")]
+    assert [(actor, outcome) for actor, _subject, outcome, _evidence in rows] == [
+        ("ann", "done"),
+        ("system:cli", "done"),
+    ]
     assert all(evidence["run_by"] for *_rest, evidence in rows)  # the user@host that ran it
     if action != "sweep":
         assert [evidence["file"] for *_rest, evidence in rows] == [
-            str(tmp_path / name) for name in {"payments.import": ("payments-10.csv", "payments-11.csv"),
-                                              "bank.import": ("statement-10.xml", "statement-11.xml"),
-                                              "refunds.import": ("refunds-10.csv", "refunds-11.csv")}[action]]
+            str(tmp_path / name)
+            for name in {
+                "payments.import": ("payments-10.csv", "payments-11.csv"),
+                "bank.import": ("statement-10.xml", "statement-11.xml"),
+                "refunds.import": ("refunds-10.csv", "refunds-11.csv"),
+            }[action]
+        ]
     if action == "refunds.import":
         with db.begin() as conn:
             requested = [r[0] for r in conn.execute(sa.text("SELECT requested_by FROM refunds ORDER BY id"))]
