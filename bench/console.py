@@ -29,7 +29,12 @@ Prints one JSON document: seed sizes and time, per page p50/p95/max ms and wheth
 
 Usage: python bench/console.py [--payments N] [--unfinished N] [--review N] [--finished N] [--dead N]
                                [--runs N] [--warmup N] [--seconds S] [--profile] [--keep] [--reuse]
-``--keep`` leaves the database for a look; ``--reuse`` measures a database kept by an earlier ``--keep`` run.
+                               [--database NAME] [--all-filters] [--cold]
+``--keep`` leaves the database for a look; ``--reuse`` measures a database kept by an earlier ``--keep`` run
+(``--database`` names it, so that runs side by side do not share one). ``--all-filters`` adds every other filter
+of the queue and the payments list (``FILTER_PAGES``). The pages are read as the console's access token's
+operator. By default each filter's totals are kept ``[console] totals_ttl`` (recon.console.totals), as a day of
+paging through a filter sees them; ``--cold`` computes them for every page, as the first page of a filter.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import json
 import math
 import os
 import platform
+import secrets
 import statistics
 import threading
 import time
@@ -55,16 +61,31 @@ from recon.app import App
 from recon.db.database import connect, upgrade
 
 SERVER_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-DB_NAME = "recon_bench_console"
+DB_NAME = "recon_bench_console"  #: the default of --database
 GOAL_MS = 200.0
 #: issue 27: a page of the review queue (keyset, with the filter's totals) p95 under 300 ms at 100,000 items
 QUEUE_GOAL_MS = 300.0
 PAGES = {"overview": "/", "review_queue": "/review", "review_queue_filtered": "/review?severity=high&overdue=1",
          "review_queue_assignee": "/review?assignee=bench-ann", "payments_unfinished": "/payments?status=unfinished",
          "payments_prefix": "/payments?reference=BENCH-0001"}
+#: every other filter the console's queue and payments list offer, one at a time (``--all-filters``)
+FILTER_PAGES = {
+    "review_kind": "/review?kind=amount_mismatch", "review_psp": "/review?psp=stripe",
+    "review_currency": "/review?currency=EUR", "review_older_than": "/review?older_than=7d",
+    "review_unassigned": "/review?unassigned=1", "review_severity_high": "/review?severity=high",
+    "review_severity_low": "/review?severity=low", "review_overdue": "/review?overdue=1",
+    "review_combined": "/review?kind=no_final_answer&currency=EUR&severity=medium",
+    "payments_status": "/payments?status=needs_review", "payments_psp": "/payments?psp=adyen",
+    "payments_currency": "/payments?currency=USD", "payments_age": "/payments?age=1d_7d",
+    "payments_amount": "/payments?min_amount=100&max_amount=500",
+    "payments_prefix_lower": "/payments?reference=bench-00012",
+    "payments_unfinished_prefix": "/payments?status=unfinished&reference=BENCH-000",
+}
 #: the pages whose goal is QUEUE_GOAL_MS (the rest: GOAL_MS)
 QUEUE_PAGES = ("review_queue", "review_queue_filtered", "review_queue_assignee", "review_queue_deep",
-               "payments_unfinished", "payments_prefix")
+               "payments_unfinished", "payments_prefix", *FILTER_PAGES)
+#: the console's access token in the run (random per run: the database is the bench's own)
+BENCH_TOKEN = secrets.token_urlsafe(24)
 #: the whole run is stopped (stacks dumped) after this many seconds
 BUDGET_SECONDS = 900
 
@@ -473,18 +494,24 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also cProfile one render of each page")
     parser.add_argument("--keep", action="store_true", help="leave the database (for --reuse or a look)")
     parser.add_argument("--reuse", action="store_true", help="measure the database an earlier --keep left")
+    parser.add_argument("--database", default=DB_NAME, help="the database's name (several runs side by side)")
+    parser.add_argument("--cold", action="store_true",
+                        help="compute every filter's totals for every page ([console] totals_ttl = 0s): the "
+                             "first page of a filter, not the pages after it within the TTL")
+    parser.add_argument("--all-filters", action="store_true",
+                        help="also every other filter of the queue and the payments list (FILTER_PAGES)")
     args = parser.parse_args()
     faulthandler.dump_traceback_later(BUDGET_SECONDS, exit=True)
 
     base = make_url(SERVER_URL).set(drivername="postgresql+psycopg")
-    url = base.set(database=DB_NAME).render_as_string(hide_password=False)
+    url = base.set(database=args.database).render_as_string(hide_password=False)
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
     started = time.perf_counter()
     seed_steps: dict[str, Any] = {"reused": True}
     if not args.reuse:
         with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
-            conn.exec_driver_sql(f'CREATE DATABASE "{DB_NAME}"')
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+            conn.exec_driver_sql(f'CREATE DATABASE "{args.database}"')
     db = connect(url)
     upgrade(db)  # what `recon db upgrade` runs (a kept database is brought up to date too)
     db.dispose()
@@ -495,14 +522,22 @@ def main() -> None:
         from recon.console.server import create_app
 
         app = App(database_url=url)
-        web = create_app(app)
+        web = create_app(app, token=BENCH_TOKEN)  # the pages are read as the token's operator (a viewer)
+        if args.cold:  # recon.console.totals: nothing kept
+            from datetime import timedelta
+
+            from recon.console.totals import TotalsCache
+
+            web.state.console_totals = TotalsCache(timedelta(0))
         with admin.connect() as conn:
             server_version = conn.exec_driver_sql("SHOW server_version").scalar_one()
         names = query_names(app.db.engine)
         captured = Captured(app.db.engine)
         pages: dict[str, Any] = {}
-        with served(web) as base_url, httpx.Client(base_url=base_url, timeout=60) as client:
-            for name, path in {**PAGES, "review_queue_deep": deep_page(app)}.items():
+        with served(web) as base_url, httpx.Client(
+                base_url=base_url, timeout=60, headers={"Authorization": f"Bearer {BENCH_TOKEN}"}) as client:
+            wanted = {**PAGES, "review_queue_deep": deep_page(app), **(FILTER_PAGES if args.all_filters else {})}
+            for name, path in wanted.items():
                 pages[name] = time_page(client, path, warmup=args.warmup, runs=args.runs, seconds=args.seconds,
                                         captured=captured, names=names,
                                         goal=QUEUE_GOAL_MS if name in QUEUE_PAGES else GOAL_MS)
@@ -513,6 +548,7 @@ def main() -> None:
         app.db.dispose()
         doc = {
             "bench": "console", "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "totals": "computed for every page" if args.cold else "kept [console] totals_ttl per filter",
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "postgresql": server_version, "load_average": [round(x, 2) for x in os.getloadavg()]},
             "seed": {**sizes(url), "seconds": seed_seconds, "steps": seed_steps},
@@ -525,7 +561,7 @@ def main() -> None:
     finally:
         if not args.keep:
             with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{DB_NAME}" WITH (FORCE)')
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
         admin.dispose()
 
 

@@ -11,11 +11,18 @@
 | bulk resolve           | operator | more than ``[four_eyes] bulk_resolve_count``  | review.bulk_resolve |
 | pause a PSP            | operator | always                                       | psp.pause           |
 | resume a PSP           | operator |                                              | psp.resume          |
-| replay dead jobs       | operator | more than ``[four_eyes] replay_count`` jobs  | jobs.replay         |
+| replay dead jobs       | operator | more than ``replay_count`` jobs or, in a     | jobs.replay         |
+|                        |          | currency, ``[four_eyes.replay_amount]``      |                     |
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
 | approve or reject      | approver | never one's own                              | the request's       |
+| import payments, bank  | operator |                                              | payments.import,    |
+| statements, refunds;   | or the   |                                              | bank.import,        |
+| sweep                  | system   |                                              | refunds.import,     |
+|                        |          |                                              | sweep               |
 
-A write that needs four eyes returns the pending ``Approval`` instead of its result.
+A write that needs four eyes returns the pending ``Approval`` instead of its result. The batch commands (the
+last row) name an operator with ``--by`` when a person runs them; without it they act as the system
+(``SYSTEM_CLI``), as schedules and scripts run them, and are audited as such.
 """
 
 from __future__ import annotations
@@ -37,9 +44,11 @@ from recon.payments import guard
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
-from recon.rows import JobFilter, Payment, PaymentStatus
+from recon.rows import Job, JobFilter, Payment, PaymentStatus
 
 BULK_RESOLVE = "review.bulk_resolve"
+#: who an import or a sweep acts as without ``--by``: the system (a schedule, a script), audited as such
+SYSTEM_CLI = "system:cli"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +169,7 @@ class Actions:
 
     def resume(self, psp: str, *, by: str | None) -> tuple[bool, int]:
         who = self._who(by, Role.OPERATOR, "psp resume")
-        was_paused, woken = guard.resume(self.app.controls, psp)
+        was_paused, woken = guard.resume(self.app.controls, psp, by=who)
         self.audit.record(entry(who, "psp.resume", psp, "done" if was_paused else "unchanged", woken=woken))
         return was_paused, woken
 
@@ -168,20 +177,40 @@ class Actions:
 
     def replay(self, filters: JobFilter, *, budget: int, by: str | None, limit: int | None = None,
                batch: int = 500) -> Replayed:
-        """Replay the dead jobs ``filters`` match, or ask for an approval when more than ``replay_count`` do."""
+        """Replay the dead jobs ``filters`` match, or ask for an approval when more than ``replay_count`` do or
+        their payments and refunds add up to more than ``replay_amount`` in a currency (``amount_at_stake``).
+
+        Hazard: the replay reads the filters again when it runs; a job that dies between the check and the run
+        is replayed too (run it with ``limit`` to bound that)."""
         who = self._who(by, Role.OPERATOR, "jobs replay")
-        threshold = self.four_eyes.config.replay_count
+        config = self.four_eyes.config
+        threshold = config.replay_count
         cap = threshold + 1 if limit is None else min(limit, threshold + 1)
         preview = replay(self.app.jobs, filters, budget=budget, operator=who, limit=cap, dry_run=True)
-        if len(preview.replayed) > threshold:
+        # within the count, the preview holds every job the replay would move: their amounts are all known
+        over = None if len(preview.replayed) > threshold else config.amount_over(self.amount_at_stake(preview.jobs))
+        if len(preview.replayed) > threshold or over is not None:
             payload = replay_payload(filters, budget=budget, limit=limit)
-            subject = f"more than {threshold} dead jobs" if limit is None else f"up to {limit} dead jobs"
+            subject = (f"{len(preview.replayed)} dead jobs worth {over}" if over is not None
+                       else f"more than {threshold} dead jobs" if limit is None else f"up to {limit} dead jobs")
             approval = self.four_eyes.request("jobs.replay", subject, payload, by=who)
             return Replayed(run=None, approval=approval, matched=len(preview.replayed))
         run = replay(self.app.jobs, filters, budget=budget, operator=who, limit=limit, batch=batch)
         self.audit.record(entry(who, "jobs.replay", f"{len(run.replayed)} dead jobs", job_ids=run.replayed[:1000],
                                 skipped=run.skipped[:1000], budget=budget))
         return Replayed(run=run, approval=None, matched=len(run.replayed))
+
+    def amount_at_stake(self, jobs: list[Job]) -> dict[str, int]:
+        """Currency -> minor units of the payments (charge and reconcile jobs: ``payment_id``) and refunds
+        (``refund_id``) the jobs act on, each payment or refund counted once; other jobs move no money."""
+        payment_ids = sorted({i for j in jobs if isinstance(i := j.payload.get("payment_id"), int)})
+        refund_ids = sorted({i for j in jobs if isinstance(i := j.payload.get("refund_id"), int)})
+        moved = [(p.currency, p.amount) for p in self.app.payments.get_many(payment_ids)] if payment_ids else []
+        moved += [(r.currency, r.amount) for i in refund_ids if (r := self.app.refunds.get(i)) is not None]
+        totals: dict[str, int] = {}
+        for currency, amount in moved:
+            totals[currency] = totals.get(currency, 0) + amount
+        return totals
 
     def retry(self, job_id: int, *, by: str | None) -> None:
         who = self._who(by, Role.OPERATOR, "jobs retry")
@@ -193,6 +222,17 @@ class Actions:
         result = Client(self.app.jobs, self.app.settings).cancel(job_id)
         self.audit.record(entry(who, "jobs.cancel", f"job {job_id}", result))
         return result
+
+    # --- batch commands: imports and the sweep ------------------------------------------------------------------
+
+    def batch_actor(self, by: str | None, action: str) -> str:
+        """Who an import or a sweep acts as: the operator ``by`` (enabled, role operator or above; NotAllowed and
+        nothing done otherwise) or, without it, the system (``SYSTEM_CLI``). Asked before any work."""
+        return SYSTEM_CLI if by is None else self._who(by, Role.OPERATOR, action.replace(".", " "))
+
+    def batch_done(self, who: str, action: str, subject: str, outcome: str = "done", **evidence: Any) -> None:
+        """The audit row of an import or a sweep, once its write is done."""
+        self.audit.record(entry(who, action, subject, outcome, **evidence))
 
     # --- four eyes --------------------------------------------------------------------------------------------
 

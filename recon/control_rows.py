@@ -38,6 +38,8 @@ class PspControl:
     paused_by: str | None = None
     paused_at: datetime | None = None
     pause_reason: str | None = None
+    resumed_by: str | None = None  #: who resumed it last (the paused_* fields then describe the last pause)
+    resumed_at: datetime | None = None
     cooldown_until: datetime | None = None
     breaker_state: str = "closed"
     failures: int = 0

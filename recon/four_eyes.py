@@ -2,8 +2,10 @@
 ``/approvals``).
 
 **What needs them**: resolving a payment against the PSP's answer (``--override``), a PSP pause, a replay of more
-than ``[four_eyes] replay_count`` dead jobs (default 100), and a bulk resolve of more than ``bulk_resolve_count``
-payments (default 10; the bulk resolve registers its executor with ``FourEyes.register``). The request is stored
+than ``[four_eyes] replay_count`` dead jobs (default 100) or of jobs whose payments and refunds add up to more than
+``[four_eyes.replay_amount]`` in a currency (minor units per ISO-4217 code, default 10,000 EUR, USD, GBP and JPY;
+a currency not listed has no amount limit), and a bulk resolve of more than ``bulk_resolve_count`` payments
+(default 10; the bulk resolve registers its executor with ``FourEyes.register``). The request is stored
 with what will run (``payload``) and is audited; it is **pending** until an approver (role approver or admin)
 other than the requester approves or rejects it, or ``[four_eyes] expires_after`` passes (default 24 hours,
 between 5 minutes and 7 days): then it is **expired** and nothing runs.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -36,6 +38,7 @@ from recon.engine.replay import replay
 from recon.errors import ConfigError, NotAllowed, ReconError, UsageError
 from recon.operator_rows import Approval, ApprovalState, Role
 from recon.payments import guard
+from recon.payments.money import MINOR_UNITS, format_amount
 from recon.review import ReviewDesk
 from recon.rows import JobFilter
 
@@ -44,7 +47,11 @@ log = logging.getLogger(__name__)
 EXPIRES_DEFAULT = timedelta(hours=24)
 REPLAY_COUNT_DEFAULT = 100
 BULK_RESOLVE_COUNT_DEFAULT = 10
-_KEYS = {"expires_after", "replay_count", "bulk_resolve_count"}
+#: ISO-4217 code -> minor units: a replay moving more than this in the currency needs four eyes (10,000 of each)
+REPLAY_AMOUNT_DEFAULT = {"EUR": 1_000_000, "USD": 1_000_000, "GBP": 1_000_000, "JPY": 1_000_000}
+#: the largest amount threshold, in minor units (ten times the largest amount a payment may have is far below it)
+AMOUNT_MAX = 10**15
+_KEYS = {"expires_after", "replay_count", "bulk_resolve_count", "replay_amount"}
 
 #: (the approved request, its approver) -> what it did, one line
 Executor = Callable[[Approval, str], str]
@@ -53,11 +60,24 @@ Executor = Callable[[Approval, str], str]
 @dataclass(frozen=True, slots=True)
 class FourEyesConfig:
     """``[four_eyes]``: ``expires_after`` (5m to 7d), ``replay_count`` and ``bulk_resolve_count`` (0 to 10^6: more
-    than this many need an approval; 0: every one)."""
+    than this many need an approval; 0: every one); ``[four_eyes.replay_amount]``: ISO-4217 code -> minor units (0
+    to 10^15: a replay whose jobs' payments and refunds add up to more in that currency needs an approval; the
+    table replaces ``REPLAY_AMOUNT_DEFAULT`` whole, so an empty one turns the amount rule off)."""
 
     expires_after: timedelta = EXPIRES_DEFAULT
     replay_count: int = REPLAY_COUNT_DEFAULT
     bulk_resolve_count: int = BULK_RESOLVE_COUNT_DEFAULT
+    replay_amount: dict[str, int] = field(default_factory=lambda: dict(REPLAY_AMOUNT_DEFAULT))
+
+    def amount_over(self, totals: Mapping[str, int]) -> str | None:
+        """The first currency (by code) whose total is over its ``replay_amount``, as a phrase for the request's
+        subject ("12,000.00 EUR over 10,000.00 EUR"); None when every currency is within its threshold."""
+        for currency in sorted(totals):
+            limit = self.replay_amount.get(currency)
+            if limit is not None and totals[currency] > limit:
+                return (f"{format_amount(totals[currency], currency, grouped=True)} over "
+                        f"{format_amount(limit, currency, grouped=True)}")
+        return None
 
     @classmethod
     def load(cls, table: Mapping[str, Any] | None, *, source: str = "config") -> FourEyesConfig:
@@ -82,7 +102,22 @@ class FourEyesConfig:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1_000_000:
                 raise ConfigError(f"{where}.{key}: an integer from 0 to 1000000, got {value!r}")
             counts[key] = value
-        return cls(expires_after=expires, **counts)
+        amounts = _amounts(table.get("replay_amount", REPLAY_AMOUNT_DEFAULT), where)
+        return cls(expires_after=expires, replay_amount=amounts, **counts)
+
+
+def _amounts(table: Any, where: str) -> dict[str, int]:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}.replay_amount: a table of ISO-4217 code = minor units, got {table!r}")
+    out = {}
+    for code, value in table.items():
+        if code not in MINOR_UNITS:
+            raise ConfigError(f"{where}.replay_amount.{code}: not an ISO-4217 currency code (upper case, e.g. EUR)")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= AMOUNT_MAX:
+            raise ConfigError(f"{where}.replay_amount.{code}: an integer of minor units from 0 to {AMOUNT_MAX}, "
+                              f"got {value!r}")
+        out[code] = value
+    return out
 
 
 class Desk(Protocol):

@@ -59,6 +59,7 @@ class Credentials:
     password_hash: str | None
     totp_secret: str | None
     checked_at: datetime
+    totp_last_step: int | None = None  #: the RFC 6238 time step of the last accepted code
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,11 @@ code when enrolled).
 recommended setting), at least 12 characters (PCI DSS 8.3.6), read from a prompt or stdin, never an argument,
 never logged. A reset ends every console session of the operator.
 
+**TOTP codes** (RFC 6238, 30-second steps, one step of clock drift either way) are used once: the step of each
+accepted code is stored (``totp_last_step``), and a code of that step or an earlier one is refused ("TOTP code
+already used"), a failure like a wrong one; of two logins with one code at once, one wins. The secret is stored
+as enrolled (base32) and never printed again; see docs/operations.md, "Operators and audit", for its threat model.
+
 **Lockout** (PCI DSS 8.3.4): 10 failed logins in a row lock the operator for 30 minutes; a login while locked is
 refused without checking the password, and counts. A successful login forgets the failures. Every login, failure
 and lock is an audit row. A login naming no operator is audited as such and answers the same as a wrong
@@ -29,10 +34,11 @@ brought to that role when the console starts.
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import argon2
 import pyotp
@@ -222,16 +228,21 @@ class Operators:
             return refused
         op = creds.operator
         locked = op.locked_until is not None and op.locked_until > creds.checked_at
+        step = _totp_step(creds.totp_secret, code, at=creds.checked_at) if creds.totp_secret else None
         why = ("locked" if locked else "disabled" if not op.enabled
                else "no password (the token operator)" if creds.password_hash is None
                else "wrong password" if not password_matches(creds.password_hash, password)
-               else "wrong TOTP code" if creds.totp_secret and not _totp_ok(creds.totp_secret, code)
+               else "wrong TOTP code" if creds.totp_secret and step is None
+               else "TOTP code already used" if step is not None and creds.totp_last_step is not None
+               and step <= creds.totp_last_step
                else None)
         if why is None:
             with self.db.begin() as conn:
-                self.store.login_succeeded(conn, op)
-                self.audit.append(conn, [entry(op.name, "login.succeeded", op.name, source=source)])
-            return LoginResult(op)
+                if step is None or self.store.accept_totp_step(conn, op, step):
+                    self.store.login_succeeded(conn, op)
+                    self.audit.append(conn, [entry(op.name, "login.succeeded", op.name, source=source)])
+                    return LoginResult(op)
+            why = "TOTP code already used"  # another login took this code's step first
         with self.db.begin() as conn:
             failures, locked_until = self.store.login_failed(conn, op, limit=LOCKOUT_LIMIT, lockout=LOCKOUT_TIME)
             self.audit.append(conn, [entry(op.name, "login.failed", op.name, "refused", source=source, why=why,
@@ -261,5 +272,15 @@ class Operators:
         return found
 
 
-def _totp_ok(secret: str, code: str | None) -> bool:
-    return bool(code) and pyotp.TOTP(secret).verify((code or "").strip(), valid_window=1)
+def _totp_step(secret: str, code: str | None, *, at: datetime) -> int | None:
+    """The time step whose code ``code`` is, within one step of ``at`` (the database's time, the clock the
+    lockout reads too); None when it matches none of them."""
+    totp = pyotp.TOTP(secret)
+    typed = (code or "").strip()
+    if not typed:
+        return None
+    now_step = totp.timecode(at)
+    for offset in (0, -1, 1):
+        if hmac.compare_digest(totp.at(at, counter_offset=offset), typed):
+            return now_step + offset
+    return None

@@ -15,7 +15,7 @@ module from what the stores return, whoever shows it. The sections:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,8 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     doc.update(pool_section(pool, attempts, app.payments.money_at_risk(), window=window,
                             live_window=live_window.total_seconds(), refunds=app.refunds.counts()))
     # pause, cool-down and breaker per PSP, next to the PSP latency section
-    doc["psp_controls"] = psp_controls_document(app.controls, app.guard_config, app.psp_names())["psps"]
+    doc["psp_controls"] = psp_controls_document(app.controls, app.guard_config, app.psp_names(),
+                                                unconfigured=app.unconfigured_psps())["psps"]
     doc["review"] = review_section(*app.payments.review_summary(), now=now)
     doc["review"]["overdue"] = app.review.totals(QueueFilter(overdue=True)).count
     doc["resolutions"] = {"since": (now - RESOLUTIONS_WINDOW).isoformat(),
@@ -255,13 +256,18 @@ def review_section(count: int, oldest: datetime | None, *, now: datetime) -> dic
 # --- the PSPs' controls --------------------------------------------------------------------------------------
 
 
-def psp_controls_document(store: ControlStore, config: GuardConfig, names: Sequence[str]) -> dict[str, Any]:
-    """Every PSP in ``names`` (and any other with a row): pause, cool-down, breaker, rate limit. The
-    ``psp_controls`` section of ``recon stats --json``, the console's PSP page and the whole of
-    ``recon psp status --json``."""
+def psp_controls_document(store: ControlStore, config: GuardConfig, names: Sequence[str], *,
+                          unconfigured: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every PSP in ``names`` (and any other with a row): pause (who paused it, who resumed it: while it flows
+    the ``paused_*`` fields are its last pause's), cool-down, breaker, rate limit, and whether recon can call it
+    as configured (``configured``; ``not_configured`` says what is missing, from ``unconfigured``: PSP name ->
+    why, ``App.unconfigured_psps``). The ``psp_controls`` section of ``recon stats --json``, the console's PSP
+    page and the whole of ``recon psp status --json``."""
     controls, now = store.list_controls()
     by_name = {c.psp: c for c in controls}
-    psps = [_psp_status(by_name.get(name) or PspControl(psp=name), config.for_psp(name), now)
+    missing = unconfigured or {}
+    psps = [{**_psp_status(by_name.get(name) or PspControl(psp=name), config.for_psp(name), now),
+             "configured": name not in missing, "not_configured": missing.get(name)}
             for name in sorted(set(names) | set(by_name))]
     return {"at": now.isoformat(), "psps": psps}
 
@@ -274,7 +280,7 @@ def _psp_status(c: PspControl, limits: PspLimits, now: datetime) -> dict[str, An
     cooling = left > 0
     return {
         "psp": c.psp, "paused": c.paused, "paused_by": c.paused_by, "paused_at": iso(c.paused_at),
-        "pause_reason": c.pause_reason,
+        "pause_reason": c.pause_reason, "resumed_by": c.resumed_by, "resumed_at": iso(c.resumed_at),
         "cooling_down": cooling, "cooldown_until": iso(c.cooldown_until) if cooling else None,
         "cooldown_seconds_left": round(left, 3) if cooling else 0.0,
         "breaker_state": c.breaker_state, "consecutive_failures": c.failures, "opened_at": iso(c.opened_at),

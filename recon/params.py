@@ -104,6 +104,11 @@ def operator_name() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+#: ``--by`` of the batch commands (imports, the sweep): who acts, or the system when left out (recon.actions)
+BATCH_BY_HELP = ("The operator who runs it (recon operators list; role operator or above), audited; without it "
+                 "(and RECON_OPERATOR), the system (audited as system:cli), as schedules and scripts run it.")
+
+
 def by_option(help_text: str = "The operator who acts (recon operators list); their role must allow it."
               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--by NAME`` of every write command: an existing, enabled operator (checked by ``recon.actions``);

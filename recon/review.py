@@ -164,8 +164,9 @@ class ReviewDesk:
         return self.items(self.queue_store.page(where, self.config.rules(now), limit=limit), now=now)
 
     def queue(self, where: QueueFilter, *, after: Cursor | None = None, before: Cursor | None = None,
-              limit: int = 100) -> QueuePage:
-        """One page of the filtered queue (keyset: after a cursor, or before one), with the filter's totals."""
+              limit: int = 100, totals: QueueTotals | None = None) -> QueuePage:
+        """One page of the filtered queue (keyset: after a cursor, or before one), with the filter's totals
+        (``totals`` when the caller has them already: the console keeps them a few seconds, recon.console.totals)."""
         now = self.clock.now()
         rules = self.config.rules(now)
         found = self.queue_store.page(where, rules, after=after, before=before, limit=limit + 1)
@@ -176,7 +177,7 @@ class ReviewDesk:
             more_after, found = len(found) > limit, found[:limit]
             more_before = after is not None
         items = self.items(found, now=now)
-        return QueuePage(items=items, totals=self.queue_store.totals(where, rules),
+        return QueuePage(items=items, totals=totals if totals is not None else self.queue_store.totals(where, rules),
                          next_cursor=_cursor(found[-1]) if more_after and found else None,
                          previous_cursor=_cursor(found[0]) if more_before and found else None)
 

@@ -13,7 +13,7 @@ from recon.app import App
 from recon.bank.importer import read_statement_file
 from recon.bank.rows import BankEntry, ImportResult
 from recon.errors import UsageError
-from recon.params import LIMIT, say
+from recon.params import BATCH_BY_HELP, LIMIT, by_option, operator_name, say
 from recon.payments.money import format_amount
 
 FORMATS = ("auto", "camt053", "mt940", "bai2")
@@ -28,21 +28,27 @@ def bank() -> None:
 @click.argument("path", metavar="FILE", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "format_name", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="The statement format; auto recognises it from the content (never from the file name).")
+@by_option(BATCH_BY_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def bank_import(app: App, path: str, format_name: str, as_json: bool) -> None:
+def bank_import(app: App, path: str, format_name: str, by: str | None, as_json: bool) -> None:
     """Import a bank statement file (camt.053 001.02/001.08, MT940, BAI2), all or nothing.
 
     Every statement must be for an account of [bank.accounts], in its currency, and add up (opening + entries
     = closing). Entries the account already has (same bank reference, or the same fallback key) are not
-    added again, so importing a statement twice, or an overlapping one, adds nothing twice.
+    added again, so importing a statement twice, or an overlapping one, adds nothing twice. --by names the
+    operator who imports (audited); without it the import is the system's.
     """
+    who = app.actions.batch_actor(by, "bank.import")
     config = app.bank_config
     plan = read_statement_file(path, config=config, format_name=format_name)
     try:
         result = app.bank.import_plan(plan, money_func=format_amount)
     finally:
         plan.close()
+    app.actions.batch_done(who, "bank.import", f"{len(result.statements)} statements", file=path,
+                           format=plan.format, entries_added=result.entries_added,
+                           entries_known=result.entries_known, run_by=operator_name())
     if as_json:
         click.echo(json.dumps(_import_doc(path, plan.format, result)))
         return

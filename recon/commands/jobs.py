@@ -127,7 +127,8 @@ def jobs_replay(app: App, queue: str | None, kind: str | None, error_kind: str |
     Attempts are kept (they are the fencing token): max_attempts becomes attempts + --attempts. Each replay
     is recorded in the job's history (recon jobs show). A job whose unique key an unfinished job holds
     stays dead and is reported as skipped. Batches commit one by one; running it again continues. More than
-    [four_eyes] replay_count jobs (default 100) need four eyes: the replay is requested (exit 1) and runs when
+    [four_eyes] replay_count jobs (default 100), or jobs whose payments and refunds add up to more than
+    [four_eyes.replay_amount] in a currency, need four eyes: the replay is requested (exit 1) and runs when
     another operator approves it (recon approvals).
     """
     filters = job_filter(app.jobs, queue=queue, kind=kind, error_kind=error_kind, since=since)

@@ -11,7 +11,7 @@ import click
 
 from recon.app import App
 from recon.errors import UsageError
-from recon.params import EXIT_USAGE, LIMIT, say
+from recon.params import BATCH_BY_HELP, EXIT_USAGE, LIMIT, by_option, operator_name, say
 from recon.payments.importer import ImportRejected, read_payments
 from recon.payments.money import format_amount
 from recon.render.payments import payment_detail, payments_table
@@ -29,18 +29,22 @@ def payments() -> None:
 @click.option("--merchant-account",
               help="For rows that name no merchant_account (default: the PSP's [psp.NAME] merchant_account).")
 @click.option("--no-charge", is_flag=True, help="Record the payments only; queue no charge jobs.")
+@by_option(BATCH_BY_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def payments_import(app: App, path: str, merchant_account: str | None, no_charge: bool, as_json: bool) -> None:
+def payments_import(app: App, path: str, merchant_account: str | None, no_charge: bool, by: str | None,
+                    as_json: bool) -> None:
     """Import payments from a CSV file, all or nothing: with any bad row, nothing is imported.
 
     Columns: merchant_reference, amount (decimal, e.g. 12.34), currency (ISO-4217), psp; optional
     created_at (ISO-8601, no offset means UTC), merchant_account, payment_method (the PSP's token of a stored
     payment method: Stripe pm_..., Adyen storedPaymentMethodId) and customer_reference (Stripe cus_...,
-    Adyen shopperReference). Each row is checked against what its PSP requires for a charge.
+    Adyen shopperReference). Each row is checked against what its PSP requires for a charge. --by names the
+    operator who imports (audited); without it the import is the system's (a schedule, a script).
     """
     if merchant_account is not None and not merchant_account.strip():
         raise UsageError("--merchant-account: must not be empty")
+    who = app.actions.batch_actor(by, "payments.import")
     try:
         new = read_payments(path, psp_names=app.psp_names(),
                             merchant_account=merchant_account.strip() if merchant_account else None,
@@ -55,6 +59,8 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     ids = app.payments.create(new, charge=not no_charge, queue=queue,
                               max_depth={queue: app.settings.queue(queue).max_depth})
     queued = 0 if no_charge else len(ids)
+    app.actions.batch_done(who, "payments.import", f"{len(ids)} payments", file=path, imported=len(ids),
+                           charge_jobs_queued=queued, run_by=operator_name())
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "charge_jobs_queued": queued}))
     else:

@@ -69,7 +69,8 @@ def psp_resume(app: App, name: str, by: str | None) -> None:
 @click.pass_obj
 def psp_status(app: App, as_json: bool) -> None:
     """Pause, 429 cool-down, circuit breaker and rate limit of every PSP."""
-    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names(),
+                                unconfigured=app.unconfigured_psps())
     if as_json:
         click.echo(json.dumps(doc))
         return

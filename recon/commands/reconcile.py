@@ -12,11 +12,13 @@ from psp_adapters.errors import PspError
 from recon.app import App
 from recon.errors import ConfigError, ReconError, UsageError
 from recon.params import (
+    BATCH_BY_HELP,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REVIEW,
     LIMIT,
     Duration,
+    by_option,
     check_output_path,
     install_signal_handlers,
     operator_name,
@@ -44,11 +46,16 @@ from recon.render.payments import sweep_dry_run, sweep_summary
 @click.option("--mode", type=click.Choice(["auto", "bulk", "single"]), default="auto", show_default=True,
               help="bulk: one window job per PSP listing window; single: one job per payment; auto: bulk where "
                    "the PSP's adapter lists payments.")
+@by_option(BATCH_BY_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
-          enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, as_json: bool) -> None:
-    """Reconcile stale unfinished payments with their PSP and print what happened."""
+          enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, by: str | None,
+          as_json: bool) -> None:
+    """Reconcile stale unfinished payments with their PSP and print what happened.
+
+    --by names the operator who runs it (audited, and the sweep's operator); without it the sweep is the
+    system's (a schedule, a script). A --dry-run changes nothing and needs no one."""
     app: App = ctx.obj
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
@@ -63,12 +70,13 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         else:
             sweep_dry_run(candidates, modes=modes)
         return
+    who = app.actions.batch_actor(by, "sweep")  # before any work, as the checks below
     if not enqueue_only:  # before any work: every PSP the sweep will call can be called as configured
         app.require_psps(psps)
     modes = _modes(app, psps, mode, strict=not enqueue_only)
     writer = _open_report(report_path) if report_path else None  # before any work: the report can be written
     rc = app.reconcile_config
-    run_id = app.sweeps.start(operator=operator_name(), options={
+    run_id = app.sweeps.start(operator=who if by is not None else operator_name(), options={
         "older_than_seconds": older_than.total_seconds(), "psp": psp, "limit": limit, "enqueue_only": enqueue_only,
         "mode": mode})
     calls_before = app.metrics.psp_totals()
@@ -84,7 +92,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     except BaseException:
         if writer:
             writer.abort()
-        _record_failure(app, run_id)
+        _record_failure(app, run_id, who)
         raise
     if writer:
         writer.close(summary)
@@ -95,6 +103,8 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
            "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary}
     exit_code = max(summary.exit_code, refunds_exit_code(refund_summary))
     app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
+    app.actions.batch_done(who, "sweep", f"sweep run {run_id}", "done" if exit_code == EXIT_OK else "review",
+                           run=run_id, exit_code=exit_code, checked=doc.get("checked"), run_by=operator_name())
     if as_json:
         click.echo(json.dumps(doc))
     else:
@@ -102,10 +112,12 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     ctx.exit(exit_code)
 
 
-def _record_failure(app: App, run_id: int) -> None:
-    """The sweep ended by an error or an interrupt: its row says so (best effort: the database may be why)."""
+def _record_failure(app: App, run_id: int, who: str) -> None:
+    """The sweep ended by an error or an interrupt: its row and its audit row say so (best effort: the
+    database may be why)."""
     try:
         app.sweeps.finish(run_id, outcome="failed", exit_code=None, summary=None)
+        app.actions.batch_done(who, "sweep", f"sweep run {run_id}", "failed", run=run_id, run_by=operator_name())
     except ReconError:
         pass
 

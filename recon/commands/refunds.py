@@ -10,7 +10,7 @@ import click
 
 from recon.app import App
 from recon.errors import UsageError
-from recon.params import EXIT_USAGE, operator_name, say
+from recon.params import BATCH_BY_HELP, EXIT_USAGE, by_option, operator_name, say
 from recon.payments.importer import ImportRejected
 from recon.payments.money import format_amount
 from recon.payments.refund_import import RefundChecker, RefundProblem, read_refunds
@@ -30,8 +30,7 @@ def refunds() -> None:
 
 @refunds.command("import")
 @click.argument("path", metavar="FILE.csv", type=click.Path(exists=True, dir_okay=False))
-@click.option("--by", "by", help="Who asks for these refunds (kept in the audit trail; default: the operator "
-                                 "running recon).")
+@by_option(BATCH_BY_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def refunds_import(app: App, path: str, by: str | None, as_json: bool) -> None:
@@ -39,9 +38,12 @@ def refunds_import(app: App, path: str, by: str | None, as_json: bool) -> None:
 
     Columns: merchant_reference (the payment's), refund_reference (the refund's own, unique), amount (major
     units of the payment's currency, e.g. 12.34), reason (the PSP's reason code, or empty). A payment is
-    refunded only once it succeeded, and never beyond what it captured. Each refund is a job of its own.
+    refunded only once it succeeded, and never beyond what it captured. Each refund is a job of its own. --by
+    names the operator who asks for them (stored as each refund's requester, audited); without it the import
+    is the system's, and each refund's requester is the user@host that ran it.
     """
-    operator = _operator(by if by is not None else operator_name())
+    who = app.actions.batch_actor(by, "refunds.import")
+    operator = who if by is not None else _operator(operator_name())
     try:
         new = read_refunds(path, payment_func=app.payments.by_reference, existing_func=app.refunds.existing_references,
                            reasons_func=app.refund_reasons, requested_by=operator)
@@ -51,6 +53,8 @@ def refunds_import(app: App, path: str, by: str | None, as_json: bool) -> None:
         sys.exit(EXIT_USAGE)
     queue = app.payments_config.queue
     ids = app.refunds.create(new, queue=queue, max_depth={queue: app.settings.queue(queue).max_depth})
+    app.actions.batch_done(who, "refunds.import", f"{len(ids)} refunds", file=path, imported=len(ids),
+                           run_by=operator_name())
     if as_json:
         click.echo(json.dumps({"file": path, "imported": len(ids), "refund_jobs_queued": len(ids)}))
     else:

@@ -6,6 +6,7 @@ idle_timeout = "15m"        # a session without a request for this long ends (1m
 absolute_timeout = "12h"    # a session ends this long after its login, however busy (idle_timeout to 24h)
 token_operator = "console-token"  # the operator RECON_CONSOLE_TOKEN acts as (automation, bootstrap)
 token_role = "viewer"       # that operator's role: viewer, operator, approver or admin
+totals_ttl = "10s"          # a filter's totals are kept this long per console process (0s to 60s; 0s: never)
 ```
 
 The defaults are PCI DSS v4.0.1's: requirement 8.2.8 asks for re-authentication after at most 15 idle minutes,
@@ -37,7 +38,9 @@ TOUCH_INTERVAL_MAX = timedelta(minutes=1)
 TOKEN_OPERATOR_DEFAULT = "console-token"  # nosec B105  # an operator's name, not a secret
 TOKEN_ROLE_DEFAULT = Role.VIEWER
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,99}")
-_KEYS = {"idle_timeout", "absolute_timeout", "token_operator", "token_role"}
+TOTALS_TTL_DEFAULT = timedelta(seconds=10)
+TOTALS_TTL_MAX = timedelta(seconds=60)
+_KEYS = {"idle_timeout", "absolute_timeout", "token_operator", "token_role", "totals_ttl"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class ConsoleConfig:
     absolute_timeout: timedelta = ABSOLUTE_TIMEOUT_DEFAULT
     token_operator: str = TOKEN_OPERATOR_DEFAULT
     token_role: Role = TOKEN_ROLE_DEFAULT
+    totals_ttl: timedelta = TOTALS_TTL_DEFAULT  #: recon.console.totals
 
     @property
     def touch_interval(self) -> timedelta:
@@ -77,8 +81,11 @@ class ConsoleConfig:
         role = table.get("token_role", str(TOKEN_ROLE_DEFAULT))
         if role not in {r.value for r in Role}:
             raise unknown("role", str(role), [r.value for r in Role], f"{where}.token_role: ")
+        ttl = _duration(table, "totals_ttl", TOTALS_TTL_DEFAULT, where)
+        if not timedelta(0) <= ttl <= TOTALS_TTL_MAX:
+            raise ConfigError(f"{where}.totals_ttl: must be between 0s and 60s, got {table['totals_ttl']!r}")
         return cls(idle_timeout=idle, absolute_timeout=absolute, token_operator=token_operator,
-                   token_role=Role(role))
+                   token_role=Role(role), totals_ttl=ttl)
 
 
 def _duration(table: Mapping[str, Any], key: str, default: timedelta, where: str) -> timedelta:

@@ -23,6 +23,7 @@ from recon.console.config import ConsoleConfig
 from recon.console.pages import approvals, dead, jobs, login, overview, payments, payouts, psps, review
 from recon.console.security import Actor, Csrf, Gatekeeper, TokenAuth
 from recon.console.session import Sessions, token_principal
+from recon.console.totals import TotalsCache
 from recon.console.web import Pages
 from recon.db.console_session_store import ConsoleSessionStore
 
@@ -75,6 +76,7 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
     web.state.console_auth = auth
     web.state.console_sessions = sessions
     web.state.console_config = config
+    web.state.console_totals = TotalsCache(config.totals_ttl)
     _warm(app)
     return web
 

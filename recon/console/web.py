@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from recon.console.security import Actor, csrf_accepts, plain_http_off_loopback
+from recon.console.totals import TotalsCache
 from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
 from recon.evidence import options_facts, sweep_facts
 from recon.operator_rows import Role
@@ -174,6 +175,12 @@ def recon_app(request: Request) -> App:
     return app
 
 
+def totals_cache(request: Request) -> TotalsCache:
+    """The console's kept totals (recon.console.totals): every POST clears them."""
+    found: TotalsCache = _state(request, "totals")
+    return found
+
+
 def pages(request: Request) -> Pages:
     found: Pages = _state(request, "pages")
     return found
@@ -200,7 +207,10 @@ def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
                     request) else ""
                 raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
                                      f"submit it again{hint}")
-            return await run_in_threadpool(func, request, fields)
+            try:
+                return await run_in_threadpool(func, request, fields)
+            finally:  # a write may have been made: the kept totals are stale (recon.console.totals)
+                totals_cache(request).clear()
 
         return await _guarded(request, run)
 

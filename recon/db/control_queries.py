@@ -16,8 +16,8 @@ from __future__ import annotations
 # lists, state predicates); values always travel as bound parameters.
 from recon.db.sql import Query
 
-_COLUMNS = ("psp, paused, paused_by, paused_at, pause_reason, cooldown_until, breaker_state, failures, "
-            "opened_at, probe_at, breaker_reason, updated_at")
+_COLUMNS = ("psp, paused, paused_by, paused_at, pause_reason, resumed_by, resumed_at, cooldown_until, "
+            "breaker_state, failures, opened_at, probe_at, breaker_reason, updated_at")
 
 # The bucket arithmetic, per dialect: seconds since tokens_at, tokens available now, and what is granted.
 _PG = {
@@ -153,10 +153,10 @@ psp_control_pause = Query(
 
 psp_control_resume = Query(
     "psp_control_resume",
-    "Run by `recon psp resume`: lets traffic to the PSP flow again (no row: it was not paused).",
+    "Run by `recon psp resume`: lets traffic to the PSP flow again, by whom and when (no row: it was not "
+    "paused). The pause's who, when and why are kept: the last pause and its resume read side by side.",
     sql="""
-        UPDATE psp_controls SET paused = FALSE, paused_by = NULL, paused_at = NULL, pause_reason = NULL,
-            updated_at = {now}
+        UPDATE psp_controls SET paused = FALSE, resumed_by = :by, resumed_at = {now}, updated_at = {now}
         WHERE psp = :psp AND paused
         RETURNING psp
     """,

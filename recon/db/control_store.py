@@ -105,11 +105,11 @@ class ControlStore:
         self._run(lambda conn: conn.execute(self._q(cq.psp_control_pause),
                                             self._p(psp=psp, by=by, reason=reason)))
 
-    def resume(self, psp: str, *, snooze_reason: str) -> tuple[bool, int]:
-        """Un-pause and, in the same transaction, make the jobs snoozed by the pause (``snooze_reason``)
-        due now. Returns (was paused, jobs woken)."""
+    def resume(self, psp: str, *, by: str, snooze_reason: str) -> tuple[bool, int]:
+        """Un-pause (recording ``by`` and the time) and, in the same transaction, make the jobs snoozed by the
+        pause (``snooze_reason``) due now. Returns (was paused, jobs woken)."""
         def run(conn: sa.Connection) -> tuple[bool, int]:
-            was = conn.execute(self._q(cq.psp_control_resume), self._p(psp=psp)).first() is not None
+            was = conn.execute(self._q(cq.psp_control_resume), self._p(psp=psp, by=by)).first() is not None
             woken = conn.execute(self._q(cq.job_wake_snoozed_for), self._p(reason=snooze_reason)).rowcount
             return was, int(woken or 0)
         return self._run(run)
@@ -125,6 +125,7 @@ class ControlStore:
         t = self.db.from_db
         controls = [PspControl(psp=m["psp"], paused=bool(m["paused"]), paused_by=m["paused_by"],
                                paused_at=t(m["paused_at"]), pause_reason=m["pause_reason"],
+                               resumed_by=m["resumed_by"], resumed_at=t(m["resumed_at"]),
                                cooldown_until=t(m["cooldown_until"]), breaker_state=m["breaker_state"],
                                failures=int(m["failures"]), opened_at=t(m["opened_at"]), probe_at=t(m["probe_at"]),
                                breaker_reason=m["breaker_reason"], updated_at=t(m["updated_at"]))

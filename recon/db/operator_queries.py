@@ -27,7 +27,7 @@ operator_credentials = Query(
     "Run by a console login: the operator with the password hash and TOTP secret it checks, and the time of the "
     "read (the lockout is judged by it).",
     sql=f"""SELECT {_COLUMNS}, password_hash AS password_hash_value, totp_secret AS totp_secret_value,
-                   {{now}} AS checked_at
+                   totp_last_step, {{now}} AS checked_at
             FROM operators WHERE name = :name""",  # nosec B608  # a module constant
 )
 
@@ -63,6 +63,7 @@ operator_set_password = Query(
     "is cleared.",
     sql="""UPDATE operators SET password_hash = :password_hash,
                   totp_secret = CASE WHEN :reset_totp THEN :totp_secret ELSE totp_secret END,
+                  totp_last_step = CASE WHEN :reset_totp THEN NULL ELSE totp_last_step END,
                   failed_logins = 0, locked_until = NULL, updated_at = {now}
            WHERE name = :name""",
 )
@@ -83,6 +84,14 @@ operator_login_failed = Query(
                                       THEN {now} + {secs:lockout} ELSE locked_until END
            WHERE id = :id
            RETURNING failed_logins, locked_until""",
+)
+
+operator_accept_totp_step = Query(
+    "operator_accept_totp_step",
+    "Run by a console login whose TOTP code matched time step :step: accepted only when no code of that step or "
+    "a later one was accepted before (a compare-and-set: of two logins with one code, one wins).",
+    sql="""UPDATE operators SET totp_last_step = :step
+           WHERE id = :id AND (totp_last_step IS NULL OR totp_last_step < :step)""",
 )
 
 operator_login_succeeded = Query(

@@ -57,8 +57,10 @@ class OperatorStore:
         if row is None:
             return None
         m = row._mapping
+        last = m["totp_last_step"]
         return Credentials(operator=self._operator(m), password_hash=m["password_hash_value"],
-                           totp_secret=m["totp_secret_value"], checked_at=_at(self.db.from_db(m["checked_at"])))
+                           totp_secret=m["totp_secret_value"], checked_at=_at(self.db.from_db(m["checked_at"])),
+                           totp_last_step=int(last) if last is not None else None)
 
     def disable(self, conn: sa.Connection, operator: Operator) -> bool:
         """Disable the operator and end every console session of theirs, at once; False when disabled already."""
@@ -94,6 +96,11 @@ class OperatorStore:
             "id": operator.id, "limit": limit, "lockout": lockout.total_seconds(),
             "now": self.db.now_param()}).one()
         return int(row.failed_logins), self.db.from_db(row.locked_until)
+
+    def accept_totp_step(self, conn: sa.Connection, operator: Operator, step: int) -> bool:
+        """Record ``step`` as the operator's last accepted TOTP step; False when that step or a later one was
+        accepted already (the code is used)."""
+        return conn.execute(self._q(q.operator_accept_totp_step), {"id": operator.id, "step": step}).rowcount == 1
 
     def login_succeeded(self, conn: sa.Connection, operator: Operator) -> None:
         conn.execute(self._q(q.operator_login_succeeded), {"id": operator.id})

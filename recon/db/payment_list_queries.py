@@ -2,16 +2,17 @@
 an id keyset, and the filter's totals per currency. Only ``recon.db.payment_list_store`` executes these.
 
 Every condition is "parameter NULL or the condition holds", so one statement serves every combination. The
-amount range compares the amount in ten-thousandths of its currency's major unit (``review_queries.SCALED``),
-so "from 100 to 500" means major units in every currency; the reference prefix is matched case-insensitively
-(``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped).
+amount range is given in ten-thousandths of a major unit and compared in each currency's minor units
+(``review_queries.minor_of``), so "from 100 to 500" means major units in every currency; the reference prefix
+is matched case-insensitively (``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped),
+through the index ``payments_reference_lower`` on PostgreSQL.
 """
 
 from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only.
 from recon.db.payment_queries import PAYMENT_COLUMNS, UNFINISHED
-from recon.db.review_queries import FILTER_LISTS, SCALED
+from recon.db.review_queries import FILTER_LISTS, minor_of
 from recon.db.sql import Query
 
 LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status
@@ -19,8 +20,8 @@ LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status
               AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
               AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
               AND created_at < :created_before AND created_at >= :created_after
-              AND (CAST(:min_scaled AS BIGINT) IS NULL OR {SCALED} >= :min_scaled)
-              AND (CAST(:max_scaled AS BIGINT) IS NULL OR {SCALED} <= :max_scaled)
+              AND (CAST(:min_scaled AS BIGINT) IS NULL OR amount >= {minor_of("min")})
+              AND (CAST(:max_scaled AS BIGINT) IS NULL OR amount <= {minor_of("max")})
               AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')"""
 
 payment_list_filtered = Query(

@@ -11,7 +11,7 @@ from recon.console_rows import PaymentListFilter
 from recon.db import payment_list_queries as q
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
-from recon.db.review_queries import FILTER_LISTS
+from recon.db.review_queries import FILTER_LISTS, minor_thresholds
 from recon.review_rows import CurrencyTotal, QueueTotals
 from recon.rows import Payment
 
@@ -55,6 +55,8 @@ class PaymentListStore:
                 "created_before": self.db.to_db(where.created_before or _LATEST),
                 "created_after": self.db.to_db(where.created_after or _EARLIEST),
                 "min_scaled": where.min_scaled, "max_scaled": where.max_scaled, "prefix": prefix,
+                **minor_thresholds("min", where.min_scaled, at_least=True),
+                **minor_thresholds("max", where.max_scaled, at_least=False),
                 **{name: list(exponents.get(name, ())) or [""] for name in FILTER_LISTS}}
 
     def _q(self, query: Any) -> sa.TextClause:

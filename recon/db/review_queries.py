@@ -5,8 +5,9 @@ who runs it and why; only ``recon.db.review_store`` executes these.
 The filter (``QUEUE_FILTER``) is one predicate over the partial index ``payments_review`` (or
 ``payments_review_assignee``): every condition is "parameter NULL (or 0) or the condition holds", so one
 statement serves every combination of filters. PostgreSQL plans each execution with its parameters' values,
-so the conditions of the filters not set fold away: the unfiltered totals then need only currency and amount,
-which the partial index ``payments_review_totals`` holds.
+so the conditions of the filters not set fold away. The partial index ``payments_review_facets`` holds every
+column the filter reads (currency, amount, review_since, and on PostgreSQL psp, review_assignee and
+review_reason as included columns), so every filter's totals read that index alone, never the payments table.
 A payment's kind, severity and due-by are derived in SQL from its
 review reason, amount and review_since exactly as ``recon.review`` derives them in Python (the tests compare
 the two), from parameters the desk computes out of ``[review]`` (``QueueRules``).
@@ -32,14 +33,41 @@ def _like(kind: str) -> str:
 #: the kind of a payment's review reason, as ``recon.review.review_kind`` reads it
 KIND = ("CASE " + " ".join(f"WHEN {_like(k)} THEN '{k}'" for k in KNOWN_KINDS)
         + " WHEN review_reason LIKE 'no final answer%' THEN 'no_final_answer' ELSE 'other' END")
-#: the amount in ten-thousandths of its currency's major unit (every ISO-4217 exponent is 0, 2, 3 or 4)
-SCALED = ("CAST(amount AS NUMERIC) * CASE WHEN currency IN :exponent_0 THEN 10000 WHEN currency IN :exponent_3 "
-          "THEN 10 WHEN currency IN :exponent_4 THEN 1 ELSE 100 END")
-HIGH = f"({SCALED} >= :high_scaled OR review_since < :high_since)"
-MEDIUM = f"({SCALED} >= :medium_scaled OR review_since < :medium_since)"
+
+
+def minor_of(name: str) -> str:
+    """Threshold ``name`` (given in ten-thousandths of a major unit: every ISO-4217 exponent is 0, 2, 3 or 4) in
+    the row's currency's minor units, from the parameters ``minor_thresholds`` gives: an integer compared with
+    ``amount`` (the amount scaled to ten-thousandths, a NUMERIC product per row, cost the severity filter most of
+    its time over 100,000 items)."""
+    return (f"CASE WHEN currency IN :exponent_0 THEN CAST(:{name}_0 AS BIGINT) "
+            f"WHEN currency IN :exponent_3 THEN CAST(:{name}_3 AS BIGINT) "
+            f"WHEN currency IN :exponent_4 THEN CAST(:{name}_4 AS BIGINT) ELSE CAST(:{name}_2 AS BIGINT) END")
+
+
+def minor_thresholds(name: str, scaled: int | None, *, at_least: bool) -> dict[str, int | None]:
+    """``minor_of(name)``'s parameters: ``scaled`` (ten-thousandths of a major unit) in each exponent's minor
+    units, exactly: ``amount * 10^(4-e) >= scaled`` iff ``amount >= ceil(scaled / 10^(4-e))`` (``at_least``), and
+    ``<= scaled`` iff ``amount <= floor(...)``. None stays None (no threshold)."""
+    out: dict[str, int | None] = {}
+    for exponent in (0, 2, 3, 4):
+        unit = 10 ** (4 - exponent)
+        out[f"{name}_{exponent}"] = None if scaled is None else (-(-scaled // unit) if at_least else scaled // unit)
+    return out
+
+
+HIGH = f"(amount >= {minor_of('high_min')} OR review_since < :high_since)"
+MEDIUM = f"(amount >= {minor_of('medium_min')} OR review_since < :medium_since)"
 #: in review since before its kind's due cutoff: past its due-by
 OVERDUE = (f"review_since < CASE {KIND} "
            + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END")
+
+#: the kind filter. A known kind is its reason's own prefix, written so that the planner estimates it from
+#: review_reason's statistics (a CASE expression it cannot, and it then read the whole index to sort a page);
+#: no reason starts with two kinds, so it matches what KIND says. "other" is what KIND says it is.
+KIND_IS = f"""(CAST(:kind AS TEXT) <> 'other' AND (review_reason = :kind OR review_reason LIKE :kind_like ESCAPE '\\'
+                   OR (CAST(:kind AS TEXT) = 'no_final_answer' AND review_reason LIKE 'no final answer%'))
+               OR (CAST(:kind AS TEXT) = 'other' AND {KIND} = 'other'))"""
 
 QUEUE_FILTER = f"""status = 'needs_review'
               AND (:has_cutoff = 0 OR review_since < :cutoff)
@@ -47,7 +75,7 @@ QUEUE_FILTER = f"""status = 'needs_review'
               AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
               AND (CAST(:assignee AS TEXT) IS NULL OR review_assignee = :assignee)
               AND (:unassigned = 0 OR review_assignee IS NULL)
-              AND (CAST(:kind AS TEXT) IS NULL OR {KIND} = :kind)
+              AND (CAST(:kind AS TEXT) IS NULL OR {KIND_IS})
               AND (:overdue = 0 OR {OVERDUE})
               AND (CAST(:severity AS TEXT) IS NULL
                    OR (CAST(:severity AS TEXT) = 'high' AND {HIGH})

@@ -97,10 +97,13 @@ class ReviewStore:
             "cutoff": self.db.to_db(where.cutoff or far), "has_cutoff": int(where.cutoff is not None),
             "psp": where.psp, "currency": where.currency,
             "assignee": where.assignee, "unassigned": int(where.unassigned), "kind": where.kind,
+            "kind_like": where.kind.replace("_", "\\_") + ":%" if where.kind else None,
             "overdue": int(where.overdue), "severity": where.severity,
             "exponent_0": _listed(rules.exponent_0), "exponent_3": _listed(rules.exponent_3),
-            "exponent_4": _listed(rules.exponent_4), "high_scaled": rules.high_scaled,
-            "medium_scaled": rules.medium_scaled, "high_since": self.db.to_db(rules.high_since),
+            "exponent_4": _listed(rules.exponent_4),
+            **q.minor_thresholds("high_min", rules.high_scaled, at_least=True),
+            **q.minor_thresholds("medium_min", rules.medium_scaled, at_least=True),
+            "high_since": self.db.to_db(rules.high_since),
             "medium_since": self.db.to_db(rules.medium_since)}
         for kind in ReviewKind:
             params[f"due_{kind.value}"] = self.db.to_db(rules.due_cutoffs[kind.value])

@@ -177,9 +177,15 @@ payments = sa.Table(
              sqlite_where=sa.text("status = 'needs_review'")),
     sa.Index("payments_review_assignee", "review_assignee", "review_since", "id",
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
-    sa.Index("payments_review_totals", "currency", "amount",
+    #: (migration 0024, replacing 0020's payments_review_totals) every column the queue's filters read: each
+    #: filter's totals are an Index Only Scan of the items in review on PostgreSQL
+    sa.Index("payments_review_facets", "currency", "amount", "review_since",
+             postgresql_include=["psp", "review_assignee", "review_reason"],
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
 )
+#: (migration 0024, PostgreSQL only) the console's case-insensitive reference prefix
+sa.Index("payments_reference_lower", sa.func.lower(payments.c.merchant_reference).label("reference_lower"),
+         postgresql_ops={"reference_lower": "text_pattern_ops"}).ddl_if(dialect="postgresql")
 
 # --- the review queue's comments and assignments (migration 0020) -------------------------------------------
 
@@ -269,6 +275,9 @@ psp_controls = sa.Table(
     sa.Column("paused_by", sa.Text(), nullable=True),
     sa.Column("paused_at", Timestamp, nullable=True),
     sa.Column("pause_reason", sa.Text(), nullable=True),
+    #: (migration 0024) who resumed the PSP last, and when; the last pause's columns are kept after a resume
+    sa.Column("resumed_by", sa.Text(), nullable=True),
+    sa.Column("resumed_at", Timestamp, nullable=True),
     sa.Column("cooldown_until", Timestamp, nullable=True),  #: every worker backs off until then (a 429)
     sa.Column("breaker_state", sa.Text(), nullable=False, server_default="closed"),
     sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),  #: consecutive, PSP-wide
@@ -628,6 +637,8 @@ operators = sa.Table(
     sa.Column("role", sa.Text(), nullable=False),
     sa.Column("password_hash", sa.Text(), nullable=True),  #: argon2id (recon.operators); NULL: the token operator
     sa.Column("totp_secret", sa.Text(), nullable=True),  #: base32, never printed after enrolment
+    #: (migration 0024) the RFC 6238 time step of the last accepted code: that step and earlier ones are refused
+    sa.Column("totp_last_step", sa.BigInteger(), nullable=True),
     sa.Column("disabled_at", Timestamp, nullable=True),
     sa.Column("failed_logins", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("locked_until", Timestamp, nullable=True),

@@ -347,6 +347,7 @@ def pause(store: ControlStore, psp: str, *, by: str, reason: str | None) -> None
     store.pause(psp, by=by, reason=reason)
 
 
-def resume(store: ControlStore, psp: str) -> tuple[bool, int]:
-    """Let traffic to ``psp`` flow again and wake the jobs the pause put to sleep: (was paused, woken)."""
-    return store.resume(psp, snooze_reason=pause_reason(psp))
+def resume(store: ControlStore, psp: str, *, by: str) -> tuple[bool, int]:
+    """Let traffic to ``psp`` flow again (resumed by ``by``) and wake the jobs the pause put to sleep: (was
+    paused, woken)."""
+    return store.resume(psp, by=by, snooze_reason=pause_reason(psp))

@@ -120,16 +120,29 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def traffic_line(p: dict[str, Any]) -> str:
+    """A PSP's traffic as `recon psp status` and `recon stats` say it: paused (by whom, since when), not
+    configured (recon cannot call it: a key or setting is missing), or flowing (resumed by whom, when)."""
+    if p["paused"]:
+        return f"paused by {p['paused_by']} since {p['paused_at'][:19]}"
+    if not p.get("configured", True):
+        return "not configured"
+    if p.get("resumed_by"):
+        return f"flowing (resumed by {p['resumed_by']} at {p['resumed_at'][:19]})"
+    return "flowing"
+
+
 def psp_controls_table(psps: Sequence[dict[str, Any]], *, at: str | None = None) -> None:
     table = FoldTable(title=f"PSP controls at {at}" if at else "PSP controls")
     for col in ("psp", "traffic", "cool-down", "breaker", "failures", "next probe", "rate limit", "why"):
         table.add_column(col)
     for p in psps:
-        traffic = f"paused by {p['paused_by']} since {p['paused_at'][:19]}" if p["paused"] else "flowing"
+        traffic = traffic_line(p)
         cooling = f"{p['cooldown_seconds_left']:.1f}s left" if p["cooling_down"] else "-"
         probe = (p["next_probe_at"] or "")[:19] or "-"
         rate = f"{p['rate_limit']:g}/s" if p["rate_limit"] else "none"
-        why = p["pause_reason"] if p["paused"] else (p["breaker_reason"] if p["breaker_state"] != "closed" else "")
+        why = (p["pause_reason"] if p["paused"] else p["not_configured"] if not p.get("configured", True)
+               else p["breaker_reason"] if p["breaker_state"] != "closed" else "")
         table.add_row(p["psp"], traffic, cooling, p["breaker_state"], str(p["consecutive_failures"]), probe, rate,
                       (why or "")[:60])
     stdout_console().print(table)

@@ -5,6 +5,7 @@ against the PSP sandbox over real HTTP for the resolve's question to the PSP."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,13 @@ from typing import Any
 import pytest
 
 from psp_adapters.sandbox.server import SandboxServer
+from recon import Client, Settings
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
-from recon.rows import EventSource, PaymentStatus, Transition
+from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
-from tests.console import console, csrf_token, make_dead
+from tests.console import attribute, console, csrf_token, make_dead, stats
 from tests.integration.payment_flow import create
 
 
@@ -70,6 +72,12 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
             True, "ann (approved by bob)", "incident 7")
         r = client.post("/psps/stripe/resume", data={"operator": "mallory", "csrf": csrf})  # the field is ignored
         assert r.status_code == 200 and "resumed by ann" in r.text
+        page = client.get("/psps").text  # who resumed it, beside who paused it
+        assert attribute(page, "psp-stripe-resumed", "data-value") == "ann"
+        assert re.match(r"resumed by ann \S+ \S+ UTC; paused before by ann \(approved by bob\) \(incident 7\)$",
+                        stats(page)["psp-stripe-resumed"])
+        [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
+        assert (stripe["paused"], stripe["resumed_by"], stripe["paused_by"]) == (False, "ann", "ann (approved by bob)")
         assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
     with console(db_url, login="vic") as viewer:
         r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",
@@ -100,6 +108,29 @@ def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Da
     assert shown["job"]["state"] == "runnable"
     assert [r["replayed_by"] for r in shown["replays"]] == ["ann"]
     assert cli_json(recon, db_url, "jobs", "show", str(miss))["job"]["state"] == "dead"
+
+
+def test_dead__a_replay_above_the_amount_of_a_currency_is_a_four_eyes_request(db: Database, db_url: str,
+                                                                             recon: Runner) -> None:
+    payments = PaymentStore(db).create([NewPayment("default", f"big-{i}", 600_000, "EUR", "sandbox")
+                                        for i in range(2)], charge=False)  # 12,000.00 EUR in all
+    client_store = Client(JobStore(db), Settings())
+    jobs = []
+    for pid in payments:  # a charge job per payment, dead (the default [four_eyes.replay_amount] EUR: 10,000.00)
+        job_id = client_store.enqueue("charge", {"payment_id": pid}, queue="charges")
+        [job] = JobStore(db).claim(worker="w", queues=["charges"], n=1, ttl=30)
+        assert job.id == job_id
+        JobStore(db).finish(worker="w", finishes=[Finish(id=job_id, attempt=1, state="dead", outcome="dead",
+                                                         error_kind="bug", error="bug on attempt 1")])
+        jobs.append(job_id)
+    with console(db_url, login="ann") as client:
+        r = client.post("/dead/replay", data={"queue": "charges", "confirm": "1", "csrf": csrf_token(client)})
+        assert r.status_code == 200
+        assert ("a replay of 2 dead jobs worth 12,000.00 EUR over 10,000.00 EUR needs four eyes; approval 1 waits "
+                "for another approver") in r.text
+    assert {cli_json(recon, db_url, "jobs", "show", str(j))["job"]["state"] for j in jobs} == {"dead"}
+    [pending] = cli_json(recon, db_url, "approvals", "list")["approvals"]
+    assert (pending["action"], pending["requested_by"]) == ("jobs.replay", "ann")
 
 
 def test_review__resolve_refused_by_the_psp_then_overridden_by_four_eyes_and_recorded(

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from psp_adapters.sandbox.server import SandboxServer
 from recon import Client, JobStore, Settings
+from recon.clock import FixedClock
 from recon.console.pages import review as review_page
 from recon.db import schema
 from recon.db.database import Database
@@ -197,3 +198,34 @@ def test_dead_letters__show_their_payment_and_say_when_it_is_already_final(db: D
         r = client.post("/dead/replay", data={"confirm": "1", "csrf": csrf_token(client)})
         assert r.status_code == 200
         assert "1 of them are for payments already final" in r.text and f'data-replayed="{job_id}"' in r.text
+
+
+def figure(html: str, stat: str) -> str | None:
+    """The text of the element marked ``data-stat="stat"`` (tags inside it dropped), None when there is none."""
+    found = re.search(rf'data-stat="{re.escape(stat)}"[^>]*>(.*?)</span>', html, re.S)
+    return re.sub(r"<[^>]+>", "", found.group(1)).strip() if found else None
+
+
+def test_queue_totals__kept_for_totals_ttl_and_cleared_by_any_write_of_the_console(db: Database, db_url: str,
+                                                                                   staff: object) -> None:
+    refs = in_review(db, 3)
+    clock = FixedClock(datetime.now(UTC))
+    with console(db_url, clock=clock, login="ann") as client:
+        first = client.get("/review").text
+        assert figure(first, "review-total") == "3" and figure(first, "review-totals-at") is None  # computed now
+        assert figure(client.get("/payments?status=needs_review").text, "payments-total") == "3"
+        in_review(db, 1, prefix="late")  # a worker sends another payment to review
+        kept = client.get("/review").text
+        assert figure(kept, "review-total") == "3" and figure(kept, "review-totals-at")  # kept: as of when
+        assert figure(client.get("/payments?status=needs_review").text, "payments-total") == "3"
+        assert listed(client.get("/review").text)[-1] == "late-0"  # the rows are read fresh
+        clock.advance(timedelta(seconds=10))  # [console] totals_ttl (10 s) has passed
+        assert figure(client.get("/review").text, "review-total") == "4"
+        in_review(db, 1, prefix="later")
+        assert figure(client.get("/review").text, "review-total") == "4"
+        r = client.post(f"/payments/{refs[0]}/comment", data={"comment": "on it", "csrf": csrf_token(client)},
+                        follow_redirects=False)
+        assert r.status_code == 303
+        after = client.get("/review").text  # any write of the console clears what it kept
+        assert figure(after, "review-total") == "5" and figure(after, "review-totals-at") is None
+        assert figure(client.get("/payments?status=needs_review").text, "payments-total") == "5"

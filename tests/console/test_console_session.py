@@ -216,7 +216,7 @@ def test_config__timeouts_from_the_console_section(db_url: str, tmp_path: Path) 
     ("idle_timeout = true", r"console.idle_timeout: expected a duration such as \"15m\", got True"),
     ('idle_timout = "5m"', r"console.idle_timout: unknown key; did you mean 'idle_timeout'\?"),
     ('idle = "5m"', r"console.idle: unknown key \(known: absolute_timeout, idle_timeout, token_operator, "
-                    r"token_role\)"),
+                    r"token_role, totals_ttl\)"),
 ])
 def test_config__bad_console_settings_fail_every_command_naming_the_key(tmp_path: Path, recon: Runner, db_url: str,
                                                                         body: str, message: str) -> None:
@@ -264,7 +264,7 @@ def test_state_of__the_table(session: ConsoleSession | None, config: ConsoleConf
 def test_config__the_shipped_file_states_the_defaults() -> None:
     shipped = tomllib.loads((Path(__file__).parents[2] / "config" / "recon.toml").read_text())["console"]
     assert shipped == {"idle_timeout": "15m", "absolute_timeout": "12h", "token_operator": "console-token",
-                       "token_role": "viewer"}
+                       "token_role": "viewer", "totals_ttl": "10s"}
     assert ConsoleConfig.load(shipped) == ConsoleConfig() == \
         ConsoleConfig(idle_timeout=timedelta(minutes=15), absolute_timeout=timedelta(hours=12))
     assert ConsoleConfig().touch_interval == timedelta(minutes=1)

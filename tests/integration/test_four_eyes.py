@@ -10,14 +10,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from recon import Client, Settings
 from recon.app import App
 from recon.clock import FixedClock
 from recon.db.approval_store import ApprovalStore
 from recon.db.database import Database
+from recon.db.payment_store import PaymentStore
 from recon.engine.replay import job_filter
-from recon.errors import NotAllowed, UsageError
+from recon.errors import ConfigError, NotAllowed, UsageError
 from recon.four_eyes import FourEyesConfig
 from recon.operator_rows import ApprovalState
+from recon.rows import Finish, NewPayment
 from tests.console import make_dead
 
 
@@ -90,12 +93,61 @@ def test_replay__above_the_count_needs_an_approver(app: App) -> None:
     assert {r.replayed_by for i in ids[2:] for r in app.jobs.dead_letters.replays(i)} == {"ann (approved by amy)"}
 
 
+def dead_for(app: App, kind: str, payment_id: int, *, queue: str = "money") -> int:
+    """A charge or reconcile job on payment ``payment_id`` that ran once and died."""
+    job_id = Client(app.jobs, Settings()).enqueue(kind, {"payment_id": payment_id}, queue=queue)
+    [job] = app.jobs.claim(worker="w", queues=[queue], n=1, ttl=30)
+    assert job.id == job_id
+    app.jobs.finish(worker="w", finishes=[Finish(id=job.id, attempt=1, state="dead", outcome="dead",
+                                                 error_kind="bug", error="bug on attempt 1")])
+    return job_id
+
+
+def test_replay__above_the_amount_in_a_currency_needs_an_approver(app: App) -> None:
+    big, other, small = PaymentStore(app.db).create([
+        NewPayment("default", "fe-big", 600_000, "EUR", "sandbox"),  # 6,000.00 EUR
+        NewPayment("default", "fe-other", 600_001, "EUR", "sandbox"),
+        NewPayment("default", "fe-yen", 5_000_000, "JPY", "sandbox")], charge=False)
+    # 10,000.00 EUR; JPY has no amount threshold
+    app.four_eyes.config = FourEyesConfig(replay_count=100, replay_amount={"EUR": 1_000_000})
+    same = [dead_for(app, "charge", big), dead_for(app, "reconcile", big), dead_for(app, "charge", small)]
+    filters = job_filter(app.jobs, queue="money")
+    ran = app.actions.replay(filters, budget=2, by="ann")  # 6,000.00 EUR once (two jobs, one payment): within
+    assert ran.approval is None and ran.run is not None and ran.run.replayed == same
+    more = [dead_for(app, "charge", big, queue="money2"), dead_for(app, "charge", other, queue="money2")]
+    asked = app.actions.replay(job_filter(app.jobs, queue="money2"), budget=2, by="bob")  # 12,000.01 EUR
+    assert asked.run is None and asked.approval is not None and asked.matched == 2
+    assert asked.approval.subject == "2 dead jobs worth 12,000.01 EUR over 10,000.00 EUR"
+    assert {j.state.value for j in app.jobs.get_many(more)} == {"dead"}
+    with pytest.raises(NotAllowed, match="another approver must approve it"):
+        app.actions.approve(asked.approval.id, by="bob")
+    done = app.actions.approve(asked.approval.id, by="amy")
+    assert done.result == "replayed 2 dead jobs; 0 left dead (their unique key is held)"
+    assert {j.state.value for j in app.jobs.get_many(more)} == {"runnable"}
+    assert audit(app.db)[-3:] == [("bob", "jobs.replay", "requested"), ("amy", "jobs.replay", "approved"),
+                                  ("amy", "jobs.replay", "done")]
+
+
+def test_amount_over__per_currency_strictly_above() -> None:
+    config = FourEyesConfig(replay_amount={"EUR": 1000, "KWD": 1000, "JPY": 0})
+    assert config.amount_over({"EUR": 1000, "USD": 10**12}) is None  # at the threshold; USD has none
+    assert config.amount_over({"KWD": 1001}) == "1.001 KWD over 1.000 KWD"
+    assert config.amount_over({"JPY": 1, "EUR": 1001}) == "10.01 EUR over 10.00 EUR"  # the first code in order
+
+
 def test_config__bounds() -> None:
     assert FourEyesConfig.load({"expires_after": "1h", "replay_count": 0}).replay_count == 0
+    assert FourEyesConfig.load({"replay_amount": {"EUR": 0, "JPY": 10**15}}).replay_amount == {"EUR": 0,
+                                                                                             "JPY": 10**15}
+    assert FourEyesConfig.load({}).replay_amount == {"EUR": 10**6, "USD": 10**6, "GBP": 10**6, "JPY": 10**6}
+    assert FourEyesConfig.load({"replay_amount": {}}).replay_amount == {}  # the amount rule off
     for bad in ({"expires_after": "1m"}, {"expires_after": "8d"}, {"replay_count": -1}, {"replay_count": True},
-                {"threshold": 1}):
-        with pytest.raises(Exception, match="four_eyes"):
+                {"threshold": 1}, {"replay_amount": {"eur": 100}}, {"replay_amount": {"XXY": 100}},
+                {"replay_amount": {"EUR": -1}}, {"replay_amount": {"EUR": 10**15 + 1}},
+                {"replay_amount": {"EUR": 1.5}}, {"replay_amount": {"EUR": "100"}}, {"replay_amount": 5}):
+        with pytest.raises(ConfigError, match="four_eyes"):
             FourEyesConfig.load(bad)
+
 
 
 def test_race__two_approvals_at_once_have_one_winner(app: App) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pyotp
@@ -115,6 +116,63 @@ def test_login__totp_code_required_when_enrolled(db: Database, staff: dict[str, 
     assert ops.login("bob", PASSWORD, "000000" if pyotp.TOTP(secret).now() != "000000" else "111111",
                      source="t").operator is None
     assert ops.login("bob", PASSWORD, pyotp.TOTP(secret).now(), source="t").operator is not None
+
+
+def why_refused(db: Database) -> str:
+    with db.begin() as conn:
+        evidence = conn.execute(sa.text("SELECT evidence FROM audit_log WHERE action = 'login.failed' "
+                                        "ORDER BY id DESC LIMIT 1")).scalar_one()
+    return str((json.loads(evidence) if isinstance(evidence, str) else evidence)["why"])
+
+
+def test_login__a_totp_code_is_used_once(db: Database, staff: dict[str, Role]) -> None:
+    at = datetime(2026, 12, 5, 9, 0, 10, tzinfo=UTC)
+    db.clock = FixedClock(at)
+    ops = Operators(db)
+    secret = ops.reset_password("bob", password=PASSWORD, by="root", totp=True)
+    assert secret
+    totp = pyotp.TOTP(secret)
+    assert ops.login("bob", PASSWORD, totp.at(at), source="t").operator is not None
+    again = ops.login("bob", PASSWORD, totp.at(at), source="t")  # the same code, within its window
+    assert again.operator is None and again.message == "wrong operator name, password or code"
+    assert why_refused(db) == "TOTP code already used"
+    earlier = ops.login("bob", PASSWORD, totp.at(at, counter_offset=-1), source="t")  # valid by the drift window
+    assert earlier.operator is None and why_refused(db) == "TOTP code already used"
+    assert ops.login("bob", PASSWORD, totp.at(at, counter_offset=1), source="t").operator is not None  # the next
+    db.clock = FixedClock(at + timedelta(seconds=30))  # the next step has begun: its code was used already
+    assert ops.login("bob", PASSWORD, totp.at(at, counter_offset=1), source="t").operator is None
+    db.clock = FixedClock(at + timedelta(seconds=60))
+    assert ops.login("bob", PASSWORD, totp.at(at + timedelta(seconds=60)), source="t").operator is not None
+    with db.begin() as conn:
+        step = conn.execute(sa.text("SELECT totp_last_step FROM operators WHERE name = 'bob'")).scalar_one()
+    assert step == int(at.timestamp()) // 30 + 2
+    fresh = ops.reset_password("bob", password=PASSWORD, by="root", totp=True)  # a new secret: steps start over
+    assert fresh and fresh != secret
+    with db.begin() as conn:
+        assert conn.execute(sa.text("SELECT totp_last_step FROM operators WHERE name = 'bob'")).scalar_one() is None
+    assert ops.login("bob", PASSWORD, pyotp.TOTP(fresh).at(at + timedelta(seconds=60)), source="t").operator
+
+
+def test_login__two_logins_with_one_totp_code_one_wins(db: Database, staff: dict[str, Role]) -> None:
+    at = datetime(2026, 12, 5, 9, 0, 10, tzinfo=UTC)
+    db.clock = FixedClock(at)
+    secret = Operators(db).reset_password("bob", password=PASSWORD, by="root", totp=True)
+    assert secret
+    code = pyotp.TOTP(secret).at(at)
+    barrier = threading.Barrier(2)
+    results: list[bool] = []
+
+    def login() -> None:
+        ops = Operators(db)
+        barrier.wait()
+        results.append(ops.login("bob", PASSWORD, code, source="t").operator is not None)
+
+    threads = [threading.Thread(target=login) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, True]
 
 
 def test_authorize__roles_are_a_ladder(db: Database, staff: dict[str, Role]) -> None:

@@ -91,6 +91,15 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
                     env=no_config_env())
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
+    doc = status(db_url)  # who resumed it, beside its last pause
+    assert (doc["sandbox"]["paused"], doc["sandbox"]["resumed_by"], doc["sandbox"]["paused_by"],
+            doc["sandbox"]["pause_reason"]) == (False, "ann", "ann (approved by bob)", "maintenance window")
+    assert str(doc["sandbox"]["resumed_at"]) >= str(doc["sandbox"]["paused_at"])
+    for command in (("psp", "status"), ("stats",)):
+        human = recon(*command, db_url=db_url, log_level="ERROR", env={**no_config_env(), "COLUMNS": "200"})
+        assert human.returncode == 0, human.stderr
+        [row] = [line for line in human.stdout.splitlines() if "sandbox" in line and "flowing" in line]
+        assert f"flowing (resumed by ann at {str(doc['sandbox']['resumed_at'])[:19]})" in row
     burst()
     assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
     assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
@@ -117,6 +126,24 @@ def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_u
     assert stats.returncode == 0, stats.stderr
     [entry] = [p for p in json.loads(stats.stdout)["psp_controls"] if p["psp"] == "sandbox"]
     assert entry["breaker_state"] == "open" and entry["cooling_down"] is True
+
+
+def test_psp_cli__a_psp_without_credentials_is_not_configured_not_flowing(db: Database, db_url: str,
+                                                                         recon: Runner) -> None:
+    env = {k: v for k, v in no_config_env().items() if not k.startswith(("RECON_STRIPE_", "RECON_ADYEN_"))}
+    result = recon("psp", "status", "--json", db_url=db_url, log_level="ERROR", env=env)
+    assert result.returncode == 0, result.stderr
+    doc = {p["psp"]: p for p in json.loads(result.stdout)["psps"]}
+    assert (doc["stripe"]["configured"], doc["adyen"]["configured"], doc["sandbox"]["configured"]) == (
+        False, False, True)
+    assert "RECON_STRIPE_" in doc["stripe"]["not_configured"] and doc["sandbox"]["not_configured"] is None
+    for command in (("psp", "status"), ("stats",)):
+        human = recon(*command, db_url=db_url, log_level="ERROR", env={**env, "COLUMNS": "200"})
+        assert human.returncode == 0, human.stderr
+        rows = {name: line for line in human.stdout.splitlines() for name in ("stripe", "adyen", "sandbox")
+                if f" {name} " in line and ("flowing" in line or "configured" in line)}
+        assert "not configured" in rows["stripe"] and "not configured" in rows["adyen"], human.stdout
+        assert "flowing" in rows["sandbox"] and "not configured" not in rows["sandbox"]
 
 
 def test_psp_cli__unknown_psp_is_bad_usage(tmp_path: Path, recon: Runner) -> None:

@@ -35,20 +35,20 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_refunds_import__amounts_exact_jobs_queued(db: Database, db_url: str, tmp_path: Path,
+def test_refunds_import__amounts_exact_jobs_queued(db: Database, db_url: str, tmp_path: Path, staff: object,
                                                   recon: Runner) -> None:
     a = succeeded(db, "order-1", 5000)
     b = succeeded(db, "order-2", 1000, currency="JPY")
     path = write(tmp_path, HEADER + "order-1,rf-1,12.34,requested_by_customer\norder-1,rf-2,37.66,\n"
                                     "order-2,rf-3,1000,duplicate\n")
-    r = recon("refunds", "import", str(path), "--by", "alice", "--json", db_url=db_url)
+    r = recon("refunds", "import", str(path), "--by", "ann", "--json", db_url=db_url)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"file": str(path), "imported": 3, "refund_jobs_queued": 3}
     store = RefundStore(db)
     got = [(x.refund_reference, x.amount, x.currency, x.reason, x.requested_by) for x in
            store.for_payment(a) + store.for_payment(b)]
-    assert got == [("rf-1", 1234, "EUR", "requested_by_customer", "alice"), ("rf-2", 3766, "EUR", None, "alice"),
-                   ("rf-3", 1000, "JPY", "duplicate", "alice")]
+    assert got == [("rf-1", 1234, "EUR", "requested_by_customer", "ann"), ("rf-2", 3766, "EUR", None, "ann"),
+                   ("rf-3", 1000, "JPY", "duplicate", "ann")]
     assert len(JobStore(db).list_jobs(kind="refund", limit=10)) == 3
     p = PaymentStore(db).get(a)
     assert p is not None and p.refunded_amount == 5000
@@ -75,7 +75,7 @@ def test_refunds_import__any_bad_row_imports_nothing(db: Database, db_url: str, 
         PaymentStore(db).apply(conn, Transition(pending, PaymentStatus.CREATED, PaymentStatus.PENDING,
                                                 EventSource.CHARGE))
     path = write(tmp_path, HEADER + rows)
-    r = recon("refunds", "import", str(path), "--by", "alice", db_url=db_url)
+    r = recon("refunds", "import", str(path), db_url=db_url)  # as the system (no --by)
     assert r.returncode == 2
     assert r.stderr.splitlines()[0] == f"recon: {tmp_path / message}"
     assert RefundStore(db).existing_references(["rf-1", "rf-2"]) == set()

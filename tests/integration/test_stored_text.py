@@ -532,7 +532,7 @@ def plant_refund_commands(env: Env) -> None:
     path = env.tmp_path / "refunds.csv"
     path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
                     encoding="utf-8")
-    refused(env.run("refunds", "import", str(path), "--by", "alice"), "(field refund_reference)")
+    refused(env.run("refunds", "import", str(path)), "(field refund_reference)")
 
 
 def plant_stripe_refund_answers(env: Env) -> None:
@@ -690,6 +690,7 @@ COLUMNS: dict[str, Entry] = {
     "workers.counters": Exempt("numbers keyed by recon's names: kinds, outcomes, PSPs of the registry"),
     "psp_controls.psp": Refused(plant_psp_name),
     "psp_controls.paused_by": Refused(plant_operator_name),
+    "psp_controls.resumed_by": Refused(plant_operator_name),
     "psp_controls.pause_reason": Masked(plant_operators),
     "psp_controls.breaker_state": Exempt(CHECKED),
     "psp_controls.breaker_reason": Masked(plant_stripe_breaker),

@@ -32,3 +32,17 @@ def test_for_driver__refuses_a_literal_percent_and_a_missing_dialect() -> None:
         sqlite_only.for_driver("postgresql")
     assert q.Query("t3", "a test statement", sql="SELECT CAST(:x AS int)").for_driver("postgresql") == \
         "SELECT CAST(%(x)s AS int)"
+
+
+def test_minor_thresholds__exact_per_exponent_never_rounded_the_wrong_way() -> None:
+    from recon.db.review_queries import minor_thresholds
+
+    assert minor_thresholds("high_min", 10_000_000, at_least=True) == {  # 1,000 major units
+        "high_min_0": 1_000, "high_min_2": 100_000, "high_min_3": 1_000_000, "high_min_4": 10_000_000}
+    # 1.2345 major units: at least it means the next minor unit up, at most the one below
+    assert minor_thresholds("min", 12_345, at_least=True) == {"min_0": 2, "min_2": 124, "min_3": 1_235,
+                                                              "min_4": 12_345}
+    assert minor_thresholds("max", 12_345, at_least=False) == {"max_0": 1, "max_2": 123, "max_3": 1_234,
+                                                               "max_4": 12_345}
+    assert minor_thresholds("max", None, at_least=False) == {"max_0": None, "max_2": None, "max_3": None,
+                                                             "max_4": None}

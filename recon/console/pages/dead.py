@@ -123,9 +123,9 @@ def replay_dead(request: Request, fields: Fields) -> Response:
     app = recon_app(request)
     budget = app.settings.engine.default_max_attempts
     asked = app.actions.replay(filters.job_filter(request), budget=budget, by=operator)
-    if asked.approval is not None:  # above [four_eyes] replay_count
-        return done(request, "/dead", f"more than {app.four_eyes.config.replay_count} dead jobs match: the replay "
-                    f"needs four eyes; approval {asked.approval.id} waits for another approver (Approvals)")
+    if asked.approval is not None:  # above [four_eyes] replay_count or replay_amount
+        return done(request, "/dead", f"a replay of {asked.approval.subject} needs four eyes; approval "
+                    f"{asked.approval.id} waits for another approver (Approvals)")
     run = asked.run or ReplayRun(dry_run=False, budget=budget)
     final = _final(request, run.replayed)
     log.info("console: %d dead jobs replayed by %s", len(run.replayed), operator)

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, page, pages, recon_app
+from recon.console.web import Fields, page, pages, recon_app, totals_cache
 from recon.console_rows import PaymentListFilter
 from recon.db.payment_list_store import PaymentListStore, age_bounds
 from recon.db.schema import PAYMENT_STATUSES
@@ -85,7 +85,10 @@ def payments_page(request: Request) -> Response:
     else:
         more_older, found = len(found) > PAGE_SIZE, found[:PAGE_SIZE]
         more_newer = before is not None
-    return pages(request).render(request, "payments.html", found=found, totals=store.totals(where, exponents()),
+    kept = totals_cache(request).get(("payments", *sorted(typed.items())), lambda: store.totals(where, exponents()),
+                                     now=app.db.clock.now())
+    return pages(request).render(request, "payments.html", found=found, totals=kept.value, totals_at=kept.at,
+                                 totals_cached=kept.cached,
                                  older=found[-1].id if more_older and found else None,
                                  newer=found[0].id if more_newer and found else None, **context)
 

@@ -19,9 +19,10 @@ log = logging.getLogger("recon.console")
 
 def psp_page(request: Request, *, status: int = 200, errors: dict[str, str] | None = None) -> Response:
     app = recon_app(request)
-    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names())
+    unconfigured = app.unconfigured_psps()
+    doc = psp_controls_document(app.controls, app.guard_config, app.psp_names(), unconfigured=unconfigured)
     return pages(request).render(request, "psps.html", status=status, doc=doc, errors=errors or {},
-                                 unconfigured=app.unconfigured_psps())
+                                 unconfigured=unconfigured)
 
 
 def psp_status(request: Request) -> Response:

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from recon import review_bulk
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
+from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app, totals_cache
 from recon.durations import parse_duration
 from recon.errors import NotAllowed, ReviewRefused, UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
@@ -67,8 +67,11 @@ def review_queue(request: Request) -> Response:
     if fields.raw("format") == "csv":
         items = app.review.list(**_list_args(typed), limit=LIST_MAX)
         return csv_response("review-queue.csv", CSV_COLUMNS, (_csv_row(i) for i in items))
-    queue = app.review.queue(where, after=after, before=before, limit=REVIEW_LIMIT)
-    return pages(request).render(request, "review.html", items=queue.items, queue=queue,
+    kept = totals_cache(request).get(("review", *sorted(typed.items())), lambda: app.review.totals(where),
+                                     now=app.db.clock.now())
+    queue = app.review.queue(where, after=after, before=before, limit=REVIEW_LIMIT, totals=kept.value)
+    return pages(request).render(request, "review.html", items=queue.items, queue=queue, totals_at=kept.at,
+                                 totals_cached=kept.cached,
                                  next_cursor=_cursor_text(queue.next_cursor),
                                  previous_cursor=_cursor_text(queue.previous_cursor),
                                  reasons={i.payment.id: readable_reason(i.payment.review_reason) for i in queue.items},

@@ -17,10 +17,21 @@ from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.console.browser.conftest import Console, create, recon_json, sign_in, submit, to_review
+from tests.console.browser.conftest import (
+    ACTION_TIMEOUT_MS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    VIEWPORT,
+    Console,
+    create,
+    recon_json,
+    sign_in,
+    submit,
+    to_review,
+)
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Page, Playwright
 
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -92,6 +103,53 @@ def test_browser_queue__bulk_resolve_previews_then_applies_exactly_that_set_and_
     for ref in lost:
         last = recon_json(recon, db_url, "review", "show", ref)["events"][-1]
         assert last["to_status"] == "failed" and last["details"]["bulk"]["size"] == 3
+
+
+def test_browser_queue__a_bulk_resolve_above_the_threshold_is_requested_then_approved_in_another_browser(
+        db: Database, db_url: str, sandbox: SandboxServer, console: Console, page: Page, playwright: Playwright,
+        recon: Runner, tmp_path: Path) -> None:
+    lost = queue_of(db, 11)  # more than [four_eyes] bulk_resolve_count (10): four eyes
+    sign_in(console, page, "bob")  # an approver asks: the refusal of his own approval is the four-eyes rule's
+    page.goto(console.at("/review/bulk?as=failed"))
+    assert page.locator("[data-stat='bulk-count']").inner_text() == "11"
+    form = page.locator("form[action='/review/bulk'][method=post]")
+    form.locator("input[name=reason]").fill("never reached the PSP, ticket 12")
+    form.locator("input[name=confirm]").check()
+    submit(page, form.get_by_role("button"))
+    page.screenshot(path=tmp_path / "bulk-requested.png", full_page=True)
+    assert "bulk resolve of 11 payments in review requested by bob: approval 1 waits for another approver" in \
+        page.get_by_role("status").inner_text()
+    assert {PaymentStore(db).by_reference(r).status for r in lost} == {  # type: ignore[union-attr]
+        PaymentStatus.NEEDS_REVIEW}  # nothing resolved yet
+    page.goto(console.at("/approvals"))
+    submit(page, page.get_by_role("button", name="Approve 1"), expect=403)  # his own request
+    assert "another approver must approve it (four eyes)" in page.get_by_role("alert").inner_text()
+    assert {PaymentStore(db).by_reference(r).status for r in lost} == {  # type: ignore[union-attr]
+        PaymentStatus.NEEDS_REVIEW}
+
+    other = playwright.chromium.launch_persistent_context(  # a second person: another browser, its own session
+        tmp_path / "amy-profile", executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True,
+        viewport=VIEWPORT)  # type: ignore[arg-type]
+    try:
+        other.set_default_timeout(ACTION_TIMEOUT_MS)
+        amy = other.pages[0] if other.pages else other.new_page()
+        sign_in(console, amy, "amy")
+        amy.goto(console.at("/approvals"))
+        assert "never reached the PSP, ticket 12" in amy.inner_text("main")
+        submit(amy, amy.get_by_role("button", name="Approve 1"))
+        amy.screenshot(path=tmp_path / "bulk-approved.png", full_page=True)
+        assert "approval 1 (review.bulk_resolve of 11 payments in review) approved by amy: resolved 11 payments " \
+               "as failed (approved by amy)" in amy.get_by_role("status").inner_text()
+    finally:
+        other.close()
+    assert {PaymentStore(db).by_reference(r).status for r in lost} == {  # type: ignore[union-attr]
+        PaymentStatus.FAILED}
+    for ref in lost:
+        last = recon_json(recon, db_url, "review", "show", ref)["events"][-1]
+        assert (last["to_status"], last["details"]["operator"]) == ("failed", "bob")
+        assert last["details"]["bulk"]["size"] == 11
+    page.reload()  # bob's approvals page, by GET: the request is decided, nothing left to approve
+    assert page.get_by_role("button", name="Approve 1").count() == 0
 
 
 def test_browser_queue__csv_export_downloads_the_filtered_list(
