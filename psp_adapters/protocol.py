@@ -54,6 +54,8 @@ class ChargeRequest:
     payment_method: str | None = None  #: a PSP token of a stored payment method (never a card number)
     customer_reference: str | None = None  #: the PSP's customer (Stripe ``cus_…``) or shopper reference (Adyen)
     description: str | None = None
+    #: authorise only: the PSP holds the amount until a capture (``CapturingAdapter``); the answer is Authorised
+    manual_capture: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,12 @@ class Succeeded(_Outcome):
 
 
 @dataclass(frozen=True, slots=True)
+class Authorised(_Outcome):
+    """The PSP authorised the amount and holds it for a capture (a charge made with ``manual_capture``): no
+    money taken yet. Stripe's ``requires_capture``; Adyen's ``Authorised`` for a manual-capture payment."""
+
+
+@dataclass(frozen=True, slots=True)
 class Pending(_Outcome):
     """The PSP has no final answer yet (processing, 3DS, async methods)."""
 
@@ -121,7 +129,7 @@ class Unknown(_Outcome):
     """The PSP answered with a status we do not recognise: never guessed into another outcome."""
 
 
-PaymentOutcome = Succeeded | Pending | ActionRequired | Failed | NotFound | Unknown
+PaymentOutcome = Succeeded | Authorised | Pending | ActionRequired | Failed | NotFound | Unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +184,10 @@ class DisputeNews(_Outcome):
 DISPUTE_STATES = ("opened", "won", "lost", "reversed")
 
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
-_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
+_NEWS: dict[type, str] = {Succeeded: "succeeded", Authorised: "authorised", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
-_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
+_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "authorised": Authorised, "failed": Failed,
+                                             "pending": Pending,
                                              "action_required": ActionRequired, "unknown": Unknown}
 #: the kinds of ``Reversed`` news: money the PSP took back
 REVERSAL_KINDS = ("refund", "dispute")
@@ -442,6 +451,44 @@ class RefundingAdapter(Protocol):
     def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
+
+
+#: the modifications of an authorisation (``ModificationRequest.kind``)
+MODIFICATION_KINDS = ("capture", "cancel")
+
+
+@dataclass(frozen=True, slots=True)
+class ModificationRequest:
+    """A capture or a cancel of an authorised payment the PSP knows as ``payment_reference`` (Stripe's
+    PaymentIntent id, Adyen's pspReference). ``amount``: a capture's, minor units of ``currency`` (the payment's),
+    at most the authorised amount (less: a partial capture; the rest is released); a cancel's is the payment's
+    and is not sent. ``modification_reference`` is ours, unique; the PSP echoes it where it can (Adyen's
+    ``reference``, Stripe's metadata)."""
+
+    kind: str  #: one of MODIFICATION_KINDS
+    payment_reference: str
+    modification_reference: str
+    amount: int
+    currency: str
+    merchant_account: str | None = None  #: the payment's; None or "": the configured default
+
+
+@runtime_checkable
+class CapturingAdapter(Protocol):
+    """A PSP that authorises now and captures later (Stripe, Adyen). Answers about the modification:
+    Succeeded: done (``amount`` what was captured); Pending: the PSP has it and no final word yet (Adyen's
+    ``[received]``, always: its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and reports tell the end);
+    Failed: refused; Unknown: a status we do not know. ``psp_reference`` is the PSP's id of the modification
+    (Adyen's modification pspReference; Stripe's: the PaymentIntent's own id, which its capture and cancel
+    answer with). Each call sends ``idempotency_key``, so a retry after a lost answer never captures twice.
+
+    ``fetch_modification`` asks what became of it (Stripe: the PaymentIntent, ``succeeded`` with its
+    ``amount_received`` after a capture, ``canceled`` after a cancel, ``requires_capture`` while neither);
+    a PSP that cannot be asked (Adyen) answers Pending."""
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome: ...
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import assert_never
+from typing import Any, assert_never
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError
@@ -241,7 +241,7 @@ def parse_charge_body(payload: object) -> ChargeRequest:
         or not currency.isupper()
     ):
         raise BadRequest("currency_invalid", "currency must be an upper-case ISO-4217 code")
-    optional: dict[str, str | None] = {}
+    optional: dict[str, Any] = {}
     for name in ("merchant_account", "payment_method", "description"):
         value = payload.get(name)
         if value is not None and not isinstance(value, str):
