@@ -13,6 +13,8 @@
 | resume a PSP           | operator |                                              | psp.resume          |
 | replay dead jobs       | operator | more than ``[four_eyes] replay_count`` jobs  | jobs.replay         |
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
+| capture a payment      | operator |                                              | payment.capture     |
+| cancel an authorisation| operator |                                              | payment.cancel      |
 | approve or reject      | approver | never one's own                              | the request's       |
 
 A write that needs four eyes returns the pending ``Approval`` instead of its result.
@@ -27,13 +29,16 @@ from typing import Any
 from recon import review_bulk
 from recon.audit import entry
 from recon.db.audit_store import AuditStore
+from recon.db.modification_store import ModificationStore
 from recon.engine.client import Client
 from recon.engine.replay import ReplayRun, replay
 from recon.errors import ReviewRefused, UsageError
 from recon.four_eyes import FourEyes, replay_payload
+from recon.modification_rows import CANCEL, CAPTURE, Modification, NewModification
 from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
+from recon.payments.money import parse_amount
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
@@ -193,6 +198,43 @@ class Actions:
         result = Client(self.app.jobs, self.app.settings).cancel(job_id)
         self.audit.record(entry(who, "jobs.cancel", f"job {job_id}", result))
         return result
+
+    # --- captures and cancels of authorised payments -------------------------------------------------------------
+
+    def capture(self, reference: str, *, amount: str | None, by: str | None) -> Modification:
+        """Capture authorised payment ``reference`` (its merchant reference): ``amount`` in major units of its
+        currency, at most what the authorisation has left (None: all of it); one capture job. Raises
+        UsageError (nothing written, the refusal audited) when the payment cannot take it."""
+        return self._modify(CAPTURE, reference, amount=amount, by=by)
+
+    def cancel_authorisation(self, reference: str, *, by: str | None) -> Modification:
+        """Cancel authorised payment ``reference``: its whole authorisation released; one cancel job."""
+        return self._modify(CANCEL, reference, amount=None, by=by)
+
+    def _modify(self, kind: str, reference: str, *, amount: str | None, by: str | None) -> Modification:
+        action = f"payment.{kind}"
+        who = self._who(by, Role.OPERATOR, kind)
+        try:
+            payment = self.app.payments.by_reference(reference.strip())
+            if payment is None:
+                raise UsageError(f"payment {reference} not found")
+            minor = parse_amount(amount, payment.currency) if amount is not None else None
+            store: ModificationStore = self.app.modifications
+            n = len(store.for_payment(payment.id)) + 1
+            while store.existing_references([f"{payment.merchant_reference}-{kind}{n}"]):
+                n += 1
+            queue = self.app.payments_config.queue
+            mid = store.create(NewModification(payment_id=payment.id, kind=kind, amount=minor, requested_by=who,
+                                               modification_reference=f"{payment.merchant_reference}-{kind}{n}"),
+                               queue=queue, max_depth={queue: self.app.settings.queue(queue).max_depth})
+        except UsageError as exc:
+            self.audit.record(entry(who, action, reference, "refused", amount=amount, why=str(exc)))
+            raise
+        made = store.get(mid)
+        assert made is not None  # nosec B101  # just written: type narrowing
+        self.audit.record(entry(who, action, reference, modification=made.modification_reference,
+                                amount=made.amount, currency=made.currency))
+        return made
 
     # --- four eyes --------------------------------------------------------------------------------------------
 
