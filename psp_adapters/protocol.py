@@ -183,6 +183,25 @@ class DisputeNews(_Outcome):
 #: a DisputeNews' states
 DISPUTE_STATES = ("opened", "won", "lost", "reversed")
 
+
+@dataclass(frozen=True, slots=True)
+class ModificationNews(_Outcome):
+    """News about one capture or cancel of an authorised payment (a webhook's: Adyen's CAPTURE, CAPTURE_FAILED,
+    CANCELLATION): ``psp_reference`` is the PAYMENT's PSP reference (it finds the payment), ``modification_id``
+    the PSP's id of the modification, ``merchant_reference`` our modification reference when the PSP echoes it;
+    ``kind`` capture or cancel, ``state`` succeeded or failed; ``amount`` the modification's."""
+
+    kind: str = "capture"
+    state: str = "succeeded"
+    modification_id: str | None = None
+    reason: str | None = None
+
+
+#: a ModificationNews' states
+MODIFICATION_STATES = ("succeeded", "failed")
+#: the modifications of an authorisation (``ModificationRequest.kind``, ``ModificationNews.kind``)
+MODIFICATION_KINDS = ("capture", "cancel")
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
 _NEWS: dict[type, str] = {Succeeded: "succeeded", Authorised: "authorised", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
@@ -195,7 +214,7 @@ REVERSAL_KINDS = ("refund", "dispute")
 PAYOUT_NEWS = "payout"
 
 
-def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews) -> str:
+def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
     pending, action_required, unknown, a reversal's kind (refund, dispute), ``payout``, or ``refund_<state>`` /
     ``dispute_<state>`` for news about one refund or dispute. ``news_from`` reads it back."""
@@ -205,13 +224,16 @@ def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | Disput
         return f"refund_{news.state}"
     if isinstance(news, DisputeNews):
         return f"dispute_{news.state}"
+    if isinstance(news, ModificationNews):
+        return f"{news.kind}_{news.state}"
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
               currency: str | None, raw_status: str | None, reason: str | None,
               refund_id: str | None = None, due_by: datetime | None = None,
-              fee: int | None = None) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews:
+              fee: int | None = None
+              ) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
     has one (Failed, Reversed, RefundNews); ``refund_id`` is a RefundNews' (stored apart from the payment's)."""
@@ -224,6 +246,10 @@ def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str |
     if kind.startswith("dispute_") and state in DISPUTE_STATES:
         return DisputeNews(**common, state=state, dispute_id=refund_id, reason=reason, due_by=due_by,  # type: ignore[arg-type]
                            fee=fee)
+    modification, _, state = kind.partition("_")
+    if modification in MODIFICATION_KINDS and state in MODIFICATION_STATES:
+        return ModificationNews(**common, kind=modification, state=state, modification_id=refund_id,  # type: ignore[arg-type]
+                                reason=reason)
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
     if kind == PAYOUT_NEWS:
@@ -249,7 +275,7 @@ class WebhookEvent:
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | None
+    news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)
@@ -451,10 +477,6 @@ class RefundingAdapter(Protocol):
     def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
-
-
-#: the modifications of an authorisation (``ModificationRequest.kind``)
-MODIFICATION_KINDS = ("capture", "cancel")
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.modification import ModificationReconcileHandler
+from recon.reconcile.modification_webhook import ModificationNewsApplier
 from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
 from recon.reconcile.refund import RefundReconcileHandler
 from recon.reconcile.webhook import WebhookHandler, report_sweep
@@ -471,7 +472,8 @@ class App:
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
                            queue=self.webhook_config.queue, payout_func=self._payout_news,
-                           refunds=self.refunds, disputes=self.disputes),
+                           refunds=self.refunds, disputes=self.disputes,
+                           modifications=ModificationNewsApplier(self.modifications, self.payments, self.webhooks)),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),

@@ -28,8 +28,8 @@ or None when nothing changes. ``outcome_details`` is how every answer joins the 
 | succeeded, same amount and currency       | unfinished         | succeeded                                       |
 | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
 | customer action required                  | unfinished         | needs_review (authentication_required)          |
-| authorised, a manual-capture payment, same amount | unfinished | authorised (captures and cancels move it on)    |
-| authorised, other amount or currency      | unfinished, manual | needs_review (amount_mismatch / currency_mismatch) |
+| authorised or succeeded, a manual-capture payment, same amount | unfinished | authorised (our capture moves it on) |
+| authorised or succeeded, other amount or currency | unfinished, manual | needs_review (amount_mismatch)     |
 | authorised, an automatic-capture payment  | unfinished         | nothing: not money yet (pending)                |
 | failed / canceled                         | unfinished         | failed ("psp: " and the PSP's reason)           |
 | failed / canceled (the authorisation expired: Stripe's automatic) | authorised | failed ("psp: …")          |
@@ -51,7 +51,7 @@ reference we hold or none:
 | ----------------------------------------- | ---------------------------------------------------------------- |
 | succeeded, same amount and currency       | succeeded                                                        |
 | succeeded, other amount or currency       | needs_review (amount_mismatch / currency_mismatch)               |
-| authorised, a manual-capture payment      | authorised (or needs_review: amount_mismatch / currency_mismatch)|
+| authorised or succeeded, a manual-capture payment | authorised (or needs_review: amount_mismatch)            |
 | customer action required                  | needs_review (authentication_required)                           |
 | declined                                  | failed ("declined: " and the PSP's reason)                       |
 | pending, cannot say, not found            | pending: reconciliation decides                                  |
@@ -73,6 +73,7 @@ from psp_adapters.protocol import (
     Authorised,
     DisputeNews,
     Failed,
+    ModificationNews,
     NotFound,
     PaymentOutcome,
     Pending,
@@ -121,12 +122,13 @@ def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews | ModificationNews
+                    ) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
                                "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed | RefundNews | DisputeNews):
+    if isinstance(outcome, Failed | RefundNews | DisputeNews | ModificationNews):
         details["reason"] = outcome.reason
     if isinstance(outcome, DisputeNews):
         details.update(dispute=outcome.state, dispute_id=outcome.dispute_id, fee=outcome.fee,
@@ -192,6 +194,13 @@ def heal(payment: Payment, answer: PaymentOutcome) -> Heal | None:
     has checked ``conflict`` first: the answer names the reference we hold, or we hold none."""
     ref = answer.psp_reference
     match answer:
+        case Succeeded() | Authorised() if payment.capture_mode == "manual":
+            # the PSP holds it: only our own capture, confirmed, makes a manual payment succeeded (Adyen's
+            # AUTHORISATION event and report record say Succeeded for an authorisation: they cannot tell)
+            problem = mismatch(payment, answer)
+            if problem:
+                return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=ref, review_reason=problem)
+            return Heal(PaymentStatus.AUTHORISED, psp_reference=ref)
         case Succeeded():
             problem = mismatch(payment, answer)
             if problem:
@@ -199,11 +208,6 @@ def heal(payment: Payment, answer: PaymentOutcome) -> Heal | None:
             return Heal(PaymentStatus.SUCCEEDED, psp_reference=ref)
         case ActionRequired():
             return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=ref, review_reason=authentication_reason(answer))
-        case Authorised() if payment.capture_mode == "manual":
-            problem = mismatch(payment, answer)
-            if problem:
-                return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=ref, review_reason=problem)
-            return Heal(PaymentStatus.AUTHORISED, psp_reference=ref)
         case Failed(reason=reason):
             return Heal(PaymentStatus.FAILED, psp_reference=ref,
                         failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")

@@ -214,9 +214,11 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
      Heal(P.PENDING)),
     ("pending, cannot say, not found", lambda: charged(payment(P.PROCESSING, None), NotFound()), Heal(P.PENDING)),
     # manual capture (issue 25 item 3): Stripe's requires_capture, Adyen's Authorised with manualCapture
-    ("authorised, a manual-capture payment, same amount | unfinished", lambda: heal(MANUAL_PENDING, AUTHORISED_A),
-     Heal(P.AUTHORISED, psp_reference="pi_A")),
-    ("authorised, other amount or currency | unfinished, manual",
+    ("authorised or succeeded, a manual-capture payment, same amount | unfinished",
+     lambda: heal(MANUAL_PENDING, AUTHORISED_A), Heal(P.AUTHORISED, psp_reference="pi_A")),
+    ("authorised or succeeded, a manual-capture payment, same amount | unfinished",  # Adyen's AUTHORISATION event
+     lambda: heal(MANUAL_PENDING, SUCCEEDED_A), Heal(P.AUTHORISED, psp_reference="pi_A")),
+    ("authorised or succeeded, other amount or currency | unfinished, manual",
      lambda: heal(MANUAL_PENDING, replace(AUTHORISED_A, amount=900)),
      Heal(REVIEW, psp_reference="pi_A", review_reason="amount_mismatch: ours 1000 EUR, PSP 900")),
     ("authorised, an automatic-capture payment | unfinished", lambda: heal(P_PENDING, AUTHORISED_A), None),
@@ -224,7 +226,7 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
      lambda: late_news(payment(P.AUTHORISED, "pi_A"), Failed(psp_reference="pi_A", raw_status="canceled",
                                                              reason="automatic")),
      Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: automatic (authorisation ended uncaptured)")),
-    ("authorised, a manual-capture payment", lambda: charged(replace(MANUAL_PENDING, status=P.PROCESSING),
+    ("authorised or succeeded, a manual-capture payment", lambda: charged(replace(MANUAL_PENDING, status=P.PROCESSING),
                                                              AUTHORISED_A),
      Heal(P.AUTHORISED, psp_reference="pi_A")),
     ("authorised for an automatic-capture payment", lambda: charged(payment(P.PROCESSING, None), AUTHORISED_A),
