@@ -8,8 +8,9 @@ idempotency key and its own audit trail. What a modification's state means for i
 
 | the modification        | its payment                                                                |
 | ----------------------- | -------------------------------------------------------------------------- |
-| created (a capture)     | ``authorisation_claimed`` + its amount (at most the authorised amount)     |
-| created (a cancel)      | ``authorisation_claimed`` = the whole amount (only when nothing is claimed) |
+| created (a capture)     | ``authorisation_claimed`` = its amount (at most the authorised amount)     |
+| created (a cancel)      | ``authorisation_claimed`` = the whole amount                               |
+|                         | (either only when nothing is claimed: one live capture or cancel a payment) |
 | capture succeeded       | authorised -> succeeded, ``captured_amount`` = the capture's amount        |
 | cancel succeeded        | authorised -> failed ("cancelled: ...")                                    |
 | failed                  | its claim given back: the payment may be captured or cancelled again       |

@@ -4,8 +4,9 @@ of a confirmed capture. Named ``<table>_<verb>[_<guard>]``, with who runs it and
 ``recon.db.modification_store`` executes these. Placeholders as in ``recon.db.sql``.
 
 **The bound.** ``payments.authorisation_claimed`` is what the payment's captures and cancels that have not failed
-claim of its authorisation, and never exceeds its amount: ``payment_claim_capture`` adds a capture's amount and
-``payment_claim_cancel`` claims the whole amount when nothing is claimed yet, each one conditional UPDATE in the
+claim of its authorisation, and never exceeds its amount: ``payment_claim_capture`` claims a capture's amount and
+``payment_claim_cancel`` the whole amount, each only when nothing is claimed yet (one live capture or cancel per
+payment: Stripe captures once, and recon does on every PSP), each one conditional UPDATE in the
 modification's own transaction, so a capture and a cancel (or two captures) racing on two workers serialise on
 the payment's row (PostgreSQL re-evaluates the WHERE on the row it waited for; SQLite has one writer) and the
 loser matches no row; the check ``payments_claims_within_authorisation`` is the backstop. A modification that
@@ -26,11 +27,12 @@ UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
 payment_claim_capture = Query(
     "payment_claim_capture",
-    "Run by capture creation, in its transaction: claims the capture's amount of an authorised manual-capture "
-    "payment only while that much is unclaimed (no row: refused).",
+    "Run by capture creation, in its transaction: claims the capture's amount, at most the authorised amount, of an "
+    "authorised manual-capture payment only while nothing is claimed (one capture per payment, as Stripe allows; "
+    "no row: refused).",
     sql="""UPDATE payments SET authorisation_claimed = authorisation_claimed + :amount
            WHERE id = :payment_id AND status = 'authorised' AND capture_mode = 'manual' AND psp_reference IS NOT NULL
-             AND authorisation_claimed + :amount <= amount
+             AND authorisation_claimed = 0 AND authorisation_claimed + :amount <= amount
            RETURNING currency, psp""",
 )
 

@@ -54,8 +54,8 @@ class ModificationStore:
         and its job (kind ``new.kind``) on ``queue``, in one transaction: all or nothing. Returns its id.
 
         Raises ModificationRefused naming it (nothing written) when the payment is not an authorised
-        manual-capture payment holding a PSP reference, when a capture is more than the authorisation has
-        unclaimed, when a cancel finds a capture or cancel not failed (the database decides, under concurrency:
+        manual-capture payment holding a PSP reference, when a capture is more than the authorised amount, when a
+        capture or cancel not failed exists already (one per payment; the database decides, under concurrency:
         ``modification_queries``' bound), or when the reference is taken; QueueFull past ``max_depth``."""
         try:
             with self.db.begin() as conn:
@@ -109,11 +109,10 @@ class ModificationStore:
             return f"{what}: the payment is {m['status']}, only an authorised payment is {new.kind}ed; nothing written"
         if not m["psp_reference"]:
             return f"{what}: the payment holds no PSP reference; nothing written"
-        left = int(m["amount"]) - int(m["authorisation_claimed"])
-        if new.kind == CAPTURE:
-            return (f"{what}: {amount} is more than the {max(left, 0)} (minor units of {m['currency']}) the "
-                    "authorisation has not captured or cancelled; nothing written")
-        return f"{what}: a capture or cancel of the payment is already under way or done; nothing written"
+        if int(m["authorisation_claimed"]):
+            return f"{what}: a capture or cancel of the payment is already under way or done; nothing written"
+        return (f"{what}: {amount} is more than the {int(m['amount'])} (minor units of {m['currency']}) the payment "
+                "authorised; nothing written")
 
     def existing_references(self, refs: Sequence[str]) -> set[str]:
         with self.db.begin() as conn:

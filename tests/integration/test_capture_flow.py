@@ -110,7 +110,7 @@ def test_stripe__a_cancel_releases_the_authorisation_and_the_payment_ends_cancel
     pid = authorised(db, adapter)
     store = ModificationStore(db)
     mid = store.create(NewModification(pid, CANCEL, "order-1-cancel1", "alice"), queue="charges")
-    with pytest.raises(ModificationRefused, match="100 is more than the 0"):  # the cancel claims it all
+    with pytest.raises(ModificationRefused, match="already under way or done"):  # one winner
         store.create(NewModification(pid, CAPTURE, "order-1-capture1", "bob", amount=100), queue="charges")
     drain(db, handlers(db, adapter), queues=["charges"])
     assert intent(stripe_sandbox, reference(db, pid))["status"] == "canceled"
@@ -166,8 +166,8 @@ def test_capture__never_more_than_authorised_nor_of_an_automatic_payment(db: Dat
     with pytest.raises(ModificationRefused, match="captured automatically"):
         store.create(NewModification(ids[1], CAPTURE, "a-c1", "alice", amount=100), queue="charges")
     store.create(NewModification(ids[0], CAPTURE, "m-c2", "alice", amount=4000), queue="charges")
-    with pytest.raises(ModificationRefused, match="2000 is more than the 1000"):
-        store.create(NewModification(ids[0], CAPTURE, "m-c3", "alice", amount=2000), queue="charges")
+    with pytest.raises(ModificationRefused, match="already under way or done"):  # Stripe captures once: so do we
+        store.create(NewModification(ids[0], CAPTURE, "m-c3", "alice", amount=100), queue="charges")
     # the database's own check is the backstop: no write may claim more than the amount
     with pytest.raises((sa.exc.IntegrityError, StoreError)), db.begin() as conn:
         conn.execute(sa.text("UPDATE payments SET authorisation_claimed = amount + 1 WHERE id = :a"), {"a": ids[0]})
