@@ -15,6 +15,7 @@
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
 | capture a payment      | operator |                                              | payment.capture     |
 | cancel an authorisation| operator |                                              | payment.cancel      |
+| resolve a capture/cancel | operator |                                            | modification.resolve |
 | approve or reject      | approver | never one's own                              | the request's       |
 
 A write that needs four eyes returns the pending ``Approval`` instead of its result.
@@ -34,7 +35,14 @@ from recon.engine.client import Client
 from recon.engine.replay import ReplayRun, replay
 from recon.errors import ReviewRefused, UsageError
 from recon.four_eyes import FourEyes, replay_payload
-from recon.modification_rows import CANCEL, CAPTURE, Modification, NewModification
+from recon.modification_rows import (
+    CANCEL,
+    CAPTURE,
+    Modification,
+    ModificationSource,
+    ModificationTransition,
+    NewModification,
+)
 from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
@@ -210,6 +218,38 @@ class Actions:
     def cancel_authorisation(self, reference: str, *, by: str | None) -> Modification:
         """Cancel authorised payment ``reference``: its whole authorisation released; one cancel job."""
         return self._modify(CANCEL, reference, amount=None, by=by)
+
+    def resolve_modification(self, reference: str, *, to: str, reason: str, by: str | None) -> Modification:
+        """Move capture or cancel ``reference`` out of needs_review by hand (after looking at the PSP's
+        dashboard): succeeded (a capture's payment then succeeded with the capture's amount; a cancel's failed) or
+        failed (its claim given back). Raises UsageError (audited) unless it is in review."""
+        who = self._who(by, Role.OPERATOR, "captures resolve")
+        store: ModificationStore = self.app.modifications
+        try:
+            found = store.by_reference(reference)
+            if found is None:
+                raise UsageError(f"capture or cancel {reference} not found")
+            if found.status is not PaymentStatus.NEEDS_REVIEW:
+                raise UsageError(f"{found.kind} {reference} is {found.status}, not in needs_review: nothing to "
+                                 "resolve")
+            if to not in ("succeeded", "failed"):
+                raise UsageError(f"--as: {to!r} is neither succeeded nor failed")
+            target = PaymentStatus(to)
+            with self.app.db.begin() as conn:
+                moved = store.apply(conn, ModificationTransition(
+                    found.id, PaymentStatus.NEEDS_REVIEW, target, ModificationSource.MANUAL,
+                    details={"operator": who, "reason": reason},
+                    failure_reason=f"resolved by hand: {reason}" if target is PaymentStatus.FAILED else None))
+            if not moved:
+                raise UsageError(f"{found.kind} {reference} changed meanwhile: nothing resolved")
+        except UsageError as exc:
+            self.audit.record(entry(who, "modification.resolve", reference, "refused", to=to, reason=reason,
+                                    why=str(exc)))
+            raise
+        self.audit.record(entry(who, "modification.resolve", reference, to=to, reason=reason))
+        done = store.by_reference(reference)
+        assert done is not None  # nosec B101  # just moved: type narrowing
+        return done
 
     def _modify(self, kind: str, reference: str, *, amount: str | None, by: str | None) -> Modification:
         action = f"payment.{kind}"

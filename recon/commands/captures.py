@@ -1,4 +1,5 @@
-"""`recon capture` and `recon cancel`: the modifications of a payment authorised for a manual capture."""
+"""`recon capture`, `recon cancel` and `recon captures resolve`: the modifications of a payment authorised for a
+manual capture."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ def cancel(app: App, reference: str, by: str, as_json: bool) -> None:
     cancel job. Refused (exit 2, nothing written) unless it is authorised and no capture or cancel is under
     way or done."""
     _done(app.actions.cancel_authorisation(reference, by=by), as_json=as_json)
+
+
+@click.group()
+def captures() -> None:
+    """Resolve captures and cancels in review."""
+
+
+@captures.command("resolve")
+@click.argument("reference", metavar="MOD_REF")
+@click.option("--as", "to", required=True, type=click.Choice(["succeeded", "failed"]),
+              help="Its status from now on: succeeded moves its payment (a capture: succeeded, with the capture's "
+                   "amount; a cancel: failed); failed gives its claim back.")
+@click.option("--reason", required=True, help="Why; kept in the audit trail.")
+@click.option("--by", "by", required=True, help="The operator deciding (an enabled operator with the operator role).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def captures_resolve(app: App, reference: str, to: str, reason: str, by: str, as_json: bool) -> None:
+    """Move a capture or cancel out of needs_review by hand (after looking at the PSP's dashboard): a
+    compare-and-set with the operator and the reason in its audit event. Refused (exit 2, nothing changed) unless
+    it is in review."""
+    done = app.actions.resolve_modification(reference, to=to, reason=reason, by=by)
+    if as_json:
+        click.echo(json.dumps({"modification": done.to_dict()}))
+    else:
+        say(f"{done.kind} {done.modification_reference} resolved as {done.status}")
 
 
 def _done(made: Modification, *, as_json: bool) -> None:

@@ -13,6 +13,7 @@ from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
+from recon.modification_rows import ModificationSource, ModificationTransition, NewModification
 from recon.operator_rows import Role
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
@@ -114,3 +115,45 @@ def test_config__capture_settings_are_bounded(db_url: str, tmp_path: Path, recon
         config.write_text(f"[psp.stripe]\n{text}\n", encoding="utf-8")
         r = recon("--config", str(config), "stats", db_url=db_url)
         assert r.returncode == 2 and message in r.stderr and str(config) in r.stderr, r.stderr
+
+
+def in_review(db: Database, pid: int, ref: str) -> int:
+    store = ModificationStore(db)
+    mid = store.create(NewModification(pid, "capture", ref, "ann", amount=4000), queue="charges")
+    with db.begin() as conn:
+        assert store.apply(conn, ModificationTransition(mid, PaymentStatus.CREATED, PaymentStatus.NEEDS_REVIEW,
+                                                        ModificationSource.RECONCILE,
+                                                        review_reason="no_final_answer: after 2 checks"))
+    return mid
+
+
+def test_captures_resolve__only_in_review_by_an_operator_audited(db: Database, db_url: str, recon: Runner,
+                                                                 staff: dict[str, Role]) -> None:
+    lost = in_review(db, authorised(db, "order-5"), "order-5-capture1")
+    taken_pid = authorised(db, "order-6")
+    taken = in_review(db, taken_pid, "order-6-capture1")
+    r = recon("captures", "resolve", "order-5-capture1", "--as", "failed", "--reason", "never captured at the PSP",
+              "--by", "vic", db_url=db_url)
+    assert r.returncode == 2  # a viewer
+    r = recon("captures", "resolve", "order-5-capture1", "--as", "failed", "--reason", "never captured at the PSP",
+              "--by", "ann", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "capture order-5-capture1 resolved as failed"
+    failed = ModificationStore(db).get(lost)
+    assert failed is not None and failed.failure_reason == "resolved by hand: never captured at the PSP"
+    freed = PaymentStore(db).by_reference("order-5")
+    assert freed is not None and (freed.status, freed.authorisation_claimed) == (PaymentStatus.AUTHORISED, 0)
+    r = recon("captures", "resolve", "order-5-capture1", "--as", "succeeded", "--reason", "again", "--by", "ann",
+              db_url=db_url)
+    assert r.returncode == 2 and "not in needs_review" in r.stderr
+    r = recon("captures", "resolve", "order-6-capture1", "--as", "succeeded", "--reason", "captured, dashboard",
+              "--by", "ann", "--json", db_url=db_url)
+    assert r.returncode == 0 and json.loads(r.stdout)["modification"]["status"] == "succeeded"
+    paid = PaymentStore(db).get(taken_pid)
+    assert paid is not None and (paid.status, paid.captured_amount) == (PaymentStatus.SUCCEEDED, 4000)
+    assert [e.source for e in ModificationStore(db).events(taken)][-1] == "manual"
+    with db.begin() as conn:
+        rows = [tuple(r) for r in conn.execute(sa.text(
+            "SELECT actor, subject, outcome FROM audit_log WHERE action = 'modification.resolve' ORDER BY id"))]
+    assert rows == [("ann", "order-5-capture1", "done"), ("ann", "order-5-capture1", "refused"),
+                    ("ann", "order-6-capture1", "done")]
