@@ -227,3 +227,58 @@ def test_adyen__manual_capture_is_authorised_and_the_capture_is_received_then_pe
     payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.status is P.AUTHORISED and payment.authorisation_claimed == 2000
     adapter.close()
+
+
+@pytest.fixture
+def native_sandbox(tmp_path: Path) -> Iterator[SandboxServer]:
+    with SandboxServer(tmp_path / "native.db", api_key="sk_native") as server:
+        yield server
+
+
+def native_payment(server: SandboxServer, ref: str) -> dict[str, object]:
+    r = httpx.get(f"{server.url}/v1/payments/{ref}", headers={"Authorization": "Bearer sk_native"}, timeout=5)
+    r.raise_for_status()
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_native__manual_capture_partial_capture_cancel_and_a_lost_answer(db: Database,
+                                                                         native_sandbox: SandboxServer) -> None:
+    from psp_adapters.sandbox.adapter import SandboxAdapter
+
+    adapter = SandboxAdapter(native_sandbox.url, api_key=Secret("sk_native"),
+                             timeout=httpx.Timeout(connect=1.0, read=0.5, write=1.0, pool=1.0))
+    part = authorised(db, adapter, ref="n-1", method="tok_visa", customer="c-1")
+    whole = authorised(db, adapter, ref="n-2", method="tok_visa", customer="c-1")
+    gone = authorised(db, adapter, ref="n-3", method="tok_visa", customer="c-1")
+    assert native_payment(native_sandbox, reference(db, part))["status"] == "authorized"
+    store = ModificationStore(db)
+    store.create(NewModification(part, CAPTURE, "n-1-capture1", "alice", amount=3000), queue="charges")
+    store.create(NewModification(gone, CANCEL, "n-3-cancel1", "alice"), queue="charges")
+    drain(db, handlers(db, adapter), queues=["charges"])
+    assert (native_payment(native_sandbox, reference(db, part))["status"],
+            native_payment(native_sandbox, reference(db, part))["amount_captured"]) == ("succeeded", 3000)
+    assert native_payment(native_sandbox, reference(db, gone))["status"] == "canceled"
+    payments = PaymentStore(db)
+    assert (payments.get(part).status, payments.get(part).captured_amount) == (P.SUCCEEDED, 3000)  # type: ignore[union-attr]
+    assert payments.get(gone).status is P.FAILED  # type: ignore[union-attr]
+    # captured, its answer lost: the same key again captures once
+    native_sandbox.set_faults(Faults(rate_hang=1.0, hang_seconds=1.5))
+    mid = store.create(NewModification(whole, CAPTURE, "n-2-capture1", "alice"), queue="charges")
+    h = handlers(db, adapter)
+    jobs = JobStore(db)
+
+    def first_attempt_done() -> bool:
+        job = next(j for j in jobs.list_jobs(kind="capture", limit=10) if j.payload == {"modification_id": mid})
+        return job.attempts >= 1 and job.state is not JobState.LEASED
+
+    worker = threading.Thread(target=lambda: drain(db, h, queues=["charges"], timeout=30), daemon=True)
+    worker.start()
+    wait_for(first_attempt_done, timeout=15)
+    native_sandbox.set_faults(Faults())
+    worker.join(40)
+    mod = store.get(mid)
+    assert mod is not None and mod.status is P.SUCCEEDED
+    assert [e.to_status for e in store.events(mid)][:3] == ["created", "processing", "pending"]
+    assert native_payment(native_sandbox, reference(db, whole))["amount_captured"] == 5000
+    assert payments.get(whole).captured_amount == 5000  # type: ignore[union-attr]
+    adapter.close()

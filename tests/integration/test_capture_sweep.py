@@ -128,3 +128,29 @@ def test_sweep__heals_a_capture_stuck_pending_from_the_payment_intent(db: Databa
     assert mod is not None and mod.status is P.SUCCEEDED and mod.psp_modification_id == payment.psp_reference
     paid = PaymentStore(db).get(pid)
     assert paid is not None and (paid.status, paid.captured_amount) == (P.SUCCEEDED, 4000)
+
+
+def test_sweep__the_native_sandboxs_expired_authorisation_ends_failed(db: Database, db_url: str, recon: Runner,
+                                                                      tmp_path: Path, clock: Clock,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from psp_adapters.sandbox.adapter import SandboxAdapter
+
+    monkeypatch.delenv("RECON_CONFIG", raising=False)
+    with SandboxServer(tmp_path / "native.db", api_key="sk_native", now_func=clock) as server:
+        adapter = SandboxAdapter(server.url, api_key=Secret("sk_native"))
+        [pid] = PaymentStore(db).create([NewPayment("default", "n-old", 5000, "EUR", "sandbox",
+                                                    payment_method="tok_visa", capture_mode="manual")])
+        h = Handlers()
+        h.register("charge", ChargeHandler(PaymentStore(db), lambda _n: adapter))
+        drain(db, h, queues=["charges"])
+        adapter.close()
+        assert PaymentStore(db).get(pid).status is P.AUTHORISED  # type: ignore[union-attr]
+        authorised_ago(db, pid, timedelta(days=7, hours=1))
+        clock.offset = timedelta(days=7, hours=1)
+        r = recon("sweep", "--json", db_url=db_url,
+                  env={"RECON_SANDBOX_BASE_URL": server.url, "RECON_SANDBOX_API_KEY": "sk_native"})
+        assert r.returncode == 1, r.stderr
+        assert json.loads(r.stdout)["authorisations"]["expired_checked"] == 1
+    ended = PaymentStore(db).get(pid)
+    assert ended is not None and ended.status is P.FAILED
+    assert ended.failure_reason == "psp: expired (authorisation ended uncaptured)"
