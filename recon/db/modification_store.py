@@ -138,10 +138,12 @@ class ModificationStore:
         row = conn.execute(self._q(mq.modification_get_by_psp_id), {"psp": psp, "psp_id": psp_id}).first()
         return self._modification(row) if row else None
 
-    def for_payment(self, payment_id: int) -> list[Modification]:
-        with self.db.begin() as conn:
+    def for_payment(self, payment_id: int, conn: sa.Connection | None = None) -> list[Modification]:
+        if conn is not None:
             return [self._modification(r) for r in conn.execute(self._q(mq.modification_list_for_payment),
                                                                 {"payment_id": payment_id})]
+        with self.db.begin() as own:
+            return self.for_payment(payment_id, own)
 
     def events(self, modification_id: int) -> list[ModificationEvent]:
         with self.db.begin() as conn:

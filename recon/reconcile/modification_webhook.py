@@ -7,6 +7,12 @@ applied by the webhook job (recon.reconcile.webhook) inside its finish, one even
 | a cancel succeeded we did not ask for          | for its payment, Failed ("cancelled"), as any cancellation |
 | anything else we did not ask for               | stale (kept as evidence)                                   |
 
+A PSP that tells the end of a capture or cancel only as news of the payment (Stripe: ``payment_intent.succeeded``
+after a capture, ``payment_intent.canceled`` after a cancel) reaches its one unfinished capture or cancel the
+same way (``apply_payment_news``): succeeded ends a capture (a cancel: failed, it was captured), canceled ends a
+cancel (a capture: failed, and the payment ends failed as any cancellation). Without one unfinished, the news is
+its payment's as any other.
+
 A modification moved here acts on its payment in the same transaction (``ModificationStore.apply``): a capture
 succeeded makes it succeeded with the captured amount, a cancel failed, a failure gives its claim back.
 """
@@ -25,7 +31,7 @@ from recon.db.webhook_store import WebhookStore
 from recon.errors import PaymentKeptMoving
 from recon.modification_rows import Modification, ModificationSource, ModificationTransition
 from recon.reconcile.decide import accounts_agree, modification_heal
-from recon.rows import Job, PaymentStatus
+from recon.rows import Job, Payment, PaymentStatus
 from recon.webhook_rows import WebhookRecord, WebhookState
 
 #: how often a modification is read and decided again when it changes under the decision
@@ -62,6 +68,30 @@ class ModificationNewsApplier:
             if self._write(conn, record, mod, news, details, job):
                 return
         raise PaymentKeptMoving(f"webhook event {record.event_id}: its {news.kind} changed under {ROUNDS} "
+                                "decisions; retrying")
+
+    def apply_payment_news(self, conn: sa.Connection, record: WebhookRecord, payment: Payment,
+                           news: PaymentOutcome, job: Job, details: dict[str, Any]) -> bool:
+        """News of an authorised payment applied to its one unfinished capture or cancel (module docstring);
+        False when it has none (the news is then the payment's)."""
+        live = [m for m in self.modifications.for_payment(payment.id, conn) if not m.status.final]
+        if len(live) != 1:
+            return False
+        mod = live[0]
+        done = isinstance(news, Succeeded) == (mod.kind == "capture")
+        said = ModificationNews(psp_reference=news.psp_reference, amount=news.amount, currency=news.currency,
+                                raw_status=news.raw_status, merchant_reference=mod.modification_reference,
+                                kind=mod.kind, state="succeeded" if done else "failed",
+                                modification_id=mod.psp_modification_id or news.psp_reference,
+                                reason=None if done else (getattr(news, "reason", None) or news.raw_status))
+        for _ in range(ROUNDS):
+            current = self.modifications.get(mod.id, conn)
+            if current is None or current.status.final:
+                return False
+            if self._write(conn, record, current, said, {**details, "payment_news": True}, job):
+                # a capture the PSP canceled instead (Stripe: expired, canceled elsewhere): the payment ends too
+                return done or mod.kind != "capture"
+        raise PaymentKeptMoving(f"webhook event {record.event_id}: its {mod.kind} changed under {ROUNDS} "
                                 "decisions; retrying")
 
     def _ours(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews) -> Modification | None:

@@ -54,6 +54,7 @@ from psp_adapters.protocol import (
     PayoutNews,
     RefundNews,
     Reversed,
+    Succeeded,
     news_from,
 )
 from recon.db.dispute_store import DisputeStore
@@ -178,7 +179,9 @@ class WebhookHandler:
         for at, ((record, news, job), payment) in enumerate(zip(todo, found, strict=True)):
             if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 marks.append((record.id, WebhookState.UNKNOWN_PAYMENT, None))
-            elif payment.id in seen:  # a second event for one payment: after the first has moved it
+            elif payment.id in seen or self._about_a_modification(payment, news):
+                # a second event for one payment (after the first has moved it), or news of an authorised
+                # payment that may be about its capture or cancel: one at a time (_apply)
                 later.append((at, record, news, job))
             else:
                 seen.add(payment.id)
@@ -323,12 +326,21 @@ class WebhookHandler:
             if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
                 return
+            if (self._about_a_modification(payment, news) and self.modifications is not None
+                    and isinstance(news, Succeeded | Failed)
+                    and self.modifications.apply_payment_news(conn, record, payment, news, job, details)):
+                return  # our capture's or cancel's news (Stripe's payment_intent.succeeded / .canceled)
             plan = self._plan(payment, news, details, job)
             if self._write(conn, payment, plan):
                 self.webhooks.mark(conn, record.id, plan.state, payment_id=payment.id)
                 return
         raise PaymentKeptMoving(f"webhook event {record.event_id}: its payment changed under {DECIDE_ROUNDS} "
                                 "decisions; retrying")
+
+    def _about_a_modification(self, payment: Payment, news: News) -> bool:
+        """News of an authorised payment that may be the end of its capture or cancel."""
+        return (self.modifications is not None and payment.status is PaymentStatus.AUTHORISED
+                and isinstance(news, Succeeded | Failed))
 
     def _write(self, conn: sa.Connection, payment: Payment, plan: Plan) -> bool:
         """One plan's write; False when the payment changed meanwhile (nothing written)."""

@@ -143,3 +143,47 @@ def test_stripe__amount_capturable_updated_authorises_and_canceled_ends_it(app: 
     ended = PaymentStore(db).get(pid)
     assert ended is not None and ended.status is P.FAILED
     assert ended.failure_reason == "psp: automatic (authorisation ended uncaptured)"
+
+
+def stripe_intent(status: str, **more: object) -> dict[str, object]:
+    return canonical("payment_intent", id="pi_w", status=status, amount=5000, currency="eur",
+                     capture_method="manual", metadata={"merchant_reference": "order-w"}, **more)
+
+
+def test_stripe__succeeded_and_canceled_end_our_capture_or_cancel(app: App, client: TestClient,
+                                                                  db: Database) -> None:
+    pid = manual(db, "order-w", psp="stripe", to=P.AUTHORISED, psp_reference="pi_w")
+    mid = sent(db, pid, "capture", "order-w-capture1", amount=3000, pending_as="pi_w")  # its answer was lost
+    post_stripe(client, stripe_event("payment_intent.succeeded", stripe_intent(
+        "succeeded", amount_received=3000, amount_capturable=0)))
+    work(app)
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and mod.status is P.SUCCEEDED
+    paid = PaymentStore(db).get(pid)
+    assert paid is not None and (paid.status, paid.captured_amount) == (P.SUCCEEDED, 3000)
+
+
+def test_stripe__canceled_ends_our_cancel_and_fails_a_capture_with_its_payment(app: App, client: TestClient,
+                                                                               db: Database) -> None:
+    pid = manual(db, "order-w", psp="stripe", to=P.AUTHORISED, psp_reference="pi_w")
+    mid = sent(db, pid, "capture", "order-w-capture1", pending_as="pi_w")
+    post_stripe(client, stripe_event("payment_intent.canceled", stripe_intent(
+        "canceled", cancellation_reason="automatic")))  # expired before our capture reached it
+    work(app)
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and mod.status is P.FAILED and mod.failure_reason == "psp: automatic"
+    ended = PaymentStore(db).get(pid)
+    assert ended is not None and ended.status is P.FAILED and ended.authorisation_claimed == 0
+    assert ended.failure_reason == "psp: automatic (authorisation ended uncaptured)"
+
+
+def test_stripe__canceled_after_our_cancel_ends_it_as_ours(app: App, client: TestClient, db: Database) -> None:
+    pid = manual(db, "order-w", psp="stripe", to=P.AUTHORISED, psp_reference="pi_w")
+    mid = sent(db, pid, "cancel", "order-w-cancel1", pending_as="pi_w")
+    post_stripe(client, stripe_event("payment_intent.canceled", stripe_intent("canceled", cancellation_reason=None)))
+    work(app)
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and mod.status is P.SUCCEEDED
+    ended = PaymentStore(db).get(pid)
+    assert ended is not None and ended.status is P.FAILED
+    assert ended.failure_reason == "cancelled: order-w-cancel1 by alice"
