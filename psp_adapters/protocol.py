@@ -54,6 +54,8 @@ class ChargeRequest:
     payment_method: str | None = None  #: a PSP token of a stored payment method (never a card number)
     customer_reference: str | None = None  #: the PSP's customer (Stripe ``cus_…``) or shopper reference (Adyen)
     description: str | None = None
+    #: authorise only: the PSP holds the amount until a capture (``CapturingAdapter``); the answer is Authorised
+    manual_capture: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,12 @@ class Succeeded(_Outcome):
 
 
 @dataclass(frozen=True, slots=True)
+class Authorised(_Outcome):
+    """The PSP authorised the amount and holds it for a capture (a charge made with ``manual_capture``): no
+    money taken yet. Stripe's ``requires_capture``; Adyen's ``Authorised`` for a manual-capture payment."""
+
+
+@dataclass(frozen=True, slots=True)
 class Pending(_Outcome):
     """The PSP has no final answer yet (processing, 3DS, async methods)."""
 
@@ -121,7 +129,7 @@ class Unknown(_Outcome):
     """The PSP answered with a status we do not recognise: never guessed into another outcome."""
 
 
-PaymentOutcome = Succeeded | Pending | ActionRequired | Failed | NotFound | Unknown
+PaymentOutcome = Succeeded | Authorised | Pending | ActionRequired | Failed | NotFound | Unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +183,30 @@ class DisputeNews(_Outcome):
 #: a DisputeNews' states
 DISPUTE_STATES = ("opened", "won", "lost", "reversed")
 
+
+@dataclass(frozen=True, slots=True)
+class ModificationNews(_Outcome):
+    """News about one capture or cancel of an authorised payment (a webhook's: Adyen's CAPTURE, CAPTURE_FAILED,
+    CANCELLATION): ``psp_reference`` is the PAYMENT's PSP reference (it finds the payment), ``modification_id``
+    the PSP's id of the modification, ``merchant_reference`` our modification reference when the PSP echoes it;
+    ``kind`` capture or cancel, ``state`` succeeded or failed; ``amount`` the modification's."""
+
+    kind: str = "capture"
+    state: str = "succeeded"
+    modification_id: str | None = None
+    reason: str | None = None
+
+
+#: a ModificationNews' states
+MODIFICATION_STATES = ("succeeded", "failed")
+#: the modifications of an authorisation (``ModificationRequest.kind``, ``ModificationNews.kind``)
+MODIFICATION_KINDS = ("capture", "cancel")
+
 #: the word recon stores for each kind of news (``news_kind``); NotFound, which no webhook says, reads as unknown
-_NEWS: dict[type, str] = {Succeeded: "succeeded", Failed: "failed", Pending: "pending",
+_NEWS: dict[type, str] = {Succeeded: "succeeded", Authorised: "authorised", Failed: "failed", Pending: "pending",
                           ActionRequired: "action_required", Unknown: "unknown", NotFound: "unknown"}
-_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "failed": Failed, "pending": Pending,
+_OUTCOMES: dict[str, type[PaymentOutcome]] = {"succeeded": Succeeded, "authorised": Authorised, "failed": Failed,
+                                             "pending": Pending,
                                              "action_required": ActionRequired, "unknown": Unknown}
 #: the kinds of ``Reversed`` news: money the PSP took back
 REVERSAL_KINDS = ("refund", "dispute")
@@ -186,7 +214,7 @@ REVERSAL_KINDS = ("refund", "dispute")
 PAYOUT_NEWS = "payout"
 
 
-def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews) -> str:
+def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews) -> str:
     """The word that names ``news`` where it is stored (recon's ``webhook_events.news``): succeeded, failed,
     pending, action_required, unknown, a reversal's kind (refund, dispute), ``payout``, or ``refund_<state>`` /
     ``dispute_<state>`` for news about one refund or dispute. ``news_from`` reads it back."""
@@ -196,13 +224,16 @@ def news_kind(news: PaymentOutcome | Reversed | PayoutNews | RefundNews | Disput
         return f"refund_{news.state}"
     if isinstance(news, DisputeNews):
         return f"dispute_{news.state}"
+    if isinstance(news, ModificationNews):
+        return f"{news.kind}_{news.state}"
     return news.kind if isinstance(news, Reversed) else _NEWS[type(news)]
 
 
 def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str | None, amount: int | None,
               currency: str | None, raw_status: str | None, reason: str | None,
               refund_id: str | None = None, due_by: datetime | None = None,
-              fee: int | None = None) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews:
+              fee: int | None = None
+              ) -> PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews:
     """The news ``kind`` (a ``news_kind`` word) stands for, with its fields: what a webhook module parsed, as it
     was stored. A word it does not know reads as Unknown, never as a guess; ``reason`` is kept where the news
     has one (Failed, Reversed, RefundNews); ``refund_id`` is a RefundNews' (stored apart from the payment's)."""
@@ -215,6 +246,10 @@ def news_from(kind: str, *, psp_reference: str | None, merchant_reference: str |
     if kind.startswith("dispute_") and state in DISPUTE_STATES:
         return DisputeNews(**common, state=state, dispute_id=refund_id, reason=reason, due_by=due_by,  # type: ignore[arg-type]
                            fee=fee)
+    modification, _, state = kind.partition("_")
+    if modification in MODIFICATION_KINDS and state in MODIFICATION_STATES:
+        return ModificationNews(**common, kind=modification, state=state, modification_id=refund_id,  # type: ignore[arg-type]
+                                reason=reason)
     if kind in REVERSAL_KINDS:
         return Reversed(**common, kind=kind, reason=reason)  # type: ignore[arg-type]
     if kind == PAYOUT_NEWS:
@@ -240,7 +275,7 @@ class WebhookEvent:
     event_id: str
     event_type: str  #: the PSP's own name: payment_intent.succeeded, AUTHORISATION, ...
     occurred_at: datetime | None
-    news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | None
+    news: PaymentOutcome | Reversed | PayoutNews | RefundNews | DisputeNews | ModificationNews | None
     merchant_account: str | None = None
     report: str | None = None  #: REPORT_AVAILABLE: the report file's name
     body: dict[str, object] = field(default_factory=dict, compare=False)
@@ -442,6 +477,40 @@ class RefundingAdapter(Protocol):
     def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModificationRequest:
+    """A capture or a cancel of an authorised payment the PSP knows as ``payment_reference`` (Stripe's
+    PaymentIntent id, Adyen's pspReference). ``amount``: a capture's, minor units of ``currency`` (the payment's),
+    at most the authorised amount (less: a partial capture; the rest is released); a cancel's is the payment's
+    and is not sent. ``modification_reference`` is ours, unique; the PSP echoes it where it can (Adyen's
+    ``reference``, Stripe's metadata)."""
+
+    kind: str  #: one of MODIFICATION_KINDS
+    payment_reference: str
+    modification_reference: str
+    amount: int
+    currency: str
+    merchant_account: str | None = None  #: the payment's; None or "": the configured default
+
+
+@runtime_checkable
+class CapturingAdapter(Protocol):
+    """A PSP that authorises now and captures later (Stripe, Adyen). Answers about the modification:
+    Succeeded: done (``amount`` what was captured); Pending: the PSP has it and no final word yet (Adyen's
+    ``[received]``, always: its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and reports tell the end);
+    Failed: refused; Unknown: a status we do not know. ``psp_reference`` is the PSP's id of the modification
+    (Adyen's modification pspReference; Stripe's: the PaymentIntent's own id, which its capture and cancel
+    answer with). Each call sends ``idempotency_key``, so a retry after a lost answer never captures twice.
+
+    ``fetch_modification`` asks what became of it (Stripe: the PaymentIntent, ``succeeded`` with its
+    ``amount_received`` after a capture, ``canceled`` after a cancel, ``requires_capture`` while neither);
+    a PSP that cannot be asked (Adyen) answers Pending."""
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome: ...
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@
 | replay dead jobs       | operator | more than ``replay_count`` jobs or, in a     | jobs.replay         |
 |                        |          | currency, ``[four_eyes.replay_amount]``      |                     |
 | retry or cancel a job  | operator |                                              | jobs.retry, .cancel |
+| capture a payment      | operator |                                              | payment.capture     |
+| cancel an authorisation| operator |                                              | payment.cancel      |
+| resolve a capture/cancel | operator |                                            | modification.resolve |
 | approve or reject      | approver | never one's own                              | the request's       |
 | import payments, bank  | operator |                                              | payments.import,    |
 | statements, refunds;   | or the   |                                              | bank.import,        |
@@ -34,13 +37,23 @@ from typing import Any
 from recon import review_bulk
 from recon.audit import entry
 from recon.db.audit_store import AuditStore
+from recon.db.modification_store import ModificationStore
 from recon.engine.client import Client
 from recon.engine.replay import ReplayRun, replay
 from recon.errors import ReviewRefused, UsageError
 from recon.four_eyes import FourEyes, replay_payload
+from recon.modification_rows import (
+    CANCEL,
+    CAPTURE,
+    Modification,
+    ModificationSource,
+    ModificationTransition,
+    NewModification,
+)
 from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
+from recon.payments.money import parse_amount
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
@@ -233,6 +246,75 @@ class Actions:
     def batch_done(self, who: str, action: str, subject: str, outcome: str = "done", **evidence: Any) -> None:
         """The audit row of an import or a sweep, once its write is done."""
         self.audit.record(entry(who, action, subject, outcome, **evidence))
+
+    # --- captures and cancels of authorised payments -------------------------------------------------------------
+
+    def capture(self, reference: str, *, amount: str | None, by: str | None) -> Modification:
+        """Capture authorised payment ``reference`` (its merchant reference): ``amount`` in major units of its
+        currency, at most what the authorisation has left (None: all of it); one capture job. Raises
+        UsageError (nothing written, the refusal audited) when the payment cannot take it."""
+        return self._modify(CAPTURE, reference, amount=amount, by=by)
+
+    def cancel_authorisation(self, reference: str, *, by: str | None) -> Modification:
+        """Cancel authorised payment ``reference``: its whole authorisation released; one cancel job."""
+        return self._modify(CANCEL, reference, amount=None, by=by)
+
+    def resolve_modification(self, reference: str, *, to: str, reason: str, by: str | None) -> Modification:
+        """Move capture or cancel ``reference`` out of needs_review by hand (after looking at the PSP's
+        dashboard): succeeded (a capture's payment then succeeded with the capture's amount; a cancel's failed) or
+        failed (its claim given back). Raises UsageError (audited) unless it is in review."""
+        who = self._who(by, Role.OPERATOR, "captures resolve")
+        store: ModificationStore = self.app.modifications
+        try:
+            found = store.by_reference(reference)
+            if found is None:
+                raise UsageError(f"capture or cancel {reference} not found")
+            if found.status is not PaymentStatus.NEEDS_REVIEW:
+                raise UsageError(f"{found.kind} {reference} is {found.status}, not in needs_review: nothing to "
+                                 "resolve")
+            if to not in ("succeeded", "failed"):
+                raise UsageError(f"--as: {to!r} is neither succeeded nor failed")
+            target = PaymentStatus(to)
+            with self.app.db.begin() as conn:
+                moved = store.apply(conn, ModificationTransition(
+                    found.id, PaymentStatus.NEEDS_REVIEW, target, ModificationSource.MANUAL,
+                    details={"operator": who, "reason": reason},
+                    failure_reason=f"resolved by hand: {reason}" if target is PaymentStatus.FAILED else None))
+            if not moved:
+                raise UsageError(f"{found.kind} {reference} changed meanwhile: nothing resolved")
+        except UsageError as exc:
+            self.audit.record(entry(who, "modification.resolve", reference, "refused", to=to, reason=reason,
+                                    why=str(exc)))
+            raise
+        self.audit.record(entry(who, "modification.resolve", reference, to=to, reason=reason))
+        done = store.by_reference(reference)
+        assert done is not None  # nosec B101  # just moved: type narrowing
+        return done
+
+    def _modify(self, kind: str, reference: str, *, amount: str | None, by: str | None) -> Modification:
+        action = f"payment.{kind}"
+        who = self._who(by, Role.OPERATOR, kind)
+        try:
+            payment = self.app.payments.by_reference(reference.strip())
+            if payment is None:
+                raise UsageError(f"payment {reference} not found")
+            minor = parse_amount(amount, payment.currency) if amount is not None else None
+            store: ModificationStore = self.app.modifications
+            n = len(store.for_payment(payment.id)) + 1
+            while store.existing_references([f"{payment.merchant_reference}-{kind}{n}"]):
+                n += 1
+            queue = self.app.payments_config.queue
+            mid = store.create(NewModification(payment_id=payment.id, kind=kind, amount=minor, requested_by=who,
+                                               modification_reference=f"{payment.merchant_reference}-{kind}{n}"),
+                               queue=queue, max_depth={queue: self.app.settings.queue(queue).max_depth})
+        except UsageError as exc:
+            self.audit.record(entry(who, action, reference, "refused", amount=amount, why=str(exc)))
+            raise
+        made = store.get(mid)
+        assert made is not None  # nosec B101  # just written: type narrowing
+        self.audit.record(entry(who, action, reference, modification=made.modification_reference,
+                                amount=made.amount, currency=made.currency))
+        return made
 
     # --- four eyes --------------------------------------------------------------------------------------------
 

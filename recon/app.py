@@ -40,6 +40,7 @@ from recon.db.database import upgrade as apply_migrations
 from recon.db.dispute_store import DisputeStore
 from recon.db.jobs_store import JobStore
 from recon.db.listener import make_listener
+from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
 from recon.db.pool_store import PoolStore
@@ -57,17 +58,22 @@ from recon.engine.sizing import Pressure
 from recon.engine.worker import Worker, make_worker_id
 from recon.errors import ConfigError, UsageError
 from recon.four_eyes import FourEyes, FourEyesConfig
+from recon.modification_rows import MODIFICATION_KINDS
 from recon.operator_rows import Role
 from recon.operators import Operators
+from recon.payments.capture_config import CAPTURE_KEYS, CaptureConfig
 from recon.payments.charge import ChargeHandler
 from recon.payments.config import PaymentsConfig
 from recon.payments.guard import Guard, PspGuard
 from recon.payments.instrumented import instrument
+from recon.payments.modification import ModificationHandler
 from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
 from recon.payments.refund import RefundHandler
 from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.handler import ReconcileHandler
+from recon.reconcile.modification import ModificationReconcileHandler
+from recon.reconcile.modification_webhook import ModificationNewsApplier
 from recon.reconcile.periodic import ReportJob, SweepJob, check_payload
 from recon.reconcile.refund import RefundReconcileHandler
 from recon.reconcile.webhook import WebhookHandler, report_sweep
@@ -175,6 +181,18 @@ class App:
     def refunds(self) -> RefundStore:
         """Refunds, their bound on each payment's captured amount, their events and jobs."""
         return RefundStore(self.db)
+
+    @cached_property
+    def modifications(self) -> ModificationStore:
+        """Captures and cancels of authorised payments, their claim on each authorisation, events and jobs."""
+        return ModificationStore(self.db, self.payments)
+
+    @cached_property
+    def capture_config(self) -> CaptureConfig:
+        """``[psp.NAME]``'s capture mode and authorisation validity per PSP (recon.payments.capture_config)."""
+        return CaptureConfig.from_table(
+            self.settings.extra.get("psp"), source=self.settings.source,
+            validity={n: getattr(registry.adapter_class(n), "authorisation_validity", None) for n in registry.names()})
 
     @cached_property
     def disputes(self) -> DisputeStore:
@@ -446,10 +464,16 @@ class App:
             ReconcileHandler(self.payments, self.adapter, config=rc, clock=SystemClock(), guard=self.guard),
             RefundReconcileHandler(self.refunds, self.payments, self.adapter, config=rc, clock=SystemClock(),
                                    guard=self.guard),
+            *(ModificationHandler(kind, self.modifications, self.payments, self.adapter, guard=self.guard,
+                                  clock=SystemClock(), queue=self.payments_config.queue)
+              for kind in MODIFICATION_KINDS),
+            ModificationReconcileHandler(self.modifications, self.payments, self.adapter, config=rc,
+                                         clock=SystemClock(), guard=self.guard),
             WindowHandler(self.payments, self.adapter, config=rc, guard=self.guard),
             WebhookHandler(self.payments, self.webhooks, sweep_func=sweep_func, reconcile_queue=rc.queue,
                            queue=self.webhook_config.queue, payout_func=self._payout_news,
-                           refunds=self.refunds, disputes=self.disputes),
+                           refunds=self.refunds, disputes=self.disputes,
+                           modifications=ModificationNewsApplier(self.modifications, self.payments, self.webhooks)),
             SweepJob(self.payments, self.client(), self.sweeps, reconcile_queue=rc.queue, psp_names=self.psp_names(),
                      listing_func=self._listing_psps, config=rc),
             ReportJob(self._report_file, psp_names=self.psp_names()),
@@ -568,7 +592,8 @@ def _check_psp_tables(settings: Settings) -> None:
     tables = settings.extra.get("psp", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{settings.source}: psp: must be a table of [psp.NAME] tables")
-    known = set(registry.PLAIN_KEYS) | set(registry.SECRET_KEYS) | set(registry.TIMEOUT_KEYS) | GUARD_KEYS
+    known = (set(registry.PLAIN_KEYS) | set(registry.SECRET_KEYS) | set(registry.TIMEOUT_KEYS) | GUARD_KEYS
+             | CAPTURE_KEYS)
     for name, table in tables.items():
         if name not in registry.names():
             raise unknown("PSP", name, registry.names(), f"{settings.source}: psp.")
@@ -578,6 +603,7 @@ def _check_psp_tables(settings: Settings) -> None:
             if key not in known:
                 raise unknown("key", key, known, f"{settings.source}: psp.{name}.")
     GuardConfig.from_table(tables, source=settings.source)
+    CaptureConfig.from_table(tables, source=settings.source, validity={})
 
 
 def _require_current_schema(db: Database) -> None:

@@ -18,6 +18,7 @@ from recon.commands import (
     approvals,
     audit,
     bank,
+    captures,
     close,
     console,
     engine,
@@ -65,7 +66,8 @@ for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
                  serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement, close.close,
                  close.payouts, refunds.refunds, refunds.refund, operators.operators, approvals.approvals,
-                 audit.audit):
+                 audit.audit, captures.capture, captures.cancel,
+                 captures.captures):
     cli.add_command(_command)
 
 

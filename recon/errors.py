@@ -10,6 +10,8 @@ ReconError
 │   ├── BankEvidenceConflict a bank statement contradicts a stored statement or entry: nothing written
 │   ├── RefundRefused       a refund the payment cannot take (not succeeded, no PSP reference, more than
 │                           its captured amount has left, a reference taken): nothing written
+│   ├── ModificationRefused a capture or cancel the payment cannot take (not authorised for a manual capture,
+│                           more than its authorisation has left, one under way, a reference taken)
 │   ├── NotAllowed          no such enabled operator, or their role does not allow it: nothing done
 │   └── ImportRejected      a payments file rejected, every problem named (recon.payments.importer: it
 │                           carries the importer's problems and their display rule)
@@ -72,6 +74,10 @@ class BankEvidenceConflict(UsageError):
 
 class RefundRefused(UsageError):
     """The payment cannot take this refund; nothing was written."""
+
+
+class ModificationRefused(UsageError):
+    """The payment cannot take this capture or cancel; nothing was written."""
 
 
 class NotAllowed(UsageError):

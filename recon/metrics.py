@@ -34,6 +34,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from recon.counters import series
 from recon.db.database import Database
+from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
 from recon.db.refund_store import RefundStore
@@ -43,6 +44,7 @@ from recon.errors import ReconError
 from recon.overview import (
     LIVE_WINDOW_SECONDS,
     age_seconds,
+    captures_section,
     depth_detail,
     payments_section,
     review_section,
@@ -78,6 +80,8 @@ class PoolCollector:
                 now = pool["now"]
                 pool["pool"] = workers_section(pool["workers"], now, self._live_window)
                 pool["payments"] = payments_section(self._ledger.money_at_risk(), RefundStore(self._ledger.db).counts())
+                held = ModificationStore(self._ledger.db)
+                pool["payments"]["captures"] = captures_section(held.counts(), held.authorised_totals())
                 pool["review"] = review_section(*self._ledger.review_summary(), now=now)
                 pool["review"]["overdue"] = self._review.totals(QueueFilter(overdue=True),
                                                                 self._review_config.rules(now)).count
@@ -229,6 +233,29 @@ def _payment_families(payments: dict[str, Any]) -> Iterator[Metric]:
         in_flight.add_metric([currency], float(amount))
     yield refunds
     yield in_flight
+    yield from _capture_families(payments.get("captures"))
+
+
+def _capture_families(captures: dict[str, Any] | None) -> Iterator[Metric]:
+    if captures is None:
+        return
+    counts = GaugeMetricFamily("recon_modifications", "Captures and cancels by kind, status and currency.",
+                               labels=["kind", "status", "currency"])
+    for row in captures["rows"]:
+        counts.add_metric([row["kind"], row["status"], row["currency"]], float(row["count"]))
+    in_flight = GaugeMetricFamily("recon_captures_in_flight_minor_units",
+                                  "Captures created, processing or pending: their sum (minor units).",
+                                  labels=["currency"])
+    for currency, amount in captures["in_flight"].items():
+        in_flight.add_metric([currency], float(amount))
+    held = GaugeMetricFamily("recon_authorised_not_captured_minor_units",
+                             "Payments authorised for a manual capture and not captured: their sum (minor units).",
+                             labels=["currency"])
+    for currency, amount in captures["authorised"].items():
+        held.add_metric([currency], float(amount))
+    yield counts
+    yield in_flight
+    yield held
 
 
 def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:

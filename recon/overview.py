@@ -58,6 +58,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     pool = app.pool.pool_snapshot(workers_within=None, depth_detail=not overview, oldest_due=False)
     doc.update(pool_section(pool, attempts, app.payments.money_at_risk(), window=window,
                             live_window=live_window.total_seconds(), refunds=app.refunds.counts()))
+    doc["payments"]["captures"] = captures_section(app.modifications.counts(), app.modifications.authorised_totals())
     # pause, cool-down and breaker per PSP, next to the PSP latency section
     doc["psp_controls"] = psp_controls_document(app.controls, app.guard_config, app.psp_names(),
                                                 unconfigured=app.unconfigured_psps())["psps"]
@@ -245,6 +246,21 @@ def payments_section(money: list[dict[str, Any]], refunds: Sequence[dict[str, An
     return {"unfinished_by_age": dict(sorted(by_age.items())), "money_at_risk": dict(sorted(at_risk.items())),
             "unfinished": money, "refunds": {"by_status": dict(sorted(by_status.items())),
                                              "in_flight": dict(sorted(in_flight.items())), "rows": list(refunds)}}
+
+
+def captures_section(modifications: Sequence[dict[str, Any]], authorised: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Captures and cancels by kind and status (``ModificationStore.counts`` rows), the captures in flight
+    (created, processing, pending) per currency, and the money authorised and not captured (payments
+    ``authorised``: ``ModificationStore.authorised_totals`` rows) per currency, in minor units."""
+    by_status: Counter[str] = Counter()
+    in_flight: Counter[str] = Counter()
+    for row in modifications:
+        by_status[f"{row['kind']} {row['status']}"] += row["count"]
+        if row["kind"] == "capture" and row["status"] in UNFINISHED_STATUSES:
+            in_flight[row["currency"]] += row["amount"]
+    return {"by_status": dict(sorted(by_status.items())), "in_flight": dict(sorted(in_flight.items())),
+            "authorised": {r["currency"]: r["amount"] for r in sorted(authorised, key=lambda r: r["currency"])},
+            "authorised_payments": sum(r["count"] for r in authorised), "rows": list(modifications)}
 
 
 def review_section(count: int, oldest: datetime | None, *, now: datetime) -> dict[str, Any]:

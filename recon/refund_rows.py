@@ -23,7 +23,8 @@ RefundStatus = PaymentStatus
 #: a charge's state machine, but failed is the end: the refund's money was given back to the payment's
 #: captured amount when it failed, and a later word of the PSP about it is kept as evidence (a note) for a person
 REFUND_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
-    **TRANSITIONS, PaymentStatus.FAILED: frozenset()}
+    s: targets - {PaymentStatus.AUTHORISED} for s, targets in TRANSITIONS.items() if s is not PaymentStatus.AUTHORISED}
+REFUND_TRANSITIONS[PaymentStatus.FAILED] = frozenset()
 
 
 def check_refund_transition(current: PaymentStatus, target: PaymentStatus) -> None:

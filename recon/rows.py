@@ -194,13 +194,17 @@ class PaymentStatus(StrEnum):
     CREATED = "created"  #: recorded, charge not sent yet
     PROCESSING = "processing"  #: charge sent (or about to be): the PSP may have it
     PENDING = "pending"  #: the PSP has no final answer, or we do not know what happened
+    AUTHORISED = "authorised"  #: manual capture: the PSP holds the amount; nothing captured until `recon capture`
     SUCCEEDED = "succeeded"  #: the PSP took the money
     FAILED = "failed"  #: declined, rejected, or never reached the PSP
     NEEDS_REVIEW = "needs_review"  #: a person must look: mismatch, or no answer in time
 
     @property
     def final(self) -> bool:
-        return self in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.NEEDS_REVIEW)
+        """The charge is over: nothing more to send or heal for it. An authorised payment's charge is over too;
+        its captures and cancels (recon.modification_rows) are what moves it on."""
+        return self in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.NEEDS_REVIEW,
+                        PaymentStatus.AUTHORISED)
 
 
 class EventSource(StrEnum):
@@ -214,9 +218,11 @@ P = PaymentStatus
 TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
     # created: never sent. Reconciliation may still find it at the PSP (a crash between send and commit of
     # an older version, or a charge made elsewhere with our reference), so it may move like processing.
-    P.CREATED: frozenset({P.PROCESSING, P.SUCCEEDED, P.FAILED, P.PENDING, P.NEEDS_REVIEW}),
-    P.PROCESSING: frozenset({P.SUCCEEDED, P.FAILED, P.PENDING, P.NEEDS_REVIEW}),
-    P.PENDING: frozenset({P.SUCCEEDED, P.FAILED, P.NEEDS_REVIEW}),
+    P.CREATED: frozenset({P.PROCESSING, P.SUCCEEDED, P.FAILED, P.PENDING, P.NEEDS_REVIEW, P.AUTHORISED}),
+    P.PROCESSING: frozenset({P.SUCCEEDED, P.FAILED, P.PENDING, P.NEEDS_REVIEW, P.AUTHORISED}),
+    P.PENDING: frozenset({P.SUCCEEDED, P.FAILED, P.NEEDS_REVIEW, P.AUTHORISED}),
+    # authorised (manual capture): captured (succeeded), cancelled or expired (failed), or a person looks
+    P.AUTHORISED: frozenset({P.SUCCEEDED, P.FAILED, P.NEEDS_REVIEW}),
     P.SUCCEEDED: frozenset({P.NEEDS_REVIEW}),  # the PSP later disagrees (refund, chargeback): a person looks
     P.FAILED: frozenset({P.NEEDS_REVIEW}),
     P.NEEDS_REVIEW: frozenset({P.SUCCEEDED, P.FAILED}),  # only by hand
@@ -226,6 +232,10 @@ TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
 def check_transition(current: PaymentStatus, target: PaymentStatus) -> None:
     if target not in TRANSITIONS[current]:
         raise IllegalTransition(f"payment cannot go from {current} to {target}")
+
+
+#: how a payment's money is taken: with the charge, or by a capture after the charge authorised it
+CAPTURE_MODES = ("automatic", "manual")
 
 
 #: stored merchant accounts that name no account of the PSP's: empty, or "default", the import's label for a
@@ -257,6 +267,9 @@ class Payment:
     review_assignee: str | None = None  #: who works on it in review (``recon review assign``)
     captured_amount: int = 0  #: minor units the PSP captured: the amount, once succeeded
     refunded_amount: int = 0  #: minor units our refunds that have not failed take back (<= captured_amount)
+    capture_mode: str = "automatic"  #: ``CAPTURE_MODES``: manual payments are authorised, then captured by hand
+    authorised_at: datetime | None = None  #: when it became authorised (its expiry counts from it)
+    authorisation_claimed: int = 0  #: its captures and cancels not failed (a cancel: the whole amount)
 
     @property
     def charge_key(self) -> str:
@@ -296,6 +309,7 @@ class NewPayment:
     created_at: datetime | None = None
     payment_method: str | None = None
     customer_reference: str | None = None
+    capture_mode: str = "automatic"  #: one of ``CAPTURE_MODES``
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 
+from psp_adapters.adyen import capture as capture_wire
 from psp_adapters.adyen import charge, report, settlement, wire
 from psp_adapters.adyen import refund as refund_wire
 from psp_adapters.adyen.wire import PSP_NAME
@@ -88,6 +89,7 @@ from psp_adapters.http import (
 from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
+    ModificationRequest,
     PaymentOutcome,
     PaymentPage,
     Pending,
@@ -137,6 +139,10 @@ class AdyenAdapter:
     search_lag: ClassVar[timedelta] = timedelta(0)
     #: the listing is the daily report file: an hour's window would download the same file 24 times
     listing_window: ClassVar[timedelta | None] = timedelta(days=1)
+    #: an authorisation never captured expires (the report's ``Expired``) after a validity that depends on the card
+    #: scheme and the kind of authorisation (docs.adyen.com/online-payments/capture; the schemes' rules); 28 days
+    #: is the longest common card window: set ``[psp.adyen] authorisation_validity`` to your traffic's shortest
+    authorisation_validity: ClassVar[timedelta] = timedelta(days=28)
     refund_reasons: ClassVar[tuple[str, ...] | None] = refund_wire.REASONS
 
     def __init__(
@@ -250,6 +256,29 @@ class AdyenAdapter:
         if not response.is_success:
             raise self._error(response, keyed=True)
         return refund_wire.refund_to_outcome(json_body(response, psp=PSP_NAME))
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome:
+        """``POST /{api_version}/payments/{paymentPspReference}/captures`` or ``/cancels``
+        (``capture.modification_body``) with ``Idempotency-Key``: Pending with the modification's pspReference
+        (``[received]``); errors as for a charge."""
+        account = charge.resolve_merchant_account(request.merchant_account, self._merchant_account)
+        if not idempotency_key or len(idempotency_key) > wire.IDEMPOTENCY_KEY_MAX:
+            raise PspRejectedError(
+                f"{PSP_NAME}: an Idempotency-Key has 1 to {wire.IDEMPOTENCY_KEY_MAX} characters", psp=PSP_NAME
+            )
+        segment = capture_wire.PATHS[request.kind]
+        path = f"/{self._api_version}/payments/{quote(request.payment_reference, safe='')}/{segment}"
+        body = capture_wire.modification_body(request, merchant_account=account)
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
+            response = self._client.post(path, json=body, headers={"Idempotency-Key": idempotency_key})
+        if not response.is_success:
+            raise self._error(response, keyed=True)
+        return capture_wire.modification_to_outcome(json_body(response, psp=PSP_NAME))
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome:
+        """Checkout cannot read a capture or a cancel back: its webhooks (CAPTURE, CAPTURE_FAILED, CANCELLATION)
+        and the reports tell. Pending, always."""
+        return Pending(merchant_reference=request.modification_reference)
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
         """Checkout cannot read a refund back: its webhooks (REFUND, REFUND_FAILED, REFUNDED_REVERSED) and the

@@ -97,6 +97,8 @@ def payment_body(
         "shopperInteraction": SHOPPER_INTERACTION,
         "recurringProcessingModel": recurring_processing_model,
         "returnUrl": return_url,
+        # manual capture: "Set to true to require manual capture for the transaction" (AdditionalDataCommon)
+        **({"additionalData": {"manualCapture": "true"}} if request.manual_capture else {}),
     }
 
 

@@ -20,7 +20,11 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | -------------------------- | ------------------------------------------------------------------ |
 | AUTHORISATION, success     | Succeeded                                                          |
 | AUTHORISATION, not success | Failed (reason)                                                    |
-| CANCELLATION, success      | Failed ("cancelled"), for the original payment                     |
+| CAPTURE                    | ModificationNews capture succeeded (failed when not success): the  |
+|                            | capture ``pspReference`` of the payment ``originalReference``      |
+| CAPTURE_FAILED             | ModificationNews capture failed (reason): failed after it was sent |
+| CANCELLATION               | ModificationNews cancel succeeded (failed when not success); recon |
+|                            | reads one it did not ask for as the payment's Failed ("cancelled") |
 | REFUND, success            | RefundNews succeeded: the refund ``pspReference`` of the payment   |
 |                            | ``originalReference``, our ``merchantReference``                   |
 | REFUND, not success        | RefundNews failed (reason)                                         |
@@ -35,7 +39,7 @@ reference, the original reference of a modification, and ``success`` (``event_id
 | REPORT_AVAILABLE of a      | PayoutNews: the file name (``settlement_detail_report_batch_N``);  |
 | Settlement details report  | recon fetches that batch (``recon.close.payouts``)                 |
 
-Anything else (a failed cancellation, other event codes) is acknowledged and ignored.
+Anything else (other event codes) is acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from psp_adapters.errors import PspProtocolError, WebhookRejected
 from psp_adapters.protocol import (
     DisputeNews,
     Failed,
+    ModificationNews,
     PaymentOutcome,
     PayoutNews,
     RefundNews,
@@ -72,6 +77,8 @@ REFUND_STATES = {"REFUND": "succeeded", "REFUND_FAILED": "failed", "REFUNDED_REV
 #: the chargeback event codes and the DisputeNews state each says
 DISPUTE_STATES = {"NOTIFICATION_OF_CHARGEBACK": "opened", "CHARGEBACK": "opened", "CHARGEBACK_REVERSED": "reversed",
                   "SECOND_CHARGEBACK": "lost"}
+#: the modification event codes and the kind of ModificationNews each is about
+MODIFICATION_CODES = {"CAPTURE": "capture", "CAPTURE_FAILED": "capture", "CANCELLATION": "cancel"}
 USERNAME_VARIABLE = "RECON_ADYEN_WEBHOOK_USERNAME"
 PASSWORD_VARIABLE = "RECON_ADYEN_WEBHOOK_PASSWORD"  # nosec B105  # a variable's name, not a secret
 
@@ -204,7 +211,7 @@ def _event(item: Mapping[str, object]) -> WebhookEvent:
 
 
 def _news(code: str, success: bool, item: Mapping[str, object], *,
-          payment: str) -> PaymentOutcome | Reversed | RefundNews | DisputeNews | None:
+          payment: str) -> PaymentOutcome | Reversed | RefundNews | DisputeNews | ModificationNews | None:
     amount_doc = _json.as_object(item.get("amount"), "amount")
     currency = _json.require(amount_doc, "currency", str).upper()
     amount = from_adyen_amount(_json.amount(amount_doc, "value"), currency)
@@ -215,8 +222,11 @@ def _news(code: str, success: bool, item: Mapping[str, object], *,
         if success:
             return Succeeded(**common, raw_status="AUTHORISATION")  # type: ignore[arg-type]
         return Failed(**common, raw_status="AUTHORISATION", reason=reason or "refused")  # type: ignore[arg-type]
-    if code == "CANCELLATION" and success:
-        return Failed(**common, raw_status="CANCELLATION", reason="cancelled")  # type: ignore[arg-type]
+    if code in MODIFICATION_CODES:
+        kind, state = MODIFICATION_CODES[code], "succeeded" if success and code != "CAPTURE_FAILED" else "failed"
+        return ModificationNews(**common, raw_status=code, kind=kind, state=state,  # type: ignore[arg-type]
+                                modification_id=_json.require(item, "pspReference", str),
+                                reason=reason if state == "failed" else None)
     if code in REFUND_STATES:
         state = REFUND_STATES[code] if success or code != "REFUND" else "failed"
         refund_id = _json.require(item, "pspReference", str)

@@ -27,6 +27,7 @@ from psp_adapters.adyen.report import PSP_NAME as PSP_NAME  # defined below this
 from psp_adapters.adyen.report import ReportRow
 from psp_adapters.protocol import (
     ActionRequired,
+    Authorised,
     ChargeRequest,
     Failed,
     ListedPayment,
@@ -230,6 +231,9 @@ def payment_to_outcome(payload: object, *, request: ChargeRequest) -> PaymentOut
         status = ResultCode(raw)
     except ValueError:
         return Unknown(**fields, raw_status=raw)  # type: ignore[arg-type]
+    if request.manual_capture and status is ResultCode.AUTHORISED:
+        # manual capture (additionalData.manualCapture): Authorised holds the amount until a /captures
+        return Authorised(**fields, raw_status=raw)  # type: ignore[arg-type]
     return to_outcome(status, **fields, reason=_json.optional(doc, "refusalReason", str))  # type: ignore[arg-type]
 
 

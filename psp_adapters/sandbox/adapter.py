@@ -28,6 +28,7 @@ from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
     ListedPayment,
+    ModificationRequest,
     NotFound,
     PaymentOutcome,
     PaymentPage,
@@ -56,6 +57,8 @@ class SandboxAdapter:
     lists_payments: ClassVar[bool] = True
     search_lag: ClassVar[timedelta] = timedelta(0)
     listing_window: ClassVar[timedelta | None] = None
+    #: a manual-capture authorisation is canceled after this (``native_api.AUTHORIZATION_VALIDITY``)
+    authorisation_validity: ClassVar[timedelta] = timedelta(days=7)
 
     def __init__(
         self,
@@ -110,6 +113,26 @@ class SandboxAdapter:
             return NotFound(merchant_reference=ref.merchant_reference)
         succeeded = [o for o in outcomes if isinstance(o, Succeeded)]
         return (succeeded or outcomes)[-1]
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome:
+        """``POST /v1/payments/{psp_reference}/capture`` (the amount) or ``/cancel`` with ``Idempotency-Key``: the
+        payment as the answer about the capture or cancel (``wire.modification_outcome``). A payment that is not
+        authorized is a 400 (PspRejectedError); a lost answer PspUnknownOutcome."""
+        path = f"/v1/payments/{quote(request.payment_reference, safe='')}/{request.kind}"
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
+            response = self._client.post(path, json=wire.modification_body(request),
+                                         headers={"Idempotency-Key": idempotency_key})
+        if response.is_success:
+            return wire.modification_outcome(request.kind, json_body(response, psp=PSP_NAME))
+        raise self._error(response)
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome:
+        """The payment (``GET /v1/payments/{psp_reference}``) as the answer about the capture or cancel."""
+        response = self._get(f"/v1/payments/{quote(request.payment_reference, safe='')}")
+        if response.status_code == 404 and _error_code(response) == "resource_missing":
+            return NotFound(psp_reference=request.payment_reference,
+                            merchant_reference=request.modification_reference)
+        return wire.modification_outcome(request.kind, self._body(response))
 
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()

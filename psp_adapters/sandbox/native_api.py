@@ -8,6 +8,10 @@ PSP API (``Authorization: Bearer <key>`` required when started with an api key; 
     GET  /v1/payments?created_since=&created_until=[&cursor=&limit=]   payments created_since <= created_at <
                                            created_until, oldest first: 200 {"object": "list", "data": [payment,
                                            …], "has_more": bool, "next_cursor": str | null}
+    POST /v1/payments/{psp_reference}/capture  {"amount": N}  Idempotency-Key; 200 payment (succeeded, its
+                                           amount_captured N, at most its amount: the rest released) | 400
+                                           payment_unexpected_state (not authorized) | 404
+    POST /v1/payments/{psp_reference}/cancel   {}  Idempotency-Key; 200 payment (canceled) | 400 | 404
     GET  /v1/settlements?since=&until=[&cursor=&limit=]     final payments, since <= settled_at < until:
                                            200 {"object": "list", "data": [payment, …], "has_more": bool,
                                                 "next_cursor": str | null}
@@ -18,10 +22,15 @@ while the first request still executes is 409. Requests that fail validation, au
 nothing, so they can be retried with the same key. Keys are kept as long as the state file lives. A payment that
 needed authentication (``rate_requires_action``) is a 402 decline with ``decline_code`` ``authentication_required``,
 as Stripe answers an off-session charge that needs 3-D Secure.
+
+Manual capture (``"capture_method": "manual"`` on the charge): an approved payment is ``authorized`` until a
+capture (once, of at most its amount) or a cancel; one left uncaptured for ``AUTHORIZATION_VALIDITY`` is canceled
+(``failure_reason`` ``expired``), as Stripe's 7 days.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import re
@@ -43,6 +52,9 @@ from psp_adapters.sandbox.wire import PaymentStatus
 SETTLEMENT_LIMIT_DEFAULT = 100
 SETTLEMENT_LIMIT_MAX = 1000
 _PAYMENT_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)$")
+_MODIFY_PATH = re.compile(r"^/v1/payments/(?P<ref>[^/]+)/(?P<kind>capture|cancel)$")
+#: an authorisation left uncaptured this long is canceled (Stripe's window for most card payments)
+AUTHORIZATION_VALIDITY = timedelta(days=7)
 #: generic error kinds (``core``) -> the native error code
 _KINDS = {
     "unauthorized": "invalid_api_key",
@@ -75,7 +87,7 @@ class NativeFlavor:
     idempotency = IdempotencyPolicy(
         required=True, max_length=255, retention=None, compares_body=True, saves_server_errors=False, scope=""
     )
-    authorization_validity = None  #: every native charge is captured at once
+    authorization_validity = AUTHORIZATION_VALIDITY  #: manual-capture payments only; the rest are captured at once
 
     def __init__(self, ledger: Ledger, *, api_key: bytes | None, now_func: Callable[[], datetime]) -> None:
         self._ledger = ledger
@@ -86,7 +98,7 @@ class NativeFlavor:
         return path.startswith("/v1/")
 
     def writes(self, req: Request) -> bool:
-        return req.method == "POST" and req.path == "/v1/payments"
+        return req.method == "POST" and (req.path == "/v1/payments" or _MODIFY_PATH.match(req.path) is not None)
 
     def authorized(self, req: Request) -> bool:
         if self._api_key is None:
@@ -101,6 +113,8 @@ class NativeFlavor:
         return native_error(_KINDS.get(kind, kind), message, **extra)
 
     def parse_write(self, req: Request) -> WriteCall | Response:
+        if match := _MODIFY_PATH.match(req.path):
+            return self._modify(req, match["ref"], match["kind"])
         try:
             payload = json.loads(req.body or b"null")
             charge = wire.parse_charge_body(payload)
@@ -111,10 +125,15 @@ class NativeFlavor:
 
         def run(scope: Scope) -> Response:
             decision = scope.decide(amount=charge.amount, card=card_of(charge.payment_method))
+            status, settle_to = decision.status, decision.settle_to
+            if charge.manual_capture:  # approved means authorised: the money waits for a capture
+                status = PaymentStatus.AUTHORIZED if status is PaymentStatus.SUCCEEDED else status
+                settle_to = PaymentStatus.AUTHORIZED if settle_to is PaymentStatus.SUCCEEDED else settle_to
             record = PaymentRecord.new(
-                charge, idempotency_key=scope.key or "", status=decision.status, reason=decision.reason,
-                settle_to=decision.settle_to, settle_after=timedelta(seconds=decision.settle_after_seconds),
+                charge, idempotency_key=scope.key or "", status=status, reason=decision.reason,
+                settle_to=settle_to, settle_after=timedelta(seconds=decision.settle_after_seconds),
                 now=scope.now, psp_reference=random_id("psp_", alphabet="0123456789abcdef"),
+                capture_method="manual" if charge.manual_capture else "automatic",
             )  # fmt: skip
             scope.ledger.insert_payment(record)
             scope.tell(Change("confirmed", record, idempotency_key=scope.key))
@@ -123,6 +142,39 @@ class NativeFlavor:
             return json_response(201, record.to_json())
 
         return WriteCall(fingerprint=wire.request_digest(payload), run=run)
+
+    def _modify(self, req: Request, reference: str, kind: str) -> WriteCall | Response:
+        """A capture (``{"amount": N}``, at most the payment's amount) or a cancel of an authorized payment."""
+        try:
+            payload = json.loads(req.body or b"{}")
+        except ValueError:
+            return native_error("invalid_json")
+        if not isinstance(payload, dict) or set(payload) - ({"amount"} if kind == "capture" else set()):
+            return native_error("parameter_unknown", "a capture takes amount; a cancel nothing")
+        wanted = payload.get("amount")
+        if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, int) or wanted <= 0):
+            return native_error("amount_invalid")
+
+        def run(scope: Scope) -> Response:
+            record = scope.ledger.get_payment(reference)
+            if record is None or record.flavor != self.name:
+                return native_error("resource_missing")
+            if record.status is not PaymentStatus.AUTHORIZED:
+                return native_error("payment_unexpected_state", f"the payment is {record.status.value}")
+            amount = record.amount if wanted is None else wanted
+            if amount > record.amount:
+                return native_error("amount_invalid", f"amount {amount} is more than authorized ({record.amount})")
+            if kind == "capture":
+                record = dataclasses.replace(record, status=PaymentStatus.SUCCEEDED, amount_captured=amount,
+                                             settled_at=scope.now, updated_at=scope.now)
+            else:
+                record = dataclasses.replace(record, status=PaymentStatus.CANCELED, failure_reason="canceled",
+                                             settled_at=scope.now, updated_at=scope.now)
+            scope.ledger.save_payment(record)
+            scope.tell(Change("captured" if kind == "capture" else "canceled", record, idempotency_key=scope.key))
+            return json_response(200, record.to_json())
+
+        return WriteCall(fingerprint=wire.request_digest({"path": req.path, **payload}), run=run)
 
     def fail_payout(self, scope: Scope, payout_id: str, code: str) -> object | str:
         return "resource_missing"  # the native PSP has no payouts

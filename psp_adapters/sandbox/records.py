@@ -149,6 +149,9 @@ class PaymentRecord:
             "created_at": format_timestamp(self.created_at),
             "updated_at": format_timestamp(self.updated_at),
             "settled_at": format_timestamp(self.settled_at) if self.settled_at else None,
+            # a manual capture's: shown only for one (the automatic payments' shape is unchanged)
+            **({"capture_method": "manual", "amount_captured": self.captured} if self.capture_method == "manual"
+               else {}),
         }
 
     def _params(self) -> tuple[object, ...]:

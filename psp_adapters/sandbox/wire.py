@@ -23,13 +23,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import assert_never
+from typing import Any, assert_never
 
 from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspProtocolError
 from psp_adapters.protocol import (
+    Authorised,
     ChargeRequest,
     Failed,
+    ModificationRequest,
     PaymentOutcome,
     Pending,
     SettlementLine,
@@ -66,6 +68,7 @@ ERRORS: Mapping[str, tuple[int, str, str]] = {
     "cross_origin_forbidden": (403, _INVALID, "admin changes are refused from another origin (a browser page)"),
     CARD_DECLINED: (402, "card_error", "the card was declined"),
     "resource_missing": (404, _INVALID, "no such payment"),
+    "payment_unexpected_state": (400, _INVALID, "the payment is not authorized for a capture or a cancel"),
     "not_found": (404, _INVALID, "no such endpoint"),
     "method_not_allowed": (405, _INVALID, "method not allowed"),
     IDEMPOTENCY_KEY_IN_FLIGHT: (
@@ -110,7 +113,36 @@ def charge_body(request: ChargeRequest) -> dict[str, object]:
         "description": request.description,
     }
     body.update({name: value for name, value in optional.items() if value is not None})
+    if request.manual_capture:  # authorise only: the payment waits, authorized, for a capture or a cancel
+        body["capture_method"] = "manual"
     return body
+
+
+def modification_body(request: ModificationRequest) -> dict[str, object]:
+    """The JSON body of ``POST /v1/payments/{psp_reference}/capture`` (the amount) or ``/cancel`` (empty)."""
+    return {"amount": request.amount} if request.kind == "capture" else {}
+
+
+def modification_outcome(kind: str, payload: object) -> PaymentOutcome:
+    """The payment document as the answer about a capture or a cancel of it: a capture is done when the payment
+    succeeded (``amount`` what it captured), a cancel when it was canceled; the other way round is a failure;
+    authorized: neither yet (Pending)."""
+    outcome = to_outcome(payload)
+    doc = _json.as_object(payload, "payment")
+    fields = {"psp_reference": outcome.psp_reference, "amount": outcome.amount, "currency": outcome.currency,
+              "raw_status": outcome.raw_status, "merchant_reference": outcome.merchant_reference}
+    captured = _json.optional(doc, "amount_captured", int)
+    if outcome.raw_status == PaymentStatus.SUCCEEDED.value:
+        if kind == "capture":
+            return Succeeded(**{**fields, "amount": captured if captured is not None else outcome.amount})  # type: ignore[arg-type]
+        return Failed(**fields, reason="already captured")  # type: ignore[arg-type]
+    if outcome.raw_status == PaymentStatus.CANCELED.value:
+        if kind == "cancel":
+            return Succeeded(**fields)  # type: ignore[arg-type]
+        return Failed(**fields, reason=_json.optional(doc, "failure_reason", str) or "canceled")  # type: ignore[arg-type]
+    if isinstance(outcome, Authorised):
+        return Pending(**fields)  # type: ignore[arg-type]
+    return outcome
 
 
 def to_outcome(payload: object) -> PaymentOutcome:
@@ -136,7 +168,9 @@ def to_outcome(payload: object) -> PaymentOutcome:
     match status:
         case PaymentStatus.SUCCEEDED:
             return Succeeded(**common)  # type: ignore[arg-type]
-        case PaymentStatus.PENDING | PaymentStatus.OPEN | PaymentStatus.AUTHORIZED:
+        case PaymentStatus.AUTHORIZED:
+            return Authorised(**common)  # type: ignore[arg-type]  # held for a capture (capture_method manual)
+        case PaymentStatus.PENDING | PaymentStatus.OPEN:
             return Pending(**common)  # type: ignore[arg-type]  # money not taken yet: no final answer
         case PaymentStatus.FAILED:
             return Failed(**common, reason=reason)  # type: ignore[arg-type]
@@ -210,7 +244,8 @@ class BadRequest(ValueError):
 
 
 _CHARGE_FIELDS = frozenset(
-    {"merchant_reference", "amount", "currency", "merchant_account", "payment_method", "description"}
+    {"merchant_reference", "amount", "currency", "merchant_account", "payment_method", "description",
+     "capture_method"}
 )
 MAX_AMOUNT = 99_999_999
 
@@ -241,10 +276,14 @@ def parse_charge_body(payload: object) -> ChargeRequest:
         or not currency.isupper()
     ):
         raise BadRequest("currency_invalid", "currency must be an upper-case ISO-4217 code")
-    optional: dict[str, str | None] = {}
+    optional: dict[str, Any] = {}
     for name in ("merchant_account", "payment_method", "description"):
         value = payload.get(name)
         if value is not None and not isinstance(value, str):
             raise BadRequest("parameter_invalid", f"{name} must be a string")
         optional[name] = value
-    return ChargeRequest(merchant_reference=reference, amount=amount, currency=currency, **optional)
+    capture = payload.get("capture_method", "automatic")
+    if capture not in ("automatic", "manual"):
+        raise BadRequest("parameter_invalid", "capture_method must be automatic or manual")
+    return ChargeRequest(merchant_reference=reference, amount=amount, currency=currency,
+                         manual_capture=capture == "manual", **optional)

@@ -61,6 +61,7 @@ from psp_adapters.http import (
 from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
+    ModificationRequest,
     NotFound,
     PaymentOutcome,
     PaymentPage,
@@ -73,6 +74,7 @@ from psp_adapters.protocol import (
     SettlementLine,
 )
 from psp_adapters.stripe import balance, payouts, wire
+from psp_adapters.stripe import capture as capture_wire
 from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import API_VERSION, PSP_NAME
 
@@ -100,6 +102,10 @@ class StripeAdapter:
     #: "data is typically searchable in under a minute; during outages, up to an hour" (docs.stripe.com/search)
     search_lag: ClassVar[timedelta] = timedelta(hours=1)
     listing_window: ClassVar[timedelta | None] = None
+    #: an authorisation never captured is canceled by Stripe after this (status ``canceled``, reason ``automatic``):
+    #: 7 days for online card payments of most brands (docs.stripe.com/payments/place-a-hold-on-a-payment-method,
+    #: "Authorization validity windows"; Visa merchant-initiated: less)
+    authorisation_validity: ClassVar[timedelta] = timedelta(days=7)
     refund_reasons: ClassVar[tuple[str, ...] | None] = refund_wire.REASONS
 
     def __init__(
@@ -189,6 +195,27 @@ class StripeAdapter:
             return refund_wire.to_outcome(json_body(response, psp=PSP_NAME))
         error = _maybe_error(response)
         raise self._error(response, error, saved=error is not None and response.status_code == 500)
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome:
+        """``POST /v1/payment_intents/{id}/capture`` (``capture.capture_form``) or ``/cancel`` with
+        ``Idempotency-Key``: the PaymentIntent as the answer about the capture or cancel
+        (``capture.modification_outcome``). A refusal (``payment_intent_unexpected_state``, ``amount_too_large``:
+        HTTP 400) raises PspRejectedError; a lost answer PspUnknownOutcome; Stripe's 500 is saved under the key."""
+        path = f"/v1/payment_intents/{quote(request.payment_reference, safe='')}/{request.kind}"
+        form = capture_wire.capture_form(request) if request.kind == "capture" else {}
+        with transport_errors(psp=PSP_NAME, may_have_taken_effect=True):
+            response = self._client.post(path, data=form, headers={"Idempotency-Key": idempotency_key})
+        if response.is_success:
+            intent = wire.to_outcome(json_body(response, psp=PSP_NAME))
+            return capture_wire.modification_outcome(request.kind, intent)
+        error = _maybe_error(response)
+        raise self._error(response, error, saved=error is not None and response.status_code == 500)
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome:
+        """``GET /v1/payment_intents/{id}``: what became of the capture or cancel (``capture.modification_outcome``);
+        404 ``resource_missing``: NotFound."""
+        intent = self.fetch_payment(PspRef(psp_reference=request.payment_reference))
+        return capture_wire.modification_outcome(request.kind, intent)
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
         """The Refund by its id when known (404 ``resource_missing``: NotFound), else the one carrying our

@@ -20,6 +20,7 @@ Events (data.object is the object as of the event, so an out-of-order delivery s
 | payment_intent.processing              | Pending                                                     |
 | payment_intent.canceled                | Failed (cancellation_reason)                                |
 | payment_intent.requires_action         | ActionRequired                                              |
+| payment_intent.amount_capturable_updated | Authorised (requires_capture: held for a manual capture)  |
 | charge.refunded                        | Reversed, kind refund, amount_refunded                      |
 | refund.created, refund.updated,        | RefundNews of the Refund object: its id, payment_intent,    |
 | refund.failed, charge.refund.updated   | metadata.refund_reference, status (failed, canceled: failed)|
@@ -63,7 +64,7 @@ DEFAULT_TOLERANCE_SECONDS = 300
 SCHEME = "v1"
 PAYMENT_INTENT_EVENTS = frozenset({"payment_intent.succeeded", "payment_intent.payment_failed",
                                    "payment_intent.processing", "payment_intent.canceled",
-                                   "payment_intent.requires_action"})
+                                   "payment_intent.requires_action", "payment_intent.amount_capturable_updated"})
 REFUNDED = "charge.refunded"
 #: events whose data.object is a Refund (docs.stripe.com/api/events/types); charge.refund.updated is the older name
 REFUND_EVENTS = frozenset({"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"})

@@ -29,6 +29,7 @@ from psp_adapters._wire import JsonFields
 from psp_adapters.errors import PspRejectedError
 from psp_adapters.protocol import (
     ActionRequired,
+    Authorised,
     ChargeRequest,
     Failed,
     FieldProblem,
@@ -206,6 +207,8 @@ def create_form(request: ChargeRequest) -> dict[str, str]:
     }
     if request.description is not None:
         form["description"] = request.description
+    if request.manual_capture:  # authorise only: the intent stops at requires_capture until captured or canceled
+        form["capture_method"] = "manual"
     return form
 
 
@@ -224,10 +227,10 @@ def to_outcome(payload: object) -> PaymentOutcome:
     ``requires_payment_method`` with a ``last_payment_error`` is a failed attempt (Stripe returns a declined
     intent to that status): Failed, or ActionRequired when the error is ``authentication_required`` (the
     intent an off-session charge leaves behind when the issuer wants authentication); without one the
-    intent was never tried, so it is Pending. ``requires_capture`` is Pending: we create with automatic
-    capture, and an uncaptured authorisation is not money yet. An unrecognised status is
-    ``Unknown(raw_status=…)``, never a guess. Raises PspProtocolError when the document misses a required
-    field.
+    intent was never tried, so it is Pending. ``requires_capture`` is Authorised: the amount is held for a
+    capture (``capture_method=manual``), not money yet (recon reads it as pending for an automatic payment).
+    An unrecognised status is ``Unknown(raw_status=…)``, never a guess. Raises PspProtocolError when the
+    document misses a required field.
     """
     doc = _json.as_object(payload, "payment_intent")
     raw_status = _json.require(doc, "status", str)
@@ -260,11 +263,9 @@ def to_outcome(payload: object) -> PaymentOutcome:
             return Failed(**common, reason=_decline_reason(error))  # type: ignore[arg-type]
         case PaymentIntentStatus.REQUIRES_ACTION:
             return ActionRequired(**common)  # type: ignore[arg-type]
-        case (
-            PaymentIntentStatus.REQUIRES_CONFIRMATION
-            | PaymentIntentStatus.PROCESSING
-            | PaymentIntentStatus.REQUIRES_CAPTURE
-        ):
+        case PaymentIntentStatus.REQUIRES_CAPTURE:
+            return Authorised(**common)  # type: ignore[arg-type]
+        case PaymentIntentStatus.REQUIRES_CONFIRMATION | PaymentIntentStatus.PROCESSING:
             return Pending(**common)  # type: ignore[arg-type]
         case _:
             assert_never(status)

@@ -14,6 +14,7 @@ from recon.errors import UsageError
 from recon.params import BATCH_BY_HELP, EXIT_USAGE, LIMIT, by_option, operator_name, say
 from recon.payments.importer import ImportRejected, read_payments
 from recon.payments.money import format_amount
+from recon.render.modifications import modifications_table
 from recon.render.payments import payment_detail, payments_table
 from recon.render.refunds import disputes_table, refunds_table
 from recon.rows import Payment, PaymentStatus
@@ -39,8 +40,9 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
     Columns: merchant_reference, amount (decimal, e.g. 12.34), currency (ISO-4217), psp; optional
     created_at (ISO-8601, no offset means UTC), merchant_account, payment_method (the PSP's token of a stored
     payment method: Stripe pm_..., Adyen storedPaymentMethodId) and customer_reference (Stripe cus_...,
-    Adyen shopperReference). Each row is checked against what its PSP requires for a charge. --by names the
-    operator who imports (audited); without it the import is the system's (a schedule, a script).
+    Adyen shopperReference), capture (automatic or manual: authorise only, then `recon capture` or `recon
+    cancel`; empty: the PSP's [psp.NAME] capture). Each row is checked against what its PSP requires. --by
+    names the operator who imports (audited); without it the import is the system's (a schedule, a script).
     """
     if merchant_account is not None and not merchant_account.strip():
         raise UsageError("--merchant-account: must not be empty")
@@ -49,7 +51,8 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
         new = read_payments(path, psp_names=app.psp_names(),
                             merchant_account=merchant_account.strip() if merchant_account else None,
                             account_defaults=app.account_defaults(), charge_check=app.check_charge,
-                            existing_func=app.payments.existing_references)
+                            existing_func=app.payments.existing_references,
+                            capture_defaults={n: app.capture_config.for_psp(n).capture for n in app.psp_names()})
     except ImportRejected as exc:
         for line in exc.lines():  # the first problem first, then the others and a count
             say(f"recon: {line}", err=True)
@@ -72,20 +75,26 @@ def payments_import(app: App, path: str, merchant_account: str | None, no_charge
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def payments_show(app: App, reference: str, as_json: bool) -> None:
-    """One payment, by merchant reference, with its event history and its movements (refunds)."""
+    """One payment, by merchant reference, with its event history and its movements (refunds, captures and
+    cancels, disputes)."""
     payment = app.payments.by_reference(reference)
     if payment is None:
         raise UsageError(f"payment {reference} not found")
     events = app.payments.events(payment.id)
     movements = app.refunds.for_payment(payment.id)
     disputes = app.disputes.for_payment(payment.id)
+    modifications = app.modifications.for_payment(payment.id)
     if as_json:
         click.echo(json.dumps({"payment": payment_doc(payment), "events": [e.to_dict() for e in events],
                                "refunds": [r.to_dict() for r in movements],
+                               "modifications": [m.to_dict() for m in modifications],
                                "disputes": [d.to_dict() for d in disputes]}))
         return
 
     payment_detail(payment, events)
+    if modifications:
+        modifications_table(modifications, title=f"{len(modifications)} captures and cancels of "
+                                                 f"{payment.merchant_reference}")
     if movements:
         refunds_table(movements, title=f"{len(movements)} refunds of {payment.merchant_reference}")
     if disputes:

@@ -26,6 +26,12 @@ from recon.params import (
 )
 from recon.reconcile import settlement as st
 from recon.reconcile import sweep as sw
+from recon.reconcile.capture_sweep import (
+    captures_exit_code,
+    check_authorisations,
+    enqueue_modifications,
+    summarise_modifications,
+)
 from recon.reconcile.refund_sweep import enqueue_refunds, refunds_exit_code, summarise_refunds
 from recon.reconcile.sweep import ReportWriter, Selection
 from recon.reconcile.window import WindowHandler
@@ -84,11 +90,16 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue,
                                bulk_psps={name for name, m in modes.items() if m == "bulk"}, config=rc)
         refund_selection = enqueue_refunds(app.refunds, app.client(), options, queue=rc.queue)
-        if not enqueue_only and (len(selection) or len(refund_selection)):
-            _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json,
-                                  extra=len(refund_selection))
+        mod_selection = enqueue_modifications(app.modifications, app.client(), options, queue=rc.queue)
+        authorisations = check_authorisations(app.modifications, app.client(), app.capture_config,
+                                              {psp} if psp else set(app.psp_names()), now=app.db.clock.now(),
+                                              queue=rc.queue)
+        extra = len(refund_selection) + len(mod_selection) + len(authorisations["job_ids"])
+        if not enqueue_only and (len(selection) or extra):
+            _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json, extra=extra)
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
         refund_summary = summarise_refunds(app.refunds, app.jobs, refund_selection)
+        capture_summary = summarise_modifications(app.modifications, app.jobs, mod_selection)
     except BaseException:
         if writer:
             writer.abort()
@@ -100,8 +111,10 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     doc = {"enqueue_only": enqueue_only, **summary.to_dict(), "mode": modes,
            "window_jobs": len(selection.window_job_ids), "psp_calls": sum(n for n, _ in calls.values()),
            "psp_calls_by_psp": {name: n for name, (n, _) in calls.items()},
-           "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary}
-    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary))
+           "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary, "captures": capture_summary,
+           "authorisations": {k: v for k, v in authorisations.items() if k != "job_ids"}}
+    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary),
+                    captures_exit_code(capture_summary, authorisations))
     app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
     app.actions.batch_done(who, "sweep", f"sweep run {run_id}", "done" if exit_code == EXIT_OK else "review",
                            run=run_id, exit_code=exit_code, checked=doc.get("checked"), run_by=operator_name())

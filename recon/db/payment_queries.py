@@ -16,7 +16,8 @@ from recon.db.sql import Query
 PAYMENT_COLUMNS = (
     "id, merchant_account, merchant_reference, amount, currency, psp, idempotency_key, status, created_at, "
     "updated_at, psp_reference, failure_reason, review_reason, payment_method, customer_reference, key_generation, "
-    "key_sent_at, review_since, review_assignee, captured_amount, refunded_amount"
+    "key_sent_at, review_since, review_assignee, captured_amount, refunded_amount, capture_mode, authorised_at, "
+    "authorisation_claimed"
 )
 UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
@@ -25,21 +26,22 @@ payment_insert_many = Query(
     "Run by payment creation (API, import, demo): a batch of new payments in one round trip.",
     postgresql="""
         INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
-                              status, created_at, updated_at, payment_method, customer_reference)
+                              status, created_at, updated_at, payment_method, customer_reference, capture_mode)
         SELECT r.merchant_account, r.merchant_reference, r.amount, r.currency, r.psp, r.idempotency_key,
-               'created', coalesce(r.created_at, {now}), {now}, r.payment_method, r.customer_reference
+               'created', coalesce(r.created_at, {now}), {now}, r.payment_method, r.customer_reference,
+               coalesce(r.capture_mode, 'automatic')
         FROM jsonb_to_recordset({json:rows}) AS r(merchant_account text, merchant_reference text, amount bigint,
              currency text, psp text, idempotency_key text, created_at timestamptz, payment_method text,
-             customer_reference text)
+             customer_reference text, capture_mode text)
         RETURNING id, merchant_reference
     """,
     sqlite="""
         INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
-                              status, created_at, updated_at, payment_method, customer_reference)
+                              status, created_at, updated_at, payment_method, customer_reference, capture_mode)
         SELECT value ->> '$.merchant_account', value ->> '$.merchant_reference', value ->> '$.amount',
                value ->> '$.currency', value ->> '$.psp', value ->> '$.idempotency_key', 'created',
                coalesce(value ->> '$.created_at', :now), :now, value ->> '$.payment_method',
-               value ->> '$.customer_reference'
+               value ->> '$.customer_reference', coalesce(value ->> '$.capture_mode', 'automatic')
         FROM json_each(:rows) ORDER BY key
         RETURNING id, merchant_reference
     """,
@@ -62,12 +64,13 @@ payment_create_with_charge_jobs = Query(
     postgresql=f"""
         WITH p AS (
             INSERT INTO payments (merchant_account, merchant_reference, amount, currency, psp, idempotency_key,
-                                  status, created_at, updated_at, payment_method, customer_reference)
+                                  status, created_at, updated_at, payment_method, customer_reference, capture_mode)
             SELECT r.merchant_account, r.merchant_reference, r.amount, r.currency, r.psp, r.idempotency_key,
-                   'created', coalesce(r.created_at, {{now}}), {{now}}, r.payment_method, r.customer_reference
+                   'created', coalesce(r.created_at, {{now}}), {{now}}, r.payment_method, r.customer_reference,
+                   coalesce(r.capture_mode, 'automatic')
             FROM jsonb_to_recordset({{json:rows}}) AS r(merchant_account text, merchant_reference text,
                  amount bigint, currency text, psp text, idempotency_key text, created_at timestamptz,
-                 payment_method text, customer_reference text)
+                 payment_method text, customer_reference text, capture_mode text)
             RETURNING id, merchant_reference, merchant_account
         ), j AS (
             INSERT INTO jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts,

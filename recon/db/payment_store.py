@@ -136,7 +136,7 @@ class PaymentStore(TransitionStore):
         return [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
                  "amount": p.amount, "currency": p.currency, "psp": p.psp,
                  "payment_method": p.payment_method, "customer_reference": p.customer_reference,
-                 "idempotency_key": f"recon-{secrets.token_hex(12)}",
+                 "capture_mode": p.capture_mode, "idempotency_key": f"recon-{secrets.token_hex(12)}",
                  "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
                  if p.created_at else None} for p in payments]
 
@@ -358,7 +358,9 @@ class PaymentStore(TransitionStore):
                        customer_reference=m["customer_reference"], key_generation=int(m["key_generation"] or 0),
                        key_sent_at=t(m["key_sent_at"]), review_since=t(m["review_since"]),
                        review_assignee=m["review_assignee"],
-                       captured_amount=int(m["captured_amount"] or 0), refunded_amount=int(m["refunded_amount"] or 0))
+                       captured_amount=int(m["captured_amount"] or 0), refunded_amount=int(m["refunded_amount"] or 0),
+                       capture_mode=m["capture_mode"] or "automatic", authorised_at=t(m["authorised_at"]),
+                       authorisation_claimed=int(m["authorisation_claimed"] or 0))
 
 
 def _redacted(p: NewPayment) -> NewPayment:
@@ -367,5 +369,5 @@ def _redacted(p: NewPayment) -> NewPayment:
                        merchant_reference=redact_value(p.merchant_reference), amount=p.amount,
                        currency=redact_value(p.currency), psp=redact_value(p.psp), created_at=p.created_at,
                        payment_method=redact_value(p.payment_method),
-                       customer_reference=redact_value(p.customer_reference))
+                       customer_reference=redact_value(p.customer_reference), capture_mode=p.capture_mode)
     return p if clean == p else clean

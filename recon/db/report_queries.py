@@ -136,6 +136,7 @@ report_lines_analyze = Query(
     sqlite="ANALYZE temp.report_lines",
 )
 
+# A manual-capture payment's amount is what it captured (a partial capture settles less than it authorised).
 # rank 1 is the line that stands for its payment; rank > 1 are further PSP charges for the same payment (or,
 # with no payment of ours, for the same merchant reference): duplicate_at_psp. The line carrying the reference
 # we stored comes first, then a succeeded one, then the first settled.
@@ -145,7 +146,9 @@ report_lines_matched = Query(
     sql="""
         SELECT l.psp_reference, l.merchant_reference AS psp_merchant_reference, l.amount AS psp_amount,
                l.currency AS psp_currency, l.status AS psp_status, l.lines,
-               p.id AS payment_id, p.merchant_reference, p.psp_reference AS our_psp_reference, p.amount, p.currency,
+               p.id AS payment_id, p.merchant_reference, p.psp_reference AS our_psp_reference,
+               CASE WHEN p.capture_mode = 'manual' AND p.status = 'succeeded' THEN p.captured_amount
+                    ELSE p.amount END AS amount, p.currency,
                p.status, CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END AS in_window, l.fee, l.net,
                l.settlement_currency, p.refunded_amount AS refunded,
                row_number() OVER (

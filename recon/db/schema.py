@@ -131,7 +131,8 @@ job_replays = sa.Table(
 )
 
 
-PAYMENT_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")
+PAYMENT_STATUSES = ("created", "processing", "pending", "authorised", "succeeded", "failed", "needs_review")
+CAPTURE_MODES = ("automatic", "manual")
 UNFINISHED_PAYMENT = "status IN ('created', 'processing', 'pending')"
 
 payments = sa.Table(
@@ -160,7 +161,15 @@ payments = sa.Table(
     #: (migration 0018): one conditional UPDATE moves ``refunded_amount`` with each refund (recon.db.refund_store)
     sa.Column("captured_amount", sa.BigInteger(), nullable=False, server_default="0"),
     sa.Column("refunded_amount", sa.BigInteger(), nullable=False, server_default="0"),
+    #: automatic or manual capture, when it was authorised, and what its captures and cancels not failed claim of
+    #: the authorisation (migration 0021; recon.db.modification_store keeps the bound)
+    sa.Column("capture_mode", sa.Text(), nullable=False, server_default="automatic"),
+    sa.Column("authorised_at", Timestamp, nullable=True),
+    sa.Column("authorisation_claimed", sa.BigInteger(), nullable=False, server_default="0"),
     sa.CheckConstraint("amount > 0", name="payments_amount_positive"),
+    sa.CheckConstraint(_in("capture_mode", CAPTURE_MODES), name="payments_capture_mode_valid"),
+    sa.CheckConstraint("authorisation_claimed >= 0 AND authorisation_claimed <= amount",
+                       name="payments_claims_within_authorisation"),
     sa.CheckConstraint("refunded_amount >= 0 AND refunded_amount <= captured_amount AND captured_amount <= amount",
                        name="payments_refunds_within_capture"),
     sa.CheckConstraint("length(currency) = 3 AND upper(currency) = currency", name="payments_currency_iso"),
@@ -182,6 +191,8 @@ payments = sa.Table(
     sa.Index("payments_review_facets", "currency", "amount", "review_since",
              postgresql_include=["psp", "review_assignee", "review_reason"],
              postgresql_where=sa.text("status = 'needs_review'"), sqlite_where=sa.text("status = 'needs_review'")),
+    sa.Index("payments_authorised", "psp", "authorised_at", "id", postgresql_where=sa.text("status = 'authorised'"),
+             sqlite_where=sa.text("status = 'authorised'")),
 )
 #: (migration 0024, PostgreSQL only) the console's case-insensitive reference prefix
 sa.Index("payments_reference_lower", sa.func.lower(payments.c.merchant_reference).label("reference_lower"),
@@ -528,7 +539,7 @@ payout_exceptions = sa.Table(
 
 # --- refunds (migration 0018): money given back, each refund a job of its own, never more than captured -------
 
-REFUND_STATUSES = PAYMENT_STATUSES
+REFUND_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")
 UNFINISHED_REFUND = UNFINISHED_PAYMENT
 REFUND_EVENT_SOURCES = ("refund", "reconcile", "manual", "webhook")
 
@@ -693,5 +704,61 @@ approvals = sa.Table(
     sa.CheckConstraint(_in("state", APPROVAL_STATES), name="approvals_state_valid"),
     sa.CheckConstraint("decided_by IS NULL OR decided_by <> requested_by", name="approvals_four_eyes"),
     sa.Index("approvals_pending", "state", "id"),
+    sqlite_autoincrement=True,
+)
+
+
+# --- captures and cancels (migration 0021): a manual payment's modifications, each a job of its own ------------
+
+MODIFICATION_KINDS = ("capture", "cancel")
+MODIFICATION_STATUSES = REFUND_STATUSES
+MODIFICATION_EVENT_SOURCES = ("modification", "reconcile", "manual", "webhook")
+
+modifications = sa.Table(
+    "modifications",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="modifications_payment_fkey"), nullable=False),
+    sa.Column("kind", sa.Text(), nullable=False),  #: capture or cancel
+    sa.Column("modification_reference", sa.Text(), nullable=False),  #: ours, unique
+    sa.Column("amount", sa.BigInteger(), nullable=False),  #: captured, or released by a cancel; minor units
+    sa.Column("currency", sa.Text(), nullable=False),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("status", sa.Text(), nullable=False),
+    sa.Column("psp_modification_id", sa.Text(), nullable=True),  #: the PSP's id, stored once, never replaced
+    sa.Column("idempotency_key", sa.Text(), nullable=False),
+    sa.Column("requested_by", sa.Text(), nullable=False),
+    sa.Column("failure_reason", sa.Text(), nullable=True),
+    sa.Column("review_reason", sa.Text(), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Column("sent_at", Timestamp, nullable=True),
+    sa.CheckConstraint("amount > 0", name="modifications_amount_positive"),
+    sa.CheckConstraint(_in("kind", MODIFICATION_KINDS), name="modifications_kind_valid"),
+    sa.CheckConstraint(_in("status", MODIFICATION_STATUSES), name="modifications_status_valid"),
+    sa.UniqueConstraint("modification_reference", name="modifications_reference_key"),
+    sa.UniqueConstraint("idempotency_key", name="modifications_idempotency_key_key"),
+    sa.Index("modifications_payment", "payment_id", "id"),
+    sa.Index("modifications_psp_id", "psp", "psp_modification_id"),
+    sa.Index("modifications_stale", "psp", "updated_at", postgresql_where=sa.text(UNFINISHED_REFUND),
+             sqlite_where=sa.text(UNFINISHED_REFUND)),
+    sqlite_autoincrement=True,
+)
+
+modification_events = sa.Table(
+    "modification_events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("modification_id", Id, sa.ForeignKey("modifications.id", name="modification_events_fkey"),
+              nullable=False),
+    sa.Column("from_status", sa.Text(), nullable=True),
+    sa.Column("to_status", sa.Text(), nullable=False),
+    sa.Column("source", sa.Text(), nullable=False),
+    sa.Column("job_id", Id, nullable=True),
+    sa.Column("attempt", sa.Integer(), nullable=True),
+    sa.Column("details", Json, nullable=True),
+    sa.Column("at", Timestamp, nullable=False),
+    sa.CheckConstraint(_in("source", MODIFICATION_EVENT_SOURCES), name="modification_events_source_valid"),
+    sa.Index("modification_events_modification", "modification_id", "id"),
     sqlite_autoincrement=True,
 )

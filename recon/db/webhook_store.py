@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from psp_adapters.protocol import DisputeNews, PayoutNews, RefundNews, WebhookEvent, news_kind
+from psp_adapters.protocol import DisputeNews, ModificationNews, PayoutNews, RefundNews, WebhookEvent, news_kind
 from recon.db import webhook_queries as wq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
@@ -224,4 +224,6 @@ def _movement(news: object) -> str | None:
         return news.refund_id
     if isinstance(news, DisputeNews):
         return news.dispute_id
+    if isinstance(news, ModificationNews):
+        return news.modification_id
     return None

@@ -8,6 +8,7 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | ---------------------------------------- | -------------------------------- | -------------------------- |
 | Succeeded, same amount and currency      | succeeded                        | complete                   |
 | Succeeded, other amount or currency      | needs_review                     | complete                   |
+| Authorised (manual capture)              | authorised (captured by hand)    | complete                   |
 | ActionRequired (3-D Secure, redirect)    | needs_review (authentication)    | complete                   |
 | Failed (declined)                        | failed (reason)                  | complete                   |
 | Pending / Unknown / NotFound             | pending (reconciliation decides) | complete                   |
@@ -119,7 +120,8 @@ class ChargeHandler:
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
                                 currency=payment.currency, merchant_account=payment.merchant_account,
                                 payment_method=payment.payment_method,
-                                customer_reference=payment.customer_reference)
+                                customer_reference=payment.customer_reference,
+                                manual_capture=payment.capture_mode == "manual")
         key = payment.charge_key
         try:
             answer = permit.call(lambda: adapter.create_payment(request, idempotency_key=key))

@@ -6,7 +6,8 @@ imports nothing. Problems name the physical line (the header is line 1) and the 
 ``max_problems`` are collected, in line order; reading stops there, since the file is rejected anyway.
 
 Columns: merchant_reference, amount, currency, psp (required); created_at, merchant_account, payment_method,
-customer_reference (optional). Amounts are converted exactly by the currency's ISO-4217 exponent
+customer_reference, capture (optional: ``automatic`` or ``manual``; empty or absent: the PSP's ``[psp.NAME]
+capture``, ``capture_defaults``). Amounts are converted exactly by the currency's ISO-4217 exponent
 (``recon.payments.money``), never rounded. A merchant reference must be unique within the file and must not
 exist already: ``existing_func`` is asked about the file's references in batches, as they are read.
 
@@ -38,10 +39,10 @@ from recon.clock import parse_instant
 from recon.errors import UsageError
 from recon.payments.money import check_currency, parse_amount
 from recon.redact import CARD_MASK, KEY_MASK, MASK, redact
-from recon.rows import NewPayment
+from recon.rows import CAPTURE_MODES, NewPayment
 
 REQUIRED_COLUMNS = ("merchant_reference", "amount", "currency", "psp")
-OPTIONAL_COLUMNS = ("created_at", "merchant_account", "payment_method", "customer_reference")
+OPTIONAL_COLUMNS = ("created_at", "merchant_account", "payment_method", "customer_reference", "capture")
 #: the merchant account of rows that name none, for PSPs without merchant accounts; never sent to a PSP
 DEFAULT_ACCOUNT = "default"
 MERCHANT_REFERENCE_MAX = 200
@@ -106,19 +107,21 @@ class ImportRejected(UsageError):
 
 def read_payments(path: str | Path, *, psp_names: Collection[str], merchant_account: str | None = None,
                   account_defaults: Mapping[str, str] | None = None, charge_check: ChargeCheck | None = None,
-                  existing_func: ExistingFunc | None = None,
+                  existing_func: ExistingFunc | None = None, capture_defaults: Mapping[str, str] | None = None,
                   max_problems: int = MAX_PROBLEMS_DEFAULT) -> list[NewPayment]:
     """The payments in the CSV file at ``path``, validated; raises ImportRejected naming what is wrong."""
     source = str(path)
     with open(path, "rb") as fh:
         return validate(_decoded_lines(fh, source), source=source, psp_names=psp_names,
                         merchant_account=merchant_account, account_defaults=account_defaults,
-                        charge_check=charge_check, existing_func=existing_func, max_problems=max_problems)
+                        charge_check=charge_check, existing_func=existing_func, capture_defaults=capture_defaults,
+                        max_problems=max_problems)
 
 
 def validate(lines: Iterable[str], *, source: str, psp_names: Collection[str],
              merchant_account: str | None = None, account_defaults: Mapping[str, str] | None = None,
              charge_check: ChargeCheck | None = None, existing_func: ExistingFunc | None = None,
+             capture_defaults: Mapping[str, str] | None = None,
              max_problems: int = MAX_PROBLEMS_DEFAULT) -> list[NewPayment]:
     """The payments in CSV ``lines`` (line endings kept, as from a file opened with ``newline=""``)."""
     check_token(merchant_account, "--merchant-account")
@@ -135,7 +138,7 @@ def validate(lines: Iterable[str], *, source: str, psp_names: Collection[str],
     columns = _check_header(header, source)
     rows = _RowChecker(columns, psp_names=frozenset(psp_names), merchant_account=merchant_account,
                        account_defaults=dict(account_defaults or {}), charge_check=charge_check,
-                       existing_func=existing_func)
+                       existing_func=existing_func, capture_defaults=dict(capture_defaults or {}))
     for line, record in _records(reader, source):
         rows.check(line, record)
         if len(rows.problems) >= max_problems:
@@ -222,6 +225,7 @@ class _RowChecker:
     account_defaults: dict[str, str]
     charge_check: ChargeCheck | None
     existing_func: ExistingFunc | None
+    capture_defaults: dict[str, str] = field(default_factory=dict)
     payments: list[NewPayment] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     _seen: dict[str, int] = field(default_factory=dict)  #: reference -> line
@@ -269,7 +273,8 @@ class _RowChecker:
         payment = NewPayment(merchant_account=account, merchant_reference=ref, amount=amount, currency=currency,
                              psp=psp, created_at=_created_at(cells.get("created_at", "")),
                              payment_method=_token(cells, "payment_method"),
-                             customer_reference=_token(cells, "customer_reference"))
+                             customer_reference=_token(cells, "customer_reference"),
+                             capture_mode=_capture(cells.get("capture", ""), self.capture_defaults.get(psp)))
         if self.charge_check is not None:
             request = ChargeRequest(merchant_reference=ref, amount=amount, currency=currency,
                                     merchant_account="" if account == DEFAULT_ACCOUNT else account,
@@ -278,6 +283,13 @@ class _RowChecker:
             for problem in self.charge_check(psp, request):
                 raise _FieldError(f"{psp}: {problem.message}", problem.field)
         return payment
+
+
+def _capture(text: str, default: str | None) -> str:
+    mode = text.strip().lower() or default or "automatic"
+    if mode not in CAPTURE_MODES:
+        raise _FieldError(f"capture {text.strip()!r} is neither automatic nor manual", "capture")
+    return mode
 
 
 def _reference(text: str) -> str:

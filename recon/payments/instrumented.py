@@ -19,7 +19,9 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from psp_adapters.errors import PspRateLimited, PspRejectedError
 from psp_adapters.protocol import (
+    CapturingAdapter,
     ChargeRequest,
+    ModificationRequest,
     PaymentOutcome,
     PaymentPage,
     PayoutSource,
@@ -54,7 +56,8 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
                      "listing_window": getattr(inner, "listing_window", None),
                      "pays_out": isinstance(inner, PayoutSource),
-                     "refund_reasons": getattr(inner, "refund_reasons", None)})
+                     "refund_reasons": getattr(inner, "refund_reasons", None),
+                     "authorisation_validity": getattr(inner, "authorisation_validity", None)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
@@ -70,6 +73,7 @@ class InstrumentedAdapter:
     #: whether the inner adapter is a ``PayoutSource`` (this wrapper always has its methods)
     pays_out: ClassVar[bool] = False
     refund_reasons: ClassVar[tuple[str, ...] | None] = None
+    authorisation_validity: ClassVar[timedelta | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
         self.inner = inner
@@ -133,6 +137,22 @@ class InstrumentedAdapter:
         """The inner adapter as one that refunds; ConfigError when its PSP does not (the job dies, replayable)."""
         if not isinstance(self.inner, RefundingAdapter):
             raise ConfigError(f"PSP {self.name!r}: its adapter does not refund")
+        return self.inner
+
+    def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome:
+        bind(payment_reference=request.modification_reference)
+        inner = self._capturing()
+        return self._timed(request.kind, lambda: inner.modify_payment(request, idempotency_key=idempotency_key))
+
+    def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome:
+        bind(payment_reference=request.modification_reference)
+        inner = self._capturing()
+        return self._timed(f"fetch_{request.kind}", lambda: inner.fetch_modification(request))
+
+    def _capturing(self) -> CapturingAdapter:
+        """The inner adapter as one that captures; ConfigError when its PSP does not (the job dies, replayable)."""
+        if not isinstance(self.inner, CapturingAdapter):
+            raise ConfigError(f"PSP {self.name!r}: its adapter does not capture or cancel")
         return self.inner
 
     def close(self) -> None:

@@ -28,7 +28,11 @@ or None when nothing changes. ``outcome_details`` is how every answer joins the 
 | succeeded, same amount and currency       | unfinished         | succeeded                                       |
 | succeeded, other amount or currency       | unfinished         | needs_review (amount_mismatch / currency_mismatch) |
 | customer action required                  | unfinished         | needs_review (authentication_required)          |
+| authorised or succeeded, a manual-capture payment, same amount | unfinished | authorised (our capture moves it on) |
+| authorised or succeeded, other amount or currency | unfinished, manual | needs_review (amount_mismatch)     |
+| authorised, an automatic-capture payment  | unfinished         | nothing: not money yet (pending)                |
 | failed / canceled                         | unfinished         | failed ("psp: " and the PSP's reason)           |
+| failed / canceled (the authorisation expired: Stripe's automatic) | authorised | failed ("psp: …")          |
 | refunded by no more than our own refunds  | succeeded          | nothing: ours (recon.db.refund_store)           |
 | refunded or disputed                      | unfinished, succeeded, failed | needs_review (psp_reversed)          |
 | succeeded                                 | failed             | needs_review (status_mismatch)                  |
@@ -47,9 +51,11 @@ reference we hold or none:
 | ----------------------------------------- | ---------------------------------------------------------------- |
 | succeeded, same amount and currency       | succeeded                                                        |
 | succeeded, other amount or currency       | needs_review (amount_mismatch / currency_mismatch)               |
+| authorised or succeeded, a manual-capture payment | authorised (or needs_review: amount_mismatch)            |
 | customer action required                  | needs_review (authentication_required)                           |
 | declined                                  | failed ("declined: " and the PSP's reason)                       |
 | pending, cannot say, not found            | pending: reconciliation decides                                  |
+| authorised for an automatic-capture payment | pending: held for a capture never asked for (reconciliation)  |
 
 The first rows come first: a transition built from evidence naming another PSP reference would not move the
 payment anyway (``PaymentStore.apply`` refuses it: PspReferenceConflict), but the decision never builds one.
@@ -64,8 +70,10 @@ from typing import Any
 
 from psp_adapters.protocol import (
     ActionRequired,
+    Authorised,
     DisputeNews,
     Failed,
+    ModificationNews,
     NotFound,
     PaymentOutcome,
     Pending,
@@ -74,6 +82,7 @@ from psp_adapters.protocol import (
     Succeeded,
     Unknown,
 )
+from recon.modification_rows import Modification
 from recon.payments.money import format_amount
 from recon.refund_rows import Refund
 from recon.rows import NO_ACCOUNT, Payment, PaymentStatus
@@ -113,12 +122,13 @@ def conflict_details(ours: str, theirs: Sequence[str]) -> dict[str, Any]:
 AUTHENTICATION_REQUIRED = "authentication_required: customer authentication required"
 
 
-def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews) -> dict[str, Any]:
+def outcome_details(outcome: PaymentOutcome | Reversed | RefundNews | DisputeNews | ModificationNews
+                    ) -> dict[str, Any]:
     """A snapshot of the PSP's answer for the audit trail (no card data ever reaches us)."""
     details: dict[str, Any] = {"psp_outcome": type(outcome).__name__.lower(), "psp_status": outcome.raw_status,
                                "psp_reference": outcome.psp_reference, "psp_amount": outcome.amount,
                                "psp_currency": outcome.currency}
-    if isinstance(outcome, Failed | RefundNews | DisputeNews):
+    if isinstance(outcome, Failed | RefundNews | DisputeNews | ModificationNews):
         details["reason"] = outcome.reason
     if isinstance(outcome, DisputeNews):
         details.update(dispute=outcome.state, dispute_id=outcome.dispute_id, fee=outcome.fee,
@@ -184,6 +194,13 @@ def heal(payment: Payment, answer: PaymentOutcome) -> Heal | None:
     has checked ``conflict`` first: the answer names the reference we hold, or we hold none."""
     ref = answer.psp_reference
     match answer:
+        case Succeeded() | Authorised() if payment.capture_mode == "manual":
+            # the PSP holds it: only our own capture, confirmed, makes a manual payment succeeded (Adyen's
+            # AUTHORISATION event and report record say Succeeded for an authorisation: they cannot tell)
+            problem = mismatch(payment, answer)
+            if problem:
+                return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=ref, review_reason=problem)
+            return Heal(PaymentStatus.AUTHORISED, psp_reference=ref)
         case Succeeded():
             problem = mismatch(payment, answer)
             if problem:
@@ -208,8 +225,10 @@ def charged(payment: Payment, answer: PaymentOutcome) -> Heal:
                         failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
         case Pending() | Unknown() | NotFound():
             return Heal(PaymentStatus.PENDING, psp_reference=ref)
+        case Authorised() if payment.capture_mode != "manual":
+            return Heal(PaymentStatus.PENDING, psp_reference=ref)  # held for a capture we never asked for
     decision = heal(payment, answer)
-    assert decision is not None  # nosec B101  # succeeded and action required always end it: type narrowing
+    assert decision is not None  # nosec B101  # succeeded, authorised, action required end it: type narrowing
     return decision
 
 
@@ -238,6 +257,11 @@ def late_news(payment: Payment, news: PaymentOutcome | Reversed) -> Heal | None:
         return None
     if isinstance(news, Reversed) and payment.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
         return reversal(payment, news)
+    if isinstance(news, Failed) and payment.status is PaymentStatus.AUTHORISED:
+        # the PSP canceled the authorisation (Stripe: cancellation_reason automatic, expired uncaptured)
+        return Heal(PaymentStatus.FAILED, psp_reference=news.psp_reference,
+                    failure_reason=f"psp: {news.reason or news.raw_status or 'canceled'} (authorisation ended "
+                                   "uncaptured)")
     if isinstance(news, Succeeded) and payment.status is PaymentStatus.FAILED:
         return Heal(PaymentStatus.NEEDS_REVIEW, psp_reference=news.psp_reference,
                     review_reason=f"status_mismatch: ours failed ({payment.failure_reason or 'no reason'}), the "
@@ -362,4 +386,91 @@ def refund_heal(refund: Refund, answer: PaymentOutcome, *, reversed_: bool = Fal
         case Failed(reason=reason):
             return RefundHeal(PaymentStatus.FAILED, psp_refund_id=ref,
                               failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
+    return None
+
+
+# --- captures and cancels ---------------------------------------------------------------------------------------
+#
+# A modification of an authorised payment (recon.modification_rows), in the same room: ``modification_sent`` (the
+# answer to our own capture or cancel) and ``modification_heal`` (the PSP's later word: the reconcile job's
+# lookup, a webhook). Their table is ``modification_sent``'s docstring (tests/unit/test_decide_modification.py).
+
+
+@dataclass(frozen=True, slots=True)
+class ModificationHeal:
+    target: PaymentStatus
+    psp_modification_id: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+    captured: int | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"psp_modification_id": self.psp_modification_id, "failure_reason": self.failure_reason,
+                "review_reason": self.review_reason, "captured": self.captured}
+
+
+def _modification_conflict(mod: Modification, named: str | None) -> ModificationHeal | None:
+    if not (mod.psp_modification_id and named) or named == mod.psp_modification_id or mod.status.final:
+        return None
+    return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+        f"reference_conflict: ours is {mod.psp_modification_id}, the PSP names {named} for our {mod.kind} "
+        f"{mod.modification_reference} (a second {mod.kind}, or not ours: a person looks)"))
+
+
+def _modification_done(mod: Modification, answer: Succeeded) -> ModificationHeal:
+    ref = answer.psp_reference
+    if mod.kind != "capture":
+        return ModificationHeal(PaymentStatus.SUCCEEDED, psp_modification_id=ref)
+    if answer.currency is not None and answer.currency.upper() != mod.currency:
+        return ModificationHeal(PaymentStatus.NEEDS_REVIEW, psp_modification_id=ref, review_reason=(
+            f"currency_mismatch: ours {mod.currency}, PSP {answer.currency.upper()}"))
+    if answer.amount is not None and answer.amount > mod.amount:
+        return ModificationHeal(PaymentStatus.NEEDS_REVIEW, psp_modification_id=ref, review_reason=(
+            f"amount_mismatch: ours {mod.amount} {mod.currency}, PSP captured {answer.amount}"))
+    return ModificationHeal(PaymentStatus.SUCCEEDED, psp_modification_id=ref,
+                            captured=answer.amount if answer.amount is not None else mod.amount)
+
+
+def modification_sent(mod: Modification, answer: PaymentOutcome) -> ModificationHeal:
+    """What the answer to our own capture or cancel makes of it; ``modification_heal``: what the PSP's later word
+    changes. The PSP's answer is already about the modification (psp_adapters' ``CapturingAdapter``).
+
+    | the PSP says                                   | ours         | becomes                                  |
+    | ---------------------------------------------- | ------------ | ---------------------------------------- |
+    | anything naming another PSP id than the one stored | unfinished | needs_review (reference_conflict)       |
+    | succeeded, a capture of at most ours, same currency | unfinished | succeeded (captured: the PSP's amount) |
+    | succeeded, a capture of more, or another currency | unfinished | needs_review (amount or currency mismatch) |
+    | succeeded, a cancel                            | unfinished   | succeeded                                |
+    | failed                                         | unfinished   | failed ("declined: " answering us, else "psp: ") |
+    | anything else                                  | unfinished   | pending (answering us); nothing (later)  |
+    | anything                                       | final        | nothing (a redelivery, older news)       |
+
+    Stripe captures once, at most what was asked: a captured amount below ours is what the PSP took, and the
+    payment's captured amount follows it."""
+    clash = _modification_conflict(mod, answer.psp_reference)
+    if clash is not None:
+        return clash
+    match answer:
+        case Succeeded():
+            return _modification_done(mod, answer)
+        case Failed(reason=reason):
+            return ModificationHeal(PaymentStatus.FAILED, psp_modification_id=answer.psp_reference,
+                                    failure_reason=f"declined: {reason or answer.raw_status or 'no reason'}")
+    return ModificationHeal(PaymentStatus.PENDING, psp_modification_id=answer.psp_reference)
+
+
+def modification_heal(mod: Modification, answer: PaymentOutcome) -> ModificationHeal | None:
+    """What the PSP's later word about a capture or cancel changes (``modification_sent``'s table); None:
+    nothing."""
+    if mod.status.final:
+        return None
+    clash = _modification_conflict(mod, answer.psp_reference)
+    if clash is not None:
+        return clash
+    match answer:
+        case Succeeded():
+            return _modification_done(mod, answer)
+        case Failed(reason=reason):
+            return ModificationHeal(PaymentStatus.FAILED, psp_modification_id=answer.psp_reference,
+                                    failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
     return None

@@ -38,7 +38,7 @@ from recon.errors import ChargeInFlight, ConfigError
 from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import conflict, heal, outcome_details
+from recon.reconcile.decide import conflict, heal, late_news, outcome_details
 from recon.rows import EnqueueRow, EventSource, Job, Payment, PaymentStatus, Transition
 
 RECONCILE_KIND = "reconcile"
@@ -86,7 +86,9 @@ class ReconcileHandler:
         if payment is None:
             return Dead(error_kind="validation", error=f"payment {payment_id} does not exist")
         recheck = payment.status is PaymentStatus.NEEDS_REVIEW and bool(job.payload.get("recheck"))
-        if payment.status.final and not recheck:
+        # the sweep's check of an authorisation past its validity (recon.reconcile.capture_sweep)
+        expiry = payment.status is PaymentStatus.AUTHORISED and bool(job.payload.get("expiry"))
+        if payment.status.final and not (recheck or expiry):
             return Complete()
         if charge_leased:
             return Snooze(CHARGE_BUSY_SNOOZE, reason="charge job holds a live lease")
@@ -106,7 +108,20 @@ class ReconcileHandler:
             return classify(exc)
         if recheck:
             return self._evidence(payment, job, answer)
+        if expiry:
+            return self._expiry(payment, job, answer)
         return self._decide(payment, job, lease, answer)
+
+    def _expiry(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Outcome:
+        """An authorisation past its validity: the PSP's word that it ended (``decide.late_news``: canceled,
+        expired) ends the payment failed; any other answer joins its audit trail, and the sweep flags it again."""
+        details = {**outcome_details(answer), "expiry": True}
+        decision = late_news(payment, answer) if conflict(payment, answer) is None else None
+        if decision is not None:
+            return self._heal(payment, job, decision.target, details, **decision.fields())
+        return Complete(write=lambda conn: self.ledger.note(conn, payment_id=payment.id, status=payment.status,
+                                                            source=EventSource.RECONCILE, details=details,
+                                                            job_id=job.id, attempt=job.attempts))
 
     def _evidence(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Outcome:
         """A recheck of a payment in review (``recon review recheck``): the PSP's answer joins its audit trail;

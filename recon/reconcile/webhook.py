@@ -46,7 +46,17 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-from psp_adapters.protocol import DisputeNews, PaymentOutcome, PayoutNews, RefundNews, Reversed, news_from
+from psp_adapters.protocol import (
+    DisputeNews,
+    Failed,
+    ModificationNews,
+    PaymentOutcome,
+    PayoutNews,
+    RefundNews,
+    Reversed,
+    Succeeded,
+    news_from,
+)
 from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
@@ -70,6 +80,7 @@ from recon.reconcile.decide import (
     reversal,
 )
 from recon.reconcile.handler import reconcile_row
+from recon.reconcile.modification_webhook import ModificationNewsApplier
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.rows import EventSource, Job, Note, Payment, PaymentStatus, Transition
 from recon.webhook_rows import WebhookRecord, WebhookState
@@ -80,7 +91,7 @@ DECIDE_ROUNDS = 3
 log = logging.getLogger("recon.webhooks")
 
 News = PaymentOutcome | Reversed
-AnyNews = PaymentOutcome | Reversed | RefundNews | DisputeNews
+AnyNews = PaymentOutcome | Reversed | RefundNews | DisputeNews | ModificationNews
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +115,16 @@ class WebhookHandler:
     def __init__(self, payments: PaymentStore, webhooks: WebhookStore, *,
                  sweep_func: Callable[[str], int] | None = None, reconcile_queue: str = QUEUE_DEFAULT,
                  queue: str = WEBHOOK_QUEUE, payout_func: Callable[[WebhookRecord], int] | None = None,
-                 refunds: RefundStore | None = None, disputes: DisputeStore | None = None) -> None:
+                 refunds: RefundStore | None = None, disputes: DisputeStore | None = None,
+                 modifications: ModificationNewsApplier | None = None) -> None:
         self.queue = queue
         self.payments = payments
         #: our refunds, which refund news is about first (None: refund news reads as a payment's reversal)
         self.refunds = refunds
         #: the disputes dispute news is recorded on (None: dispute news reads as a payment's reversal alone)
         self.disputes = disputes
+        #: captures' and cancels' news (None: a cancel's reads as its payment's Failed, the rest is ignored)
+        self.modifications = modifications
         self.webhooks = webhooks
         #: where a payment's reconcile job goes when an event names another PSP reference than ours
         self.reconcile_queue = reconcile_queue
@@ -142,7 +156,7 @@ class WebhookHandler:
         records = self.webhooks.get_many_to_apply(conn, [i for _, i in items])
         marks: list[tuple[int, WebhookState, int | None]] = []
         todo: list[tuple[WebhookRecord, News, Job]] = []
-        refund_news: list[tuple[WebhookRecord, RefundNews | DisputeNews, Job]] = []
+        refund_news: list[tuple[WebhookRecord, RefundNews | DisputeNews | ModificationNews, Job]] = []
         for job, webhook_id in items:
             record = records.get(webhook_id)
             if record is None:
@@ -153,7 +167,7 @@ class WebhookHandler:
                     marks.append((record.id, WebhookState.IGNORED, None))
                 elif isinstance(news, PayoutNews):  # its payouts job was queued before this finish
                     marks.append((record.id, WebhookState.APPLIED, None))
-                elif isinstance(news, RefundNews | DisputeNews):
+                elif isinstance(news, RefundNews | DisputeNews | ModificationNews):
                     refund_news.append((record, news, job))
                 else:
                     todo.append((record, news, job))
@@ -165,7 +179,9 @@ class WebhookHandler:
         for at, ((record, news, job), payment) in enumerate(zip(todo, found, strict=True)):
             if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 marks.append((record.id, WebhookState.UNKNOWN_PAYMENT, None))
-            elif payment.id in seen:  # a second event for one payment: after the first has moved it
+            elif payment.id in seen or self._about_a_modification(payment, news):
+                # a second event for one payment (after the first has moved it), or news of an authorised
+                # payment that may be about its capture or cancel: one at a time (_apply)
                 later.append((at, record, news, job))
             else:
                 seen.add(payment.id)
@@ -195,11 +211,26 @@ class WebhookHandler:
         self.webhooks.mark_many(conn, marks)
         for _, record, news, job in sorted(later, key=lambda item: item[0]):  # a payment's events in their order
             self._apply(conn, record, news, job)
-        for record, said, job in refund_news:  # refunds' and disputes' news, one at a time
+        for record, said, job in refund_news:  # refunds', disputes', captures' and cancels' news, one at a time
             if isinstance(said, RefundNews):
                 self._apply_refund(conn, record, said, job)
+            elif isinstance(said, ModificationNews):
+                self._apply_modification(conn, record, said, job)
             else:
                 self._apply_dispute(conn, record, said, job)
+
+    def _apply_modification(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews,
+                            job: Job) -> None:
+        """A capture's or cancel's news (recon.reconcile.modification_webhook)."""
+        if self.modifications is not None:
+            self.modifications.apply(conn, record, news, job, _details(record, news), apply_func=self._apply)
+            return
+        if news.kind == "cancel" and news.state == "succeeded":
+            self._apply(conn, record, Failed(psp_reference=news.psp_reference, amount=news.amount,
+                                             currency=news.currency, raw_status=news.raw_status, reason="cancelled"),
+                        job)
+            return
+        self.webhooks.mark(conn, record.id, WebhookState.IGNORED, payment_id=None)
 
     def _apply_dispute(self, conn: sa.Connection, record: WebhookRecord, news: DisputeNews, job: Job) -> None:
         """A dispute's news: recorded on the dispute; an opened one also reverses its payment (module docstring)."""
@@ -295,12 +326,21 @@ class WebhookHandler:
             if payment is None or not accounts_agree(payment.merchant_account, record.merchant_account):
                 self.webhooks.mark(conn, record.id, WebhookState.UNKNOWN_PAYMENT, payment_id=None)
                 return
+            if (self._about_a_modification(payment, news) and self.modifications is not None
+                    and isinstance(news, Succeeded | Failed)
+                    and self.modifications.apply_payment_news(conn, record, payment, news, job, details)):
+                return  # our capture's or cancel's news (Stripe's payment_intent.succeeded / .canceled)
             plan = self._plan(payment, news, details, job)
             if self._write(conn, payment, plan):
                 self.webhooks.mark(conn, record.id, plan.state, payment_id=payment.id)
                 return
         raise PaymentKeptMoving(f"webhook event {record.event_id}: its payment changed under {DECIDE_ROUNDS} "
                                 "decisions; retrying")
+
+    def _about_a_modification(self, payment: Payment, news: News) -> bool:
+        """News of an authorised payment that may be the end of its capture or cancel."""
+        return (self.modifications is not None and payment.status is PaymentStatus.AUTHORISED
+                and isinstance(news, Succeeded | Failed))
 
     def _write(self, conn: sa.Connection, payment: Payment, plan: Plan) -> bool:
         """One plan's write; False when the payment changed meanwhile (nothing written)."""

@@ -110,6 +110,18 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         console.print(f"refunds checked {refunds['checked']}: succeeded {refunds['healed_succeeded']}, failed "
                       f"{refunds['healed_failed']}, still pending {refunds['still_pending']}, needs review "
                       f"{refunds['needs_review']}, errors {refunds['errors']}, dead {refunds['dead']}")
+    captures = doc.get("captures") or {}
+    if captures.get("checked"):
+        console.print(f"captures and cancels checked {captures['checked']}: succeeded {captures['healed_succeeded']}, "
+                      f"failed {captures['healed_failed']}, still pending {captures['still_pending']}, needs review "
+                      f"{captures['needs_review']}, errors {captures['errors']}, dead {captures['dead']}")
+    authorisations = doc.get("authorisations") or {}
+    if authorisations.get("payments"):
+        console.print(f"authorisations: {authorisations['expiring']} expiring, {authorisations['expired_checked']} "
+                      "past their validity (asked the PSP)")
+        for item in authorisations["payments"][:50]:
+            console.print(f"  {item['payment']} ({item['psp']}, {format_amount(item['amount'], item['currency'])}): "
+                          f"{item['reason']}", markup=False, highlight=False)
     if doc["money_at_risk"]:
         table = FoldTable(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):

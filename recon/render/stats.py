@@ -79,6 +79,13 @@ def pool_tables(doc: dict[str, Any]) -> None:
         statuses = ", ".join(f"{k} {v}" for k, v in refunds["by_status"].items())
         flight = ", ".join(format_amount(v, k) for k, v in refunds["in_flight"].items()) or "none"
         console.print(f"refunds: {statuses}; in flight: {flight} (in the money at risk: {at_risk})")
+    captures = pay.get("captures") or {}
+    if captures.get("by_status") or captures.get("authorised"):
+        statuses = ", ".join(f"{k} {v}" for k, v in captures["by_status"].items()) or "none"
+        flight = ", ".join(format_amount(v, k) for k, v in captures["in_flight"].items()) or "none"
+        held = ", ".join(format_amount(v, k) for k, v in captures["authorised"].items()) or "none"
+        console.print(f"captures and cancels: {statuses}; captures in flight: {flight}; authorised, not captured: "
+                      f"{held} ({captures['authorised_payments']} payments)")
 
 
 def review_lines(doc: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from psp_adapters.errors import (
 )
 from psp_adapters.protocol import (
     ActionRequired,
+    Authorised,
     ChargeRequest,
     Failed,
     NotFound,
@@ -331,7 +332,7 @@ def test_to_stripe_amount__refuses_a_three_decimal_amount_not_ending_in_zero(cod
     ("processing", {}, Pending, None),
     ("requires_action", {"next_action": {"type": "use_stripe_sdk"}}, ActionRequired, None),
     ("requires_confirmation", {}, Pending, None),
-    ("requires_capture", {}, Pending, None),
+    ("requires_capture", {}, Authorised, None),  # held for a manual capture (recon: pending if automatic)
     ("requires_payment_method", {}, Pending, None),
     ("requires_payment_method",
      {"last_payment_error": {"type": "card_error", "code": "card_declined", "decline_code": "stolen_card"}},

@@ -49,6 +49,8 @@ ARGS = {
     ("refunds", "import"): ["{refunds}", "--by", "me"], ("refunds", "show"): ["rf-1"],
     ("refunds", "resolve"): ["rf-1", "--as", "failed", "--reason", "r", "--by", "me"],
     ("refund",): ["order-1", "--amount", "1.00", "--by", "me"],
+    ("capture",): ["order-1", "--amount", "1.00", "--by", "me"], ("cancel",): ["order-1", "--by", "me"],
+    ("captures", "resolve"): ["order-1-capture1", "--as", "failed", "--reason", "r", "--by", "me"],
 }
 IBAN = "NL91ABNA0417164300"
 

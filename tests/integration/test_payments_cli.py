@@ -97,12 +97,12 @@ def test_payments_import__no_charge_and_json(db: Database, db_url: str, tmp_path
          "merchant_reference, amount, currency, psp"),
     ("r-1,1.00,EUR,sandbox\n", "1: no header row; the first line must name the columns merchant_reference, "
                               "amount, currency, psp (optional: created_at, merchant_account, payment_method, "
-                              "customer_reference)"),
+                              "customer_reference, capture)"),
     ("merchant_reference,amount,psp\nr-1,1.00,sandbox\n", "1: missing required column 'currency'"),
     (HEADER.strip() + ",fee\nr-1,1.00,EUR,sandbox,0.10\n",
      "1: unknown column 'fee' "
      "(allowed: merchant_reference, amount, currency, psp, created_at, merchant_account, payment_method, "
-     "customer_reference)"),
+     "customer_reference, capture)"),
 ])
 def test_payments_import__a_bad_file_exits_2_with_file_and_line_and_imports_nothing(
         db: Database, db_url: str, tmp_path: Path, text: str, line: str, recon: Runner) -> None:

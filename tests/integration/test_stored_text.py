@@ -45,11 +45,13 @@ from recon.bank.formats import registry as bank_formats
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db import schema
 from recon.db.database import Database
+from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
 from recon.db.schedule_store import ScheduleStore
 from recon.db.schema import Json
 from recon.engine.worker import make_worker_id
+from recon.modification_rows import ModificationSource, ModificationTransition, NewModification
 from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from recon.scheduler import Schedule, Scheduler
@@ -568,6 +570,44 @@ def plant_stripe_refund_answers(env: Env) -> None:
     assert conflicted.psp_refund_id == "re_ours"  # never replaced
 
 
+def plant_stripe_capture_answers(env: Env) -> None:
+    """Stripe's answers to captures, over HTTP: a PaymentIntent canceled instead of captured whose cancellation
+    reason holds a card number (its id Luhn-valid digits: kept exactly), and an answer naming another id than the
+    one a capture holds, holding one."""
+    app = _stripe_app(env)
+    store, payments = ModificationStore(env.db), PaymentStore(env.db)
+    ids = payments.create([NewPayment("default", f"order-cp{i}", 2000, "USD", "stripe", capture_mode="manual",
+                                      payment_method="pm_card_visa", customer_reference="cus_NffrFeUfNV2Hib")
+                           for i in (1, 2)], charge=False)
+    for pid, ref in zip(ids, (f"pi_{ADYEN_NUMERIC_REFERENCE}", "pi_cp2"), strict=True):
+        with env.db.begin() as conn:
+            assert payments.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.AUTHORISED,
+                                                   EventSource.CHARGE, psp_reference=ref))
+    failing = store.create(NewModification(ids[0], "capture", "order-cp1-capture1", "alice"), queue="charges")
+    other = store.create(NewModification(ids[1], "capture", "order-cp2-capture1", "alice"), queue="charges")
+    with env.db.begin() as conn:  # an earlier attempt was answered pending with its id
+        assert store.apply(conn, ModificationTransition(other, PaymentStatus.CREATED, PaymentStatus.PENDING,
+                                                        ModificationSource.MODIFICATION, psp_modification_id="pi_cp2"))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if f"pi_{ADYEN_NUMERIC_REFERENCE}" in request.url.path:
+            return httpx.Response(200, json=canonical(
+                "payment_intent", id=f"pi_{ADYEN_NUMERIC_REFERENCE}", status="canceled", amount=2000, currency="usd",
+                cancellation_reason=planted(1)))
+        return httpx.Response(200, json=canonical("payment_intent", id=f"pi_{PROBE}-{CARD}", status="succeeded",
+                                                  amount=2000, amount_received=2000, currency="usd"))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(url__regex=rf"{STRIPE_URL}/v1/payment_intents/.*/capture").mock(side_effect=answer)
+        app.worker(["charges"], handlers=app.handlers(kinds=("capture",))).run(burst=True)
+    app.close()
+    failed, conflicted = store.get(failing), store.get(other)
+    assert failed is not None and failed.status is PaymentStatus.FAILED
+    assert failed.psp_modification_id == f"pi_{ADYEN_NUMERIC_REFERENCE}"  # the PSP's id, exactly
+    assert conflicted is not None and conflicted.status is PaymentStatus.NEEDS_REVIEW
+    assert conflicted.psp_modification_id == "pi_cp2"  # never replaced
+
+
 # --- the columns -------------------------------------------------------------------------------------------
 
 
@@ -727,6 +767,25 @@ COLUMNS: dict[str, Entry] = {
     "refund_events.to_status": Exempt("a refund status: RefundStore writes the state machine's names"),
     "refund_events.source": Exempt(CHECKED),
     "refund_events.details": Masked(plant_refund_commands),
+    "payments.capture_mode": Exempt(CHECKED),
+    "modifications.kind": Exempt(CHECKED),
+    "modifications.modification_reference": Exempt(
+        "made by recon: the payment's merchant reference (refused at import when it holds a card number), the "
+        "kind and a number"),
+    "modifications.currency": Exempt("the payment's currency, copied from its row by the modification store"),
+    "modifications.psp": Exempt("the payment's PSP, copied from its row by the modification store (a registry name)"),
+    "modifications.status": Exempt(CHECKED),
+    "modifications.psp_modification_id": Verbatim(plant_stripe_capture_answers, PSP_ID),
+    "modifications.idempotency_key": Exempt("made by recon (recon-capture- or recon-cancel- and 24 hex digits): "
+                                            "never outside text, and a key the PSP holds; masking would merge keys"),
+    "modifications.requested_by": Exempt("an enabled operator's name (recon.actions authorizes it first; "
+                                         "operators.name refuses one holding a card number)"),
+    "modifications.failure_reason": Masked(plant_stripe_capture_answers),
+    "modifications.review_reason": Masked(plant_stripe_capture_answers),
+    "modification_events.from_status": Exempt("a status: ModificationStore writes the state machine's names"),
+    "modification_events.to_status": Exempt("a status: ModificationStore writes the state machine's names"),
+    "modification_events.source": Exempt(CHECKED),
+    "modification_events.details": Masked(plant_stripe_capture_answers),
     "disputes.psp": Exempt("the endpoint's PSP (the route), never the body's"),
     "disputes.psp_dispute_id": Verbatim(plant_dispute_webhooks, PSP_ID),
     "disputes.status": Exempt(CHECKED),

@@ -25,6 +25,7 @@ import pytest
 
 from psp_adapters.protocol import (
     ActionRequired,
+    Authorised,
     Failed,
     NotFound,
     PaymentOutcome,
@@ -136,6 +137,8 @@ DISPUTE_A = Reversed(psp_reference="pi_A", amount=250, currency="EUR", kind="dis
 P_PENDING, P_SUCCEEDED = payment(P.PENDING, None), payment(P.SUCCEEDED, "pi_A")
 WHY_CONFLICT = "(a second charge, or not ours: a person looks)"
 REVIEW = P.NEEDS_REVIEW
+AUTHORISED_A = Authorised(psp_reference="pi_A", amount=1000, currency="EUR", raw_status="requires_capture")
+MANUAL_PENDING = replace(payment(P.PENDING, None), capture_mode="manual")
 
 #: (the row, as its cells but the last: what the PSP says | ours), the call, the decision the row gives
 TABLE: list[tuple[str, Callable[[], Any], Any]] = [
@@ -210,6 +213,24 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
     ("pending, cannot say, not found", lambda: charged(payment(P.PENDING, "pi_A"), Unknown(raw_status="on_hold")),
      Heal(P.PENDING)),
     ("pending, cannot say, not found", lambda: charged(payment(P.PROCESSING, None), NotFound()), Heal(P.PENDING)),
+    # manual capture (issue 25 item 3): Stripe's requires_capture, Adyen's Authorised with manualCapture
+    ("authorised or succeeded, a manual-capture payment, same amount | unfinished",
+     lambda: heal(MANUAL_PENDING, AUTHORISED_A), Heal(P.AUTHORISED, psp_reference="pi_A")),
+    ("authorised or succeeded, a manual-capture payment, same amount | unfinished",  # Adyen's AUTHORISATION event
+     lambda: heal(MANUAL_PENDING, SUCCEEDED_A), Heal(P.AUTHORISED, psp_reference="pi_A")),
+    ("authorised or succeeded, other amount or currency | unfinished, manual",
+     lambda: heal(MANUAL_PENDING, replace(AUTHORISED_A, amount=900)),
+     Heal(REVIEW, psp_reference="pi_A", review_reason="amount_mismatch: ours 1000 EUR, PSP 900")),
+    ("authorised, an automatic-capture payment | unfinished", lambda: heal(P_PENDING, AUTHORISED_A), None),
+    ("failed / canceled (the authorisation expired: Stripe's automatic) | authorised",
+     lambda: late_news(payment(P.AUTHORISED, "pi_A"), Failed(psp_reference="pi_A", raw_status="canceled",
+                                                             reason="automatic")),
+     Heal(P.FAILED, psp_reference="pi_A", failure_reason="psp: automatic (authorisation ended uncaptured)")),
+    ("authorised or succeeded, a manual-capture payment", lambda: charged(replace(MANUAL_PENDING, status=P.PROCESSING),
+                                                             AUTHORISED_A),
+     Heal(P.AUTHORISED, psp_reference="pi_A")),
+    ("authorised for an automatic-capture payment", lambda: charged(payment(P.PROCESSING, None), AUTHORISED_A),
+     Heal(P.PENDING, psp_reference="pi_A")),
 ]
 
 
@@ -225,7 +246,7 @@ def docstring_rows() -> list[str]:
 
 def test_decide__the_tables_and_their_cases_match_row_for_row() -> None:
     rows = docstring_rows()
-    assert len(rows) == 18 and len(set(rows)) == len(rows)
+    assert len(rows) == 24 and len(set(rows)) == len(rows)
     assert sorted({row for row, _, _ in TABLE}) == sorted(rows)
 
 

@@ -137,12 +137,12 @@ def test_validate__bad_created_at() -> None:
          "merchant_reference, amount, currency, psp"),
     ("r-1,1.00,EUR,stripe\n",
      "in.csv:1: no header row; the first line must name the columns merchant_reference, amount, currency, "
-     "psp (optional: created_at, merchant_account, payment_method, customer_reference)"),
+     "psp (optional: created_at, merchant_account, payment_method, customer_reference, capture)"),
     ("merchant_reference,amount,currency\n", "in.csv:1: missing required column 'psp'"),
     ("merchant_reference,amount\n", "in.csv:1: missing required columns 'currency', 'psp'"),
     (HEADER.strip() + ",note,Fee\n", "in.csv:1: unknown columns 'note', 'Fee' (allowed: merchant_reference, "
                                      "amount, currency, psp, created_at, merchant_account, payment_method, "
-                                     "customer_reference)"),
+                                     "customer_reference, capture)"),
     (HEADER.strip() + ",amount\n", "in.csv:1: column 'amount' named more than once"),
 ])
 def test_validate__a_bad_header(text: str, message: str) -> None:

@@ -1,0 +1,115 @@
+"""The rows of captures and cancels (``recon.db.modification_store``): a modification of an authorised payment,
+its audit events, a new one and a compare-and-set transition. A leaf, like ``recon.rows``.
+
+A manual-capture payment is *authorised* by its charge (``PaymentStatus.AUTHORISED``); a capture takes the money
+(all of it, or part: the rest is released) and a cancel releases it. Each is a modification with the states of a
+refund (``recon.refund_rows.REFUND_TRANSITIONS``: a charge's, failed being the end), its own job, its own
+idempotency key and its own audit trail. What a modification's state means for its payment is the store's:
+
+| the modification        | its payment                                                                |
+| ----------------------- | -------------------------------------------------------------------------- |
+| created (a capture)     | ``authorisation_claimed`` = its amount (at most the authorised amount)     |
+| created (a cancel)      | ``authorisation_claimed`` = the whole amount                               |
+|                         | (either only when nothing is claimed: one live capture or cancel a payment) |
+| capture succeeded       | authorised -> succeeded, ``captured_amount`` = the capture's amount        |
+| cancel succeeded        | authorised -> failed ("cancelled: ...")                                    |
+| failed                  | its claim given back: the payment may be captured or cancelled again       |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from recon.errors import IllegalTransition
+from recon.refund_rows import REFUND_TRANSITIONS
+from recon.rows import PaymentStatus
+
+#: the kinds of modification, each also its job's kind
+CAPTURE = "capture"
+CANCEL = "cancel"
+MODIFICATION_KINDS = (CAPTURE, CANCEL)
+
+
+def check_modification_transition(current: PaymentStatus, target: PaymentStatus) -> None:
+    if target not in REFUND_TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"modification cannot go from {current} to {target}")
+
+
+class ModificationSource(StrEnum):
+    MODIFICATION = "modification"  #: the capture or cancel job
+    RECONCILE = "reconcile"  #: the modification's reconcile job
+    WEBHOOK = "webhook"  #: the webhook job, applying an event the PSP pushed
+    MANUAL = "manual"  #: a person: `recon capture`, `recon cancel`, a review resolution
+
+
+@dataclass(frozen=True, slots=True)
+class Modification:
+    id: int
+    payment_id: int
+    kind: str  #: capture or cancel
+    modification_reference: str  #: ours, unique
+    amount: int  #: a capture's amount; a cancel's: the payment's (what it releases); minor units of ``currency``
+    currency: str
+    psp: str
+    status: PaymentStatus
+    idempotency_key: str  #: fixed at creation: every attempt sends it
+    requested_by: str
+    created_at: datetime
+    updated_at: datetime
+    psp_modification_id: str | None = None  #: the PSP's id, once known; never replaced
+    failure_reason: str | None = None
+    review_reason: str | None = None
+    sent_at: datetime | None = None  #: when the request first went out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
+                value, StrEnum) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ModificationEvent:
+    id: int
+    modification_id: int
+    from_status: str | None
+    to_status: str
+    source: str
+    at: datetime
+    job_id: int | None = None
+    attempt: int | None = None
+    details: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewModification:
+    """A capture (``amount``: at most what the authorisation has unclaimed) or a cancel (``amount`` ignored: the
+    payment's) of payment ``payment_id`` (``ModificationStore.create``)."""
+
+    payment_id: int
+    kind: str
+    modification_reference: str
+    requested_by: str
+    amount: int | None = None  #: a capture's; None: the whole authorised amount
+
+
+@dataclass(frozen=True, slots=True)
+class ModificationTransition:
+    """One compare-and-set status change of a modification with its audit event (``ModificationStore.apply``)."""
+
+    modification_id: int
+    from_status: PaymentStatus
+    to_status: PaymentStatus
+    source: ModificationSource
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+    psp_modification_id: str | None = None
+    failure_reason: str | None = None
+    review_reason: str | None = None
+    captured: int | None = None  #: a capture that succeeded: what the PSP captured (None: its amount)
