@@ -20,6 +20,8 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast
 from psp_adapters.errors import PspRateLimited, PspRejectedError
 from psp_adapters.protocol import (
     ChargeRequest,
+    DisputePage,
+    DisputeSource,
     PaymentOutcome,
     PaymentPage,
     PayoutSource,
@@ -36,6 +38,7 @@ from recon.errors import ConfigError
 from recon.logs import bind
 
 T = TypeVar("T")
+P = TypeVar("P")
 _CLASSES: dict[str, type[InstrumentedAdapter]] = {}
 
 
@@ -54,6 +57,7 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
                      "listing_window": getattr(inner, "listing_window", None),
                      "pays_out": isinstance(inner, PayoutSource),
+                     "lists_disputes": isinstance(inner, DisputeSource),
                      "refund_reasons": getattr(inner, "refund_reasons", None)})
         cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
@@ -69,6 +73,8 @@ class InstrumentedAdapter:
     listing_window: ClassVar[timedelta | None] = None
     #: whether the inner adapter is a ``PayoutSource`` (this wrapper always has its methods)
     pays_out: ClassVar[bool] = False
+    #: whether the inner adapter is a ``DisputeSource`` (this wrapper always has its method)
+    lists_disputes: ClassVar[bool] = False
     refund_reasons: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, inner: PspAdapter, *, recorder: PspRecorder) -> None:
@@ -100,7 +106,15 @@ class InstrumentedAdapter:
                       merchant_accounts: Collection[str] = ()) -> Iterator[PaymentPage]:
         """Times each page on its own: every ``next()`` is one request to the PSP, and one call counted."""
         pages = self.inner.iter_payments(since, until, merchant_accounts=merchant_accounts)  # bad arguments: now
-        return self._timed_pages(pages)
+        return self._timed_pages(pages, "iter_payments")
+
+    def iter_disputes(self, since: datetime, until: datetime, *,
+                      merchant_accounts: Collection[str] = ()) -> Iterator[DisputePage]:
+        """Times each page on its own, as ``iter_payments``; PspRejectedError when the inner adapter lists none."""
+        if not isinstance(self.inner, DisputeSource):
+            raise PspRejectedError(f"{self.name}: the adapter lists no disputes", psp=self.name)
+        return self._timed_pages(self.inner.iter_disputes(since, until, merchant_accounts=merchant_accounts),
+                                 "iter_disputes")
 
     def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
                      known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
@@ -150,7 +164,7 @@ class InstrumentedAdapter:
             self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                     throttled=throttled)
 
-    def _timed_pages(self, pages: Iterator[PaymentPage]) -> Iterator[PaymentPage]:
+    def _timed_pages(self, pages: Iterator[P], operation: str) -> Iterator[P]:
         # the adapter's generator makes its request inside next(); the next() that only finds the end
         # makes none, and is not counted
         while True:
@@ -160,14 +174,14 @@ class InstrumentedAdapter:
             except StopIteration:
                 return
             except PspRateLimited:
-                self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+                self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                         throttled=True)
                 raise
             except BaseException:
-                self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+                self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                         throttled=False)
                 raise
-            self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+            self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                     throttled=False)
             yield page
 
