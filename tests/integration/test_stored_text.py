@@ -461,7 +461,7 @@ def plant_bank_statement(env: Env) -> None:
 
 def plant_payouts(env: Env) -> None:
     """Stripe's payouts over HTTP (a statement descriptor, a trace id and a line's merchant reference holding a
-    card number; payout, line and PaymentIntent ids carrying a Luhn-valid number, kept exactly), fetched twice
+    card number; payout, line, PaymentIntent and refund ids carrying a Luhn-valid number, kept exactly), fetched twice
     (the second time changed), a bank credit carrying the same trace id with another amount (an exception whose
     detail quotes it), and its resolution by an operator whose name and reason hold a card number."""
     iban = "NL91ABNA0417164300"
@@ -476,10 +476,14 @@ def plant_payouts(env: Env) -> None:
             canonical("payout", id=payout_id, amount=amount, currency="eur", status="paid", arrival_date=1762732800,
                       trace_id={"status": "supported", "value": trace}, statement_descriptor=planted())]})
 
+    refund_txn, refund_id = f"txn_{ADYEN_NUMERIC_REFERENCE}r", f"re_{ADYEN_NUMERIC_REFERENCE}"
     lines = {"object": "list", "url": "/v1/balance_transactions", "has_more": False, "data": [
-        canonical("balance_transaction", id=txn_id, reporting_category="charge", type="charge", amount=5000, fee=0,
-                  net=5000, currency="eur", source=canonical("charge", payment_intent=intent, currency="eur",
-                                                              metadata={"merchant_reference": planted(1)}))]}
+        canonical("balance_transaction", id=txn_id, reporting_category="charge", type="charge", amount=5500, fee=0,
+                  net=5500, currency="eur", source=canonical("charge", payment_intent=intent, currency="eur",
+                                                              metadata={"merchant_reference": planted(1)})),
+        canonical("balance_transaction", id=refund_txn, reporting_category="refund", type="refund", amount=-500,
+                  fee=0, net=-500, currency="eur", source=canonical("refund", id=refund_id, payment_intent=intent,
+                                                                     currency="eur"))]}
     for amount in (5000, 4000):
         with respx.mock(assert_all_called=False) as router:
             router.get(f"{STRIPE_URL}/v1/payouts").mock(return_value=payouts(amount))
@@ -507,8 +511,9 @@ def plant_payouts(env: Env) -> None:
         result = env.run("payouts", "resolve", str(exception_id), "--reason", planted(2), "--by", f"{PROBE} {CARD}")
         assert result.returncode == 0, result.stderr
     assert column(env.db, "payouts", "payout_ref") == [payout_id]
-    assert column(env.db, "payout_lines", "line_ref") == [txn_id]
-    assert column(env.db, "payout_lines", "psp_reference") == [intent]
+    assert sorted(column(env.db, "payout_lines", "line_ref")) == sorted([txn_id, refund_txn])
+    assert column(env.db, "payout_lines", "psp_reference") == [intent, intent]
+    assert sorted(column(env.db, "payout_lines", "movement_reference"), key=str) == sorted([None, refund_id], key=str)
 
 
 def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
@@ -632,6 +637,7 @@ COLUMNS: dict[str, Entry] = {
     "payout_lines.kind": Exempt(CHECKED),
     "payout_lines.psp_reference": Verbatim(plant_payouts, PSP_ID),
     "payout_lines.merchant_reference": Masked(plant_payouts),
+    "payout_lines.movement_reference": Verbatim(plant_payouts, PSP_ID),
     "payout_lines.currency": Exempt("an ISO-4217 code the adapters check: three letters, else PspProtocolError"),
     "payout_events.kind": Exempt("recon's word for a payout's step: fetched, changed, matched, reopened, resolved"),
     "payout_events.detail": Masked(plant_payouts),
