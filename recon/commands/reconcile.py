@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
+from datetime import UTC, timedelta
+from typing import Any
 
 import click
 
 from psp_adapters.errors import PspError
 from recon.app import App
 from recon.errors import ConfigError, ReconError, UsageError
+from recon.overview import EVIDENCE_SOON, disputes_section
 from recon.params import (
     EXIT_FAILED,
     EXIT_OK,
@@ -24,6 +26,7 @@ from recon.params import (
 )
 from recon.reconcile import settlement as st
 from recon.reconcile import sweep as sw
+from recon.reconcile.disputes import WINDOW_MAX_DAYS, dispute_source
 from recon.reconcile.refund_sweep import enqueue_refunds, refunds_exit_code, summarise_refunds
 from recon.reconcile.sweep import ReportWriter, Selection
 from recon.reconcile.window import WindowHandler
@@ -44,11 +47,16 @@ from recon.render.payments import sweep_dry_run, sweep_summary
 @click.option("--mode", type=click.Choice(["auto", "bulk", "single"]), default="auto", show_default=True,
               help="bulk: one window job per PSP listing window; single: one job per payment; auto: bulk where "
                    "the PSP's adapter lists payments.")
+@click.option("--disputes", "dispute_days", type=click.IntRange(0, WINDOW_MAX_DAYS), default=0, show_default=True,
+              help="Also read the disputes of the last DAYS days from each PSP's listing (as `recon disputes "
+                   "fetch`); 0: only count the open ones.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
-          enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, as_json: bool) -> None:
-    """Reconcile stale unfinished payments with their PSP and print what happened."""
+          enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, dispute_days: int,
+          as_json: bool) -> None:
+    """Reconcile stale unfinished payments with their PSP and print what happened; with --disputes, read the
+    PSPs' dispute listings too. The open disputes are counted either way."""
     app: App = ctx.obj
     if psp is not None and psp not in app.psp_names():
         raise UsageError(f"--psp: unknown PSP {psp!r} (known: {', '.join(app.psp_names())})")
@@ -81,6 +89,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
                                   extra=len(refund_selection))
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
         refund_summary = summarise_refunds(app.refunds, app.jobs, refund_selection)
+        dispute_summary = _sweep_disputes(app, psp, dispute_days if not enqueue_only else 0)
     except BaseException:
         if writer:
             writer.abort()
@@ -92,14 +101,34 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     doc = {"enqueue_only": enqueue_only, **summary.to_dict(), "mode": modes,
            "window_jobs": len(selection.window_job_ids), "psp_calls": sum(n for n, _ in calls.values()),
            "psp_calls_by_psp": {name: n for name, (n, _) in calls.items()},
-           "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary}
-    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary))
+           "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary, "disputes": dispute_summary}
+    disputes_off = any(r["unknown"] or r["conflicts"] for r in dispute_summary["fetched"].values())
+    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary), EXIT_REVIEW if disputes_off else 0)
     app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
     if as_json:
         click.echo(json.dumps(doc))
     else:
         sweep_summary(doc)
     ctx.exit(exit_code)
+
+
+def _sweep_disputes(app: App, psp: str | None, days: int) -> dict[str, Any]:
+    """The open disputes (and those due soon), after reading the last ``days`` days of each PSP's dispute listing
+    (``psp``, else every PSP that can be called as configured and lists disputes) when ``days`` > 0."""
+    fetched: dict[str, Any] = {}
+    if days:
+        until = app.db.clock.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        since, until = until - timedelta(days=days - 1), until + timedelta(days=1)
+        for name in [psp] if psp else app.psp_names():
+            try:
+                if psp is None and dispute_source(app.adapter(name)) is None:
+                    continue
+            except ConfigError:
+                continue
+            fetched[name] = app.fetch_disputes(name, since, until).to_dict()
+    doc = disputes_section(app.disputes.open_totals(soon=app.db.clock.now() + EVIDENCE_SOON), {})
+    return {"fetched": fetched, "open": doc["open"], "due_soon": doc["due_soon"], "due_soon_days": doc["due_soon_days"],
+            "withdrawn": doc["withdrawn"]}
 
 
 def _record_failure(app: App, run_id: int) -> None:

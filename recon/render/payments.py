@@ -110,6 +110,15 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         console.print(f"refunds checked {refunds['checked']}: succeeded {refunds['healed_succeeded']}, failed "
                       f"{refunds['healed_failed']}, still pending {refunds['still_pending']}, needs review "
                       f"{refunds['needs_review']}, errors {refunds['errors']}, dead {refunds['dead']}")
+    disputes = doc.get("disputes") or {}
+    for psp, got in sorted((disputes.get("fetched") or {}).items()):
+        console.print(f"{psp} disputes read: {got['new']} new, {got['moved']} moved, {got['same']} unchanged, "
+                      f"{len(got['unknown'])} of payments we do not know, {len(got['conflicts'])} under another "
+                      "PSP reference")
+    if disputes.get("open"):
+        withdrawn = ", ".join(format_amount(v, k) for k, v in sorted(disputes["withdrawn"].items()))
+        console.print(f"open disputes {disputes['open']} ({withdrawn} withdrawn), evidence due within "
+                      f"{disputes['due_soon_days']} days: {disputes['due_soon']}")
     if doc["money_at_risk"]:
         table = FoldTable(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):

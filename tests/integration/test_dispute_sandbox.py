@@ -17,7 +17,7 @@ import pytest
 from recon.dispute_rows import DisputeStatus
 from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.integration.sandbox_flow import Flow, open_flow
+from tests.integration.sandbox_flow import KEY, Flow, open_flow
 
 P = PaymentStatus
 D = DisputeStatus
@@ -100,3 +100,22 @@ def test_adyen_sandbox__a_chargeback_whose_webhooks_were_lost_is_read_from_the_r
     assert (listed.status, listed.psp_status, listed.amount) == (D.OPENED, "Chargeback", 5000)
     assert flow.payment(pid).status is P.NEEDS_REVIEW
     assert flow.fetch() == {"new": 0, "moved": 0, "same": 1, "unknown": [], "conflicts": []}
+
+
+@pytest.mark.parametrize("flow", ["stripe"], indirect=True)
+def test_sweep__reads_the_dispute_listing_and_counts_the_open_disputes(flow: Flow, db_url: str, recon: Runner) -> None:
+    [pid] = flow.charge(1)
+    dispute = flow.dispute(pid)
+    flow.deliver(drop=True)  # its webhooks lost
+    env = {"RECON_STRIPE_API_KEY": KEY, "RECON_STRIPE_BASE_URL": flow.server.url}
+    quiet = json.loads(recon("sweep", "--json", db_url=db_url, env=env).stdout)["disputes"]
+    assert (quiet["fetched"], quiet["open"]) == ({}, 0)  # without --disputes no listing is read
+    swept = recon("sweep", "--disputes", "2", "--json", db_url=db_url, env=env)
+    assert swept.returncode == 0, swept.stderr
+    doc = json.loads(swept.stdout)["disputes"]
+    assert doc["fetched"] == {"stripe": {"new": 1, "moved": 0, "same": 0, "unknown": [], "conflicts": []}}
+    assert (doc["open"], doc["withdrawn"], doc["due_soon"]) == (1, {"EUR": 5000}, 0)  # due in 21 days
+    assert [d.psp_dispute_id for d in flow.app.disputes.for_payment(pid)] == [dispute]
+    text = " ".join(recon("sweep", "--disputes", "2", db_url=db_url, env=env).stdout.split())
+    assert "stripe disputes read: 0 new, 0 moved, 1 unchanged" in text
+    assert "open disputes 1 (50.00 EUR withdrawn), evidence due within 7 days: 0" in text
