@@ -247,11 +247,11 @@ class App:
         """``psp``'s disputes of ``[since, until)`` read from its listing and recorded (recon.reconcile.disputes),
         in every merchant account of our payments of ``psp`` too. UsageError when its adapter lists none."""
         self.require_psps([psp])
+        with self.reports.session(psp=psp) as session:
+            accounts = session.merchant_accounts()
         source = dispute_source(self.adapter(psp))
         if source is None:
             raise UsageError(f"{psp}: its adapter lists no disputes")
-        with self.reports.session(psp=psp) as session:
-            accounts = session.merchant_accounts()
         recorder = DisputeRecorder(self.db, self.payments, self.disputes, psp=psp, job=job)
         return recorder.fetch(source, since, until, merchant_accounts=accounts)
 

@@ -49,7 +49,7 @@ ARGS = {
     ("refunds", "import"): ["{refunds}", "--by", "me"], ("refunds", "show"): ["rf-1"],
     ("refunds", "resolve"): ["rf-1", "--as", "failed", "--reason", "r", "--by", "me"],
     ("refund",): ["order-1", "--amount", "1.00", "--by", "me"],
-    ("disputes", "fetch"): ["--psp", "stripe", "--since", "2026-11-01", "--until", "2026-11-02"],
+    ("disputes", "fetch"): ["--psp", "sandbox", "--since", "2026-11-01", "--until", "2026-11-02"],
     ("disputes", "list"): [], ("disputes", "show"): ["dp_1"],
 }
 IBAN = "NL91ABNA0417164300"

@@ -527,12 +527,19 @@ def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
 
 
 def plant_refund_commands(env: Env) -> None:
-    """``recon refund`` with a reason and an operator holding a card number (the sandbox takes any reason text),
-    and a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    """``recon refund`` by an operator with a reason holding a card number (the sandbox takes any reason text), and
+    by a "name" holding one (refused: no such operator); a refunds CSV imported by a name holding one (the import's
+    --by is free text); a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    add_staff(env.db)
     _succeeded(env, "order-r", "sandbox", "pay_r1")
-    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", planted())
+    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", "ann")
     assert r.returncode == 0, r.stderr
-    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "alice"),
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--by", planted()), "not an operator")
+    good = env.tmp_path / "refunds-ok.csv"
+    good.write_text("merchant_reference,refund_reference,amount,reason\norder-r,rf-imported,1.00,\n", encoding="utf-8")
+    r = env.run("refunds", "import", str(good), "--by", planted())
+    assert r.returncode == 0, r.stderr
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "ann"),
             "--reference")
     path = env.tmp_path / "refunds.csv"
     path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
