@@ -130,3 +130,21 @@ def test_payout_lines__link_our_refund_and_dispute(flow: Flow, db_url: str, reco
     assert "(our refund rf-paid-out)" in text or "(our refund rf-paid-out)" in "".join(
         recon("payouts", "show", str(d["payout"]["id"]), db_url=db_url).stdout for d in shown
     )
+
+
+@pytest.mark.parametrize("flow", ["stripe"], indirect=True)
+def test_stripe_refund_failed_after_success__its_webhooks_send_it_to_review(flow: Flow) -> None:
+    [pid] = flow.charge(1)
+    rid = refund(flow, pid, "rf-2", 700)
+    flow.deliver()
+    made = flow.app.refunds.get(rid)
+    assert made is not None and made.status is P.SUCCEEDED
+    flow.post(f"/_admin/refunds/{made.psp_refund_id}/reverse")
+    told = flow.deliver()
+    assert {"refund.updated", "charge.refund.updated", "refund.failed"} <= set(told)
+    found = flow.app.refunds.get(rid)
+    assert found is not None and found.status is P.NEEDS_REVIEW
+    reason = found.review_reason or ""
+    assert reason.startswith("refund_reversed: the PSP says failed for a refund ours was succeeded")
+    payment = flow.app.payments.get(pid)
+    assert payment is not None and payment.refunded_amount == 700  # in review it still counts until a person decides
