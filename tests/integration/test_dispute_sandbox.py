@@ -24,8 +24,9 @@ D = DisputeStatus
 
 
 @pytest.fixture
-def flow(request: pytest.FixtureRequest, db_url: str, tmp_path: Path,
-         monkeypatch: pytest.MonkeyPatch) -> Iterator[Flow]:
+def flow(
+    request: pytest.FixtureRequest, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Flow]:
     with open_flow(request.param, db_url, tmp_path, monkeypatch) as opened:
         yield opened
 

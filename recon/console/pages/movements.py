@@ -31,18 +31,26 @@ def refund(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
     form: dict[str, Any] = {"amount": fields.raw("amount")[:40], "refund_reason": fields.raw("reason")[:100]}
     try:
-        made = recon_app(request).actions.refund(reference, amount=fields.required("amount", max_length=40),
-                                                 reason=fields.text("reason", max_length=100) or "", by=operator)
+        made = recon_app(request).actions.refund(
+            reference,
+            amount=fields.required("amount", max_length=40),
+            reason=fields.text("reason", max_length=100) or "",
+            by=operator,
+        )
     except RefundProblem as exc:
-        return payment_page(request, status=422, errors={"refund": f"not refunded: {LABELS[exc.field_name]}: {exc}"},
-                            form=form)
+        return payment_page(
+            request, status=422, errors={"refund": f"not refunded: {LABELS[exc.field_name]}: {exc}"}, form=form
+        )
     except NotAllowed:
         raise
     except UsageError as exc:
         return payment_page(request, status=422, errors={"refund": f"not refunded: {plain(exc)}"}, form=form)
     log.info("console: refund %s of payment %s by %s", made.refund_reference, reference, operator)
-    return done(request, payment_url(reference) + "#refunds", f"refund {made.refund_reference} of "
-                f"{format_amount(made.amount, made.currency)} queued by {operator}")
+    return done(
+        request,
+        payment_url(reference) + "#refunds",
+        f"refund {made.refund_reference} of {format_amount(made.amount, made.currency)} queued by {operator}",
+    )
 
 
 ROUTES = [Route("/payments/{ref:path}/refund", action(refund), methods=["POST"])]

@@ -25,13 +25,18 @@ def succeeded(db: Database, ref: str) -> None:
     store = PaymentStore(db)
     [pid] = store.create([NewPayment("shop", ref, 5000, "EUR", "stripe")], charge=False)
     with db.begin() as conn:
-        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE,
-                                            psp_reference="pi_browser"))
+        assert store.apply(
+            conn,
+            Transition(
+                pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE, psp_reference="pi_browser"
+            ),
+        )
 
 
 @pytest.mark.parametrize("width", [1366, 390])
 def test_browser_refund__refused_next_to_the_form_then_queued_by_the_operator(
-        db: Database, db_url: str, console: Console, page: Page, recon: Runner, tmp_path: Path, width: int) -> None:
+    db: Database, db_url: str, console: Console, page: Page, recon: Runner, tmp_path: Path, width: int
+) -> None:
     succeeded(db, "order-55")
     sign_in(console, page, "ann")
     page.set_viewport_size({"width": width, "height": 900})
