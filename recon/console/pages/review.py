@@ -134,9 +134,17 @@ def payment_page(request: Request, *, status: int = 200, error: str | None = Non
         sentences={e.id: resolution_sentence(e.to_status, e.details) for e in detail.events
                    if e.source == "manual" and e.details and "operator" in e.details},
         differences=[d.value for d in Difference], refunds=app.refunds.for_payment(detail.payment.id),
-        disputes=app.disputes.for_payment(detail.payment.id), refund_reasons=app.refund_reasons(detail.payment.psp),
+        disputes=app.disputes.for_payment(detail.payment.id), refund_reasons=_refund_reasons(app, detail.payment.psp),
         refundable=detail.payment.captured_amount - detail.payment.refunded_amount
         if detail.payment.status == "succeeded" else 0)
+
+
+def _refund_reasons(app: Any, psp: str) -> tuple[str, ...] | None:
+    """The PSP's refund reason codes for the form's choice (None: free text, or a PSP recon no longer knows)."""
+    try:
+        return app.refund_reasons(psp)  # type: ignore[no-any-return]
+    except LookupError:
+        return None
 
 
 def show_payment(request: Request) -> Response:
