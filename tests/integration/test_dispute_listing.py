@@ -30,7 +30,9 @@ AT = datetime(2026, 11, 20, 10, tzinfo=UTC)
 class Listing:
     """An adapter whose dispute listing is ``pages`` (one request each); it lists nothing else."""
 
-    name: ClassVar[str] = "adyen"
+    #: not "adyen": recon.payments.instrumented caches its wrapper class per adapter name, with the capabilities
+    #: of the first adapter it wrapped; a stub named like a real PSP would leak into later tests in this process
+    name: ClassVar[str] = "dispute-listing-stub"
     idempotency_retention = None
     lists_payments: ClassVar[bool] = False
 
