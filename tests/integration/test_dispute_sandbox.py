@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,57 @@ def test_sweep__reads_the_dispute_listing_and_counts_the_open_disputes(flow: Flo
     text = " ".join(recon("sweep", "--disputes", "2", db_url=db_url, env=env).stdout.split())
     assert "stripe disputes read: 0 new, 0 moved, 1 unchanged" in text
     assert "open disputes 1 (50.00 EUR withdrawn), evidence due within 7 days: 0" in text
+
+
+@pytest.mark.parametrize("flow", ["stripe"], indirect=True)
+def test_disputes_fetch__a_dispute_of_a_payment_we_do_not_know_exits_1_naming_it(
+    flow: Flow, db_url: str, recon: Runner
+) -> None:
+    made = flow.admin.post(
+        "/v1/payment_intents",
+        data={  # charged at the PSP, never by recon
+            "amount": "2500",
+            "currency": "eur",
+            "confirm": "true",
+            "payment_method": "pm_card_visa",
+            "off_session": "true",
+            "metadata[merchant_reference]": "not-ours",
+        },
+    )
+    assert made.status_code == 200, made.text
+    dispute = flow.post(f"/_admin/payments/{made.json()['id']}/dispute")["id"]
+    day = datetime.now(UTC).date()
+    env = {"RECON_STRIPE_API_KEY": KEY, "RECON_STRIPE_BASE_URL": flow.server.url}
+    r = recon(
+        "disputes",
+        "fetch",
+        "--psp",
+        "stripe",
+        "--since",
+        str(day - timedelta(days=1)),
+        "--until",
+        str(day + timedelta(days=1)),
+        "--json",
+        db_url=db_url,
+        env=env,
+    )
+    assert r.returncode == 1, r.stderr
+    assert json.loads(r.stdout)["unknown"] == [dispute]
+    text = recon(
+        "disputes",
+        "fetch",
+        "--psp",
+        "stripe",
+        "--since",
+        str(day),
+        "--until",
+        str(day + timedelta(days=1)),
+        db_url=db_url,
+        env=env,
+    ).stdout
+    assert f"of a payment we do not know: {dispute}" in text
+    bad = recon(
+        "disputes", "fetch", "--psp", "stripe", "--since", str(day), "--until", str(day), db_url=db_url, env=env
+    )
+    assert bad.returncode == 2 and "since/until: must be a window of 1 to 120 days" in bad.stderr
+    assert recon("disputes", "show", dispute, db_url=db_url).returncode == 2  # never stored
