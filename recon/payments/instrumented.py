@@ -39,7 +39,7 @@ from recon.logs import bind
 
 T = TypeVar("T")
 P = TypeVar("P")
-_CLASSES: dict[str, type[InstrumentedAdapter]] = {}
+_CLASSES: dict[tuple[str, type], type[InstrumentedAdapter]] = {}
 
 
 class PspRecorder(Protocol):
@@ -48,8 +48,10 @@ class PspRecorder(Protocol):
 
 def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
     """``inner`` with every call timed and reported to ``recorder``. The result's ``name`` is the inner
-    adapter's: a subclass of InstrumentedAdapter per PSP name carries it, as the protocol's ClassVar."""
-    cls = _CLASSES.get(inner.name)
+    adapter's: a subclass of InstrumentedAdapter per PSP name and adapter class carries it, as the protocol's
+    ClassVar (a stub and the real adapter of one name each get their own, with their own capabilities)."""
+    key = (inner.name, type(inner))  # the ClassVars copied are the inner class's: one wrapper class per class
+    cls = _CLASSES.get(key)
     if cls is None:
         made = type(f"InstrumentedAdapter[{inner.name}]", (InstrumentedAdapter,),
                     {"name": inner.name, "idempotency_retention": inner.idempotency_retention,
@@ -59,7 +61,7 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                      "pays_out": isinstance(inner, PayoutSource),
                      "lists_disputes": isinstance(inner, DisputeSource),
                      "refund_reasons": getattr(inner, "refund_reasons", None)})
-        cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
+        cls = _CLASSES.setdefault(key, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
 
