@@ -414,6 +414,9 @@ class PspPayoutLine:
     currency: str
     psp_reference: str | None = None
     merchant_reference: str | None = None
+    #: the PSP's id of the refund or dispute the line carries, when it is one (Stripe's balance transaction
+    #: ``source`` ``re_…``/``dp_…``; Adyen's ``Modification Reference``): recon links the line to its object
+    movement_reference: str | None = None
 
 
 @runtime_checkable
@@ -511,6 +514,34 @@ class CapturingAdapter(Protocol):
     def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
     def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ListedDispute:
+    """One dispute of a PSP's listing (``DisputeSource.iter_disputes``): what the PSP says about it now, as the
+    same ``DisputeNews`` its webhooks carry (mapped by the same wire function), with when the PSP opened it
+    (aware UTC) and, where the PSP has accounts (Adyen), where."""
+
+    news: DisputeNews
+    created_at: datetime
+    merchant_account: str | None = None
+
+
+#: one request's worth of a dispute listing: each ``next()`` on ``iter_disputes``' iterator is one call
+DisputePage = tuple[ListedDispute, ...]
+
+
+@runtime_checkable
+class DisputeSource(Protocol):
+    """An adapter that also lists disputes (an optional capability of a ``PspAdapter``: recon asks
+    ``isinstance(adapter, DisputeSource)``): the disputes a webhook may never have told. Raises only PspError
+    subclasses, from ``next()`` too."""
+
+    def iter_disputes(self, since: datetime, until: datetime, *,
+                      merchant_accounts: Collection[str] = ()) -> Iterator[DisputePage]:
+        """The disputes the PSP opened or moved in ``[since, until)`` (Stripe: created in it; Adyen: the report
+        rows booked in it), a page per request. ValueError at once for naive datetimes."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

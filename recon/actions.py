@@ -17,6 +17,8 @@
 | capture a payment      | operator |                                              | payment.capture     |
 | cancel an authorisation| operator |                                              | payment.cancel      |
 | resolve a capture/cancel | operator |                                            | modification.resolve |
+| refund a payment       | operator |                                              | refund.create       |
+| resolve a refund       | operator |                                              | refund.resolve      |
 | approve or reject      | approver | never one's own                              | the request's       |
 | import payments, bank  | operator |                                              | payments.import,    |
 | statements, refunds;   | or the   |                                              | bank.import,        |
@@ -54,6 +56,8 @@ from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
 from recon.payments.money import parse_amount
+from recon.payments.refund_import import RefundChecker, RefundProblem
+from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
@@ -173,6 +177,55 @@ class Actions:
         done = review_bulk.apply(self.app.review, _filter_of(p["where"]), to=p["to"], reason=p["reason"],
                                  by=approval.requested_by, expect=p["digest"])
         return f"resolved {done.count} payments as {done.to} (approved by {approver})"
+
+    # --- refunds ------------------------------------------------------------------------------------------------
+
+    def refund(self, reference: str, *, amount: str, reason: str, by: str | None,
+               refund_reference: str | None = None) -> Refund:
+        """Refund payment ``reference`` (its merchant reference) by ``amount`` (major units of its currency): one
+        refund job, never beyond its capture. RefundProblem names the field that is wrong (audited as refused)."""
+        who = self._who(by, Role.OPERATOR, "refund")
+        refunds, payments = self.app.refunds, self.app.payments
+        payment = payments.by_reference(reference.strip())
+        ref = refund_reference if refund_reference is not None else _next_refund_reference(
+            refunds, reference.strip(), payment)
+        try:
+            new = RefundChecker(payments.by_reference, self.app.refund_reasons, who).check(reference, ref, amount,
+                                                                                          reason)
+            if refunds.existing_references([new.refund_reference]):
+                raise RefundProblem(f"refund_reference {new.refund_reference!r} already exists", "refund_reference")
+        except RefundProblem as exc:
+            self.audit.record(entry(who, "refund.create", reference, "refused", amount=amount, reason=reason,
+                                    why=f"{exc.field_name}: {exc}"))
+            raise
+        queue = self.app.payments_config.queue
+        [rid] = refunds.create([new], queue=queue, max_depth={queue: self.app.settings.queue(queue).max_depth})
+        made: Refund = refunds.get(rid)
+        self.audit.record(entry(who, "refund.create", reference, refund=made.refund_reference, amount=made.amount,
+                                currency=made.currency, reason=made.reason))
+        return made
+
+    def resolve_refund(self, reference: str, *, to: str, reason: str, by: str | None) -> Refund:
+        """Move refund ``reference`` out of needs_review by hand (compare-and-set); UsageError when it is not in
+        review or changed meanwhile."""
+        who = self._who(by, Role.OPERATOR, "refunds resolve")
+        found = self.app.refunds.by_reference(reference)
+        if found is None:
+            raise UsageError(f"refund {reference} not found")
+        if found.status is not PaymentStatus.NEEDS_REVIEW:
+            raise UsageError(f"refund {reference} is {found.status}, not in needs_review: nothing to resolve")
+        target = PaymentStatus(to)
+        transition = RefundTransition(found.id, PaymentStatus.NEEDS_REVIEW, target, RefundSource.MANUAL,
+                                      details={"operator": who, "reason": reason},
+                                      failure_reason=f"resolved by hand: {reason}" if target is PaymentStatus.FAILED
+                                      else None)
+        with self.app.db.begin() as conn:
+            moved = self.app.refunds.apply(conn, transition)
+        if not moved:
+            raise UsageError(f"refund {reference} changed meanwhile: nothing resolved")
+        self.audit.record(entry(who, "refund.resolve", reference, to=to, reason=reason))
+        resolved: Refund = self.app.refunds.get(found.id)
+        return resolved
 
     # --- PSP controls ----------------------------------------------------------------------------------------
 
@@ -329,6 +382,14 @@ class Actions:
 
 class _Requested(Exception):
     """A bulk resolve above the threshold became a four-eyes request: nothing written."""
+
+
+def _next_refund_reference(refunds: Any, reference: str, payment: Payment | None) -> str:
+    """``REF-r1``, ``REF-r2``, …: the first free one for the payment (``refunds``: the RefundStore)."""
+    n = len(refunds.for_payment(payment.id)) + 1 if payment is not None else 1
+    while refunds.existing_references([f"{reference}-r{n}"]):
+        n += 1
+    return f"{reference}-r{n}"
 
 
 def _filter_doc(where: QueueFilter) -> dict[str, Any]:

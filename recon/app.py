@@ -71,6 +71,7 @@ from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
 from recon.payments.refund import RefundHandler
 from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
+from recon.reconcile.disputes import DisputeFetch, DisputeRecorder, DisputesJob, dispute_source
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.modification import ModificationReconcileHandler
 from recon.reconcile.modification_webhook import ModificationNewsApplier
@@ -81,6 +82,7 @@ from recon.reconcile.window import WindowHandler
 from recon.redact import redact
 from recon.review import ReviewDesk
 from recon.review_config import ReviewConfig
+from recon.rows import Job
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
 from recon.webhook_rows import WebhookRecord
 from recon.webhooks.config import WebhookConfig
@@ -258,6 +260,18 @@ class App:
         return closing.run_close(self.payouts, psp=psp, since=since, until=until,
                                  rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
                                  exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)], as_of=as_of)
+
+    def fetch_disputes(self, psp: str, since: datetime, until: datetime, *, job: Job | None = None) -> DisputeFetch:
+        """``psp``'s disputes of ``[since, until)`` read from its listing and recorded (recon.reconcile.disputes),
+        in every merchant account of our payments of ``psp`` too. UsageError when its adapter lists none."""
+        self.require_psps([psp])
+        with self.reports.session(psp=psp) as session:
+            accounts = session.merchant_accounts()
+        source = dispute_source(self.adapter(psp))
+        if source is None:
+            raise UsageError(f"{psp}: its adapter lists no disputes")
+        recorder = DisputeRecorder(self.db, self.payments, self.disputes, psp=psp, job=job)
+        return recorder.fetch(source, since, until, merchant_accounts=accounts)
 
     @cached_property
     def operators(self) -> Operators:
@@ -480,6 +494,8 @@ class App:
             PayoutsJob(lambda psp, since, until, files: self.fetch_payouts(psp, since, until, files=files),
                        psp_names=self.psp_names(), queue=self.close_config.queue),
             CloseJob(self._close_file, psp_names=self.psp_names()),
+            DisputesJob(lambda psp, since, until, job: self.fetch_disputes(psp, since, until, job=job),
+                        psp_names=self.psp_names()),
         ]
 
     def _listing_psps(self) -> set[str]:

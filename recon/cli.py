@@ -21,6 +21,7 @@ from recon.commands import (
     captures,
     close,
     console,
+    disputes,
     engine,
     jobs,
     operators,
@@ -65,9 +66,8 @@ def cli(ctx: click.Context, database_url: str | None, config_path: str | None, l
 for _command in (engine.db, engine.worker, engine.watch, engine.stats, jobs.jobs, payments.payments, psp.psp,
                  psp.psp_sandbox, psp.demo, reconcile.sweep, reconcile.report, review.review, console.console,
                  serve.serve, schedule.schedule, bank.bank, sandbox_statement.psp_sandbox_statement, close.close,
-                 close.payouts, refunds.refunds, refunds.refund, operators.operators, approvals.approvals,
-                 audit.audit, captures.capture, captures.cancel,
-                 captures.captures):
+                 close.payouts, refunds.refunds, refunds.refund, disputes.disputes, operators.operators,
+                 approvals.approvals, audit.audit, captures.capture, captures.cancel, captures.captures):
     cli.add_command(_command)
 
 

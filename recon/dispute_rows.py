@@ -2,9 +2,12 @@
 state machine. A leaf, like ``recon.rows``.
 
 A dispute is opened by the PSP (money withdrawn, or evidence asked for by ``evidence_due_by``), then won (the
-money reinstated), lost, or reversed (Adyen's CHARGEBACK_REVERSED: the money came back after a chargeback). A
-lost dispute may still be reversed; a won one lost after all (Adyen's SECOND_CHARGEBACK). Every other word of
-the PSP about a dispute joins its audit trail without a change.
+money reinstated), lost, or reversed (Adyen's CHARGEBACK_REVERSED: the money came back after a chargeback). A won
+or reversed one may be lost after all (Adyen's SECOND_CHARGEBACK, which comes after CHARGEBACK_REVERSED:
+docs.adyen.com/risk-management/understanding-disputes/dispute-process-and-flow); lost is final. The transitions
+are a status order without cycles, so news that comes late or twice (a CHARGEBACK_REVERSED delivered after the
+SECOND_CHARGEBACK, a listing read again over older days) never moves a dispute back: it joins the audit trail
+without a change, as every other word of the PSP about a dispute does.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ class DisputeStatus(StrEnum):
 D = DisputeStatus
 DISPUTE_TRANSITIONS: dict[DisputeStatus, frozenset[DisputeStatus]] = {
     D.OPENED: frozenset({D.WON, D.LOST, D.REVERSED}),
-    D.LOST: frozenset({D.REVERSED}),
+    D.LOST: frozenset(),
     D.WON: frozenset({D.LOST}),
-    D.REVERSED: frozenset(),
+    D.REVERSED: frozenset({D.LOST}),
 }
 
 
@@ -70,3 +73,39 @@ class DisputeWord:
     reason: str | None
     psp_status: str | None
     evidence_due_by: datetime | None
+
+
+class DisputeSource(StrEnum):
+    WEBHOOK = "webhook"  #: the webhook job, applying an event the PSP pushed
+    LISTING = "listing"  #: the PSP's listing (``recon disputes fetch``, the ``disputes`` job)
+    MANUAL = "manual"  #: a person
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeEvent:
+    """One entry of a dispute's audit trail (``from_status`` None: its first)."""
+
+    from_status: DisputeStatus | None
+    to_status: DisputeStatus
+    source: str
+    at: datetime
+    details: dict[str, Any] | None = None
+    job_id: int | None = None
+    attempt: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from_status": None if self.from_status is None else str(self.from_status),
+                "to_status": str(self.to_status), "source": self.source, "at": self.at.isoformat(),
+                "details": self.details, "job_id": self.job_id, "attempt": self.attempt}
+
+
+@dataclass(frozen=True, slots=True)
+class OpenDisputes:
+    """The open disputes of one currency (``DisputeStore.open_totals``): how many, the money withdrawn and the
+    fees (minor units), and how many have their evidence due soon."""
+
+    currency: str
+    count: int
+    withdrawn: int
+    fees: int
+    due_soon: int

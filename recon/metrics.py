@@ -34,6 +34,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from recon.counters import series
 from recon.db.database import Database
+from recon.db.dispute_store import DisputeStore
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.db.pool_store import PoolStore
@@ -42,10 +43,12 @@ from recon.db.review_store import ReviewStore
 from recon.db.schedule_store import ScheduleStore
 from recon.errors import ReconError
 from recon.overview import (
+    EVIDENCE_SOON,
     LIVE_WINDOW_SECONDS,
     age_seconds,
     captures_section,
     depth_detail,
+    disputes_section,
     payments_section,
     review_section,
     workers_section,
@@ -87,6 +90,9 @@ class PoolCollector:
                                                                 self._review_config.rules(now)).count
                 pool["resolutions"] = self._ledger.resolutions(since=_EPOCH)
                 pool["slots"] = ScheduleStore(self._ledger.db).latest()
+                disputes = DisputeStore(self._ledger.db)
+                pool["disputes"] = disputes_section(disputes.open_totals(soon=now + EVIDENCE_SOON),
+                                                    disputes.status_counts())
                 self._cached = (time.monotonic(), pool)
             return self._cached[1]
 
@@ -105,6 +111,7 @@ class PoolCollector:
         yield from _worker_families(pool)
         yield from _payment_families(pool["payments"])
         yield from _review_families(pool)
+        yield from _dispute_families(pool["disputes"])
         yield from _schedule_families(pool)
 
 
@@ -277,6 +284,21 @@ def _review_families(pool: dict[str, Any]) -> Iterator[Metric]:
         if n:
             resolved.add_metric(list(labels), float(n))
     yield resolved
+
+
+def _dispute_families(disputes: dict[str, Any]) -> Iterator[Metric]:
+    by_status = GaugeMetricFamily("recon_disputes", "Disputes by PSP and status.", labels=["psp", "status"])
+    for psp, counts in sorted(disputes["by_psp"].items()):
+        for status, n in sorted(counts.items()):
+            by_status.add_metric([psp, status], float(n))
+    yield by_status
+    withdrawn = GaugeMetricFamily("recon_disputes_open_withdrawn_minor_units", "Open disputes: the money the PSPs "
+                                  "withdrew (minor units).", labels=["currency"])
+    for currency, amount in sorted(disputes["withdrawn"].items()):
+        withdrawn.add_metric([currency], float(amount))
+    yield withdrawn
+    yield GaugeMetricFamily("recon_disputes_evidence_due_soon", f"Open disputes whose evidence is due within "
+                            f"{disputes['due_soon_days']} days.", value=float(disputes["due_soon"]))
 
 
 def _schedule_families(pool: dict[str, Any]) -> Iterator[Metric]:

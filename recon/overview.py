@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from recon.control_rows import PspControl
 from recon.counters import ENGINE_COUNTERS, quantile, series
 from recon.db.control_store import ControlStore
+from recon.dispute_rows import OpenDisputes
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.pool_rows import WorkerRecord
 from recon.review_rows import QueueFilter
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 RESOLUTIONS_WINDOW = timedelta(days=14)
 #: how many of the last sweeps ``recon stats`` shows
 SWEEPS_SHOWN = 5
+#: an open dispute whose evidence is due within this is "due soon" (stats, metrics, the console's overview)
+EVIDENCE_SOON = timedelta(days=7)
 #: what the console's overview leaves out: each would read every finished job or attempt of the window
 OVERVIEW_LEAVES_OUT = ("attempts", "lease_expirations", "retry_rate", "dead_rate", "kinds", "depth_detail",
                        "attempts_per_success")
@@ -67,6 +70,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     doc["resolutions"] = {"since": (now - RESOLUTIONS_WINDOW).isoformat(),
                           "by_day": app.payments.resolutions(since=now - RESOLUTIONS_WINDOW)}
     doc["sweeps"] = app.sweeps.latest(SWEEPS_SHOWN)
+    doc["disputes"] = disputes_section(app.disputes.open_totals(soon=now + EVIDENCE_SOON), app.disputes.status_counts())
     # webhook events received in the window by PSP and how applying them ended (unknown_payment: events for
     # payments we have no record of, missing_locally candidates)
     doc["webhooks"] = app.webhooks.counts(since=now - window)
@@ -74,6 +78,17 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
         for key in OVERVIEW_LEAVES_OUT:
             doc.pop(key, None)
     return doc
+
+
+def disputes_section(open_rows: Sequence[OpenDisputes], counts: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The disputes: per PSP and status; the open ones per currency with the money withdrawn, the fees and how
+    many have their evidence due within ``EVIDENCE_SOON`` (``DisputeStore.open_totals``)."""
+    return {"by_psp": counts, "open": sum(r.count for r in open_rows),
+            "due_soon": sum(r.due_soon for r in open_rows), "due_soon_days": EVIDENCE_SOON.days,
+            "withdrawn": {r.currency: r.withdrawn for r in open_rows if r.currency},
+            "fees": {r.currency: r.fees for r in open_rows if r.currency and r.fees},
+            "rows": [{"currency": r.currency, "open": r.count, "withdrawn": r.withdrawn, "fees": r.fees,
+                      "due_soon": r.due_soon} for r in open_rows]}
 
 
 # --- the jobs ------------------------------------------------------------------------------------------------

@@ -66,6 +66,8 @@ class NewPayoutLine:
     fee: int
     net: int
     currency: str
+    #: the PSP's id of the refund or dispute the line carries (``PspPayoutLine.movement_reference``)
+    movement_reference: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,9 @@ class PayoutLine:
     currency: str
     payment_id: int | None
     missing_locally: bool
+    movement_reference: str | None = None  #: the PSP's id of the refund or dispute it carries
+    refund_id: int | None = None  #: our refund it is, when we know it
+    dispute_id: int | None = None  #: our dispute it is, when we know it
 
     @property
     def category(self) -> str:
@@ -146,7 +151,8 @@ class PayoutLine:
         return {"line_ref": self.line_ref, "kind": self.kind.value, "psp_reference": self.psp_reference,
                 "merchant_reference": self.merchant_reference, "gross": self.gross, "fee": self.fee,
                 "net": self.net, "currency": self.currency, "payment_id": self.payment_id,
-                "category": self.category}
+                "category": self.category, "movement_reference": self.movement_reference,
+                "refund_id": self.refund_id, "dispute_id": self.dispute_id}
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ class LineMatch:
     net: int | None = None  #: what the PSP pays out for it after fees, same units
     settlement_currency: str | None = None  #: None: the line's own currency
     refunded: int = 0  #: what our refunds that have not failed take back from the payment (minor units)
+    dispute: str | None = None  #: the payment's latest dispute we recorded: its PSP id and status
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,8 @@ How Adyen tells status, and what this adapter does about it:
   be booked days after its first (Authorised, then Cancelled), and ``fetch_payment`` answers from the newest
   file that mentions it. One download per account-day, each its own page; the payments whose rows fall in
   the window's days come, with their latest record type (``report_outcome``), on the last page.
+- ``iter_disputes`` (``DisputeSource``) reads the same daily files, one download a page, and yields the dispute
+  steps (Chargeback, ChargebackReversed, SecondChargeback rows: ``dispute.py``) booked inside the window.
 - ``iter_payouts``/``payout_lines`` (``PayoutSource``) read the **Settlement details report** of each payout
   batch (``settlement_detail_report_batch_N.csv``, same download path and user; ``settlement.py``): the files a
   ``REPORT_AVAILABLE`` webhook named, and the batches after the highest one recon knows, until one is missing.
@@ -75,6 +77,7 @@ import httpx
 
 from psp_adapters.adyen import capture as capture_wire
 from psp_adapters.adyen import charge, report, settlement, wire
+from psp_adapters.adyen import dispute as dispute_wire
 from psp_adapters.adyen import refund as refund_wire
 from psp_adapters.adyen.wire import PSP_NAME
 from psp_adapters.errors import PspError, PspProtocolError, PspRejectedError
@@ -89,6 +92,7 @@ from psp_adapters.http import (
 from psp_adapters.pager import Pager
 from psp_adapters.protocol import (
     ChargeRequest,
+    DisputePage,
     ModificationRequest,
     PaymentOutcome,
     PaymentPage,
@@ -313,6 +317,28 @@ class AdyenAdapter:
         if since.tzinfo is None or until.tzinfo is None:
             raise ValueError("since and until must be aware datetimes")
         return self._payment_days(since, until, self._accounts(merchant_accounts))
+
+    def iter_disputes(
+        self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()
+    ) -> Iterator[DisputePage]:
+        """The dispute steps booked in ``[since, until)`` in the reports of every account of ``merchant_accounts``
+        plus the default, one page per account-day file downloaded (``dispute.to_listed``). ``since``/``until``
+        must be aware (ValueError) and some account known (PspRejectedError), both raised at once."""
+        if since.tzinfo is None or until.tzinfo is None:
+            raise ValueError("since and until must be aware datetimes")
+        return self._dispute_days(since, until, self._accounts(merchant_accounts))
+
+    def _dispute_days(self, since: datetime, until: datetime, accounts: list[str]) -> Iterator[DisputePage]:
+        day = since.astimezone(self._tz).date()
+        last = (until - timedelta(microseconds=1)).astimezone(self._tz).date()
+        pager = Pager(PSP_NAME, "payment accounting reports")  # one download a page, bounded
+        while day <= last:
+            for account in accounts:
+                pager.request()
+                found = (dispute_wire.to_listed(row, merchant_account=account) for row in self._report(account, day)
+                         or () if since <= row.booked_at < until)
+                yield tuple(d for d in found if d is not None)
+            day += timedelta(days=1)
 
     def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
                      known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:

@@ -115,9 +115,10 @@ def _line(n: int, row: Mapping[str, str]) -> PspPayoutLine:
              if gross_given and row.get("Gross Currency", "").upper() == currency else net + fee)
     kind = KINDS.get(row["Type"], "other")
     reference = row.get("Modification Reference") or row["Psp Reference"]
+    moved = row.get("Modification Reference") if kind in ("refund", "dispute", "dispute_reversal") else None
     return PspPayoutLine(line_id=f"{n}:{row['Type']}:{reference}"[:200], kind=kind, gross=gross, fee=fee, net=net,
                          currency=currency, psp_reference=row["Psp Reference"] or None,
-                         merchant_reference=row["Merchant Reference"] or None)
+                         merchant_reference=row["Merchant Reference"] or None, movement_reference=moved or None)
 
 
 def _amount(n: int, row: Mapping[str, str], name: str, currency: str) -> int:

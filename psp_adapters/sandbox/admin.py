@@ -11,7 +11,10 @@ server has an api key (the flavour's scheme: ``Authorization: Bearer`` or ``X-AP
     POST /_admin/payments/{ref}/settle|fail|cancel   optional {"reason": "…"}; 200 payment | 404
     POST /_admin/payments/{ref}/amount     {"amount": int, "currency"?: str}; 200 payment | 404
     POST /_admin/payments/{ref}/refund     optional {"amount": int} (default: what is left); 200 refund | 400 | 404
-    POST /_admin/payments/{ref}/dispute    the whole amount, once; 200 dispute | 400 | 404
+    POST /_admin/payments/{ref}/dispute    the whole amount, once; optional {"reason", "notify_first": true (Adyen:
+                                           NOTIFICATION_OF_CHARGEBACK before CHARGEBACK)}; 200 dispute | 400 | 404
+    POST /_admin/disputes/{id}/close       {"outcome": "won"|"lost"} (``admin_movements``)
+    POST /_admin/refunds/{id}/reverse      a succeeded refund reversed after it was sent (``admin_movements``)
     POST /_admin/payouts/run               pay out now (stripe: a payout per currency; adyen: a batch per account
                                            and currency) what is unpaid, paid at once: {"payouts": [...]}
     POST /_admin/payouts/{id}/fail         stripe: optional {"failure_code": "…"} (default could_not_process);
@@ -38,6 +41,7 @@ from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from typing import Protocol
 
+from psp_adapters.sandbox import admin_movements as movements
 from psp_adapters.sandbox.core import Flavor, Request, Response, json_response
 from psp_adapters.sandbox.faults import FaultInjector, Faults
 from psp_adapters.sandbox.ledger import Ledger
@@ -111,6 +115,10 @@ def handle_admin(host: Host, req: Request) -> Response:
         return _fail_payout(host, match["id"], payload)
     if req.method == "POST" and (match := _PAYMENT_PATH.match(req.path)):
         return _payment(host, match["ref"], match["action"], payload)
+    if req.method == "POST" and (match := movements.DISPUTE_PATH.match(req.path)):
+        return movements.close_dispute(host, match["id"], payload)
+    if req.method == "POST" and (match := movements.REFUND_PATH.match(req.path)):
+        return movements.reverse_refund(host, match["id"])
     return native_error("not_found")
 
 
@@ -222,6 +230,9 @@ def _adjust(host: Host, payment: PaymentRecord, kind: str, payload: Mapping[str,
         return native_error("amount_invalid")
     if reason is not None and not isinstance(reason, str):
         return native_error("parameter_invalid", "reason must be a string")
+    notify = payload.get("notify_first", False)
+    if not isinstance(notify, bool):
+        return native_error("parameter_invalid", "notify_first must be true or false")
     refund = kind == "refund"
     adjustment = Adjustment(
         id=host.flavor.adjustment_id(kind), kind=kind, psp_reference=payment.psp_reference,
@@ -229,6 +240,7 @@ def _adjust(host: Host, payment: PaymentRecord, kind: str, payload: Mapping[str,
         currency=payment.currency, fee=0 if refund else DISPUTE_FEE,
         reason=reason or ("requested_by_customer" if refund else "general"), created_at=host.now(),
         updated_at=host.now(), status=REFUND_SUCCEEDED if refund else DISPUTE_NEEDS_RESPONSE,
+        metadata={"notify_first": "true"} if notify and not refund else {},
     )  # fmt: skip
     result = host.ledger.add_adjustment(adjustment)
     if isinstance(result, str):

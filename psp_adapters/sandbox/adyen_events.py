@@ -14,7 +14,9 @@ value}``, ``eventCode``, ``eventDate`` (ISO 8601 with the offset of the report t
   modification.action`` says which it did); and later ``REFUND_FAILED`` (a refund the card network returned) and
   ``EXPIRE`` (an authorisation never captured);
 - ``CHARGEBACK`` (a dispute: its pspReference is the dispute's, docs.adyen.com/risk-management/disputes-api/
-  dispute-notifications), and ``CANCELLATION`` for an admin cancel;
+  dispute-notifications), preceded by ``NOTIFICATION_OF_CHARGEBACK`` (with ``defensePeriodEndsAt``) when the admin
+  API asked (``notify_first``); ``CHARGEBACK_REVERSED`` when it is won and ``SECOND_CHARGEBACK`` when a won one
+  is lost (``admin_movements``); ``REFUNDED_REVERSED`` for a refund reversed; ``CANCELLATION`` for an admin cancel;
 - ``REPORT_AVAILABLE`` (``pspReference`` the report's file name, ``reason`` its download URL on this sandbox),
   after the first other notification of each merchant account and day (in the report time zone): the day's
   Payment accounting report then has a row to read; and when a settlement batch closes
@@ -34,13 +36,13 @@ import hashlib
 import hmac
 import threading
 from collections.abc import Callable, Mapping
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from urllib.parse import quote
 
 from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import adyen_report
 from psp_adapters.sandbox.adyen_wire import brand, needs_action, psp_reference, refusal
-from psp_adapters.sandbox.movements import REFUND_FAILED
+from psp_adapters.sandbox.movements import DISPUTE_WON, REFUND_FAILED, Adjustment
 from psp_adapters.sandbox.records import PaymentRecord
 from psp_adapters.sandbox.webhook_events import JSON_HEADER, Change, Notification, compact
 from psp_adapters.sandbox.wire import PaymentStatus
@@ -105,6 +107,9 @@ class AdyenNotifications:
         if item is None:
             return []  # Received (pending) or RedirectShopper: Adyen notifies once the outcome is known
         found = [self._message(item)]
+        adjustment = change.adjustment
+        if change.kind == "dispute" and adjustment is not None and adjustment.metadata.get("notify_first"):
+            found.insert(0, self._message(self._notified(record, adjustment)))
         announcement = self._report_available(record, change)
         return [*found, self._message(announcement)] if announcement else found
 
@@ -122,13 +127,40 @@ class AdyenNotifications:
         if modification is not None and kind in ("captured", "canceled"):
             code = "CAPTURE" if kind == "captured" else "CANCELLATION"
             return self._item(record, code, modification.due_at, modification.id, modification.amount, True, original)
+        if adjustment is not None and kind == "dispute_updated":
+            return self._dispute_decided(record, adjustment, original)
         if adjustment is not None and kind in ("refund", "refund_updated", "dispute"):
             failed = adjustment.status == REFUND_FAILED
-            code = "CHARGEBACK" if kind == "dispute" else "REFUND_FAILED" if failed else "REFUND"
+            reversed_ = failed and adjustment.metadata.get("reversed") == "true"
+            code = ("CHARGEBACK" if kind == "dispute" else "REFUNDED_REVERSED" if reversed_
+                    else "REFUND_FAILED" if failed else "REFUND")
             fields = {**original, "reason": adjustment.reason if kind == "dispute" else adjustment.failure_reason}
             at = adjustment.updated_at if failed and adjustment.updated_at else adjustment.created_at
             return self._item(record, code, at, adjustment.id, adjustment.amount, True, fields)
         return self._status_event(kind, record, original)
+
+    def _dispute_decided(self, record: PaymentRecord, adjustment: Adjustment,
+                         original: dict[str, object]) -> dict[str, object] | None:
+        """A dispute won: CHARGEBACK_REVERSED; lost after it was won: SECOND_CHARGEBACK; lost at once: nothing (the
+        chargeback stands)."""
+        if adjustment.status == DISPUTE_WON:
+            code = "CHARGEBACK_REVERSED"
+        elif adjustment.metadata.get("won_at"):
+            code = "SECOND_CHARGEBACK"
+        else:
+            return None
+        at = adjustment.updated_at or adjustment.created_at
+        return self._item(record, code, at, adjustment.id, adjustment.amount, True,
+                          {**original, "reason": adjustment.reason})
+
+    def _notified(self, record: PaymentRecord, adjustment: Adjustment) -> dict[str, object]:
+        """NOTIFICATION_OF_CHARGEBACK: the issuer's notice, with the defence period's end (``additionalData
+        defensePeriodEndsAt``, the dispute's evidence deadline: 21 days, as the Stripe flavour's)."""
+        due = (adjustment.created_at + timedelta(days=21)).astimezone(self._zone).isoformat(timespec="seconds")
+        return self._item(record, "NOTIFICATION_OF_CHARGEBACK", adjustment.created_at, adjustment.id,
+                          adjustment.amount, True, {"originalReference": record.psp_reference,
+                                                    "reason": adjustment.reason,
+                                                    "additionalData": {"defensePeriodEndsAt": due}})
 
     def _status_event(self, kind: str, record: PaymentRecord, original: dict[str, object]) -> dict[str, object] | None:
         if kind == "expired":

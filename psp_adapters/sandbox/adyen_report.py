@@ -12,7 +12,8 @@ Columns are the report's standard ones in their documented order (``COLUMNS``). 
 ("12.50"; "1250" for JPY). Register columns move as Adyen's journal does: Received (PC) +amount, Authorised
 moves it from Received to Authorised (PC), SentForSettle from Authorised to Captured (PC), Settled from Captured
 (PC) to Payable (SC) net of the fee in Commission (SC) (``records.sandbox_fee``); Refunded and Chargeback take
-Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)).
+Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)); a won chargeback adds
+ChargebackReversed (the money back), one lost after that SecondChargeback; a reversed refund RefundedReversed.
 
 Sandbox simplifications: the journal is derived from each payment's current state (an admin status change
 rewrites its history); a captured payment is settled at once (automatic capture: when it is authorised; manual:
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from psp_adapters.sandbox.cards import AUTHENTICATION_REQUIRED
-from psp_adapters.sandbox.movements import REFUND_FAILED, REFUND_SUCCEEDED, Adjustment
+from psp_adapters.sandbox.movements import DISPUTE_LOST, REFUND_FAILED, REFUND_SUCCEEDED, Adjustment
 from psp_adapters.sandbox.records import PaymentRecord
 from psp_adapters.sandbox.wire import PaymentStatus
 
@@ -118,13 +119,26 @@ def _adjustment_rows(adj: Adjustment) -> list[tuple[datetime, str, dict[str, obj
     after); a chargeback: one Chargeback row, with its fee."""
     main: dict[str, object] = {"Main Amount": adj.amount}
     if adj.kind != "refund":
-        moved = {**main, "Payable (SC)": -adj.amount - adj.fee, "Commission (SC)": adj.fee}
-        return [(adj.created_at, "Chargeback", moved)]
+        return _dispute_rows(adj, main)
     rows: list[tuple[datetime, str, dict[str, object]]] = [(adj.created_at, "SentForRefund", dict(main))]
     if adj.status in (REFUND_SUCCEEDED, REFUND_FAILED):
         rows.append((adj.created_at, "Refunded", {**main, "Payable (SC)": -adj.amount}))
     if adj.status == REFUND_FAILED:
-        rows.append((adj.updated_at or adj.created_at, "RefundFailed", {**main, "Payable (SC)": adj.amount}))
+        kind = "RefundedReversed" if adj.metadata.get("reversed") == "true" else "RefundFailed"
+        rows.append((adj.updated_at or adj.created_at, kind, {**main, "Payable (SC)": adj.amount}))
+    return rows
+
+
+def _dispute_rows(adj: Adjustment, main: dict[str, object]) -> list[tuple[datetime, str, dict[str, object]]]:
+    """Chargeback (with its fee); ChargebackReversed when it was won (the money back); SecondChargeback when a won
+    one was lost after all."""
+    moved = {**main, "Payable (SC)": -adj.amount - adj.fee, "Commission (SC)": adj.fee}
+    rows: list[tuple[datetime, str, dict[str, object]]] = [(adj.created_at, "Chargeback", moved)]
+    won_at = adj.metadata.get("won_at")
+    if won_at:
+        rows.append((datetime.fromisoformat(won_at), "ChargebackReversed", {**main, "Payable (SC)": adj.amount}))
+        if adj.status == DISPUTE_LOST:
+            rows.append((adj.updated_at or adj.created_at, "SecondChargeback", {**main, "Payable (SC)": -adj.amount}))
     return rows
 
 

@@ -3,8 +3,10 @@ modifications Adyen receives now and processes later (``Modification``).
 
 Refund statuses are Stripe's (docs.stripe.com/api/refunds/object): ``pending`` -> ``succeeded`` | ``failed`` |
 ``canceled``, and ``succeeded`` -> ``failed`` when the card network returns the money later (Stripe's
-``pm_card_refundFail``; Adyen's ``REFUND_FAILED``). A refund that is not failed or canceled counts against what
-was captured: the ledger refuses one that would take back more. Disputes stay ``needs_response``.
+``pm_card_refundFail``; Adyen's ``REFUND_FAILED``, or ``REFUNDED_REVERSED`` when ``metadata["reversed"]``). A
+refund that is not failed or canceled counts against what
+was captured: the ledger refuses one that would take back more. Disputes are ``needs_response`` until the admin
+API decides them (``admin_movements``): ``won`` or ``lost``.
 
 Amounts are positive integer minor units; times aware UTC.
 """
@@ -24,6 +26,9 @@ from psp_adapters.sandbox.wire import parse_timestamp
 REFUND_PENDING, REFUND_SUCCEEDED, REFUND_FAILED, REFUND_CANCELED = "pending", "succeeded", "failed", "canceled"
 #: a dispute's status while the funds are withdrawn and nobody answered (Stripe's ``Dispute.status``)
 DISPUTE_NEEDS_RESPONSE = "needs_response"
+#: a dispute decided (Stripe's ``won`` / ``lost``): won reinstates the funds (Adyen: CHARGEBACK_REVERSED); a won
+#: dispute may still be lost (Adyen: SECOND_CHARGEBACK); ``metadata["won_at"]`` keeps when it was won
+DISPUTE_WON, DISPUTE_LOST = "won", "lost"
 #: the kinds of Adyen modifications (docs.adyen.com/online-payments/modify-payments): each is answered
 #: ``received`` at once and decided later, by a webhook
 MODIFICATION_KINDS = ("capture", "cancel", "refund", "reversal")

@@ -8,6 +8,7 @@ Every write is a POST; every answer carries ``Request-Id`` and ``Stripe-Version`
     GET  /v1/payment_intents/{id}, /v1/payment_intents, /v1/payment_intents/search
     POST /v1/refunds, /v1/refunds/{id}[/cancel];   GET /v1/refunds/{id}, /v1/refunds      (stripe_money)
     GET  /v1/charges/{id}, /v1/charges, /v1/charges/search
+    GET  /v1/disputes, /v1/disputes/{id}                                                    (stripe_disputes)
     GET  /v1/balance, /v1/balance_transactions/{id}, /v1/balance_transactions[?payout=po_…]
     GET  /v1/payouts, /v1/payouts/{id}                                                      (stripe_payouts)
     POST /v1/customers, /v1/customers/{id};   GET /v1/customers/{id}, /v1/customers, /v1/customers/search
@@ -51,6 +52,7 @@ from datetime import date, datetime, timedelta
 from urllib.parse import parse_qsl
 
 from psp_adapters.sandbox import stripe_account as account
+from psp_adapters.sandbox import stripe_disputes as disputes
 from psp_adapters.sandbox import stripe_intents as intents
 from psp_adapters.sandbox import stripe_money as money
 from psp_adapters.sandbox import stripe_payouts as payouts
@@ -91,6 +93,8 @@ _READS: tuple[tuple[re.Pattern[str], Reader], ...] = tuple((re.compile(p), r) fo
     (rf"^/v1/payment_intents/{_ID}$", intents.retrieve),
     (r"^/v1/refunds$", lambda b, p, _: money.list_refunds(b, p)),
     (rf"^/v1/refunds/{_ID}$", money.retrieve_refund),
+    (r"^/v1/disputes$", lambda b, p, _: disputes.list_disputes(b, p)),
+    (rf"^/v1/disputes/{_ID}$", disputes.retrieve_dispute),
     (r"^/v1/charges/search$", lambda b, p, _: money.search_charges(b, p)),
     (r"^/v1/charges$", lambda b, p, _: money.list_charges(b, p)),
     (rf"^/v1/charges/{_ID}$", money.retrieve_charge),

@@ -15,7 +15,8 @@ rendered as the API serves it at that moment. The types, per change (``webhook_e
   ``charge.expired`` first when an authorisation expired uncaptured);
 - a refund booked: ``refund.created`` (+ ``charge.refunded`` when it succeeded); its status changing:
   ``refund.updated`` + ``charge.refund.updated`` (+ ``charge.refunded`` when it succeeded, ``refund.failed`` when
-  it failed); a dispute: ``charge.dispute.created``;
+  it failed); a dispute: ``charge.dispute.created`` + ``charge.dispute.funds_withdrawn``; decided
+  (``admin_movements``): ``charge.dispute.closed`` (+ ``charge.dispute.funds_reinstated`` when won);
 - customers and payment methods: ``customer.created``, ``customer.updated``, ``payment_method.attached``,
   ``payment_method.detached``.
 
@@ -34,7 +35,7 @@ from psp_adapters.protocol import Secret
 from psp_adapters.sandbox import stripe_objects as so
 from psp_adapters.sandbox.cards import AUTHENTICATION_REQUIRED
 from psp_adapters.sandbox.ledger_documents import Document
-from psp_adapters.sandbox.movements import REFUND_FAILED, REFUND_SUCCEEDED
+from psp_adapters.sandbox.movements import DISPUTE_WON, REFUND_FAILED, REFUND_SUCCEEDED
 from psp_adapters.sandbox.records import PaymentRecord, random_id
 from psp_adapters.sandbox.stripe_books import StripeBooks
 from psp_adapters.sandbox.webhook_events import JSON_HEADER, Change, Notification, compact
@@ -46,7 +47,8 @@ _STRIPE_AGENT = "Stripe/1.0 (+https://stripe.com/docs/webhooks)"
 DEFAULT_WEBHOOK_EVENTS = frozenset({
     "payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.processing",
     "payment_intent.canceled", "payment_intent.requires_action", "payment_intent.amount_capturable_updated",
-    "charge.refunded", "charge.refund.updated", "charge.dispute.created", "refund.created", "refund.updated",
+    "charge.refunded", "charge.refund.updated", "charge.dispute.created", "charge.dispute.funds_withdrawn",
+    "charge.dispute.closed", "charge.dispute.funds_reinstated", "refund.created", "refund.updated",
     "refund.failed", "payout.created", "payout.paid", "payout.failed", "payout.reconciliation_completed",
 })  # fmt: skip
 
@@ -99,7 +101,12 @@ class StripeEvents:
                 found.append(("refund.failed", refund))
             return found
         if kind == "dispute" and adjustment is not None:
-            return [("charge.dispute.created", books.dispute(adjustment))]
+            dispute = books.dispute(adjustment)
+            return [("charge.dispute.created", dispute), ("charge.dispute.funds_withdrawn", dispute)]
+        if kind == "dispute_updated" and adjustment is not None:
+            dispute = books.dispute(adjustment)
+            reinstated = [("charge.dispute.funds_reinstated", dispute)] if adjustment.status == DISPUTE_WON else []
+            return [("charge.dispute.closed", dispute), *reinstated]
         if kind == "created":
             return [("payment_intent.created", books.intent(record))]
         return self._outcome(kind, record)

@@ -64,7 +64,18 @@ def to_line(payload: object) -> PspPayoutLine:
                          fee=from_stripe_amount(_json.amount(txn, "fee", signed=True), currency),
                          net=from_stripe_amount(_json.amount(txn, "net", signed=True), currency), currency=currency,
                          psp_reference=_payment_of(source) if kind not in ("fee", "payout", "adjustment") else None,
-                         merchant_reference=reference(source) if source else None)
+                         merchant_reference=reference(source) if source else None,
+                         movement_reference=_movement_of(source) if kind in _MOVEMENTS else None)
+
+
+#: the line kinds whose source is a movement of its own (a Refund ``re_…``, a Dispute ``dp_…``)
+_MOVEMENTS = ("refund", "dispute", "dispute_reversal")
+
+
+def _movement_of(source: Mapping[str, object]) -> str | None:
+    """The source's own id when it is a Refund or a Dispute (``object``), else None."""
+    value = source.get("id")
+    return value if isinstance(value, str) and value and source.get("object") in ("refund", "dispute") else None
 
 
 def _currency(doc: Mapping[str, object]) -> str:

@@ -54,6 +54,7 @@ from psp_adapters.protocol import (
     WebhookAnswer,
     WebhookEvent,
 )
+from psp_adapters.stripe import dispute as dispute_wire
 from psp_adapters.stripe import refund as refund_wire
 from psp_adapters.stripe.wire import PSP_NAME, from_stripe_amount, reference, to_outcome
 
@@ -77,8 +78,8 @@ PAYOUT_EVENTS = frozenset({"payout.paid", "payout.failed", "payout.reconciliatio
 #: events whose data.object is a Dispute (docs.stripe.com/api/events/types)
 DISPUTE_EVENTS = frozenset({DISPUTE_CREATED, "charge.dispute.updated", "charge.dispute.closed",
                             "charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated"})
-#: a Dispute's final statuses -> DisputeNews' state; every other status is opened
-DISPUTE_ENDS = {"won": "won", "lost": "lost", "warning_closed": "won"}
+#: a Dispute's final statuses -> DisputeNews' state (``dispute.ENDS``); every other status is opened
+DISPUTE_ENDS = dispute_wire.ENDS
 
 _json = JsonFields(PSP_NAME)
 
@@ -176,7 +177,7 @@ def _news(event_type: str, obj: Mapping[str, object]
                         raw_status="refunded" if full else "partially_refunded",
                         merchant_reference=reference(obj), kind="refund")
     if event_type in DISPUTE_EVENTS:
-        return _dispute_news(obj)
+        return dispute_wire.to_news(obj)
     return None
 
 
@@ -190,19 +191,3 @@ def _refund_news(obj: Mapping[str, object]) -> RefundNews:
                       merchant_reference=refund_wire.reference(obj), state=state,
                       refund_id=_json.require(obj, "id", str),
                       reason=_json.optional(obj, "failure_reason", str) if state == "failed" else None)
-
-
-def _dispute_news(obj: Mapping[str, object]) -> DisputeNews:
-    """A Dispute object's news: its evidence deadline and the fees its balance transactions carry (Stripe's units)."""
-    currency = _json.require(obj, "currency", str).upper()
-    status = _json.require(obj, "status", str)
-    evidence = obj.get("evidence_details")
-    due_by = _json.optional_unix_time(evidence, "due_by") if isinstance(evidence, Mapping) else None
-    txns = obj.get("balance_transactions")
-    fees = [_json.amount(t, "fee") for t in (txns if isinstance(txns, list) else [])
-            if isinstance(t, Mapping) and isinstance(t.get("fee"), int)]
-    return DisputeNews(psp_reference=_json.optional(obj, "payment_intent", str), currency=currency,
-                       amount=from_stripe_amount(_json.amount(obj, "amount"), currency), raw_status=status,
-                       state=DISPUTE_ENDS.get(status, "opened"), dispute_id=_json.require(obj, "id", str),
-                       reason=_json.optional(obj, "reason", str), due_by=due_by,
-                       fee=from_stripe_amount(sum(fees), currency) if fees else None)

@@ -108,7 +108,8 @@ def to_new_payout(psp: str, payout: PspPayout, lines: Collection[PspPayoutLine] 
         trace_ref=payout.trace_ref, statement_descriptor=payout.statement_descriptor,
         lines=tuple(NewPayoutLine(line_ref=ln.line_id, kind=LineKind(ln.kind), psp_reference=ln.psp_reference,
                                   merchant_reference=ln.merchant_reference, gross=ln.gross, fee=ln.fee, net=ln.net,
-                                  currency=ln.currency) for ln in lines))
+                                  currency=ln.currency, movement_reference=ln.movement_reference)
+                    for ln in lines))
 
 
 class PayoutsJob:

@@ -167,8 +167,11 @@ def payouts_show(app: App, word: str, psp: str | None, as_json: bool) -> None:
     for e in doc["exceptions"]:
         say(f"  exception {e['id']} {e['kind']} ({e['state']}): {e['detail']}")
     for line in doc["lines"]:
+        moved = f" {line['movement_reference']}" if line["movement_reference"] else ""
+        moved += f" (our refund {line['refund']})" if line.get("refund") else ""
+        moved += f" (our dispute {line['dispute']})" if line.get("dispute") else ""
         say(f"  {line['kind']:<16} {line['psp_reference'] or '-':<28} {line['merchant_reference'] or '-':<24} "
-            f"gross {line['gross']} fee {line['fee']} net {line['net']} {line['currency']} {line['category']}")
+            f"gross {line['gross']} fee {line['fee']} net {line['net']} {line['currency']} {line['category']}{moved}")
     for ev in doc["events"]:
         say(f"  {ev['at']} {ev['kind']}: {ev['detail']}")
 
@@ -179,10 +182,21 @@ def payout_doc(app: App, payout_id: int, *, line_limit: int = 10_000) -> dict[st
     if payout is None:
         raise UsageError(f"no payout {payout_id}")
     return {"payout": payout.to_dict(),
-            "lines": [line.to_dict() for line in islice(app.payouts.lines(payout_id), line_limit)],
+            "lines": [_linked(app, line.to_dict()) for line in islice(app.payouts.lines(payout_id), line_limit)],
             "bank_entries": [c.to_dict() for c in app.payouts.matched_entries(payout_id)],
             "exceptions": [e.to_dict() for e in app.payouts.exceptions_of(payout_id)],
             "events": [e.to_dict() for e in app.payouts.events(payout_id)]}
+
+
+def _linked(app: App, line: dict[str, Any]) -> dict[str, Any]:
+    """A line with the refund reference or the PSP dispute id of the movement it carries, when we know it."""
+    if line["refund_id"] is not None:
+        refund = app.refunds.get(line["refund_id"])
+        line["refund"] = refund.refund_reference if refund else None
+    if line["dispute_id"] is not None:
+        dispute = app.disputes.get(line["dispute_id"])
+        line["dispute"] = dispute.psp_dispute_id if dispute else None
+    return line
 
 
 @payouts.command("exceptions")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
+from datetime import UTC, timedelta
+from typing import Any
 
 import click
 
 from psp_adapters.errors import PspError
 from recon.app import App
 from recon.errors import ConfigError, ReconError, UsageError
+from recon.overview import EVIDENCE_SOON, disputes_section
 from recon.params import (
     BATCH_BY_HELP,
     EXIT_FAILED,
@@ -32,6 +34,7 @@ from recon.reconcile.capture_sweep import (
     enqueue_modifications,
     summarise_modifications,
 )
+from recon.reconcile.disputes import WINDOW_MAX_DAYS, dispute_source
 from recon.reconcile.refund_sweep import enqueue_refunds, refunds_exit_code, summarise_refunds
 from recon.reconcile.sweep import ReportWriter, Selection
 from recon.reconcile.window import WindowHandler
@@ -53,12 +56,16 @@ from recon.render.payments import sweep_dry_run, sweep_summary
               help="bulk: one window job per PSP listing window; single: one job per payment; auto: bulk where "
                    "the PSP's adapter lists payments.")
 @by_option(BATCH_BY_HELP)
+@click.option("--disputes", "dispute_days", type=click.IntRange(0, WINDOW_MAX_DAYS), default=0, show_default=True,
+              help="Also read the disputes of the last DAYS days from each PSP's listing (as `recon disputes "
+                   "fetch`); 0: only count the open ones.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int | None, dry_run: bool,
           enqueue_only: bool, report_path: str | None, concurrency: int | None, mode: str, by: str | None,
-          as_json: bool) -> None:
-    """Reconcile stale unfinished payments with their PSP and print what happened.
+          dispute_days: int, as_json: bool) -> None:
+    """Reconcile stale unfinished payments with their PSP and print what happened; with --disputes, read the
+    PSPs' dispute listings too. The open disputes are counted either way.
 
     --by names the operator who runs it (audited, and the sweep's operator); without it the sweep is the
     system's (a schedule, a script). A --dry-run changes nothing and needs no one."""
@@ -100,6 +107,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
         refund_summary = summarise_refunds(app.refunds, app.jobs, refund_selection)
         capture_summary = summarise_modifications(app.modifications, app.jobs, mod_selection)
+        dispute_summary = _sweep_disputes(app, psp, dispute_days if not enqueue_only else 0)
     except BaseException:
         if writer:
             writer.abort()
@@ -112,9 +120,11 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
            "window_jobs": len(selection.window_job_ids), "psp_calls": sum(n for n, _ in calls.values()),
            "psp_calls_by_psp": {name: n for name, (n, _) in calls.items()},
            "http_429": sum(t for _, t in calls.values()), "refunds": refund_summary, "captures": capture_summary,
-           "authorisations": {k: v for k, v in authorisations.items() if k != "job_ids"}}
+           "authorisations": {k: v for k, v in authorisations.items() if k != "job_ids"},
+           "disputes": dispute_summary}
+    disputes_off = any(r["unknown"] or r["conflicts"] for r in dispute_summary["fetched"].values())
     exit_code = max(summary.exit_code, refunds_exit_code(refund_summary),
-                    captures_exit_code(capture_summary, authorisations))
+                    captures_exit_code(capture_summary, authorisations), EXIT_REVIEW if disputes_off else 0)
     app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
     app.actions.batch_done(who, "sweep", f"sweep run {run_id}", "done" if exit_code == EXIT_OK else "review",
                            run=run_id, exit_code=exit_code, checked=doc.get("checked"), run_by=operator_name())
@@ -123,6 +133,25 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     else:
         sweep_summary(doc)
     ctx.exit(exit_code)
+
+
+def _sweep_disputes(app: App, psp: str | None, days: int) -> dict[str, Any]:
+    """The open disputes (and those due soon), after reading the last ``days`` days of each PSP's dispute listing
+    (``psp``, else every PSP that can be called as configured and lists disputes) when ``days`` > 0."""
+    fetched: dict[str, Any] = {}
+    if days:
+        until = app.db.clock.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        since, until = until - timedelta(days=days - 1), until + timedelta(days=1)
+        for name in [psp] if psp else app.psp_names():
+            try:
+                if psp is None and dispute_source(app.adapter(name)) is None:
+                    continue
+            except ConfigError:
+                continue
+            fetched[name] = app.fetch_disputes(name, since, until).to_dict()
+    doc = disputes_section(app.disputes.open_totals(soon=app.db.clock.now() + EVIDENCE_SOON), {})
+    return {"fetched": fetched, "open": doc["open"], "due_soon": doc["due_soon"], "due_soon_days": doc["due_soon_days"],
+            "withdrawn": doc["withdrawn"]}
 
 
 def _record_failure(app: App, run_id: int, who: str) -> None:

@@ -13,10 +13,8 @@ from recon.errors import UsageError
 from recon.params import BATCH_BY_HELP, EXIT_USAGE, by_option, operator_name, say
 from recon.payments.importer import ImportRejected
 from recon.payments.money import format_amount
-from recon.payments.refund_import import RefundChecker, RefundProblem, read_refunds
-from recon.refund_rows import RefundSource, RefundTransition
+from recon.payments.refund_import import RefundProblem, read_refunds
 from recon.render.refunds import refund_detail
-from recon.rows import Payment, PaymentStatus
 
 #: the option that names each field of ``recon refund``, for its one-line errors
 _OPTIONS = {"merchant_reference": "REF", "refund_reference": "--reference", "amount": "--amount",
@@ -90,22 +88,10 @@ def refunds_show(app: App, reference: str, as_json: bool) -> None:
 @click.pass_obj
 def refunds_resolve(app: App, reference: str, to: str, reason: str, by: str, as_json: bool) -> None:
     """Move a refund out of needs_review by hand (after looking at the PSP's dashboard): a compare-and-set with
-    the operator and the reason in its audit event. Refused (exit 2, nothing changed) unless it is in review."""
-    operator = _operator(by)
-    found = app.refunds.by_reference(reference)
-    if found is None:
-        raise UsageError(f"refund {reference} not found")
-    if found.status is not PaymentStatus.NEEDS_REVIEW:
-        raise UsageError(f"refund {reference} is {found.status}, not in needs_review: nothing to resolve")
-    target = PaymentStatus(to)
-    transition = RefundTransition(found.id, PaymentStatus.NEEDS_REVIEW, target, RefundSource.MANUAL,
-                                  details={"operator": operator, "reason": reason},
-                                  failure_reason=f"resolved by hand: {reason}" if target is PaymentStatus.FAILED
-                                  else None)
-    with app.db.begin() as conn:
-        moved = app.refunds.apply(conn, transition)
-    if not moved:
-        raise UsageError(f"refund {reference} changed meanwhile: nothing resolved")
+    the operator and the reason in its audit event. Refused (exit 2, nothing changed) unless it is in review.
+    --by names an enabled operator with the operator role (or above); the decision joins the audit trail."""
+    app.actions.resolve_refund(reference, to=to, reason=reason, by=by)
+    operator = by.strip()
     if as_json:
         click.echo(json.dumps({"refund": reference, "status": to, "by": operator}))
     else:
@@ -117,28 +103,20 @@ def refunds_resolve(app: App, reference: str, to: str, reason: str, by: str, as_
 @click.option("--amount", required=True, help="In major units of the payment's currency, e.g. 12.34.")
 @click.option("--reason", default="", help="The PSP's reason code (Stripe: requested_by_customer, duplicate, "
                                            "fraudulent; Adyen: CUSTOMER REQUEST, RETURN, DUPLICATE, FRAUD, OTHER).")
-@click.option("--by", "by", required=True, help="Who asks for the refund (kept in the audit trail).")
+@click.option("--by", "by", required=True, help="The operator who asks for the refund (recon operators: the "
+                                                "operator role or above; kept in the audit trail).")
 @click.option("--reference", "refund_reference", help="The refund's own unique reference (default: REF-r<N>).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def refund(app: App, reference: str, amount: str, reason: str, by: str, refund_reference: str | None,
            as_json: bool) -> None:
     """Refund payment REF (its merchant reference), fully or in part: one refund job, never beyond what the
-    payment captured."""
-    operator = _operator(by)
-    payment = app.payments.by_reference(reference.strip())
-    ref = refund_reference if refund_reference is not None else _next_reference(app, reference.strip(), payment)
-    checker = RefundChecker(app.payments.by_reference, app.refund_reasons, operator)
+    payment captured. --by names an enabled operator with the operator role (or above); the request, or its
+    refusal, joins the audit trail."""
     try:
-        new = checker.check(reference, ref, amount, reason)
+        made = app.actions.refund(reference, amount=amount, reason=reason, by=by, refund_reference=refund_reference)
     except RefundProblem as exc:
         raise UsageError(f"{_OPTIONS[exc.field_name]}: {exc}") from None
-    if app.refunds.existing_references([new.refund_reference]):
-        raise UsageError(f"--reference: refund_reference {new.refund_reference!r} already exists")
-    queue = app.payments_config.queue
-    [rid] = app.refunds.create([new], queue=queue, max_depth={queue: app.settings.queue(queue).max_depth})
-    made = app.refunds.get(rid)
-    assert made is not None  # nosec B101  # just written: type narrowing
     if as_json:
         click.echo(json.dumps({"refund": made.to_dict()}))
     else:
@@ -150,11 +128,3 @@ def _operator(by: str) -> str:
     if not name or len(name) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise UsageError("--by: a name of 1 to 200 printable characters")
     return name
-
-
-def _next_reference(app: App, reference: str, payment: Payment | None) -> str:
-    """``REF-r1``, ``REF-r2``, …: the first free one for the payment."""
-    n = len(app.refunds.for_payment(payment.id)) + 1 if payment is not None else 1
-    while app.refunds.existing_references([f"{reference}-r{n}"]):
-        n += 1
-    return f"{reference}-r{n}"

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from recon.asgi import serve
 from recon.console.config import ConsoleConfig
-from recon.console.pages import approvals, dead, jobs, login, overview, payments, payouts, psps, review
+from recon.console.pages import approvals, dead, jobs, login, movements, overview, payments, payouts, psps, review
 from recon.console.security import Actor, Csrf, Gatekeeper, TokenAuth
 from recon.console.session import Sessions, token_principal
 from recon.console.totals import TotalsCache
@@ -64,8 +64,8 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
         detail = exc.detail if isinstance(exc, HTTPException) else "the console failed on this request"
         return rendered.error(request, status, "no such page" if status == 404 else str(detail))
 
-    web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *review.ROUTES, *dead.ROUTES, *jobs.ROUTES,
-                            *psps.ROUTES, *payouts.ROUTES, *login.ROUTES, *approvals.ROUTES],
+    web = Starlette(routes=[*overview.ROUTES, *payments.ROUTES, *movements.ROUTES, *review.ROUTES, *dead.ROUTES,
+                            *jobs.ROUTES, *psps.ROUTES, *payouts.ROUTES, *login.ROUTES, *approvals.ROUTES],
                     middleware=[Middleware(Gatekeeper, csrf=csrf, auth=auth, sessions=sessions,
                                            style_hash=rendered.style_hash, script_hash=rendered.script_hash,
                                            deny_func=deny, token_actor_func=token_actor)],

@@ -56,3 +56,49 @@ dispute_list_for_payment = Query(
                   evidence_due_by, opened_at, updated_at
            FROM disputes WHERE payment_id = :payment_id ORDER BY id""",
 )
+
+dispute_get = Query(
+    "dispute_get", "Run by `recon disputes show`: one dispute by the PSP's id (of any PSP when psp is NULL).",
+    sql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                  evidence_due_by, opened_at, updated_at
+           FROM disputes WHERE psp_dispute_id = :psp_dispute_id AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+           ORDER BY id LIMIT 2""",
+)
+
+dispute_list_page = Query(
+    "dispute_list_page",
+    "Run by `recon disputes list`: disputes by id, filtered by status and PSP when given, a page after a cursor.",
+    sql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                  evidence_due_by, opened_at, updated_at
+           FROM disputes
+           WHERE id > :after_id AND (CAST(:status AS TEXT) IS NULL OR status = :status)
+             AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
+           ORDER BY id LIMIT :n""",
+)
+
+dispute_events_of = Query(
+    "dispute_events_of", "Run by `recon disputes show`: a dispute's audit trail, oldest first.",
+    sql="""SELECT from_status, to_status, source, job_id, attempt, details, at
+           FROM dispute_events WHERE dispute_id = :dispute_id ORDER BY id""",
+)
+
+dispute_open_totals = Query(
+    "dispute_open_totals",
+    "Run by `recon stats`, the metrics and the overview: open disputes per currency, the amount withdrawn, the "
+    "fees, and how many have their evidence due before :soon (the partial index disputes_open_due).",
+    sql="""SELECT currency, count(*) AS n, coalesce(sum(amount), 0) AS withdrawn, coalesce(sum(fee), 0) AS fees,
+                  sum(CASE WHEN evidence_due_by IS NOT NULL AND evidence_due_by < :soon THEN 1 ELSE 0 END) AS due_soon
+           FROM disputes WHERE status = 'opened' GROUP BY currency ORDER BY currency""",
+)
+
+dispute_status_counts = Query(
+    "dispute_status_counts", "Run by `recon stats` and `recon report`: disputes per PSP and status.",
+    sql="""SELECT psp, status, count(*) AS n FROM disputes GROUP BY psp, status ORDER BY psp, status""",
+)
+
+dispute_by_id = Query(
+    "dispute_by_id", "Run by `recon payouts show`: the dispute a payout line is linked to.",
+    sql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                  evidence_due_by, opened_at, updated_at
+           FROM disputes WHERE id = :id""",
+)

@@ -12,7 +12,7 @@ from recon.db.sql import Query
 PAYOUT_COLUMNS = """id, psp, merchant_account, payout_ref, amount, currency, status, arrival_date, trace_ref,
     statement_descriptor, digest, version, line_count, lines_net, fetched_at, updated_at"""
 LINE_COLUMNS = """id, payout_id, line_ref, kind, psp_reference, merchant_reference, gross, fee, net, currency,
-    payment_id, missing_locally"""
+    payment_id, missing_locally, movement_reference, refund_id, dispute_id"""
 EXCEPTION_COLUMNS = """id, kind, payout_id, bank_entry_id, detail, state, created_at, resolved_by, resolution,
     resolved_at"""
 CREDIT_COLUMNS = """id, account, amount, currency, booking_date, value_date, bank_reference, end_to_end_id,
@@ -67,10 +67,25 @@ payout_line_insert = Query(
     "payout_line_insert",
     "Run by the payouts job (executemany): a payout's lines; a line stored before is left alone.",
     sql="""INSERT INTO payout_lines (payout_id, line_ref, kind, psp_reference, merchant_reference, gross, fee, net,
-                                     currency, payment_id, missing_locally)
+                                     currency, payment_id, missing_locally, movement_reference, refund_id, dispute_id)
            VALUES (:payout_id, :line_ref, :kind, :psp_reference, :merchant_reference, :gross, :fee, :net, :currency,
-                   :payment_id, :missing_locally)
+                   :payment_id, :missing_locally, :movement_reference, :refund_id, :dispute_id)
            ON CONFLICT (payout_id, line_ref) DO NOTHING""",
+)
+
+refund_ids_by_psp_refund_id = Query(
+    "refund_ids_by_psp_refund_id",
+    "Run by the payouts job: our refunds of :psp whose PSP refund ids are among :refs (a line's movement).",
+    sql="SELECT psp_refund_id AS ref, id FROM refunds WHERE psp = :psp AND psp_refund_id IN :refs",
+    expanding=("refs",),
+)
+
+dispute_ids_by_psp_dispute_id = Query(
+    "dispute_ids_by_psp_dispute_id",
+    "Run by the payouts job: our disputes of :psp whose PSP ids are among :refs (a line's movement, or, Adyen's "
+    "one dispute per payment, the payment's PSP reference).",
+    sql="SELECT psp_dispute_id AS ref, id FROM disputes WHERE psp = :psp AND psp_dispute_id IN :refs",
+    expanding=("refs",),
 )
 
 payment_ids_by_psp_reference = Query(

@@ -8,11 +8,14 @@ naming each change, old and new, and when it had been matched or had exceptions 
 are removed (the bank entries are unmatched again), its open exceptions cleared, and a ``reopened`` event says
 so; the next close decides it again. Lines are stored once per (payout, line id); each is linked to our
 payment (PSP reference first, then merchant reference within the payout's merchant account) or marked
-``missing_locally`` when it is about a payment (a charge, refund or dispute) we do not have.
+``missing_locally`` when it is about a payment (a charge, refund or dispute) we do not have. A refund's or
+dispute's line keeps the PSP's id of that movement (``movement_reference``) and is linked to our refund (by its
+PSP refund id) or dispute (by its PSP id, or for Adyen's one dispute per payment the payment's PSP reference) as
+they are known when the payout is stored.
 
 Texts from the PSP are redacted here (``recon.redact``) but for its own identifiers (payout id, line id, PSP
-reference), stored exactly because they are compared. The trace reference is masked like the bank's texts it
-is compared with (``recon.bank.importer`` masks those), so that the two still meet.
+reference, movement reference), stored exactly because they are compared. The trace reference is masked like the
+bank's texts it is compared with (``recon.bank.importer`` masks those), so that the two still meet.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from recon.redact import redact, redact_optional
 PAGE = 500
 #: line kinds about a payment of ours: a line of these kinds we cannot find is ``missing_locally``
 PAYMENT_KINDS = frozenset({LineKind.CHARGE, LineKind.REFUND, LineKind.DISPUTE, LineKind.DISPUTE_REVERSAL})
+#: the line kinds about a dispute: linked to our dispute by its PSP id (Adyen's: the payment's PSP reference)
+DISPUTE_KINDS = frozenset({LineKind.DISPUTE, LineKind.DISPUTE_REVERSAL})
 
 
 def digest(payout: NewPayout) -> str:
@@ -117,14 +122,25 @@ class PayoutStore:
         by_ours = self._lookup(conn, q.payment_ids_by_merchant_reference, payout,
                                {ln.merchant_reference for ln in payout.lines
                                 if ln.merchant_reference and by_psp.get(ln.psp_reference or "") is None})
+        refunds = self._lookup(conn, q.refund_ids_by_psp_refund_id, payout,
+                               {ln.movement_reference for ln in payout.lines
+                                if ln.movement_reference and ln.kind is LineKind.REFUND})
+        disputes = self._lookup(conn, q.dispute_ids_by_psp_dispute_id, payout,
+                                {ref for ln in payout.lines if ln.kind in DISPUTE_KINDS
+                                 for ref in (ln.movement_reference, ln.psp_reference) if ref})
         rows = []
         for ln in payout.lines:
             payment = by_psp.get(ln.psp_reference or "") or by_ours.get(ln.merchant_reference or "")
+            dispute = (disputes.get(ln.movement_reference or "") or disputes.get(ln.psp_reference or "")
+                       if ln.kind in DISPUTE_KINDS else None)
             rows.append({"payout_id": payout_id, "line_ref": ln.line_ref, "kind": ln.kind.value,
                          "psp_reference": ln.psp_reference,
                          "merchant_reference": redact_optional(ln.merchant_reference),
                          "gross": ln.gross, "fee": ln.fee, "net": ln.net, "currency": ln.currency,
-                         "payment_id": payment, "missing_locally": payment is None and ln.kind in PAYMENT_KINDS})
+                         "payment_id": payment, "missing_locally": payment is None and ln.kind in PAYMENT_KINDS,
+                         "movement_reference": ln.movement_reference,
+                         "refund_id": refunds.get(ln.movement_reference or "") if ln.kind is LineKind.REFUND
+                         else None, "dispute_id": dispute})
         for start in range(0, len(rows), PAGE):
             conn.execute(self._q(q.payout_line_insert), rows[start:start + PAGE])
 
@@ -359,7 +375,9 @@ class PayoutStore:
                           merchant_reference=r["merchant_reference"], gross=int(r["gross"]), fee=int(r["fee"]),
                           net=int(r["net"]), currency=r["currency"],
                           payment_id=None if r["payment_id"] is None else int(r["payment_id"]),
-                          missing_locally=bool(r["missing_locally"]))
+                          missing_locally=bool(r["missing_locally"]), movement_reference=r["movement_reference"],
+                          refund_id=None if r["refund_id"] is None else int(r["refund_id"]),
+                          dispute_id=None if r["dispute_id"] is None else int(r["dispute_id"]))
 
     @staticmethod
     def _credit(r: Any) -> Credit:

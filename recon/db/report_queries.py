@@ -151,6 +151,8 @@ report_lines_matched = Query(
                     ELSE p.amount END AS amount, p.currency,
                p.status, CASE WHEN p.created_at > :cutoff THEN 1 ELSE 0 END AS in_window, l.fee, l.net,
                l.settlement_currency, p.refunded_amount AS refunded,
+               (SELECT d.psp_dispute_id || ' ' || d.status FROM disputes d WHERE d.payment_id = p.id
+                ORDER BY d.id DESC LIMIT 1) AS dispute,
                row_number() OVER (
                    PARTITION BY p.id,
                        CASE WHEN p.id IS NULL

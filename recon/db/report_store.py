@@ -113,7 +113,7 @@ class ReportSession:
                             amount=_int(m["amount"]), currency=m["currency"], status=m["status"],
                             in_window=bool(m["in_window"]), fee=_int(m["fee"]), net=_int(m["net"]),
                             settlement_currency=m["settlement_currency"], rank=int(m["rank"]),
-                            refunded=int(m["refunded"] or 0))
+                            refunded=int(m["refunded"] or 0), dispute=m["dispute"])
 
     def merchant_accounts(self) -> list[str]:
         """The merchant accounts of our payments of this PSP (Adyen lists settlements per account)."""

@@ -482,6 +482,10 @@ payout_lines = sa.Table(
     sa.Column("currency", sa.Text(), nullable=False),
     sa.Column("payment_id", Id, sa.ForeignKey("payments.id", name="payout_lines_payment_fkey"), nullable=True),
     sa.Column("missing_locally", sa.Boolean(), nullable=False),
+    #: the PSP's id of the refund or dispute a line carries, and ours when we know it (migration 0022)
+    sa.Column("movement_reference", sa.Text(), nullable=True),
+    sa.Column("refund_id", Id, sa.ForeignKey("refunds.id", name="payout_lines_refund_fkey"), nullable=True),
+    sa.Column("dispute_id", Id, sa.ForeignKey("disputes.id", name="payout_lines_dispute_fkey"), nullable=True),
     sa.CheckConstraint(_in("kind", PAYOUT_LINE_KINDS), name="payout_lines_kind_valid"),
     sa.UniqueConstraint("payout_id", "line_ref", name="payout_lines_ref_key"),
     sa.Index("payout_lines_payment", "payment_id"),
@@ -630,7 +634,7 @@ dispute_events = sa.Table(
     sa.Column("attempt", sa.Integer(), nullable=True),
     sa.Column("details", Json, nullable=True),
     sa.Column("at", Timestamp, nullable=False),
-    sa.CheckConstraint("source IN ('webhook', 'manual')", name="dispute_events_source_valid"),
+    sa.CheckConstraint("source IN ('webhook', 'manual', 'listing')", name="dispute_events_source_valid"),  # 0022
     sa.Index("dispute_events_dispute", "dispute_id", "id"),
     sqlite_autoincrement=True,
 )

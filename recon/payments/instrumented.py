@@ -21,6 +21,8 @@ from psp_adapters.errors import PspRateLimited, PspRejectedError
 from psp_adapters.protocol import (
     CapturingAdapter,
     ChargeRequest,
+    DisputePage,
+    DisputeSource,
     ModificationRequest,
     PaymentOutcome,
     PaymentPage,
@@ -38,7 +40,8 @@ from recon.errors import ConfigError
 from recon.logs import bind
 
 T = TypeVar("T")
-_CLASSES: dict[str, type[InstrumentedAdapter]] = {}
+P = TypeVar("P")
+_CLASSES: dict[tuple[str, type], type[InstrumentedAdapter]] = {}
 
 
 class PspRecorder(Protocol):
@@ -47,8 +50,10 @@ class PspRecorder(Protocol):
 
 def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
     """``inner`` with every call timed and reported to ``recorder``. The result's ``name`` is the inner
-    adapter's: a subclass of InstrumentedAdapter per PSP name carries it, as the protocol's ClassVar."""
-    cls = _CLASSES.get(inner.name)
+    adapter's: a subclass of InstrumentedAdapter per PSP name and adapter class carries it, as the protocol's
+    ClassVar (a stub and the real adapter of one name each get their own, with their own capabilities)."""
+    key = (inner.name, type(inner))  # the ClassVars copied are the inner class's: one wrapper class per class
+    cls = _CLASSES.get(key)
     if cls is None:
         made = type(f"InstrumentedAdapter[{inner.name}]", (InstrumentedAdapter,),
                     {"name": inner.name, "idempotency_retention": inner.idempotency_retention,
@@ -56,9 +61,10 @@ def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
                      "search_lag": getattr(inner, "search_lag", timedelta(0)),
                      "listing_window": getattr(inner, "listing_window", None),
                      "pays_out": isinstance(inner, PayoutSource),
+                     "lists_disputes": isinstance(inner, DisputeSource),
                      "refund_reasons": getattr(inner, "refund_reasons", None),
                      "authorisation_validity": getattr(inner, "authorisation_validity", None)})
-        cls = _CLASSES.setdefault(inner.name, cast(type[InstrumentedAdapter], made))
+        cls = _CLASSES.setdefault(key, cast(type[InstrumentedAdapter], made))
     return cls(inner, recorder=recorder)
 
 
@@ -72,6 +78,8 @@ class InstrumentedAdapter:
     listing_window: ClassVar[timedelta | None] = None
     #: whether the inner adapter is a ``PayoutSource`` (this wrapper always has its methods)
     pays_out: ClassVar[bool] = False
+    #: whether the inner adapter is a ``DisputeSource`` (this wrapper always has its method)
+    lists_disputes: ClassVar[bool] = False
     refund_reasons: ClassVar[tuple[str, ...] | None] = None
     authorisation_validity: ClassVar[timedelta | None] = None
 
@@ -104,7 +112,15 @@ class InstrumentedAdapter:
                       merchant_accounts: Collection[str] = ()) -> Iterator[PaymentPage]:
         """Times each page on its own: every ``next()`` is one request to the PSP, and one call counted."""
         pages = self.inner.iter_payments(since, until, merchant_accounts=merchant_accounts)  # bad arguments: now
-        return self._timed_pages(pages)
+        return self._timed_pages(pages, "iter_payments")
+
+    def iter_disputes(self, since: datetime, until: datetime, *,
+                      merchant_accounts: Collection[str] = ()) -> Iterator[DisputePage]:
+        """Times each page on its own, as ``iter_payments``; PspRejectedError when the inner adapter lists none."""
+        if not isinstance(self.inner, DisputeSource):
+            raise PspRejectedError(f"{self.name}: the adapter lists no disputes", psp=self.name)
+        return self._timed_pages(self.inner.iter_disputes(since, until, merchant_accounts=merchant_accounts),
+                                 "iter_disputes")
 
     def iter_payouts(self, since: date, until: date, *, merchant_accounts: Collection[str] = (),
                      known: Collection[str] = (), files: Collection[str] = ()) -> Iterator[PspPayout]:
@@ -170,7 +186,7 @@ class InstrumentedAdapter:
             self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                     throttled=throttled)
 
-    def _timed_pages(self, pages: Iterator[PaymentPage]) -> Iterator[PaymentPage]:
+    def _timed_pages(self, pages: Iterator[P], operation: str) -> Iterator[P]:
         # the adapter's generator makes its request inside next(); the next() that only finds the end
         # makes none, and is not counted
         while True:
@@ -180,14 +196,14 @@ class InstrumentedAdapter:
             except StopIteration:
                 return
             except PspRateLimited:
-                self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+                self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                         throttled=True)
                 raise
             except BaseException:
-                self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+                self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                         throttled=False)
                 raise
-            self._recorder.psp_call(self.name, "iter_payments", seconds=time.perf_counter() - started,
+            self._recorder.psp_call(self.name, operation, seconds=time.perf_counter() - started,
                                     throttled=False)
             yield page
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, ClassVar
 
 from psp_adapters.errors import PspError
@@ -30,8 +30,12 @@ from recon.engine.outcome import Complete, Dead, Outcome
 from recon.errors import ConfigError, UsageError
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import ReconcileConfig
+from recon.reconcile.disputes import DISPUTES_KIND
+from recon.reconcile.disputes import payload_window as disputes_window
 from recon.rows import Job
 
+#: checking a schedule's disputes payload needs a day to compute from; which one does not matter
+_ANY_DAY = date(2000, 1, 1)
 SWEEP_KEYS = {"older_than", "psp", "limit", "mode"}
 REPORT_KEYS = {"psp", "directory", "days_back", "format"}
 #: (psp, since, until, path, fmt) -> how many discrepancies
@@ -47,6 +51,8 @@ def check_payload(kind: str, payload: Mapping[str, Any], where: str, *, psp_name
             _report_options(payload, psp_names)
         elif kind == CLOSE_KIND:
             close_options(payload, psp_names)
+        elif kind == DISPUTES_KIND:
+            disputes_window(payload, psp_names, today=_ANY_DAY)  # the keys checked; the day is the job's
     except UsageError as exc:
         raise ConfigError(f"{where}.payload: {exc}") from None
 

@@ -22,7 +22,8 @@ Categories, first rule that applies:
 - ``matched`` when the PSP refunded a succeeded payment (refunded, partially_refunded) by no more than our own
   refunds that have not failed take back (``payments.refunded_amount``, recon.db.refund_store): our refunds.
 - ``status_mismatch`` when the PSP reversed the payment otherwise (refunded beyond our refunds, chargeback, or a
-  status we do not know): checked before amounts, because such lines carry the reversal's amount.
+  status we do not know): checked before amounts, because such lines carry the reversal's amount. Its detail
+  names the payment's dispute as recorded (its PSP id and status: ``recon disputes``), when there is one.
 - ``currency_mismatch``, then ``amount_mismatch``.
 - statuses: local succeeded + PSP succeeded, and local failed + PSP failed/canceled: ``matched``. Local
   needs_review: ``status_mismatch`` (a person decides). Local unfinished (created, processing, pending), or a
@@ -141,7 +142,8 @@ def _line_category(m: LineMatch) -> tuple[Category, str]:
             and 0 < abs(m.psp_amount) <= m.refunded):
         return Category.MATCHED, f"refunded by our refunds ({m.refunded} minor units not failed)"
     if psp not in _PSP_FAILED and psp not in ("succeeded", "pending"):
-        return Category.STATUS_MISMATCH, f"the PSP says {psp}"
+        known = f"; our dispute {m.dispute}" if m.dispute else ""
+        return Category.STATUS_MISMATCH, f"the PSP says {psp}{known}"
     if m.currency != m.psp_currency:
         return Category.CURRENCY_MISMATCH, f"we have {m.currency}, the PSP {m.psp_currency}"
     if m.amount != m.psp_amount:

@@ -122,6 +122,15 @@ def sweep_summary(doc: dict[str, Any]) -> None:
         for item in authorisations["payments"][:50]:
             console.print(f"  {item['payment']} ({item['psp']}, {format_amount(item['amount'], item['currency'])}): "
                           f"{item['reason']}", markup=False, highlight=False)
+    disputes = doc.get("disputes") or {}
+    for psp, got in sorted((disputes.get("fetched") or {}).items()):
+        console.print(f"{psp} disputes read: {got['new']} new, {got['moved']} moved, {got['same']} unchanged, "
+                      f"{len(got['unknown'])} of payments we do not know, {len(got['conflicts'])} under another "
+                      "PSP reference")
+    if disputes.get("open"):
+        withdrawn = ", ".join(format_amount(v, k) for k, v in sorted(disputes["withdrawn"].items()))
+        console.print(f"open disputes {disputes['open']} ({withdrawn} withdrawn), evidence due within "
+                      f"{disputes['due_soon_days']} days: {disputes['due_soon']}")
     if doc["money_at_risk"]:
         table = FoldTable(title="money at risk (unfinished payments)")
         for col in ("currency", "age", "payments", "amount"):

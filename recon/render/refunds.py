@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from recon.dispute_rows import Dispute
+from recon.dispute_rows import Dispute, DisputeEvent
 from recon.payments.money import format_amount
 from recon.refund_rows import Refund, RefundEvent
 from recon.render.output import FoldTable, stdout_console, timestamp
@@ -44,15 +44,30 @@ def refund_detail(refund: Refund, events: Sequence[RefundEvent], *, payment_refe
     console.print(history)
 
 
-def disputes_table(disputes: Sequence[Dispute], *, title: str) -> None:
-    """A payment's disputes with their evidence deadline (`recon payments show`, `recon review show`)."""
+def disputes_table(disputes: Sequence[Dispute], *, title: str, payments: Mapping[int, str] | None = None) -> None:
+    """Disputes with their evidence deadline (`recon payments show`, `recon review show`, `recon disputes`);
+    ``payments``: payment id -> merchant reference, for a column of their payments."""
     table = FoldTable(title=title)
-    for col in ("dispute", "status", "amount", "fee", "reason", "evidence due by", "PSP says", "opened"):
+    cols = ("dispute", "status", "amount", "fee", "reason", "evidence due by", "PSP says", "opened")
+    for col in (("psp", "payment", *cols) if payments is not None else cols):
         table.add_column(col, justify="right" if col in ("amount", "fee") else "left")
     for d in disputes:
         money = format_amount(d.amount, d.currency) if d.amount is not None and d.currency else ""
         fee = format_amount(d.fee, d.currency) if d.fee is not None and d.currency else ""
-        table.add_row(d.psp_dispute_id, str(d.status), money, fee, d.reason or "",
-                      timestamp(d.evidence_due_by) if d.evidence_due_by else "", d.psp_status or "",
-                      timestamp(d.opened_at))
+        cells = (d.psp_dispute_id, str(d.status), money, fee, d.reason or "",
+                 timestamp(d.evidence_due_by) if d.evidence_due_by else "", d.psp_status or "", timestamp(d.opened_at))
+        table.add_row(*((d.psp, payments.get(d.payment_id, str(d.payment_id)), *cells) if payments is not None
+                        else cells))
     stdout_console().print(table)
+
+
+def dispute_events_table(events: Sequence[DisputeEvent]) -> None:
+    """A dispute's audit trail (`recon disputes show`)."""
+    history = FoldTable(title="events")
+    for col in ("at", "from", "to", "source", "job", "details"):
+        history.add_column(col)
+    for e in events:
+        history.add_row(timestamp(e.at), str(e.from_status or ""), str(e.to_status), e.source,
+                        str(e.job_id) if e.job_id is not None else "",
+                        json.dumps(e.details, sort_keys=True)[:160] if e.details else "")
+    stdout_console().print(history)

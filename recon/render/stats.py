@@ -109,6 +109,13 @@ def review_lines(doc: dict[str, Any]) -> None:
             per_psp.setdefault(row["psp"], []).append(f"{row['state']} {row['events']}")
         console.print(f"webhook events, last {int(doc['window_seconds'])}s: "
                       + "; ".join(f"{psp}: {', '.join(parts)}" for psp, parts in sorted(per_psp.items())))
+    disputes = doc.get("disputes") or {}
+    if disputes.get("by_psp"):
+        counted = "; ".join(f"{psp}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+                            for psp, c in sorted(disputes["by_psp"].items()))
+        withdrawn = ", ".join(format_amount(v, k) for k, v in disputes["withdrawn"].items()) or "none"
+        console.print(f"disputes: {counted}; open {disputes['open']}, withdrawn {withdrawn}, evidence due within "
+                      f"{disputes['due_soon_days']} days: {disputes['due_soon']}")
     if doc["sweeps"]:
         table = FoldTable(title="last sweeps")
         for col in ("started", "by", "outcome", "exit", "checked", "healed", "needs_review"):

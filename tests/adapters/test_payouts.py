@@ -101,7 +101,7 @@ def test_stripe__payout_lines_are_its_balance_transactions_paged_as_the_sdk_asks
     assert (first.call_count, second.call_count) == (1, 1)
     assert lines == [
         PspPayoutLine("txn_1", "charge", 3000, 117, 2883, "EUR", psp_reference="pi_A", merchant_reference="order-1"),
-        PspPayoutLine("txn_2", "refund", -500, 0, -500, "EUR", psp_reference="pi_B"),
+        PspPayoutLine("txn_2", "refund", -500, 0, -500, "EUR", psp_reference="pi_B", movement_reference="re_B"),
         PspPayoutLine("txn_3", "adjustment", 457, 0, 457, "EUR"),
         PspPayoutLine("txn_4", "payout", -2840, 0, -2840, "EUR"),
     ]
@@ -164,6 +164,20 @@ def test_adyen__settlement_details_report_is_a_payout_with_its_lines(adyen: Adye
                      ("fee", None, None, -40, 0, -40),  # no gross cells: gross is net plus fee
                      ("payout", None, None, -6550, 0, -6550)]
     assert sum(ln[5] for ln in lines if ln[0] != "payout") == 6550  # the lines add up to the payout
+    # a refund's and a dispute's line name the movement (its Modification Reference); a charge's does not
+    assert [ln.movement_reference for ln in adyen.payout_lines(payout)] == [
+        None, "8815208516304271", "8815208516304272", None, None]
+
+
+def test_stripe__a_dispute_line_names_its_dispute(stripe: StripeAdapter, router: respx.MockRouter) -> None:
+    po = PspPayout(payout_id="po_2", amount=-2500, currency="EUR", status="paid", arrival_date=date(2025, 11, 17))
+    dispute = canonical("dispute", id="dp_C", payment_intent="pi_C", currency="eur")
+    page = listing("/v1/balance_transactions", [
+        canonical("balance_transaction", id="txn_5", reporting_category="dispute", type="adjustment", amount=-1000,
+                  fee=1500, net=-2500, currency="eur", source=dispute)])
+    router.get(f"{URL}/v1/balance_transactions").mock(return_value=httpx.Response(200, json=page))
+    [line] = stripe.payout_lines(po)
+    assert (line.kind, line.psp_reference, line.movement_reference) == ("dispute", "pi_C", "dp_C")
 
 
 def test_adyen__files_a_webhook_named_are_read_and_the_walk_stops_at_the_first_missing_batch(

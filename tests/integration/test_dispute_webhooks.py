@@ -91,7 +91,8 @@ def test_stripe_dispute__opened_with_its_deadline_then_lost(app: App, client: Te
     assert [d["status"] for d in doc["disputes"]] == ["lost"]
 
 
-def test_adyen_chargebacks__notified_charged_back_lost_reversed(app: App, client: TestClient, db: Database) -> None:
+def test_adyen_chargebacks__notified_charged_back_reversed_then_lost(app: App, client: TestClient,
+                                                                    db: Database) -> None:
     pid = payment(db, "order-a", psp="adyen", status=P.SUCCEEDED, psp_reference="9913140798220028")
 
     def post(code: str, psp_reference: str, *, original: str | None = None, **extra: str) -> None:
@@ -108,10 +109,13 @@ def test_adyen_chargebacks__notified_charged_back_lost_reversed(app: App, client
     post("CHARGEBACK", "8636172945333378", original="9913140798220028")
     [withdrawn] = DisputeStore(db).for_payment(pid)
     assert withdrawn.status is D.OPENED and withdrawn.psp_status == "CHARGEBACK"
-    post("SECOND_CHARGEBACK", "9913140798220028")
-    assert DisputeStore(db).for_payment(pid)[0].status is D.LOST
     post("CHARGEBACK_REVERSED", "9913140798220028")
     assert DisputeStore(db).for_payment(pid)[0].status is D.REVERSED
+    post("SECOND_CHARGEBACK", "9913140798220028")  # after the reversal, as Adyen's dispute flow documents it
+    assert DisputeStore(db).for_payment(pid)[0].status is D.LOST
+    # late news: lost is final, the word only noted
+    post("CHARGEBACK_REVERSED", "8536173024791892", original="9913140798220028")
+    assert DisputeStore(db).for_payment(pid)[0].status is D.LOST
     paid = PaymentStore(db).get(pid)
     assert paid is not None and paid.status is P.NEEDS_REVIEW
 

@@ -51,6 +51,8 @@ ARGS = {
     ("refund",): ["order-1", "--amount", "1.00", "--by", "me"],
     ("capture",): ["order-1", "--amount", "1.00", "--by", "me"], ("cancel",): ["order-1", "--by", "me"],
     ("captures", "resolve"): ["order-1-capture1", "--as", "failed", "--reason", "r", "--by", "me"],
+    ("disputes", "fetch"): ["--psp", "sandbox", "--since", "2026-11-01", "--until", "2026-11-02"],
+    ("disputes", "list"): [], ("disputes", "show"): ["dp_1"],
 }
 IBAN = "NL91ABNA0417164300"
 

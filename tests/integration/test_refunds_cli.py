@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
+from recon.operator_rows import Role
 from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
@@ -88,7 +90,8 @@ def test_refunds_import__a_bad_header_is_refused(db: Database, db_url: str, tmp_
     assert r.returncode == 2 and "refunds.csv:1: the header must name the columns" in r.stderr
 
 
-def test_refund__command_refunds_and_payments_show_lists_it(db: Database, db_url: str, recon: Runner) -> None:
+def test_refund__command_refunds_and_payments_show_lists_it(db: Database, db_url: str, recon: Runner,
+                                                             staff: dict[str, Role]) -> None:
     succeeded(db, "order-1", 5000)
     r = recon("refund", "order-1", "--amount", "20.00", "--reason", "requested_by_customer", "--by", "bob",
               "--json", db_url=db_url)
@@ -110,7 +113,8 @@ def test_refund__command_refunds_and_payments_show_lists_it(db: Database, db_url
     assert recon("refunds", "show", "nope", db_url=db_url).returncode == 2
 
 
-def test_refunds_resolve__only_a_refund_in_review_and_by_hand(db: Database, db_url: str, recon: Runner) -> None:
+def test_refunds_resolve__only_a_refund_in_review_and_by_hand(db: Database, db_url: str, recon: Runner,
+                                                              staff: dict[str, Role]) -> None:
     pid = succeeded(db, "order-1", 5000)
     store = RefundStore(db)
     [rid] = store.create([NewRefund(pid, "rf-1", 2000, None, "alice")], queue="charges")
@@ -129,3 +133,26 @@ def test_refunds_resolve__only_a_refund_in_review_and_by_hand(db: Database, db_u
     assert (last.source, last.details) == ("manual", {"operator": "bob", "reason": "the PSP returned it"})
     paid = PaymentStore(db).get(pid)
     assert paid is not None and paid.refunded_amount == 0  # its amount is free again
+
+
+def test_refund__by_an_operator_role_checked_and_audited(db: Database, db_url: str, recon: Runner,
+                                                         staff: dict[str, Role]) -> None:
+    """``--by`` names an enabled operator whose role allows refunds (operator or above); a viewer, a name that is
+    no operator and a refused amount leave nothing but their audit row."""
+    succeeded(db, "order-1", 5000)
+    for by, why in (("vic", "has the role viewer; this takes operator or above"), ("nobody", "is not an operator")):
+        r = recon("refund", "order-1", "--amount", "1.00", "--by", by, db_url=db_url)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert RefundStore(db).for_payment(PaymentStore(db).by_reference("order-1").id) == []  # type: ignore[union-attr]
+    assert recon("refund", "order-1", "--amount", "50.01", "--by", "ann", db_url=db_url).returncode == 2
+    r = recon("refund", "order-1", "--amount", "12.00", "--reason", "requested_by_customer", "--by", "ann",
+              db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    with db.begin() as conn:
+        rows = [tuple(r) for r in conn.execute(sa.text(
+            "SELECT actor, action, subject, outcome, evidence FROM audit_log WHERE action = 'refund.create' "
+            "ORDER BY id"))]
+    assert [r[:4] for r in rows] == [("ann", "refund.create", "order-1", "refused"),
+                                     ("ann", "refund.create", "order-1", "done")]
+    evidence = rows[1][4] if isinstance(rows[1][4], dict) else json.loads(rows[1][4])
+    assert evidence == {"refund": "order-1-r1", "amount": 1200, "currency": "EUR", "reason": "requested_by_customer"}

@@ -463,7 +463,7 @@ def plant_bank_statement(env: Env) -> None:
 
 def plant_payouts(env: Env) -> None:
     """Stripe's payouts over HTTP (a statement descriptor, a trace id and a line's merchant reference holding a
-    card number; payout, line and PaymentIntent ids carrying a Luhn-valid number, kept exactly), fetched twice
+    card number; payout, line, PaymentIntent and refund ids carrying a Luhn-valid number, kept exactly), fetched twice
     (the second time changed), a bank credit carrying the same trace id with another amount (an exception whose
     detail quotes it), and its resolution by an operator whose name and reason hold a card number."""
     iban = "NL91ABNA0417164300"
@@ -478,10 +478,14 @@ def plant_payouts(env: Env) -> None:
             canonical("payout", id=payout_id, amount=amount, currency="eur", status="paid", arrival_date=1762732800,
                       trace_id={"status": "supported", "value": trace}, statement_descriptor=planted())]})
 
+    refund_txn, refund_id = f"txn_{ADYEN_NUMERIC_REFERENCE}r", f"re_{ADYEN_NUMERIC_REFERENCE}"
     lines = {"object": "list", "url": "/v1/balance_transactions", "has_more": False, "data": [
-        canonical("balance_transaction", id=txn_id, reporting_category="charge", type="charge", amount=5000, fee=0,
-                  net=5000, currency="eur", source=canonical("charge", payment_intent=intent, currency="eur",
-                                                              metadata={"merchant_reference": planted(1)}))]}
+        canonical("balance_transaction", id=txn_id, reporting_category="charge", type="charge", amount=5500, fee=0,
+                  net=5500, currency="eur", source=canonical("charge", payment_intent=intent, currency="eur",
+                                                              metadata={"merchant_reference": planted(1)})),
+        canonical("balance_transaction", id=refund_txn, reporting_category="refund", type="refund", amount=-500,
+                  fee=0, net=-500, currency="eur", source=canonical("refund", id=refund_id, payment_intent=intent,
+                                                                     currency="eur"))]}
     for amount in (5000, 4000):
         with respx.mock(assert_all_called=False) as router:
             router.get(f"{STRIPE_URL}/v1/payouts").mock(return_value=payouts(amount))
@@ -509,8 +513,9 @@ def plant_payouts(env: Env) -> None:
         result = env.run("payouts", "resolve", str(exception_id), "--reason", planted(2), "--by", f"{PROBE} {CARD}")
         assert result.returncode == 0, result.stderr
     assert column(env.db, "payouts", "payout_ref") == [payout_id]
-    assert column(env.db, "payout_lines", "line_ref") == [txn_id]
-    assert column(env.db, "payout_lines", "psp_reference") == [intent]
+    assert sorted(column(env.db, "payout_lines", "line_ref")) == sorted([txn_id, refund_txn])
+    assert column(env.db, "payout_lines", "psp_reference") == [intent, intent]
+    assert sorted(column(env.db, "payout_lines", "movement_reference"), key=str) == sorted([None, refund_id], key=str)
 
 
 def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
@@ -524,12 +529,19 @@ def _succeeded(env: Env, ref: str, psp: str, psp_reference: str) -> int:
 
 
 def plant_refund_commands(env: Env) -> None:
-    """``recon refund`` with a reason and an operator holding a card number (the sandbox takes any reason text),
-    and a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    """``recon refund`` by an operator with a reason holding a card number (the sandbox takes any reason text), and
+    by a "name" holding one (refused: no such operator); a refunds CSV imported by a name holding one (the import's
+    --by is free text); a refund reference holding one, by the command and in a refunds CSV (refused)."""
+    add_staff(env.db)
     _succeeded(env, "order-r", "sandbox", "pay_r1")
-    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", planted())
+    r = env.run("refund", "order-r", "--amount", "1.00", "--reason", planted(1), "--by", "ann")
     assert r.returncode == 0, r.stderr
-    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "alice"),
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--by", planted()), "not an operator")
+    good = env.tmp_path / "refunds-ok.csv"
+    good.write_text("merchant_reference,refund_reference,amount,reason\norder-r,rf-imported,1.00,\n", encoding="utf-8")
+    r = env.run("refunds", "import", str(good), "--by", planted())
+    assert r.returncode == 0, r.stderr
+    refused(env.run("refund", "order-r", "--amount", "1.00", "--reference", f"{PROBE}-{CARD}", "--by", "ann"),
             "--reference")
     path = env.tmp_path / "refunds.csv"
     path.write_text(f"merchant_reference,refund_reference,amount,reason\norder-r,{PROBE}-{FORMS[2]},1.00,\n",
@@ -672,6 +684,7 @@ COLUMNS: dict[str, Entry] = {
     "payout_lines.kind": Exempt(CHECKED),
     "payout_lines.psp_reference": Verbatim(plant_payouts, PSP_ID),
     "payout_lines.merchant_reference": Masked(plant_payouts),
+    "payout_lines.movement_reference": Verbatim(plant_payouts, PSP_ID),
     "payout_lines.currency": Exempt("an ISO-4217 code the adapters check: three letters, else PspProtocolError"),
     "payout_events.kind": Exempt("recon's word for a payout's step: fetched, changed, matched, reopened, resolved"),
     "payout_events.detail": Masked(plant_payouts),

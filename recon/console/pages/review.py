@@ -62,7 +62,7 @@ def review_queue(request: Request) -> Response:
         where = queue_filter(request, typed)
         after, before = _cursor(fields.raw("after")), _cursor(fields.raw("before"))
     except UsageError as exc:
-        return pages(request).render(request, "review.html", status=422, error=_plain(exc), items=[], queue=None,
+        return pages(request).render(request, "review.html", status=422, error=plain(exc), items=[], queue=None,
                                      **context)
     if fields.raw("format") == "csv":
         items = app.review.list(**_list_args(typed), limit=LIST_MAX)
@@ -88,7 +88,7 @@ def bulk_preview(request: Request, *, status: int = 200, error: str | None = Non
     try:
         shown = review_bulk.preview(recon_app(request).review, queue_filter(request, typed), to=to)
     except UsageError as exc:
-        return pages(request).render(request, "review_bulk.html", status=422, preview=None, error=_plain(exc),
+        return pages(request).render(request, "review_bulk.html", status=422, preview=None, error=plain(exc),
                                      **context)
     return pages(request).render(request, "review_bulk.html", status=status, preview=shown,
                                  shown=shown.payments[:BULK_SHOWN], **context)
@@ -107,11 +107,11 @@ def bulk_apply(request: Request, fields: Fields) -> Response:
         resolved = recon_app(request).actions.bulk_resolve(where, to=fields.required("as", max_length=20),
                                                            reason=reason, by=operator, expect=fields.raw("digest"))
     except ReviewRefused as exc:
-        return bulk_preview(request, status=409, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+        return bulk_preview(request, status=409, error=f"nothing resolved: {plain(exc)}", fields=fields)
     except NotAllowed:
         raise
     except UsageError as exc:
-        return bulk_preview(request, status=422, error=f"nothing resolved: {_plain(exc)}", fields=fields)
+        return bulk_preview(request, status=422, error=f"nothing resolved: {plain(exc)}", fields=fields)
     if isinstance(resolved, Approval):  # above [four_eyes] bulk_resolve_count
         log.info("console: bulk resolve requested by %s (approval %d)", operator, resolved.id)
         return done(request, "/review?" + _query(typed), f"bulk resolve of {resolved.subject} requested by "
@@ -124,7 +124,7 @@ def bulk_apply(request: Request, fields: Fields) -> Response:
 def payment_page(request: Request, *, status: int = 200, error: str | None = None, errors: dict[str, str] | None = None,
                  form: dict[str, Any] | None = None) -> Response:
     app = recon_app(request)
-    detail = app.review.detail(_reference(request))
+    detail = app.review.detail(payment_reference(request))
     item: ReviewItem | None = None
     if detail.payment.status == "needs_review":
         [item] = app.review.items([detail.payment], now=app.review.clock.now())
@@ -136,7 +136,18 @@ def payment_page(request: Request, *, status: int = 200, error: str | None = Non
         facts={e.id: event_facts(e.details) for e in detail.events},
         sentences={e.id: resolution_sentence(e.to_status, e.details) for e in detail.events
                    if e.source == "manual" and e.details and "operator" in e.details},
-        differences=[d.value for d in Difference])
+        differences=[d.value for d in Difference], refunds=app.refunds.for_payment(detail.payment.id),
+        disputes=app.disputes.for_payment(detail.payment.id), refund_reasons=_refund_reasons(app, detail.payment.psp),
+        refundable=detail.payment.captured_amount - detail.payment.refunded_amount
+        if detail.payment.status == "succeeded" else 0)
+
+
+def _refund_reasons(app: Any, psp: str) -> tuple[str, ...] | None:
+    """The PSP's refund reason codes for the form's choice (None: free text, or a PSP recon no longer knows)."""
+    try:
+        return app.refund_reasons(psp)  # type: ignore[no-any-return]
+    except LookupError:
+        return None
 
 
 def show_payment(request: Request) -> Response:
@@ -147,7 +158,7 @@ def resolve(request: Request, fields: Fields) -> Response:
     override = fields.flag("override")
     form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override,
                             "difference": fields.raw("difference")[:20]}
-    reference = _reference(request)
+    reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
     try:
         reason = fields.required("reason")
@@ -164,28 +175,28 @@ def resolve(request: Request, fields: Fields) -> Response:
     except NotAllowed:
         raise
     except UsageError as exc:
-        return payment_page(request, status=422, errors={"resolve": f"not resolved: {_plain(exc)}"}, form=form)
+        return payment_page(request, status=422, errors={"resolve": f"not resolved: {plain(exc)}"}, form=form)
     if isinstance(resolved, Approval):  # an override needs four eyes
         log.info("console: payment %s override requested by %s (approval %d)", reference, operator, resolved.id)
-        return done(request, _payment_url(reference), f"override requested by {operator}: approval {resolved.id} "
+        return done(request, payment_url(reference), f"override requested by {operator}: approval {resolved.id} "
                     "waits for another approver (Approvals)")
     log.info("console: payment %s resolved as %s by %s", reference, resolved.payment.status, operator)
     difference = resolved.details.get("difference")
-    return done(request, _payment_url(reference), f"resolved as {resolved.payment.status} by {operator}"
+    return done(request, payment_url(reference), f"resolved as {resolved.payment.status} by {operator}"
                 + (f"; {difference['sentence']}" if difference else ""))
 
 
 def recheck(request: Request, fields: Fields) -> Response:
-    reference = _reference(request)
+    reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
     job_id = recon_app(request).actions.recheck(reference, by=operator)
     log.info("console: payment %s recheck (job %d) by %s", reference, job_id, operator)
-    return done(request, _payment_url(reference), f"reconcile job {job_id} queued: the PSP is asked again",
+    return done(request, payment_url(reference), f"reconcile job {job_id} queued: the PSP is asked again",
                 job=job_id)
 
 
 def assign(request: Request, fields: Fields) -> Response:
-    reference = _reference(request)
+    reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
     try:
         to = fields.text("assignee", label="assignee", max_length=100)
@@ -193,13 +204,13 @@ def assign(request: Request, fields: Fields) -> Response:
     except NotAllowed:
         raise
     except UsageError as exc:
-        return payment_page(request, status=422, errors={"assign": f"not assigned: {_plain(exc)}"})
-    return done(request, _payment_url(reference), f"assigned to {payment.review_assignee}"
+        return payment_page(request, status=422, errors={"assign": f"not assigned: {plain(exc)}"})
+    return done(request, payment_url(reference), f"assigned to {payment.review_assignee}"
                 if payment.review_assignee else "unassigned")
 
 
 def comment(request: Request, fields: Fields) -> Response:
-    reference = _reference(request)
+    reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
     try:
         recon_app(request).actions.comment(reference, text=fields.required("comment", max_length=2000),
@@ -207,8 +218,8 @@ def comment(request: Request, fields: Fields) -> Response:
     except NotAllowed:
         raise
     except UsageError as exc:
-        return payment_page(request, status=422, errors={"comment": f"not added: {_plain(exc)}"})
-    return done(request, _payment_url(reference) + "#comments", f"comment added by {operator}")
+        return payment_page(request, status=422, errors={"comment": f"not added: {plain(exc)}"})
+    return done(request, payment_url(reference) + "#comments", f"comment added by {operator}")
 
 
 def search(request: Request) -> Response:
@@ -217,7 +228,7 @@ def search(request: Request) -> Response:
     return pages(request).render(request, "search.html", q=text, found=found)
 
 
-def _reference(request: Request) -> str:
+def payment_reference(request: Request) -> str:
     """The payment of the path; a 404 page when there is none."""
     reference: str = request.path_params["ref"]
     if recon_app(request).payments.by_reference(reference) is None:
@@ -225,11 +236,11 @@ def _reference(request: Request) -> str:
     return reference
 
 
-def _payment_url(reference: str) -> str:
+def payment_url(reference: str) -> str:
     return "/payments/" + quote(reference, safe="")
 
 
-def _plain(exc: Exception) -> str:
+def plain(exc: Exception) -> str:
     """The desk's message without the command line's option dashes (``--reason:`` -> ``reason:``)."""
     return str(exc).replace("--override", "override").replace(": --", ": ").removeprefix("--")
 

@@ -30,6 +30,7 @@ HMAC_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056"
 USER, PASSWORD = "ws_webhooks@Company.Acme", "hook-pass"
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # 13:00 CET
 ACCEPTED = (200, b"[accepted]")
+DAY_REPORT = "payments_accounting_report_2026_03_02.csv"
 
 
 class Clock:
@@ -207,3 +208,41 @@ def test_acknowledgement__anything_but_accepted_is_retried(
         3,
         200,
     )
+
+
+def test_disputes_decided__notification_chargeback_reversed_second_chargeback_and_report_rows(
+    http: httpx.Client, server: SandboxServer, clock: Clock, receiver: Receiver
+) -> None:
+    ref = pay(http)
+    receiver.wait_for(2)
+    made = http.post(f"/_admin/payments/{ref}/dispute", json={"notify_first": True})
+    assert made.status_code == 200, made.text
+    dispute = made.json()["pspReference"]
+    clock.now += timedelta(hours=1)
+    assert http.post(f"/_admin/disputes/{dispute}/close", json={"outcome": "won"}).status_code == 200
+    clock.now += timedelta(hours=1)
+    assert http.post(f"/_admin/disputes/{dispute}/close", json={"outcome": "lost"}).status_code == 200
+    got = [item(d) for d in receiver.wait_for(6)[2:]]
+    assert [(i["eventCode"], i["pspReference"], i["originalReference"]) for i in got] == [
+        (code, dispute, ref) for code in ("NOTIFICATION_OF_CHARGEBACK", "CHARGEBACK", "CHARGEBACK_REVERSED",
+                                          "SECOND_CHARGEBACK")]
+    assert got[0]["additionalData"]["defensePeriodEndsAt"] == "2026-03-23T13:00:00+01:00"  # 21 days on
+    report = httpx.get(f"{server.url}/reports/download/MerchantAccount/AcmeEU/{DAY_REPORT}", timeout=5.0).text
+    kinds = [line.split(",")[9] for line in report.splitlines()[1:] if ref in line]
+    assert kinds[-3:] == ["Chargeback", "ChargebackReversed", "SecondChargeback"]
+
+
+def test_refund_reversed__refunded_reversed_after_refund_and_its_report_row(
+    http: httpx.Client, server: SandboxServer, receiver: Receiver
+) -> None:
+    ref = pay(http)
+    receiver.wait_for(2)
+    refund = http.post(f"/_admin/payments/{ref}/refund", json={"amount": 500}).json()
+    assert http.post(f"/_admin/refunds/{refund['pspReference']}/reverse", json={}).status_code == 200
+    assert http.post(f"/_admin/refunds/{refund['pspReference']}/reverse", json={}).status_code == 400  # once
+    got = [item(d) for d in receiver.wait_for(4)[2:]]
+    assert [(i["eventCode"], i["success"], i["amount"]["value"]) for i in got] == [
+        ("REFUND", "true", 500), ("REFUNDED_REVERSED", "true", 500)]
+    report = httpx.get(f"{server.url}/reports/download/MerchantAccount/AcmeEU/{DAY_REPORT}", timeout=5.0).text
+    assert [line.split(",")[9] for line in report.splitlines()[1:] if ref in line][-2:] == ["Refunded",
+                                                                                           "RefundedReversed"]

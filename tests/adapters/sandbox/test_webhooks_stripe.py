@@ -194,7 +194,7 @@ def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
     dispute = http.post(f"/_admin/payments/{disputed}/dispute", json={}).json()
     assert http.post(f"/_admin/payments/{pending}/cancel", json={}).status_code == 200
 
-    deliveries = receiver.wait_for(9)[3:]
+    deliveries = receiver.wait_for(10)[3:]
 
     assert types(deliveries) == [  # Stripe tells a refund as refund.created, then charge.refunded once it succeeded
         "refund.created",
@@ -202,10 +202,12 @@ def test_refund_dispute_cancel__charge_refunded_dispute_created_and_canceled(
         "refund.created",
         "charge.refunded",
         "charge.dispute.created",
+        "charge.dispute.funds_withdrawn",
         "payment_intent.canceled",
     ]
     assert [verified(d).data.object.amount for d in deliveries[:3:2]] == [400, 850]
-    deliveries = deliveries[1::2][:2] + deliveries[4:]
+    assert verified(deliveries[5]).data.object.id == dispute["id"]  # funds_withdrawn: the same Dispute
+    deliveries = deliveries[1::2][:2] + deliveries[4:5] + deliveries[6:]
     partial, full, disputed_event, canceled = (verified(d).data.object for d in deliveries)
     assert isinstance(partial, stripe.Charge) and partial.payment_intent == refunded
     assert (partial.amount_refunded, partial.refunded, full.amount_refunded, full.refunded) == (400, False, 1250, True)
@@ -288,3 +290,28 @@ def test_enabled_events__an_endpoint_for_every_event_gets_charge_and_creation_ev
         create(client)
         assert types(receiver.wait_for(3)) == ["payment_intent.created", "charge.succeeded",
                                                "payment_intent.succeeded"]
+
+
+def test_dispute_decided__closed_and_reinstated_events_and_the_dispute_listing(
+    sdk: stripe.StripeClient, http: httpx.Client, receiver: Receiver, canonical: dict[str, Any]
+) -> None:
+    won, lost = create(sdk, "k1"), create(sdk, "k2", metadata={"merchant_reference": "order-2"})
+    receiver.wait_for(2)
+    disputes = [http.post(f"/_admin/payments/{pi}/dispute", json={}).json()["id"] for pi in (won, lost)]
+    for dp, outcome in zip(disputes, ("won", "lost"), strict=True):
+        answer = http.post(f"/_admin/disputes/{dp}/close", json={"outcome": outcome})
+        assert answer.status_code == 200 and answer.json()["status"] == outcome
+    again = http.post(f"/_admin/disputes/{disputes[1]}/close", json={"outcome": "won"})
+    assert again.status_code == 400  # Stripe decides a dispute once
+    deliveries = receiver.wait_for(9)[2:]
+    assert types(deliveries) == ["charge.dispute.created", "charge.dispute.funds_withdrawn"] * 2 + [
+        "charge.dispute.closed", "charge.dispute.funds_reinstated", "charge.dispute.closed"]
+    closed = [verified(d).data.object for d in deliveries[4:]]
+    assert all(isinstance(d, stripe.Dispute) for d in closed)
+    assert [(d.id, d.status) for d in closed] == [(disputes[0], "won"), (disputes[0], "won"), (disputes[1], "lost")]
+    listed = sdk.v1.disputes.list({"limit": 1})
+    assert listed.has_more and [d.id for d in listed.data] == [disputes[1]]  # newest first
+    rest = sdk.v1.disputes.list({"limit": 1, "starting_after": disputes[1]})
+    assert [(d.id, d.status) for d in rest.data] == [(disputes[0], "won")] and not rest.has_more
+    assert sdk.v1.disputes.retrieve(disputes[1]).status == "lost"
+    assert_keys_like(http.get("/v1/disputes").json()["data"][0], canonical["dispute"])

@@ -1,0 +1,56 @@
+"""``POST /payments/{ref}/refund``: the payment page's refund form, through the App's audited refund
+(``recon.actions.Actions.refund``), as ``recon refund`` is: the signed-in operator (operator role), the amount in
+major units of the payment's currency, the PSP's reason code; one refund job, never beyond what was captured. A
+refusal is shown next to the form (422, nothing written); a refund queued answers with a redirect to the payment
+(``web.done``). The payment page lists its refunds and disputes (``review.payment_page``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from recon.console.pages.review import payment_page, payment_reference, payment_url, plain
+from recon.console.web import Fields, acting, action, done, recon_app
+from recon.errors import NotAllowed, UsageError
+from recon.operator_rows import Role
+from recon.payments.money import format_amount
+from recon.payments.refund_import import RefundProblem
+
+log = logging.getLogger("recon.console")
+
+#: what each refund field is called on the form, for its refusals
+LABELS = {"merchant_reference": "payment", "refund_reference": "reference", "amount": "amount", "reason": "reason"}
+
+
+def refund(request: Request, fields: Fields) -> Response:
+    reference = payment_reference(request)
+    operator = acting(request, Role.OPERATOR)
+    form: dict[str, Any] = {"amount": fields.raw("amount")[:40], "refund_reason": fields.raw("reason")[:100]}
+    try:
+        made = recon_app(request).actions.refund(
+            reference,
+            amount=fields.required("amount", max_length=40),
+            reason=fields.text("reason", max_length=100) or "",
+            by=operator,
+        )
+    except RefundProblem as exc:
+        return payment_page(
+            request, status=422, errors={"refund": f"not refunded: {LABELS[exc.field_name]}: {exc}"}, form=form
+        )
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return payment_page(request, status=422, errors={"refund": f"not refunded: {plain(exc)}"}, form=form)
+    log.info("console: refund %s of payment %s by %s", made.refund_reference, reference, operator)
+    return done(
+        request,
+        payment_url(reference) + "#refunds",
+        f"refund {made.refund_reference} of {format_amount(made.amount, made.currency)} queued by {operator}",
+    )
+
+
+ROUTES = [Route("/payments/{ref:path}/refund", action(refund), methods=["POST"])]
