@@ -289,6 +289,12 @@ class DedicatedConnection:
             self._db.outage.succeeded(epoch)
         return rows
 
+    def open(self) -> None:
+        """Take the connection now rather than at the first statement (the heartbeat's: when the worker starts,
+        before its handler threads may hold every pooled one)."""
+        if self._conn is None:
+            self._open()
+
     def close(self) -> None:
         self._drop(invalidate=False)
 
@@ -356,6 +362,11 @@ class DedicatedSqlite:
             except self._db.dbapi.Error as exc:
                 raise _driver_error(self._db, exc, broken=False) from exc
         return result
+
+    def open(self) -> None:
+        """Take the connection now rather than at the first write (``DedicatedConnection.open``)."""
+        if self._conn is None:
+            self._open()
 
     def close(self) -> None:
         pooled, self._pooled, self._conn = self._pooled, None, None

@@ -177,6 +177,7 @@ class Worker:
             except StoreError as exc:
                 log.warning("stuck watcher failed: %s", exc)
         self._presence.publish(start=True)
+        self._heartbeater.open()  # before the handler threads may hold every pooled connection
         finisher = self._start_threads()
         loops = [loop for loop in self.loops if loop.in_burst or not burst]
         for loop in loops:
@@ -191,8 +192,9 @@ class Worker:
             self._finisher.stop()
             self._runners.stop()
             finisher.join(timeout=JOIN_SECONDS)
-            for loop in loops:
-                loop.join(JOIN_SECONDS)
+            joined = {loop.name: loop.join(JOIN_SECONDS) for loop in loops}
+            if joined.get("heartbeat", False):
+                self._heartbeater.close()  # a beat still stuck in its statement keeps it (a daemon thread)
             self.stats.lease_expirations = self._watcher.lease_expirations
             self.stats.leases_lost = self._heartbeater.lost
             self._presence.publish(stopped=True)
