@@ -24,6 +24,12 @@ claim that found fewer jobs than it asked for (the queue is drained), the next o
 ``SETTLE_SECONDS`` have passed since it: under a steady trickle of enqueues (webhooks: a notification for
 every group commit, a freed slot for every finish) each wake-up would otherwise claim a job or two, a
 statement each, and the claims would cost more than the jobs. A claim that came back full does not wait.
+
+Waiting (a listening worker, ``waiting_func``; docs/design.md, wake-ups): enqueues NOTIFY only the workers that
+wait for work. When a claim drains the queues, the loop says so (``workers.waiting`` true) and claims once more
+before it sleeps, so a job committed before the flag was seen is claimed rather than left to the poll; when a
+claim comes back full (more work than room: a notification would change nothing) it says it no longer waits.
+Two writes per change between busy and waiting, none per job; a burst run never waits.
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ class Claimer:
 
     def __init__(self, store: JobStore, slots: Slots, *, submit: Callable[[Running], None], stats: WorkerStats,
                  worker: str, config: EngineConfig, queues: Sequence[str],
-                 queue_caps: Mapping[str, int] | None = None) -> None:
+                 queue_caps: Mapping[str, int] | None = None,
+                 waiting_func: Callable[[bool], None] | None = None) -> None:
         self._store = store
         self._slots = slots
         self._submit = submit
@@ -70,6 +77,9 @@ class Claimer:
         self._unsure = False
         #: jobs of such claims given back
         self.released_unknown = 0
+        #: tells the database whether this worker waits for work (module docstring); None: it does not listen
+        self._waiting_func = waiting_func
+        self.waiting = False
 
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""
@@ -106,15 +116,31 @@ class Claimer:
                 self._backoff.reset()
                 if claimed == asked:
                     slots.waited = True  # a full claim: more may be waiting (the sizer's window)
+                    if self.waiting:
+                        self._set_waiting(False)  # busy: it claims again without a notification
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
                     drained_at = time.monotonic()
+                    if not self.waiting and self._waiting_func is not None and not burst and self._set_waiting(True):
+                        continue  # one more claim before sleeping: what committed before the flag showed
                     wake.wait(poll)
         finally:
             if self._via is not None:
                 self._via.close()
                 self._via = None
+
+    def _set_waiting(self, waiting: bool) -> bool:
+        """Tell the database whether this worker waits for work; True once it knows. A failure is logged and
+        changes nothing here: a flag left true costs producers a NOTIFY, one never set a poll interval."""
+        assert self._waiting_func is not None  # nosec B101  # only called for a listening worker
+        try:
+            self._waiting_func(waiting)
+        except StoreError as exc:
+            log_failure(log, "could not record whether the worker waits: %s", exc)
+            return False
+        self.waiting = waiting
+        return True
 
     def _release_unknown_claims(self) -> None:
         with self._slots.lock:
