@@ -13,10 +13,11 @@ Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
                     fenced finish (``Complete(write=BatchWrite(...))``: an integer-minor-units ledger row per
                     job, credited only while the lease still matched), the payment-shaped drain no queue
                     publishes; checked after: every row credited exactly once
-  open_loop_p99     with --open-loop: enqueue-to-start p50/p99 (ms) while producers enqueue at a fixed share
-                    (--open-loop-share, 0.5) of drain_1p's measured rate on an open-loop schedule (a batch every
-                    10 ms, each job stamped when its enqueue call began), one worker process at the shipped
-                    [engine] defaults with wake-ups: the latency a queue shows under load, not idle
+  open_loop_p99     with --open-loop: arrival-to-start p50/p99 (ms) while a producer enqueues at a fixed share
+                    (--open-loop-share, 0.5) of drain_1p's measured rate on an open-loop schedule (job i arrives
+                    at t0 + i/rate; each enqueue call takes every job arrived by then, stamped with its arrival
+                    time, so a producer slowed by the machine neither thins the load nor hides its delay), one
+                    worker process with drain_1p's settings and wake-ups: the latency under load
   drain_1p_shipped  with --shipped: one worker process at the shipped [engine] defaults (a worker that sizes
                     itself, recon.engine.sizing), beside drain_1p's tuned fixed settings (autosize off)
 
@@ -233,38 +234,36 @@ def wakeup_latency(url: str, samples: int) -> dict[str, float]:
             "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2), "samples": len(values)}
 
 
-def open_loop(url: str, rate: float, seconds: float) -> dict[str, float]:
-    """Enqueue-to-start under an open-loop load of ``rate`` jobs/s for ``seconds`` (module docstring)."""
+def open_loop(url: str, rate: float, seconds: float, concurrency: int) -> dict[str, float]:
+    """Arrival-to-start under an open-loop load of ``rate`` jobs/s for ``seconds`` (module docstring), one worker
+    with drain_1p's settings (``concurrency`` threads, claims and prefetch; 0: the shipped defaults)."""
     out = Path(tempfile.mktemp(prefix="recon-bench-open-"))
-    proc = subprocess.Popen([sys.executable, __file__, "_latency_worker", url, str(out)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, __file__, "_latency_worker", url, str(out), str(concurrency)],
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     db = connect(url)
     client = Client(JobStore(db), Settings())
-    tick, sent, late = 0.01, 0, 0
+    sent, batches = 0, 0
     try:
         time.sleep(0.5)
-        start = time.perf_counter()
+        start, wall = time.perf_counter(), time.time()
         total = int(rate * seconds)
         while sent < total:
-            due = start + sent / rate  # the schedule: a stalled producer catches up, it does not thin the load
-            wait = due - time.perf_counter()
-            if wait > 0:
-                time.sleep(min(wait, tick))
+            due = min(total, int((time.perf_counter() - start) * rate) + 1)  # jobs whose arrival time has come
+            if due <= sent:
+                time.sleep(max(0.0, start + sent / rate - time.perf_counter()))
                 continue
-            if wait < -0.1:
-                late += 1
-            batch = min(total - sent, max(1, int(rate * tick)))
-            now = time.time()
-            client.enqueue_many([JobSpec("open", {"t": now}) for _ in range(batch)])
-            sent += batch
+            # every job due by now, in one enqueue, each stamped with its own arrival time: a producer slowed by the
+            # machine sends larger batches rather than thinning the load, and its delay counts in the latency
+            client.enqueue_many([JobSpec("open", {"t": wall + i / rate}) for i in range(sent, due)])
+            sent, batches = due, batches + 1
         produced = time.perf_counter() - start
         deadline = time.monotonic() + TIMEOUT
-        with db.begin() as conn:
-            while time.monotonic() < deadline and conn.execute(sa.text(
-                    "SELECT count(*) FROM jobs WHERE state <> 'succeeded'")).scalar_one():
-                conn.commit()
-                time.sleep(0.05)
+        while time.monotonic() < deadline:
+            with db.begin() as conn:
+                if not conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state <> 'succeeded'")).scalar_one():
+                    break
+            time.sleep(0.05)
     finally:
         proc.send_signal(__import__("signal").SIGTERM)
         proc.wait(timeout=60)
@@ -274,10 +273,11 @@ def open_loop(url: str, rate: float, seconds: float) -> dict[str, float]:
     return {"offered_per_s": round(rate, 1), "produced_per_s": round(sent / produced, 1), "jobs": len(values),
             "p50_ms": round(statistics.median(values), 2),
             "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2),
-            "max_ms": round(values[-1], 2), "producer_late_ticks": late}
+            "max_ms": round(values[-1], 2), "enqueue_calls": batches}
 
 
-def _latency_worker(url: str, out: str) -> None:
+def _latency_worker(url: str, out: str, spec: str = "") -> None:
+    """The idle-latency worker (shipped defaults, 4 threads at the least), or with ``spec`` drain_1p's settings."""
     db = connect(url)
     settings = Settings()
     handlers = Handlers()
@@ -289,8 +289,14 @@ def _latency_worker(url: str, out: str) -> None:
 
     handlers.register("latency", record)
     handlers.register("open", lambda job, lease: seen.append(time.time() - job.payload["t"]))
-    worker = Worker(JobStore(db), handlers, config=replace(settings.engine, concurrency=4),
-                    policy=RetryPolicy(settings.retry), wakeup_func=make_listener(db))
+    config = replace(settings.engine, concurrency=4)
+    if spec and int(spec):
+        n = int(spec)
+        config = replace(settings.engine, concurrency=n, claim_batch_size=n, prefetch=n, autosize=False)
+    elif spec:
+        config = settings.engine
+    worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry),
+                    wakeup_func=make_listener(db))
     import signal
     import threading
 
@@ -320,6 +326,8 @@ def main() -> None:
     parser.add_argument("--open-loop", action="store_true",
                         help="also open_loop_p99: enqueue-to-start under an open-loop load (a share of drain_1p)")
     parser.add_argument("--open-loop-share", type=float, default=0.5)
+    parser.add_argument("--open-loop-rate", type=float, default=0.0,
+                        help="a fixed open-loop rate (jobs/s) instead of a share of drain_1p's")
     parser.add_argument("--open-loop-seconds", type=float, default=10.0)
     parser.add_argument("--drain-only", action="store_true",
                         help="only drain_1p (and drain_1p_shipped): no enqueue, 2-process, floor or latency case")
@@ -345,10 +353,11 @@ def main() -> None:
                                           **figures, "of_drain_1p": round(figures["jobs_per_s"] / drain_rate, 2),
                                           "load_average": _load()}), flush=True)
                     if args.open_loop:
-                        figures = open_loop(fresh_db(backend, Path(tmp)), drain_rate * args.open_loop_share,
-                                            args.open_loop_seconds)
+                        offered = args.open_loop_rate or drain_rate * args.open_loop_share
+                        figures = open_loop(fresh_db(backend, Path(tmp)), offered, args.open_loop_seconds,
+                                            args.concurrency)
                         print(json.dumps({"case": "open_loop_p99", **base, "share_of_drain_1p": args.open_loop_share,
-                                          "settings": "shipped [engine] defaults but 4 threads at the least, wake-ups",
+                                          "settings": "drain_1p's, with wake-ups", "concurrency": args.concurrency,
                                           **figures, "load_average": _load()}), flush=True)
                 if processes == 1 and args.shipped:
                     figures = drain(fresh_db(backend, Path(tmp)), args.jobs, 1, 0)
@@ -373,7 +382,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_drain_worker":
         _drain_worker(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "_latency_worker":
-        _latency_worker(sys.argv[2], sys.argv[3])
+        _latency_worker(*sys.argv[2:5])
     else:
         try:
             main()

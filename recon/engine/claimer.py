@@ -27,9 +27,12 @@ statement each, and the claims would cost more than the jobs. A claim that came 
 
 Waiting (a listening worker, ``waiting_func``; docs/design.md, wake-ups): enqueues NOTIFY only the workers that
 wait for work. When a claim drains the queues, the loop says so (``workers.waiting`` true) and claims once more
-before it sleeps, so a job committed before the flag was seen is claimed rather than left to the poll; when a
-claim comes back full (more work than room: a notification would change nothing) it says it no longer waits.
-Two writes per change between busy and waiting, none per job; a burst run never waits.
+before it sleeps, so a job committed before the flag was seen is claimed rather than left to the poll; once its
+claims have come back full, or found no free slot, for ``BUSY_SECONDS`` (more work than room: a notification
+would change nothing) it says it no longer waits. Two writes per change between busy and waiting, none per job;
+the hysteresis keeps a worker that catches up with an open-loop load every few milliseconds from spending two
+round trips of its claim loop each time (a flag left true a moment longer costs producers a NOTIFY). A burst
+run never waits.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ log = logging.getLogger(WORKER_LOGGER)
 GATHER_SECONDS = 0.002
 #: the least time between a claim that drained the queue and the next claim (module docstring)
 SETTLE_SECONDS = 0.005
+#: how long a waiting worker's claims come back full (or find no free slot) before it says it is busy
+BUSY_SECONDS = 0.5
 
 
 class Claimer:
@@ -80,6 +85,7 @@ class Claimer:
         #: tells the database whether this worker waits for work (module docstring); None: it does not listen
         self._waiting_func = waiting_func
         self.waiting = False
+        self._busy_since: float | None = None  #: since when a waiting worker's claims found more work than room
 
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""
@@ -93,7 +99,7 @@ class Claimer:
                 free = slots.free()
                 if free <= 0:
                     slots.waited = True  # more work may wait than there is room (the sizer's window)
-                    wake.wait(poll)
+                    wake.wait(min(poll, BUSY_SECONDS) if self.waiting and self._busy() else poll)
                     continue
                 if free < slots.low_water and wake.wait(GATHER_SECONDS):
                     continue  # a few slots are free while most run: let more free up, then claim them together
@@ -117,11 +123,12 @@ class Claimer:
                 if claimed == asked:
                     slots.waited = True  # a full claim: more may be waiting (the sizer's window)
                     if self.waiting:
-                        self._set_waiting(False)  # busy: it claims again without a notification
+                        self._busy()
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
                     drained_at = time.monotonic()
+                    self._busy_since = None
                     if not self.waiting and self._waiting_func is not None and not burst and self._set_waiting(True):
                         continue  # one more claim before sleeping: what committed before the flag showed
                     wake.wait(poll)
@@ -129,6 +136,17 @@ class Claimer:
             if self._via is not None:
                 self._via.close()
                 self._via = None
+
+    def _busy(self) -> bool:
+        """A waiting worker found more work than room: after ``BUSY_SECONDS`` of that, it says it is busy (module
+        docstring). True while it still waits."""
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since >= BUSY_SECONDS:
+            self._busy_since = None
+            self._set_waiting(False)  # busy: it claims again without a notification
+        return self.waiting
 
     def _set_waiting(self, waiting: bool) -> bool:
         """Tell the database whether this worker waits for work; True once it knows. A failure is logged and
