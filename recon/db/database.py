@@ -323,14 +323,13 @@ class DedicatedConnection:
         if pooled is None:
             return
         if not invalidate:
-            try:
+            # a connection that cannot be reset (the server ended it) is dropped below, not returned to the pool
+            with contextlib.suppress(Exception):
                 driver: Any = pooled.driver_connection
                 driver.execute("RESET ALL")  # the pool's next user gets the session as the pool opened it
                 driver.autocommit = False  # as the pool handed it out
                 pooled.close()
                 return
-            except Exception:  # a connection that cannot be reset (the server ended it): dropped
-                pass
         with contextlib.suppress(Exception):
             pooled.invalidate()
 

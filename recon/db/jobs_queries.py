@@ -47,7 +47,7 @@ def worker_waits_for(queue: str) -> str:
     wake-ups and its last claim drained its queues). The condition of every enqueue's NOTIFY (docs/design.md,
     wake-ups): a busy worker claims again without one, and a NOTIFY costs the committing enqueue the
     notification queue's lock."""
-    return f"EXISTS (SELECT 1 FROM workers WHERE waiting AND workers.queues ? {queue})"
+    return f"EXISTS (SELECT 1 FROM workers WHERE waiting AND workers.queues ? {queue})"  # nosec B608  # constant SQL
 
 # --- operations ----------------------------------------------------------------------------------------------
 
