@@ -23,8 +23,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("workers") as batch:
         batch.add_column(sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()))
-    op.create_index("workers_waiting", "workers", ["id"], postgresql_where=sa.text("waiting"),
-                    sqlite_where=sa.text("waiting"))
+    op.create_index(
+        "workers_waiting", "workers", ["id"], postgresql_where=sa.text("waiting"), sqlite_where=sa.text("waiting")
+    )
 
 
 def downgrade() -> None:

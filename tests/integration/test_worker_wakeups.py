@@ -23,8 +23,9 @@ ONE = replace(FAST, concurrency=1, claim_batch_size=1, prefetch=0, autosize=Fals
 
 def waiting_flag(db: Database, worker: Worker) -> bool:
     with db.begin() as conn:
-        return bool(conn.execute(sa.text("SELECT waiting FROM workers WHERE id = :id"),
-                                 {"id": worker.worker_id}).scalar_one())
+        return bool(
+            conn.execute(sa.text("SELECT waiting FROM workers WHERE id = :id"), {"id": worker.worker_id}).scalar_one()
+        )
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
@@ -45,8 +46,14 @@ def test_wakeups__an_idle_worker_is_notified_at_once_a_busy_one_gets_no_notify(d
         if job.payload.get("block"):
             release.wait(30)
 
-    worker = Worker(store, handlers_with("k", block), config=ONE, policy=RetryPolicy(Settings().retry),
-                    wakeup_func=make_listener(db), presence_interval=3600)
+    worker = Worker(
+        store,
+        handlers_with("k", block),
+        config=ONE,
+        policy=RetryPolicy(Settings().retry),
+        wakeup_func=make_listener(db),
+        presence_interval=3600,
+    )
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
     listener = Listener(db) if db.is_postgresql else None
