@@ -6,7 +6,8 @@ created and dropped here; nothing else on the server is touched):
   enqueue_bulk      N no-op jobs in one library call, jobs/s (the enqueue that sets up drain_1p)
   enqueue_single    --single-jobs no-op jobs, one library call (one job) after another from one producer,
                     jobs/s: the latency-bound path of a web request or a webhook. The raw floor's is one
-                    autocommit INSERT per job (one round trip, one durable commit)
+                    autocommit INSERT ... RETURNING per job (one round trip, one durable commit) of recon's row
+                    width into a table with one primary key
   drain_1p/drain_2p N queued no-op jobs drained by 1 and 2 worker processes, jobs/s, from the moment the
                     workers (connected, warmed up) are told to go until the last one's run call returns
   latency           enqueue-to-start p50/p99 in ms: single enqueues, 20 ms apart, to an idle worker
@@ -538,6 +539,16 @@ RAW_SCHEMA = """
         finished_at timestamptz
     );
     CREATE INDEX raw_jobs_queued ON raw_jobs (id) WHERE state = 'queued';
+    -- the single enqueue's floor: recon's row (its 22 columns, the 11 an enqueue sets) in a table with one
+    -- primary key and nothing else: no partial index, no unique key, no NOTIFY (issue 29)
+    CREATE TABLE raw_wide_jobs (
+        id bigserial PRIMARY KEY, queue text NOT NULL, kind text NOT NULL, payload jsonb NOT NULL,
+        state text NOT NULL, priority int NOT NULL DEFAULT 0, run_after timestamptz NOT NULL,
+        attempts int NOT NULL DEFAULT 0, max_attempts int NOT NULL, lease_owner text, lease_until timestamptz,
+        heartbeat_at timestamptz, attempted_at timestamptz, unique_key text, last_error_kind text, last_error text,
+        tenant text, progress jsonb, created_at timestamptz NOT NULL, finished_at timestamptz,
+        cancel_requested boolean NOT NULL DEFAULT false, free_attempts int NOT NULL DEFAULT 0
+    );
 """
 RAW_CLAIM = """
     UPDATE raw_jobs SET state = 'running', attempts = attempts + 1
@@ -545,7 +556,9 @@ RAW_CLAIM = """
     RETURNING id, payload
 """
 RAW_DONE = "UPDATE raw_jobs SET state = 'done', finished_at = now() WHERE id = ANY(%s)"
-RAW_INSERT = "INSERT INTO raw_jobs (payload) VALUES (CAST(%s AS jsonb)) RETURNING id"
+RAW_INSERT = ("INSERT INTO raw_wide_jobs (queue, kind, payload, state, priority, run_after, attempts, max_attempts, "
+              "unique_key, tenant, created_at) VALUES ('default', 'noop', CAST(%s AS jsonb), 'runnable', 0, now(), 0, "
+              "10, NULL, NULL, now()) RETURNING id")
 
 
 def _noop(payload: Any) -> None:
@@ -579,7 +592,7 @@ class Raw:
             for p in payloads:  # one round trip and one durable commit per job: the floor
                 conn.execute(RAW_INSERT, (p,)).fetchone()
             elapsed = time.perf_counter() - start
-        _expect_rows(dsn, "SELECT count(*) FROM raw_jobs", n)
+        _expect_rows(dsn, "SELECT count(*) FROM raw_wide_jobs", n)
         return elapsed
 
     @staticmethod

@@ -8,11 +8,21 @@ Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
                     finish them fenced by owner and attempt in a second transaction), jobs/s: what the
                     embedded database allows this machine without recon's rows, indexes and threads
 
+  drain_1p_fenced_write
+                    one worker process, each job's handler returning a domain write that commits with its
+                    fenced finish (``Complete(write=BatchWrite(...))``: an integer-minor-units ledger row per
+                    job, credited only while the lease still matched), the payment-shaped drain no queue
+                    publishes; checked after: every row credited exactly once
+  open_loop_p99     with --open-loop: arrival-to-start p50/p99 (ms) while a producer enqueues at a fixed share
+                    (--open-loop-share, 0.5) of drain_1p's measured rate on an open-loop schedule (job i arrives
+                    at t0 + i/rate; each enqueue call takes every job arrived by then, stamped with its arrival
+                    time, so a producer slowed by the machine neither thins the load nor hides its delay), one
+                    worker process with drain_1p's settings and wake-ups: the latency under load
   drain_1p_shipped  with --shipped: one worker process at the shipped [engine] defaults (a worker that sizes
                     itself, recon.engine.sizing), beside drain_1p's tuned fixed settings (autosize off)
 
 Usage: python bench/engine.py [--jobs N] [--backend postgresql|sqlite|both] [--concurrency C] [--no-latency]
-                              [--shipped] [--drain-only]
+                              [--shipped] [--drain-only] [--fenced-write] [--open-loop] [--open-loop-seconds S]
 PostgreSQL: RECON_BENCH_DATABASE_URL (default: the test database). Bounded: every wait has a timeout.
 """
 
@@ -33,8 +43,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from recon import Client, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
+from recon import Client, Complete, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
 from recon.db.listener import make_listener
+from recon.engine.outcome import BatchWrite
 
 PG_URL = os.environ.get("RECON_BENCH_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TIMEOUT = 300.0
@@ -71,10 +82,17 @@ def fresh_db(backend: str, tmp: Path) -> str:
     return url
 
 
-def enqueue(url: str, n: int) -> float:
+def enqueue(url: str, n: int, kind: str = "noop") -> float:
     db = connect(url)
     client = Client(JobStore(db), Settings())
-    specs = [JobSpec("noop", {"i": i}) for i in range(n)]
+    if kind == "write":  # the ledger the fenced writes credit: one row per job, amounts in minor units
+        with db.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE bench_ledger (id BIGINT PRIMARY KEY, amount BIGINT NOT NULL, "
+                                 "credited BIGINT NOT NULL DEFAULT 0)"))
+            for first in range(0, n, 5000):
+                conn.execute(sa.text("INSERT INTO bench_ledger (id, amount) VALUES (:id, 1000)"),
+                             [{"id": i} for i in range(first, min(n, first + 5000))])
+    specs = [JobSpec(kind, {"i": i}) for i in range(n)]
     start = time.perf_counter()
     client.enqueue_many(specs)
     elapsed = time.perf_counter() - start
@@ -82,8 +100,8 @@ def enqueue(url: str, n: int) -> float:
     return n / elapsed
 
 
-def drain(url: str, n: int, processes: int, concurrency: int | str) -> dict[str, float]:
-    enqueue(url, n)
+def drain(url: str, n: int, processes: int, concurrency: int | str, kind: str = "noop") -> dict[str, float]:
+    enqueue(url, n, kind)
     go = Path(tempfile.mktemp(prefix="recon-bench-go-"))
     procs = [subprocess.Popen([sys.executable, __file__, "_drain_worker", url, str(go), str(concurrency)],
                               stdout=subprocess.PIPE, text=True) for _ in range(processes)]
@@ -99,10 +117,20 @@ def drain(url: str, n: int, processes: int, concurrency: int | str) -> dict[str,
     with db.begin() as conn:
         done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state = 'succeeded'")).scalar_one()
         history = conn.execute(sa.text("SELECT count(*) FROM job_attempts")).scalar_one()
+        credited = conn.execute(sa.text("SELECT sum(credited), max(credited) FROM bench_ledger")).one() \
+            if kind == "write" else (n, 1)
     db.dispose()
     if done != n or history != n:
         raise SystemExit(f"drain incomplete: {done}/{n} succeeded, {history} attempt rows")
+    if tuple(int(v or 0) for v in credited) != (n, 1):
+        raise SystemExit(f"fenced writes: {credited[0]} credits, at most {credited[1]} on one row (want {n}, 1)")
     return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3)}
+
+
+def _credit(conn: sa.Connection, items: list[int]) -> None:
+    """The fenced domain write of ``write`` jobs: their ledger rows credited, in the finish's transaction."""
+    conn.execute(sa.text("UPDATE bench_ledger SET credited = credited + 1 WHERE id IN :ids")
+                 .bindparams(sa.bindparam("ids", expanding=True)), {"ids": items})
 
 
 def _drain_worker(url: str, go: str, spec: str) -> None:
@@ -113,6 +141,7 @@ def _drain_worker(url: str, go: str, spec: str) -> None:
     settings = Settings()
     handlers = Handlers()
     handlers.register("noop", lambda job, lease: None)
+    handlers.register("write", lambda job, lease: Complete(write=BatchWrite(_credit, job.payload["i"])))
     # the settings the README recommends for short jobs (as bench/compare.py): claims of up to
     # `concurrency` jobs and as many prefetched, fixed (autosize off); 0: the shipped defaults as they are
     claim, prefetch = (parts[1], parts[2]) if len(parts) == 3 else (concurrency, concurrency)
@@ -205,24 +234,82 @@ def wakeup_latency(url: str, samples: int) -> dict[str, float]:
             "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2), "samples": len(values)}
 
 
-def _latency_worker(url: str, out: str) -> None:
+def open_loop(url: str, rate: float, seconds: float, concurrency: int) -> dict[str, float]:
+    """Arrival-to-start under an open-loop load of ``rate`` jobs/s for ``seconds`` (module docstring), one worker
+    with drain_1p's settings (``concurrency`` threads, claims and prefetch; 0: the shipped defaults)."""
+    out = Path(tempfile.mktemp(prefix="recon-bench-open-"))
+    proc = subprocess.Popen([sys.executable, __file__, "_latency_worker", url, str(out), str(concurrency)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    db = connect(url)
+    client = Client(JobStore(db), Settings())
+    sent, batches = 0, 0
+    try:
+        time.sleep(0.5)
+        start, wall = time.perf_counter(), time.time()
+        total = int(rate * seconds)
+        while sent < total:
+            due = min(total, int((time.perf_counter() - start) * rate) + 1)  # jobs whose arrival time has come
+            if due <= sent:
+                time.sleep(max(0.0, start + sent / rate - time.perf_counter()))
+                continue
+            # every job due by now, in one enqueue, each stamped with its own arrival time: a producer slowed by the
+            # machine sends larger batches rather than thinning the load, and its delay counts in the latency
+            client.enqueue_many([JobSpec("open", {"t": wall + i / rate}) for i in range(sent, due)])
+            sent, batches = due, batches + 1
+        produced = time.perf_counter() - start
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            with db.begin() as conn:
+                if not conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state <> 'succeeded'")).scalar_one():
+                    break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(__import__("signal").SIGTERM)
+        proc.wait(timeout=60)
+        db.dispose()
+    values = sorted(float(v) * 1000 for v in out.read_text().split())
+    out.unlink()
+    return {"offered_per_s": round(rate, 1), "produced_per_s": round(sent / produced, 1), "jobs": len(values),
+            "p50_ms": round(statistics.median(values), 2),
+            "p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2),
+            "max_ms": round(values[-1], 2), "enqueue_calls": batches}
+
+
+def _latency_worker(url: str, out: str, spec: str = "") -> None:
+    """The idle-latency worker (shipped defaults, 4 threads at the least), or with ``spec`` drain_1p's settings."""
     db = connect(url)
     settings = Settings()
     handlers = Handlers()
+    seen: list[float] = []
 
     def record(job, lease):  # type: ignore[no-untyped-def]
         with open(out, "a") as fh:
             fh.write(f"{time.time() - job.payload['t']}\n")
 
     handlers.register("latency", record)
-    worker = Worker(JobStore(db), handlers, config=replace(settings.engine, concurrency=4),
-                    policy=RetryPolicy(settings.retry), wakeup_func=make_listener(db))
+    handlers.register("open", lambda job, lease: seen.append(time.time() - job.payload["t"]))
+    config = replace(settings.engine, concurrency=4)
+    if spec and int(spec):
+        n = int(spec)
+        config = replace(settings.engine, concurrency=n, claim_batch_size=n, prefetch=n, autosize=False)
+    elif spec:
+        config = settings.engine
+    worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry),
+                    wakeup_func=make_listener(db))
     import signal
     import threading
 
     signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
     threading.Timer(0.2, lambda: print("ready", flush=True)).start()
     worker.run()
+    if seen:
+        with open(out, "a") as fh:
+            fh.write("\n".join(f"{v}" for v in seen) + "\n")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def main() -> None:
@@ -234,6 +321,14 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the wake-up latency case")
     parser.add_argument("--shipped", action="store_true",
                         help="also drain with one process at the shipped [engine] defaults (drain_1p_shipped)")
+    parser.add_argument("--fenced-write", action="store_true",
+                        help="also drain_1p_fenced_write: a domain write committed with each job's fenced finish")
+    parser.add_argument("--open-loop", action="store_true",
+                        help="also open_loop_p99: enqueue-to-start under an open-loop load (a share of drain_1p)")
+    parser.add_argument("--open-loop-share", type=float, default=0.5)
+    parser.add_argument("--open-loop-rate", type=float, default=0.0,
+                        help="a fixed open-loop rate (jobs/s) instead of a share of drain_1p's")
+    parser.add_argument("--open-loop-seconds", type=float, default=10.0)
     parser.add_argument("--drain-only", action="store_true",
                         help="only drain_1p (and drain_1p_shipped): no enqueue, 2-process, floor or latency case")
     args = parser.parse_args()
@@ -245,10 +340,25 @@ def main() -> None:
             if not args.drain_only:
                 rate = enqueue(fresh_db(backend, Path(tmp)), args.jobs)
                 print(json.dumps({"case": "enqueue_bulk", **base, "jobs_per_s": round(rate, 1)}), flush=True)
+            drain_rate = 0.0
             for processes in (1,) if args.drain_only else (1, 2):
                 figures = drain(fresh_db(backend, Path(tmp)), args.jobs, processes, args.concurrency)
                 print(json.dumps({"case": f"drain_{processes}p", **base, "concurrency": args.concurrency,
-                                  **figures}), flush=True)
+                                  **figures, "load_average": _load()}), flush=True)
+                if processes == 1:
+                    drain_rate = figures["jobs_per_s"]
+                    if args.fenced_write:
+                        figures = drain(fresh_db(backend, Path(tmp)), args.jobs, 1, args.concurrency, "write")
+                        print(json.dumps({"case": "drain_1p_fenced_write", **base, "concurrency": args.concurrency,
+                                          **figures, "of_drain_1p": round(figures["jobs_per_s"] / drain_rate, 2),
+                                          "load_average": _load()}), flush=True)
+                    if args.open_loop:
+                        offered = args.open_loop_rate or drain_rate * args.open_loop_share
+                        figures = open_loop(fresh_db(backend, Path(tmp)), offered, args.open_loop_seconds,
+                                            args.concurrency)
+                        print(json.dumps({"case": "open_loop_p99", **base, "share_of_drain_1p": args.open_loop_share,
+                                          "settings": "drain_1p's, with wake-ups", "concurrency": args.concurrency,
+                                          **figures, "load_average": _load()}), flush=True)
                 if processes == 1 and args.shipped:
                     figures = drain(fresh_db(backend, Path(tmp)), args.jobs, 1, 0)
                     print(json.dumps({"case": "drain_1p_shipped", **base, "settings": "shipped [engine] defaults",
@@ -258,7 +368,8 @@ def main() -> None:
             if backend == "sqlite":
                 for batch in (10, 50):
                     figures = sqlite_floor(Path(tmp), args.jobs, batch)
-                    print(json.dumps({"case": f"sqlite_floor_b{batch}", **base, **figures}), flush=True)
+                    print(json.dumps({"case": f"sqlite_floor_b{batch}", **base, **figures, "load_average": _load()}),
+                          flush=True)
             if args.no_latency:
                 continue
             lat = wakeup_latency(fresh_db(backend, Path(tmp)), args.latency_samples)
@@ -271,7 +382,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_drain_worker":
         _drain_worker(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "_latency_worker":
-        _latency_worker(sys.argv[2], sys.argv[3])
+        _latency_worker(*sys.argv[2:5])
     else:
         try:
             main()

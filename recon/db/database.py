@@ -180,12 +180,17 @@ class Database:
         if not self.is_postgresql:
             raise ValueError("a driver statement is for PostgreSQL")
         epoch = self.outage.epoch
-        pooled = _checkout(self, self.producer_engine if generic_plans else self.engine)
+        # the producers' pool hands out connections in autocommit and takes them back as they are (no reset:
+        # its statements leave no transaction open); the main pool's are switched for the one statement
+        producer = generic_plans and self.producer_engine is not self.engine
+        pooled = _checkout(self, self.producer_engine if producer else self.engine)
         conn: Any = pooled.driver_connection
         try:
-            conn.autocommit = True
+            if not producer:
+                conn.autocommit = True
             cur = conn.execute(sql, params)
-            rows: list[tuple[Any, ...]] = cur.fetchall() if cur.description is not None else []
+            result = cur.pgresult  # its field count, not ``description`` (which builds a Column per field a call)
+            rows: list[tuple[Any, ...]] = cur.fetchall() if result is not None and result.nfields else []
         except self.dbapi.Error as exc:
             error = _driver_error(self, exc, broken=conn.broken or conn.closed)
             if isinstance(error, DatabaseUnavailable):
@@ -193,9 +198,11 @@ class Database:
             raise error from exc
         finally:
             if not (conn.broken or conn.closed):
-                conn.autocommit = False  # as the pool hands it out
+                if not producer:
+                    conn.autocommit = False  # as the pool hands it out
                 pooled.close()
-        self.outage.succeeded(epoch)
+        if self.outage.down:
+            self.outage.succeeded(epoch)
         return rows
 
     def now_param(self) -> Any:
@@ -289,6 +296,12 @@ class DedicatedConnection:
             self._db.outage.succeeded(epoch)
         return rows
 
+    def open(self) -> None:
+        """Take the connection now rather than at the first statement (the heartbeat's: when the worker starts,
+        before its handler threads may hold every pooled one)."""
+        if self._conn is None:
+            self._open()
+
     def close(self) -> None:
         self._drop(invalidate=False)
 
@@ -309,14 +322,16 @@ class DedicatedConnection:
         pooled, self._pooled, self._conn = self._pooled, None, None
         if pooled is None:
             return
-        with contextlib.suppress(Exception):
-            if invalidate:
-                pooled.invalidate()
-            else:
+        if not invalidate:
+            # a connection that cannot be reset (the server ended it) is dropped below, not returned to the pool
+            with contextlib.suppress(Exception):
                 driver: Any = pooled.driver_connection
                 driver.execute("RESET ALL")  # the pool's next user gets the session as the pool opened it
                 driver.autocommit = False  # as the pool handed it out
                 pooled.close()
+                return
+        with contextlib.suppress(Exception):
+            pooled.invalidate()
 
 
 #: pages of WAL after which a commit checkpoints: SQLite's default, and the worker's hot connections'
@@ -356,6 +371,11 @@ class DedicatedSqlite:
             except self._db.dbapi.Error as exc:
                 raise _driver_error(self._db, exc, broken=False) from exc
         return result
+
+    def open(self) -> None:
+        """Take the connection now rather than at the first write (``DedicatedConnection.open``)."""
+        if self._conn is None:
+            self._open()
 
     def close(self) -> None:
         pooled, self._pooled, self._conn = self._pooled, None, None
@@ -439,8 +459,12 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
             pool_pre_ping=False,
             connect_args=connect_params(parsed, options=PG_SESSION_OPTIONS),
         )
+        # the producers' pool: only Database.execute_driver(generic_plans=True) uses it, one autocommit statement
+        # at a time, so its connections are in autocommit from the start and need no reset on return (a
+        # rollback and two autocommit switches a call were a visible share of a single enqueue's client CPU)
         producer = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=False,
-                                    connect_args=connect_params(parsed))
+                                    pool_reset_on_return=None, connect_args=connect_params(parsed))
+        event.listen(producer, "connect", _autocommit_from_the_start)
         for e in (engine, producer):
             event.listen(e, "handle_error", _unavailable_is_a_disconnect)
         return Database(engine, clock=clock, producer_engine=producer)
@@ -449,6 +473,10 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
 
 #: the key of ``ConnectionPoolEntry.info`` that says when (time.monotonic) the connection was opened
 _OPENED = "recon_opened"
+
+
+def _autocommit_from_the_start(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.autocommit = True
 
 
 def _stamp_opened(_dbapi_conn: Any, record: Any) -> None:

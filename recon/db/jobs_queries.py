@@ -41,6 +41,14 @@ CLAIMABLE = "state IN ('pending', 'runnable', 'retryable')"
 FINISHED = "state IN ('succeeded', 'dead', 'canceled')"
 UNIQUE_ARBITER = f"(unique_key) WHERE unique_key IS NOT NULL AND NOT {FINISHED}"
 
+
+def worker_waits_for(queue: str) -> str:
+    """SQL: a worker of ``queue`` (an SQL expression) waits for work (``workers.waiting``: it listens for
+    wake-ups and its last claim drained its queues). The condition of every enqueue's NOTIFY (docs/design.md,
+    wake-ups): a busy worker claims again without one, and a NOTIFY costs the committing enqueue the
+    notification queue's lock."""
+    return f"EXISTS (SELECT 1 FROM workers WHERE waiting AND workers.queues ? {queue})"  # nosec B608  # constant SQL
+
 # --- operations ----------------------------------------------------------------------------------------------
 
 job_get = Query("job_get", "Run by `recon jobs show` and the library API: one job.",

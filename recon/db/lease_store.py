@@ -75,14 +75,27 @@ class LeaseStore:
         jobs.sort(key=_claim_order)  # RETURNING order is unspecified
         return jobs
 
-    def extend_leases(self, *, worker: str, leases: Sequence[tuple[int, int]], ttl: float) -> dict[int, bool]:
+    def extend_leases(self, *, worker: str, leases: Sequence[tuple[int, int]], ttl: float,
+                      via: Dedicated | None = None) -> dict[int, bool]:
         """Heartbeat: extend every (id, attempt) still leased by ``worker``.
 
-        Returns {id: cancel_requested} for the leases still held; an id that is missing was lost.
+        Returns {id: cancel_requested} for the leases still held; an id that is missing was lost. ``via``: the
+        heartbeat's own connection (``dedicated``), so that a beat never queues for the pool behind the
+        handler threads (recon.engine.lease.Heartbeater).
         """
         if not leases:
             return {}
         params: dict[str, Any] = {"worker": worker, "ttl": ttl, "now": self.db.now_param()}
+        if isinstance(via, DedicatedConnection):
+            params |= {"ids": "{" + ",".join([str(i) for i, _ in leases]) + "}",
+                       "attempts": "{" + ",".join([str(a) for _, a in leases]) + "}"}
+            rows: Sequence[Any] = via.execute(q.job_extend_leases_if_owner.for_driver("postgresql"), params)
+            return {int(job_id): bool(cancel) for job_id, cancel in rows}
+        if isinstance(via, DedicatedSqlite):
+            params["pairs"] = json.dumps(list(leases))
+            sql = q.job_extend_leases_if_owner.for_driver("sqlite")
+            rows = via.write(lambda conn: conn.execute(sql, params).fetchall())
+            return {int(job_id): bool(cancel) for job_id, cancel in rows}
         if self.db.is_postgresql:
             params |= {"ids": [i for i, _ in leases], "attempts": [a for _, a in leases]}
         else:

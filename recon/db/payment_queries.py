@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
 # lists, state predicates); values always travel as bound parameters.
-from recon.db.jobs_queries import FINISHED, UNIQUE_ARBITER
+from recon.db.jobs_queries import FINISHED, UNIQUE_ARBITER, worker_waits_for
 from recon.db.sql import Query
 
 PAYMENT_COLUMNS = (
@@ -93,7 +93,7 @@ payment_create_with_charge_jobs = Query(
             INSERT INTO payment_events (payment_id, from_status, to_status, source, job_id, attempt, details, at)
             SELECT c.id, NULL, 'created', 'manual', c.job_id, NULL, NULL, {{now}} FROM c
         ), woke AS (
-            SELECT pg_notify('recon_jobs', :queue) WHERE CAST(:charge AS boolean)
+            SELECT pg_notify('recon_jobs', :queue) WHERE CAST(:charge AS boolean) AND {worker_waits_for(":queue")}
         )
         SELECT c.id, c.merchant_reference, c.job_id, (SELECT count(*) FROM woke) FROM c
     """,  # nosec B608  # constant SQL, values bound

@@ -20,8 +20,15 @@ worker_upsert = Query(
         ON CONFLICT (id) DO UPDATE SET
             queues = excluded.queues, slots = excluded.slots, busy_slots = excluded.busy_slots,
             last_seen_at = excluded.last_seen_at, stopped_at = coalesce(workers.stopped_at, excluded.stopped_at),
-            counters = excluded.counters
+            counters = excluded.counters, waiting = workers.waiting AND excluded.stopped_at IS NULL
     """,
+)
+
+worker_set_waiting = Query(
+    "worker_set_waiting",
+    "Run by a listening worker's claim loop when its claims drain its queues (true) or come back full (false): "
+    "whether enqueues NOTIFY it (jobs_queries.worker_waits_for).",
+    sql="UPDATE workers SET waiting = :waiting WHERE id = :id AND waiting <> :waiting",
 )
 
 worker_delete_not_seen_since = Query(

@@ -31,6 +31,12 @@ class PoolStore:
                 "slots": presence.slots, "busy_slots": presence.busy_slots, "stopped": 1 if presence.stopped else 0,
                 "counters": json.dumps(row["counters"], separators=(",", ":")), "now": self.db.now_param()})
 
+    def set_waiting(self, *, worker: str, waiting: bool) -> None:
+        """Whether enqueues wake ``worker`` (its id as the Worker redacted it): true when it listens and its claims
+        drained its queues, false when they come back full (``jobs_queries.worker_waits_for``)."""
+        with self.db.autocommit() as conn:
+            conn.execute(self._q(pq.worker_set_waiting), {"id": worker, "waiting": waiting})
+
     def prune_workers(self, *, older_than: timedelta) -> int:
         """Forget workers not seen for ``older_than``; return how many rows went."""
         with self.db.begin() as conn:

@@ -270,8 +270,11 @@ workers = sa.Table(
     sa.Column("last_seen_at", Timestamp, nullable=False),
     sa.Column("stopped_at", Timestamp, nullable=True),  #: set by a clean shutdown
     sa.Column("counters", Json, nullable=False),  #: cumulative since the process started (recon.counters)
+    #: listening for wake-ups, its last claim drained its queues: an enqueue NOTIFYs only then (migration 0025)
+    sa.Column("waiting", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.CheckConstraint("slots >= 0 AND busy_slots >= 0", name="workers_slots_valid"),
     sa.Index("workers_last_seen", "last_seen_at"),
+    sa.Index("workers_waiting", "id", postgresql_where=sa.text("waiting"), sqlite_where=sa.text("waiting")),
 )
 
 # --- psp controls (migration 0004): pause switch, 429 cool-down, circuit breaker, rate-limit bucket ---------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from recon.db.jobs_queries import worker_waits_for
 from recon.db.sql import Query
 
 WEBHOOK_COLUMNS = (
@@ -99,10 +100,11 @@ webhook_intake_batch = Query(
     "inserts nothing and returns no row; every inserted event returns (psp, event_id, its id, its job's id). "
     "The job is what JobStore.enqueue inserts for it (runnable now, unique key webhook:<id>); the job insert "
     "has no ON CONFLICT: a key that could clash would fail the statement, never leave an event without its "
-    "job. The NOTIFY is an InitPlan, run once and only when a row is returned; delivered at the commit.",
-    postgresql="""
+    "job. The NOTIFY is an InitPlan, run once and only when a row is returned and a worker of the queue "
+    "waits for work (jobs_queries.worker_waits_for); delivered at the commit.",
+    postgresql=f"""
         WITH r AS (
-            SELECT * FROM jsonb_to_recordset({json:rows}) AS r(ord int, psp text, event_id text, event_type text,
+            SELECT * FROM jsonb_to_recordset({{json:rows}}) AS r(ord int, psp text, event_id text, event_type text,
                  occurred_at timestamptz, psp_reference text, merchant_reference text, merchant_account text,
                  amount bigint, currency text, news text, psp_status text, reason text, report text, body jsonb,
                  movement_reference text, due_by timestamptz, fee bigint)
@@ -110,7 +112,7 @@ webhook_intake_batch = Query(
             INSERT INTO webhook_events (psp, event_id, event_type, occurred_at, received_at, psp_reference,
                                         merchant_reference, merchant_account, amount, currency, news, psp_status,
                                         reason, report, body, state, movement_reference, due_by, fee)
-            SELECT psp, event_id, event_type, occurred_at, {now}, psp_reference, merchant_reference,
+            SELECT psp, event_id, event_type, occurred_at, {{now}}, psp_reference, merchant_reference,
                    merchant_account, amount, currency, news, psp_status, reason, report, body, 'received',
                    movement_reference, due_by, fee
             FROM r ORDER BY ord
@@ -122,12 +124,13 @@ webhook_intake_batch = Query(
             SELECT :queue, :kind, CASE WHEN news = 'payout' THEN jsonb_build_object('webhook_id', id, 'payout', true)
                                        WHEN report IS NULL THEN jsonb_build_object('webhook_id', id)
                                        ELSE jsonb_build_object('webhook_id', id, 'report', true) END,
-                   'runnable', 0, {now}, 0, :max_attempts,
-                   'webhook:' || id, merchant_account, {now}
+                   'runnable', 0, {{now}}, 0, :max_attempts,
+                   'webhook:' || id, merchant_account, {{now}}
             FROM ins
             RETURNING id, unique_key
         )
-        SELECT ins.psp, ins.event_id, ins.id, job.id, (SELECT pg_notify('recon_jobs', :queue))
+        SELECT ins.psp, ins.event_id, ins.id, job.id,
+               (SELECT pg_notify('recon_jobs', :queue) WHERE {worker_waits_for(":queue")})
         FROM ins JOIN job ON job.unique_key = 'webhook:' || ins.id
-    """,
+    """,  # nosec B608  # constant SQL, values bound
 )

@@ -24,6 +24,15 @@ claim that found fewer jobs than it asked for (the queue is drained), the next o
 ``SETTLE_SECONDS`` have passed since it: under a steady trickle of enqueues (webhooks: a notification for
 every group commit, a freed slot for every finish) each wake-up would otherwise claim a job or two, a
 statement each, and the claims would cost more than the jobs. A claim that came back full does not wait.
+
+Waiting (a listening worker, ``waiting_func``; docs/design.md, wake-ups): enqueues NOTIFY only the workers that
+wait for work. When a claim drains the queues, the loop says so (``workers.waiting`` true) and claims once more
+before it sleeps, so a job committed before the flag was seen is claimed rather than left to the poll; once its
+claims have come back full, or found no free slot, for ``BUSY_SECONDS`` (more work than room: a notification
+would change nothing) it says it no longer waits. Two writes per change between busy and waiting, none per job;
+the hysteresis keeps a worker that catches up with an open-loop load every few milliseconds from spending two
+round trips of its claim loop each time (a flag left true a moment longer costs producers a NOTIFY). A burst
+run never waits.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ log = logging.getLogger(WORKER_LOGGER)
 GATHER_SECONDS = 0.002
 #: the least time between a claim that drained the queue and the next claim (module docstring)
 SETTLE_SECONDS = 0.005
+#: how long a waiting worker's claims come back full (or find no free slot) before it says it is busy
+BUSY_SECONDS = 0.5
 
 
 class Claimer:
@@ -55,7 +66,8 @@ class Claimer:
 
     def __init__(self, store: JobStore, slots: Slots, *, submit: Callable[[Running], None], stats: WorkerStats,
                  worker: str, config: EngineConfig, queues: Sequence[str],
-                 queue_caps: Mapping[str, int] | None = None) -> None:
+                 queue_caps: Mapping[str, int] | None = None,
+                 waiting_func: Callable[[bool], None] | None = None) -> None:
         self._store = store
         self._slots = slots
         self._submit = submit
@@ -70,6 +82,10 @@ class Claimer:
         self._unsure = False
         #: jobs of such claims given back
         self.released_unknown = 0
+        #: tells the database whether this worker waits for work (module docstring); None: it does not listen
+        self._waiting_func = waiting_func
+        self.waiting = False
+        self._busy_since: float | None = None  #: since when a waiting worker's claims found more work than room
 
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Claim until ``stop`` is set; with ``burst``, return once a claim finds nothing and nothing is held."""
@@ -83,7 +99,7 @@ class Claimer:
                 free = slots.free()
                 if free <= 0:
                     slots.waited = True  # more work may wait than there is room (the sizer's window)
-                    wake.wait(poll)
+                    wake.wait(min(poll, BUSY_SECONDS) if self.waiting and self._busy() else poll)
                     continue
                 if free < slots.low_water and wake.wait(GATHER_SECONDS):
                     continue  # a few slots are free while most run: let more free up, then claim them together
@@ -106,15 +122,43 @@ class Claimer:
                 self._backoff.reset()
                 if claimed == asked:
                     slots.waited = True  # a full claim: more may be waiting (the sizer's window)
+                    if self.waiting:
+                        self._busy()
                 if claimed < asked:
                     if idle and claimed == 0:
                         return
                     drained_at = time.monotonic()
+                    self._busy_since = None
+                    if not self.waiting and self._waiting_func is not None and not burst and self._set_waiting(True):
+                        continue  # one more claim before sleeping: what committed before the flag showed
                     wake.wait(poll)
         finally:
             if self._via is not None:
                 self._via.close()
                 self._via = None
+
+    def _busy(self) -> bool:
+        """A waiting worker found more work than room: after ``BUSY_SECONDS`` of that, it says it is busy (module
+        docstring). True while it still waits."""
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since >= BUSY_SECONDS:
+            self._busy_since = None
+            self._set_waiting(False)  # busy: it claims again without a notification
+        return self.waiting
+
+    def _set_waiting(self, waiting: bool) -> bool:
+        """Tell the database whether this worker waits for work; True once it knows. A failure is logged and
+        changes nothing here: a flag left true costs producers a NOTIFY, one never set a poll interval."""
+        assert self._waiting_func is not None  # nosec B101  # only called for a listening worker
+        try:
+            self._waiting_func(waiting)
+        except StoreError as exc:
+            log_failure(log, "could not record whether the worker waits: %s", exc)
+            return False
+        self.waiting = waiting
+        return True
 
     def _release_unknown_claims(self) -> None:
         with self._slots.lock:

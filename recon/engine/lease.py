@@ -22,8 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from recon.db.jobs_store import JobStore
-from recon.errors import LeaseLost
+from recon.db.jobs_store import Dedicated, JobStore
+from recon.errors import LeaseLost, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,13 @@ class Heartbeater:
     ``heartbeat`` loop (recon.engine.periodic): a failed beat (database down) is retried after a backoff no
     longer than the interval; if the outage outlasts the TTL, the leases expire and fencing keeps the worker's
     late results out.
+
+    A beat runs on a connection of its own (``open``, when the worker starts; ``close`` when its loop ended),
+    never on the pool's: the handler threads share the pool (a worker that sizes itself runs up to
+    ``max_concurrency`` of them), and a beat that queued there behind them for up to the pool's timeout (30 s)
+    let the leases expire under load; another worker then ran the jobs again and this one's finishes were
+    stale. On SQLite its write queues on ``Database.hot_lock`` with the claim loop's and the finisher's, never
+    in SQLite's busy handler, where a writer can lose the lock to them for as long as they keep it busy.
     """
 
     def __init__(self, store: JobStore, *, worker: str, ttl: float, leases_func: Callable[[], Sequence[Lease]]) -> None:
@@ -126,7 +133,22 @@ class Heartbeater:
         self._worker = worker
         self._ttl = ttl
         self._leases_func = leases_func
+        self._via: Dedicated | None = None
         self.lost = 0
+
+    def open(self) -> None:
+        """Take the heartbeat's connection now; if the database is unavailable, the first beat takes it."""
+        self._via = self._store.dedicated()
+        try:
+            self._via.open()
+        except StoreError as exc:
+            log.debug("heartbeat connection not opened yet: %s", exc)
+
+    def close(self) -> None:
+        """Give the connection back (once the heartbeat loop has ended)."""
+        via, self._via = self._via, None
+        if via is not None:
+            via.close()
 
     def beat_once(self) -> None:
         leases = list(self._leases_func())
@@ -136,8 +158,7 @@ class Heartbeater:
         if not leases:
             return
         pairs = [(lease.job_id, lease.attempt) for lease in leases]
-        held = self._store.extend_leases(worker=self._worker, leases=pairs,
-                                         ttl=self._ttl)
+        held = self._store.extend_leases(worker=self._worker, leases=pairs, ttl=self._ttl, via=self._via)
         for lease in leases:
             if lease.job_id not in held:
                 if lease.finishing:

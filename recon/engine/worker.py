@@ -135,9 +135,18 @@ class Worker:
             slots.resize(capacity=first.concurrency + first.prefetch, claim_batch=first.claim_batch)
         self._runners = Runners(handlers, self._slots, done=self._finisher.submit, worker=self.worker_id,
                                 concurrency=self.sizing.concurrency, classify_func=classify_func)
+        pool = PoolStore(store.db)
+        waiting_func = None
+        if wakeup_func is not None and store.db.is_postgresql:  # woken by NOTIFY: tell producers when it waits
+            worker_id = self.worker_id
+
+            def waiting_func(waiting: bool) -> None:
+                pool.set_waiting(worker=worker_id, waiting=waiting)
+
         self._claimer = Claimer(store, self._slots, submit=self._runners.submit, stats=self.stats,
-                                worker=self.worker_id, config=config, queues=self.queues, queue_caps=self.queue_caps)
-        self._presence = Presence(PoolStore(store.db), worker=self.worker_id, queues=self.queues,
+                                worker=self.worker_id, config=config, queues=self.queues, queue_caps=self.queue_caps,
+                                waiting_func=waiting_func)
+        self._presence = Presence(pool, worker=self.worker_id, queues=self.queues,
                                   sizing_func=lambda: self.sizing, slots=self._slots, stats=self.stats,
                                   heartbeater=self._heartbeater, watcher=self._watcher, observer=observer,
                                   interval=self.presence_interval)
@@ -159,6 +168,12 @@ class Worker:
         return Sizing(concurrency=c.concurrency, claim_batch=c.claim_batch_size, prefetch=c.prefetch, reason="fixed")
 
     @property
+    def waiting(self) -> bool:
+        """Listening, its last claim drained its queues, and the database knows: enqueues NOTIFY it
+        (recon.engine.claimer)."""
+        return self._claimer.waiting
+
+    @property
     def in_flight(self) -> int:
         """Leases held: jobs running or waiting for their finish to commit."""
         return self._slots.in_flight
@@ -177,6 +192,7 @@ class Worker:
             except StoreError as exc:
                 log.warning("stuck watcher failed: %s", exc)
         self._presence.publish(start=True)
+        self._heartbeater.open()  # before the handler threads may hold every pooled connection
         finisher = self._start_threads()
         loops = [loop for loop in self.loops if loop.in_burst or not burst]
         for loop in loops:
@@ -191,8 +207,9 @@ class Worker:
             self._finisher.stop()
             self._runners.stop()
             finisher.join(timeout=JOIN_SECONDS)
-            for loop in loops:
-                loop.join(JOIN_SECONDS)
+            joined = {loop.name: loop.join(JOIN_SECONDS) for loop in loops}
+            if joined.get("heartbeat", False):
+                self._heartbeater.close()  # a beat still stuck in its statement keeps it (a daemon thread)
             self.stats.lease_expirations = self._watcher.lease_expirations
             self.stats.leases_lost = self._heartbeater.lost
             self._presence.publish(stopped=True)

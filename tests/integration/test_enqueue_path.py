@@ -3,6 +3,7 @@ transaction with the queue's lock when the queue has a max depth; the same answe
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 
@@ -103,10 +104,20 @@ def test_enqueue__max_depth_holds_under_concurrent_producers(db: Database) -> No
     assert len(accepted) == 10 and count_jobs(db, "small") == 10
 
 
+def add_waiting_worker(db: Database, worker: str, queues: list[str], *, waiting: bool = True) -> None:
+    """A workers row as a listening worker's presence and claim loop leave it (recon.engine.claimer)."""
+    with db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO workers (id, host, pid, queues, slots, busy_slots, started_at, last_seen_at, counters, "
+            "waiting) VALUES (:id, 'h', 1, CAST(:queues AS jsonb), 1, 0, now(), now(), CAST('{}' AS jsonb), :waiting)"),
+            {"id": worker, "queues": json.dumps(queues), "waiting": waiting})
+
+
 def test_enqueue__notifies_once_per_queue_at_commit_and_not_when_refused(db: Database) -> None:
     if not db.is_postgresql:
         pytest.skip("SQLite workers poll: there is no NOTIFY")
     client = make_client(db, small=QueueConfig(max_depth=1))
+    add_waiting_worker(db, "w1", ["default", "a", "b", "small", "tx"])
     listener = Listener(db)
     try:
         client.enqueue("k")
@@ -128,6 +139,28 @@ def test_enqueue__notifies_once_per_queue_at_commit_and_not_when_refused(db: Dat
             store.enqueue([client._row(0, JobSpec("k", queue="tx"))], max_depth={}, conn=conn)
             assert listener.drain(0.2) == []
         assert listener.drain() == ["tx"]
+    finally:
+        listener.close()
+
+
+def test_enqueue__notifies_only_when_a_worker_of_the_queue_waits_for_work(db: Database) -> None:
+    """The wake-up rule (docs/design.md): no NOTIFY while no worker of the queue waits (busy ones claim again
+    without one), for the single enqueue, the batch, payments' charge jobs and webhook jobs alike."""
+    if not db.is_postgresql:
+        pytest.skip("SQLite workers poll: there is no NOTIFY")
+    client = make_client(db)
+    add_waiting_worker(db, "busy", ["default", "b"], waiting=False)
+    add_waiting_worker(db, "other", ["other"])
+    listener = Listener(db)
+    try:
+        client.enqueue("k")
+        client.enqueue_many([JobSpec("k", queue="b"), JobSpec("k", queue="other")])
+        assert listener.drain() == ["other"]  # only the queue a worker waits for
+        with db.begin() as conn:
+            conn.execute(sa.text("UPDATE workers SET waiting = true WHERE id = 'busy'"))
+        client.enqueue("k")
+        client.enqueue_many([JobSpec("k", queue="b")])
+        assert listener.drain() == ["default", "b"]
     finally:
         listener.close()
 

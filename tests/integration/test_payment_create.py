@@ -12,6 +12,7 @@ from recon.db.database import Database
 from recon.db.payment_store import CHARGE_KIND, CHARGE_QUEUE, PaymentStore, charge_key
 from recon.errors import DuplicateReference
 from recon.rows import NewPayment
+from tests.integration.test_enqueue_path import add_waiting_worker
 
 
 def new(ref: str, amount: int = 1000) -> NewPayment:
@@ -90,6 +91,9 @@ def test_create__wakes_the_charge_queue_at_commit(db: Database) -> None:
     conninfo = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(conninfo, autocommit=True) as listener:
         listener.execute("LISTEN recon_jobs")
+        PaymentStore(db).create([new("z")])
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []  # no worker waits for work
+        add_waiting_worker(db, "w1", [CHARGE_QUEUE])
         PaymentStore(db).create([new("a"), new("b")])
         assert [n.payload for n in listener.notifies(timeout=0.5)] == [CHARGE_QUEUE]
         PaymentStore(db).create([new("c")], charge=False)

@@ -117,7 +117,9 @@ def _worker_is_woken_by_notify(db: Any) -> None:
         while "*" not in heard and time.monotonic() < deadline:  # the LISTEN connection is up
             time.sleep(0.01)
         assert "*" in heard, "the LISTEN connection never connected"
-        time.sleep(0.2)  # the worker's first claim found nothing: it now waits for a wake-up or 30 s
+        while not worker.waiting and time.monotonic() < deadline:  # its claims found nothing: it waits for a
+            time.sleep(0.01)  # wake-up (producers NOTIFY it from now on) or 30 s
+        assert worker.waiting
         job_id = Client(store, Settings()).enqueue("ping")
         assert started.wait(5), "no wake-up arrived"
         assert "default" in heard

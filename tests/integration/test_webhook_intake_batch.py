@@ -28,6 +28,7 @@ from recon.db.listener import make_listener
 from recon.redact import redact, redact_value
 from recon.webhooks.intake import Intake
 from recon.webhooks.server import create_app
+from tests.integration.test_enqueue_path import add_waiting_worker
 
 SECRET = "whsec_" + secrets.token_hex(16)
 
@@ -152,6 +153,7 @@ def test_group_writer__a_full_batch_is_written_without_waiting_out_commit_wait(a
 def test_group_writer__the_statement_wakes_listening_workers(app: App, db: Database) -> None:
     if not db.is_postgresql:
         pytest.skip("NOTIFY is PostgreSQL's")
+    add_waiting_worker(db, "w1", ["webhooks"])  # a worker of the queue waits for work (docs/design.md, wake-ups)
     heard: list[str] = []
     stop = threading.Event()
     listener = threading.Thread(target=make_listener(db), args=(stop, heard.append), daemon=True)

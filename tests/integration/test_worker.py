@@ -251,6 +251,9 @@ def test_worker__wakes_on_enqueue(db: Database) -> None:
     t = threading.Thread(target=worker.run)
     t.start()
     time.sleep(0.3)  # idle, listening
+    deadline = time.monotonic() + 10
+    while db.is_postgresql and not worker.waiting and time.monotonic() < deadline:
+        time.sleep(0.01)  # producers NOTIFY it from now on
     Client(store, Settings()).enqueue("ping")
     assert started.wait(5)
     worker.request_stop()

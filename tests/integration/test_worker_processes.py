@@ -41,16 +41,40 @@ def log_lines(path: Path) -> list[tuple[int, int, int]]:
     return [tuple(map(int, line.split())) for line in path.read_text().splitlines()]  # type: ignore[misc]
 
 
+def worker_rows(db: Database) -> int:
+    """Worker processes that published their presence (at start) and have not stopped."""
+    import sqlalchemy as sa
+
+    with db.begin() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM workers WHERE stopped_at IS NULL")).scalar_one())
+
+
+def unfinished(db: Database) -> int:
+    import sqlalchemy as sa
+
+    with db.begin() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state <> 'succeeded'")).scalar_one())
+
+
 def test_processes__several_workers_run_every_job_exactly_once(db: Database, db_url: str, tmp_path: Path,
                                                              subprocess_env: dict[str, str]) -> None:
     log = tmp_path / "runs.log"
     n = 1000
     store = JobStore(db)
-    # jobs of ~50 ms (lease.wait's step): a worker alone no longer drains them all before the others start
-    Client(store, Settings()).enqueue_many([JobSpec("sleep", {"log": str(log), "seconds": 0.001}) for _ in range(n)])
-    workers = [start_worker(db_url, subprocess_env, "--burst", "--concurrency", "4") for _ in range(3)]
+    # the three workers are running before the jobs arrive: started with the jobs already queued (and --burst),
+    # the first worker up drained all of them on a loaded machine before the others had imported recon
+    workers = [start_worker(db_url, subprocess_env, "--concurrency", "4") for _ in range(3)]
+    try:
+        wait_for(lambda: worker_rows(db) >= 3, 60, "the three workers to start")
+        # jobs of ~50 ms (lease.wait's step)
+        Client(store, Settings()).enqueue_many([JobSpec("sleep", {"log": str(log), "seconds": 0.001})
+                                                for _ in range(n)])
+        wait_for(lambda: len(log_lines(log)) >= n and unfinished(db) == 0, 120, "every job to run")
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
     for w in workers:
-        _, err = w.communicate(timeout=120)
+        _, err = w.communicate(timeout=60)
         assert w.returncode == 0, err
     runs = log_lines(log)
     counts = Counter(job_id for job_id, _, _ in runs)
