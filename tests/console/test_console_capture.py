@@ -72,7 +72,8 @@ def test_capture_form__defaults_to_the_whole_authorisation_refused_beyond_it_the
         assert "capture order-1-capture1 of 50.00 EUR queued by ann" in shown.text
         assert 'data-modification="order-1-capture1"' in shown.text
         assert 'data-modification-status="created"' in shown.text
-        assert 'action="/payments/order-1/capture"' in shown.text  # still authorised until the PSP captures
+        assert 'action="/payments/order-1/capture"' not in shown.text  # one capture or cancel a payment
+        assert 'data-stat="modification-under-way"' in shown.text
         again = client.post("/payments/order-1/capture", data={"amount": "1.00", "csrf": csrf})
         assert again.status_code == 422 and "already under way or done" in again.text
     # the signed-in operator, never the typed field; the whole authorisation by default

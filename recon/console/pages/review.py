@@ -146,11 +146,11 @@ def payment_page(request: Request, *, status: int = 200, error: str | None = Non
 
 
 def _capturable(payment: Payment) -> str | None:
-    """What an authorised payment has left to capture, in major units (the capture form's default); None when it
-    is not authorised."""
-    if payment.status != "authorised":
+    """What an authorised payment can have captured, in major units (the capture form's default); None when it
+    is not authorised, or a capture or cancel of it is under way or done (one a payment: ``ModificationStore``)."""
+    if payment.status != "authorised" or payment.authorisation_claimed:
         return None
-    return format_amount(payment.amount - payment.authorisation_claimed, payment.currency).rsplit(" ", 1)[0]
+    return format_amount(payment.amount, payment.currency).rsplit(" ", 1)[0]
 
 
 def _refund_reasons(app: Any, psp: str) -> tuple[str, ...] | None:
