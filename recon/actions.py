@@ -17,6 +17,7 @@
 | capture a payment      | operator |                                              | payment.capture     |
 | cancel an authorisation| operator |                                              | payment.cancel      |
 | resolve a capture/cancel | operator |                                            | modification.resolve |
+| recheck a capture/cancel | operator |                                            | modification.recheck |
 | refund a payment       | operator |                                              | refund.create       |
 | resolve a refund       | operator |                                              | refund.resolve      |
 | approve or reject      | approver | never one's own                              | the request's       |
@@ -57,6 +58,7 @@ from recon.operators import Operators
 from recon.payments import guard
 from recon.payments.money import parse_amount
 from recon.payments.refund_import import RefundChecker, RefundProblem
+from recon.reconcile.modification import MODIFICATION_RECONCILE_KIND, modification_reconcile_key
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
@@ -343,6 +345,20 @@ class Actions:
         done = store.by_reference(reference)
         assert done is not None  # nosec B101  # just moved: type narrowing
         return done
+
+    def recheck_modification(self, reference: str, *, by: str | None) -> tuple[Modification, int]:
+        """Queue capture or cancel ``reference``'s reconcile job with ``recheck``: the PSP is asked again and a
+        final one it contradicts goes to review (recon.reconcile.modification). UsageError when there is none."""
+        who = self._who(by, Role.OPERATOR, "review recheck")
+        found = self.app.modifications.by_reference(reference)
+        if found is None:
+            raise UsageError(f"capture or cancel {reference} not found")
+        queue = self.app.reconcile_config.queue
+        job_id: int = self.app.client().enqueue(
+            MODIFICATION_RECONCILE_KIND, {"modification_id": found.id, "recheck": True}, queue=queue,
+            unique_key=modification_reconcile_key(found.id))
+        self.audit.record(entry(who, "modification.recheck", reference, job=job_id, kind=found.kind))
+        return found, job_id
 
     def _modify(self, kind: str, reference: str, *, amount: str | None, by: str | None) -> Modification:
         action = f"payment.{kind}"

@@ -157,10 +157,20 @@ def _pending(approval: Approval, *, as_json: bool) -> NoReturn:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def review_recheck(app: App, reference: str, by: str | None, as_json: bool) -> None:
-    """Queue a reconcile job for the payment (or the refund: REF is then its refund reference) now: a worker on
-    the reconcile queue asks the PSP and adds its answer to the audit trail (a payment in review keeps its
-    status; a succeeded refund the PSP now calls failed or reversed goes to review)."""
-    refund = app.refunds.by_reference(reference) if app.payments.by_reference(reference) is None else None
+    """Queue a reconcile job for the payment (or the refund, the capture or the cancel: REF is then its own
+    reference) now: a worker on the reconcile queue asks the PSP and adds its answer to the audit trail (a
+    payment in review keeps its status; a succeeded refund the PSP now calls failed or reversed goes to review;
+    so does a succeeded capture or cancel the PSP now contradicts, with its payment)."""
+    payment = app.payments.by_reference(reference)
+    refund = app.refunds.by_reference(reference) if payment is None else None
+    if payment is None and refund is None and app.modifications.by_reference(reference) is not None:
+        mod, job_id = app.actions.recheck_modification(reference, by=by)
+        queue = app.reconcile_config.queue
+        if as_json:
+            click.echo(json.dumps({mod.kind: reference, "job_id": job_id, "queue": queue}))
+        else:
+            say(f"reconcile job {job_id} queued on {queue} for {mod.kind} {reference}")
+        return
     if refund is not None:
         app.authorize(by, Role.OPERATOR, action="refund.recheck")
         queue = app.reconcile_config.queue

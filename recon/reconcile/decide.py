@@ -474,3 +474,42 @@ def modification_heal(mod: Modification, answer: PaymentOutcome) -> Modification
             return ModificationHeal(PaymentStatus.FAILED, psp_modification_id=answer.psp_reference,
                                     failure_reason=f"psp: {reason or answer.raw_status or 'failed'}")
     return None
+
+
+def modification_recheck(mod: Modification, answer: PaymentOutcome, *, captured: int) -> ModificationHeal | None:
+    """What the PSP's word, asked again about a *final* capture or cancel (``recon review recheck MOD_REF``),
+    changes; None: nothing (the answer joins its audit trail). ``captured``: what its payment holds as captured
+    (the amount a capture is compared with).
+    Only a succeeded modification can move (a failed one is past changing: ``REFUND_TRANSITIONS``); it moves to
+    review, never to another final status, and never takes a PSP id other than the one stored.
+
+    | the PSP says                                             | ours         | becomes                             |
+    | -------------------------------------------------------- | ------------ | ----------------------------------- |
+    | anything naming another PSP id than the one stored       | succeeded    | needs_review (reference_conflict)   |
+    | failed (a capture: canceled; a cancel: captured)         | succeeded    | needs_review (status_mismatch)      |
+    | succeeded, a capture of another amount or currency       | succeeded    | needs_review (amount_mismatch, …)   |
+    | anything else (agreeing, pending, cannot say, not found) | succeeded    | nothing                             |
+    | anything                                                 | failed, needs_review | nothing                     |
+    """
+    if mod.status is not PaymentStatus.SUCCEEDED:
+        return None
+    named = answer.psp_reference
+    if mod.psp_modification_id and named and named != mod.psp_modification_id:
+        return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+            f"reference_conflict: ours is {mod.psp_modification_id}, the PSP names {named} for our {mod.kind} "
+            f"{mod.modification_reference} (a second {mod.kind}, or not ours: a person looks)"))
+    said = answer.raw_status or type(answer).__name__.lower()
+    match answer:
+        case Failed(reason=reason):
+            why = f", reason {reason}" if reason else ""
+            return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+                f"status_mismatch: the PSP says {said} for {mod.kind} {mod.modification_reference}, ours "
+                f"succeeded{why}"))
+        case Succeeded() if mod.kind == "capture":
+            if answer.currency is not None and answer.currency.upper() != mod.currency:
+                return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+                    f"currency_mismatch: ours {mod.currency}, PSP {answer.currency.upper()}"))
+            if answer.amount is not None and answer.amount != captured:
+                return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+                    f"amount_mismatch: ours captured {captured} {mod.currency}, PSP captured {answer.amount}"))
+    return None

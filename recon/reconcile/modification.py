@@ -7,7 +7,12 @@ as the refund's reconcile job does (recon.reconcile.refund), by ``recon.reconcil
 | pending / cannot say (Adyen: always)      | unfinished   | snooze on the schedule, then needs_review         |
 | not found, no PSP id ever recorded        | unfinished   | grace period, then failed: "never reached the PSP" |
 | not found, but we hold its PSP id         | unfinished   | needs_review (the PSP lost what it told us)       |
-| anything                                  | final        | nothing                                           |
+| anything                                  | final        | nothing; on a recheck, ``decide.modification_recheck`` |
+
+A recheck (``recon review recheck MOD_REF``, payload ``"recheck": true``) asks about a final capture or cancel:
+a succeeded one the PSP now contradicts (Stripe: the PaymentIntent canceled after our capture, captured after our
+cancel, or another amount captured) goes to review, and so does its payment (succeeded or failed -> needs_review,
+the same reason): money recon counted may not be there. Any other answer joins its audit trail.
 
 Stripe's capture and cancel are read back from the PaymentIntent (``requires_capture``: neither happened yet);
 Adyen's only by its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and its reports, so an Adyen modification
@@ -39,8 +44,8 @@ from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.payments.modification import capturing_adapter, modification_request
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import modification_heal, outcome_details
-from recon.rows import EnqueueRow, Job, PaymentStatus
+from recon.reconcile.decide import modification_heal, modification_recheck, outcome_details
+from recon.rows import EnqueueRow, EventSource, Job, Payment, PaymentStatus, Transition
 
 MODIFICATION_RECONCILE_KIND = "reconcile_modification"
 #: how long the reconcile job waits while the modification's own job is unfinished (it decides first)
@@ -53,16 +58,17 @@ def modification_reconcile_key(modification_id: int) -> str:
     return f"reconcile_modification:{modification_id}"
 
 
-def modification_reconcile_row(modification_id: int, *, queue: str) -> EnqueueRow:
-    return EnqueueRow(queue=queue, kind=MODIFICATION_RECONCILE_KIND,
-                      payload_json=json.dumps({"modification_id": modification_id}), priority=0, run_at=None,
+def modification_reconcile_row(modification_id: int, *, queue: str, recheck: bool = False) -> EnqueueRow:
+    payload: dict[str, Any] = {"modification_id": modification_id, **({"recheck": True} if recheck else {})}
+    return EnqueueRow(queue=queue, kind=MODIFICATION_RECONCILE_KIND, payload_json=json.dumps(payload), priority=0,
+                      run_at=None,
                       delay=0.0, max_attempts=MAX_ATTEMPTS, unique_key=modification_reconcile_key(modification_id),
                       tenant=None)
 
 
 class ModificationReconcileHandler:
-    """Job kind ``reconcile_modification``, payload ``{"modification_id": N}``; ``job.progress["checks"]`` counts
-    the pending answers so far, so the schedule survives restarts."""
+    """Job kind ``reconcile_modification``, payload ``{"modification_id": N}`` (``"recheck": true`` for a final
+    one); ``job.progress["checks"]`` counts the pending answers so far, so the schedule survives restarts."""
 
     kind = MODIFICATION_RECONCILE_KIND
 
@@ -82,11 +88,13 @@ class ModificationReconcileHandler:
         mod = self.modifications.get(mid)
         if mod is None:
             return Dead(error_kind="validation", error=f"modification {mid} does not exist")
-        if mod.status.final:
+        recheck = bool(job.payload.get("recheck"))
+        if mod.status.final and not recheck:
             return Complete()
-        with self.modifications.db.begin() as conn:
-            if self.modifications.job_unfinished(mod.id, conn):
-                return Snooze(BUSY_SNOOZE, reason=f"the {mod.kind}'s own job is unfinished")
+        if not mod.status.final:
+            with self.modifications.db.begin() as conn:
+                if self.modifications.job_unfinished(mod.id, conn):
+                    return Snooze(BUSY_SNOOZE, reason=f"the {mod.kind}'s own job is unfinished")
         payment = self.payments.get(mod.payment_id)
         assert payment is not None  # nosec B101  # a foreign key: type narrowing
         try:
@@ -102,7 +110,34 @@ class ModificationReconcileHandler:
             answer = permit.call(lambda: adapter.fetch_modification(request))
         except PspError as exc:
             return classify(exc)
+        if mod.status.final:
+            return self._recheck(mod, payment, job, answer)
         return self._decide(mod, job, lease, answer)
+
+    def _recheck(self, mod: Modification, payment: Payment, job: Job, answer: PaymentOutcome) -> Outcome:
+        """A final modification asked about again: review (it and its payment) when the PSP contradicts it, else
+        the answer noted."""
+        details = {**outcome_details(answer), "recheck": True}
+        decision = modification_recheck(mod, answer, captured=payment.captured_amount)
+        if decision is None:
+            return Complete(write=lambda conn: self.modifications.note(
+                conn, modification_id=mod.id, status=mod.status, source=ModificationSource.RECONCILE,
+                details=details, job_id=job.id, attempt=job.attempts))
+        transition = ModificationTransition(mod.id, mod.status, decision.target, ModificationSource.RECONCILE,
+                                            details=details, job_id=job.id, attempt=job.attempts,
+                                            review_reason=decision.review_reason)
+
+        def write(conn: sa.Connection) -> None:
+            if not self.modifications.apply(conn, transition):
+                return  # changed since we read it: the next recheck asks again
+            current = self.payments.get(payment.id, conn)
+            if current is not None and current.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
+                self.payments.apply(conn, Transition(
+                    payment.id, current.status, PaymentStatus.NEEDS_REVIEW, EventSource.RECONCILE,
+                    details={**details, "modification": mod.modification_reference}, job_id=job.id,
+                    attempt=job.attempts, review_reason=decision.review_reason))
+
+        return Complete(write=write)
 
     def _decide(self, mod: Modification, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
         details = outcome_details(answer)

@@ -12,7 +12,7 @@ import pytest
 
 from psp_adapters.protocol import Authorised, Failed, NotFound, Pending, Succeeded, Unknown
 from recon.modification_rows import Modification
-from recon.reconcile.decide import ModificationHeal, modification_heal, modification_sent
+from recon.reconcile.decide import ModificationHeal, modification_heal, modification_recheck, modification_sent
 from recon.rows import PaymentStatus
 
 P = PaymentStatus
@@ -75,9 +75,9 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
 ]
 
 
-def docstring_rows() -> list[str]:
+def docstring_rows(func: Callable[..., Any] = modification_sent) -> list[str]:
     rows = []
-    for line in (modification_sent.__doc__ or "").splitlines():
+    for line in (func.__doc__ or "").splitlines():
         line = line.strip()
         if line.startswith("| ") and set(line) - set("|- "):
             cells = [cell.strip() for cell in line.strip("|").split("|")]
@@ -93,4 +93,52 @@ def test_decide__the_modification_table_and_its_cases_match_row_for_row() -> Non
 
 @pytest.mark.parametrize(("row", "call", "expected"), TABLE, ids=[f"{i}: {row}" for i, (row, _, _) in enumerate(TABLE)])
 def test_decide__every_row_of_the_modification_table(row: str, call: Callable[[], Any], expected: Any) -> None:
+    assert call() == expected
+
+
+# --- modification_recheck: a final capture or cancel asked about again (``recon review recheck MOD_REF``) ----------
+
+CANCELED = Failed(psp_reference="pi_A", raw_status="canceled", reason="fraudulent")
+MISMATCH = "status_mismatch: the PSP says canceled for capture order-7-capture1, ours succeeded, reason fraudulent"
+
+RECHECK: list[tuple[str, Callable[[], Any], Any]] = [
+    ("anything naming another PSP id than the one stored | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, psp_id="8815"), Succeeded(psp_reference="8816"), captured=600),
+     MH(P.NEEDS_REVIEW, review_reason=CONFLICT)),
+    ("failed (a capture: canceled; a cancel: captured) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, psp_id="pi_A"), CANCELED, captured=600),
+     MH(P.NEEDS_REVIEW, review_reason=MISMATCH)),
+    ("failed (a capture: canceled; a cancel: captured) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, "cancel"), Failed(raw_status="succeeded"), captured=0),
+     MH(P.NEEDS_REVIEW, review_reason="status_mismatch: the PSP says succeeded for cancel order-7-capture1, ours "
+                                      "succeeded")),
+    ("succeeded, a capture of another amount or currency | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED), CAPTURED_LESS, captured=600),
+     MH(P.NEEDS_REVIEW, review_reason="amount_mismatch: ours captured 600 EUR, PSP captured 500")),
+    ("succeeded, a capture of another amount or currency | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED), CAPTURED_USD, captured=600),
+     MH(P.NEEDS_REVIEW, review_reason="currency_mismatch: ours EUR, PSP USD")),
+    ("anything else (agreeing, pending, cannot say, not found) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, psp_id="pi_A"), CAPTURED_LESS, captured=500), None),
+    ("anything else (agreeing, pending, cannot say, not found) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, "cancel"), Succeeded(psp_reference="pi_A"), captured=0), None),
+    ("anything else (agreeing, pending, cannot say, not found) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED), Pending(raw_status="[received]"), captured=600), None),
+    ("anything else (agreeing, pending, cannot say, not found) | succeeded",
+     lambda: modification_recheck(mod(P.SUCCEEDED, psp_id="pi_A"), NotFound(), captured=600), None),
+    ("anything | failed, needs_review", lambda: modification_recheck(mod(P.FAILED), CAPTURED, captured=0), None),
+    ("anything | failed, needs_review",
+     lambda: modification_recheck(mod(P.NEEDS_REVIEW, psp_id="8815"), CANCELED, captured=0), None),
+]
+
+
+def test_decide__the_recheck_table_and_its_cases_match_row_for_row() -> None:
+    rows = docstring_rows(modification_recheck)
+    assert len(rows) == 5 and len(set(rows)) == len(rows)
+    assert sorted({row for row, _, _ in RECHECK}) == sorted(rows)
+
+
+@pytest.mark.parametrize(("row", "call", "expected"), RECHECK,
+                         ids=[f"{i}: {row}" for i, (row, _, _) in enumerate(RECHECK)])
+def test_decide__every_row_of_the_recheck_table(row: str, call: Callable[[], Any], expected: Any) -> None:
     assert call() == expected

@@ -2,7 +2,13 @@
 (``recon.actions.Actions.refund``), as ``recon refund`` is: the signed-in operator (operator role), the amount in
 major units of the payment's currency, the PSP's reason code; one refund job, never beyond what was captured. A
 refusal is shown next to the form (422, nothing written); a refund queued answers with a redirect to the payment
-(``web.done``). The payment page lists its refunds and disputes (``review.payment_page``)."""
+(``web.done``). The payment page lists its refunds, captures, cancels and disputes (``review.payment_page``).
+
+``POST /payments/{ref}/capture`` and ``/cancel``: an authorised payment's capture form (the amount in major units,
+by default the whole authorisation left) and its cancel button, as ``recon capture`` and ``recon cancel`` are
+(``Actions.capture``, ``Actions.cancel_authorisation``): one job each, under the signed-in operator. A cancel
+releases the whole authorisation for good, so it asks for a confirmation first (its box ticked; unticked: refused
+next to the form, nothing written)."""
 
 from __future__ import annotations
 
@@ -53,4 +59,40 @@ def refund(request: Request, fields: Fields) -> Response:
     )
 
 
-ROUTES = [Route("/payments/{ref:path}/refund", action(refund), methods=["POST"])]
+def capture(request: Request, fields: Fields) -> Response:
+    reference = payment_reference(request)
+    operator = acting(request, Role.OPERATOR)
+    try:
+        amount = fields.text("amount", max_length=40)  # empty: the whole authorisation left
+        made = recon_app(request).actions.capture(reference, amount=amount, by=operator)
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return payment_page(request, status=422, errors={"capture": f"not captured: {plain(exc)}"},
+                            form={"capture_amount": fields.raw("amount")[:40]})
+    log.info("console: capture %s of payment %s by %s", made.modification_reference, reference, operator)
+    return done(request, payment_url(reference) + "#captures", f"capture {made.modification_reference} of "
+                f"{format_amount(made.amount, made.currency)} queued by {operator}")
+
+
+def cancel(request: Request, fields: Fields) -> Response:
+    reference = payment_reference(request)
+    operator = acting(request, Role.OPERATOR)
+    try:
+        if not fields.flag("confirm"):
+            raise UsageError('tick "Yes, release the whole authorisation" to confirm')
+        made = recon_app(request).actions.cancel_authorisation(reference, by=operator)
+    except NotAllowed:
+        raise
+    except UsageError as exc:
+        return payment_page(request, status=422, errors={"cancel": f"not cancelled: {plain(exc)}"})
+    log.info("console: cancel %s of payment %s by %s", made.modification_reference, reference, operator)
+    return done(request, payment_url(reference) + "#captures", f"cancel {made.modification_reference} of "
+                f"{format_amount(made.amount, made.currency)} queued by {operator}")
+
+
+ROUTES = [
+    Route("/payments/{ref:path}/refund", action(refund), methods=["POST"]),
+    Route("/payments/{ref:path}/capture", action(capture), methods=["POST"]),
+    Route("/payments/{ref:path}/cancel", action(cancel), methods=["POST"]),
+]

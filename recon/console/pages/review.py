@@ -25,6 +25,7 @@ from recon.operator_rows import Approval, Role
 from recon.payments.money import format_amount
 from recon.review import LIST_MAX, Difference, ReviewItem
 from recon.review_rows import QueueFilter, ReviewKind, Severity
+from recon.rows import Payment
 
 log = logging.getLogger("recon.console")
 
@@ -139,7 +140,17 @@ def payment_page(request: Request, *, status: int = 200, error: str | None = Non
         differences=[d.value for d in Difference], refunds=app.refunds.for_payment(detail.payment.id),
         disputes=app.disputes.for_payment(detail.payment.id), refund_reasons=_refund_reasons(app, detail.payment.psp),
         refundable=detail.payment.captured_amount - detail.payment.refunded_amount
-        if detail.payment.status == "succeeded" else 0)
+        if detail.payment.status == "succeeded" else 0,
+        modifications=app.modifications.for_payment(detail.payment.id),
+        capturable=_capturable(detail.payment))
+
+
+def _capturable(payment: Payment) -> str | None:
+    """What an authorised payment can have captured, in major units (the capture form's default); None when it
+    is not authorised, or a capture or cancel of it is under way or done (one a payment: ``ModificationStore``)."""
+    if payment.status != "authorised" or payment.authorisation_claimed:
+        return None
+    return format_amount(payment.amount, payment.currency).rsplit(" ", 1)[0]
 
 
 def _refund_reasons(app: Any, psp: str) -> tuple[str, ...] | None:

@@ -1,0 +1,76 @@
+"""Capturing and cancelling from an authorised payment's page in a real browser, at 1366 px and at 390 px: the
+capture form (amount in major units, the whole authorisation by default), a refusal shown next to it, a cancel
+refused until its confirmation is ticked, then the capture queued by the signed-in operator (POST -> redirect ->
+GET) and listed among the payment's captures and cancels; at 390 px nothing is wider than the screen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from recon.db.database import Database
+from recon.db.payment_store import PaymentStore
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
+from tests.cli import Runner
+from tests.console.browser.conftest import Console, recon_json, sign_in, submit
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+def authorised(db: Database, ref: str) -> None:
+    store = PaymentStore(db)
+    [pid] = store.create([NewPayment("shop", ref, 5000, "EUR", "stripe", capture_mode="manual")], charge=False)
+    with db.begin() as conn:
+        assert store.apply(
+            conn,
+            Transition(
+                pid, PaymentStatus.CREATED, PaymentStatus.AUTHORISED, EventSource.CHARGE, psp_reference="pi_browser"
+            ),
+        )
+
+
+@pytest.mark.parametrize("width", [1366, 390])
+def test_browser_capture__refused_next_to_the_form_cancel_needs_its_confirmation_then_captured(
+    db: Database, db_url: str, console: Console, page: Page, recon: Runner, tmp_path: Path, width: int
+) -> None:
+    authorised(db, "order-66")
+    sign_in(console, page, "ann")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(console.at("/payments/order-66"))
+    section = page.locator("#captures")
+    assert "up to 50.00 EUR can be captured" in section.inner_text()
+    form = page.locator("form[action$='/capture']")
+    assert form.get_by_label("Amount (EUR)").input_value() == "50.00"  # the whole authorisation by default
+    form.get_by_label("Amount (EUR)").fill("60.00")
+    submit(page, form.get_by_role("button", name="Capture"), expect=422)
+    alert = page.locator("form[action$='/capture'] [data-form-error='capture']")
+    assert "not captured:" in alert.inner_text() and "more than the 5000" in alert.inner_text()
+    assert page.locator("form[action$='/capture'] input[name=amount]").input_value() == "60.00"
+
+    cancel = page.locator("form[action$='/cancel']")
+    submit(page, cancel.get_by_role("button", name="Cancel the authorisation"), expect=422)
+    refusal = page.locator("form[action$='/cancel'] [data-form-error='cancel']")
+    assert 'tick "Yes, release the whole authorisation" to confirm' in refusal.inner_text()
+    assert recon_json(recon, db_url, "payments", "show", "order-66")["modifications"] == []  # nothing written
+
+    page.locator("form[action$='/capture'] input[name=amount]").fill("30.00")
+    submit(page, page.locator("form[action$='/capture']").get_by_role("button", name="Capture"))
+    page.screenshot(path=tmp_path / f"capture-{width}.png", full_page=True)
+    assert "/payments/order-66" in page.url
+    assert "capture order-66-capture1 of 30.00 EUR queued by ann" in page.content()
+    row = page.locator("tr[data-modification='order-66-capture1']")
+    assert row.locator("[data-modification-status]").inner_text() == "created" and "30.00 EUR" in row.inner_text()
+    assert page.locator("form[action$='/capture']").count() == 0  # one capture or cancel a payment
+    assert page.locator("[data-stat='modification-under-way']").is_visible()
+    [made] = recon_json(recon, db_url, "payments", "show", "order-66")["modifications"]
+    assert (made["kind"], made["amount"], made["requested_by"]) == ("capture", 3000, "ann")
+    if width == 390:
+        wide = page.evaluate("""[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()
+            .right > 391 && getComputedStyle(e).position !== 'absolute').map(e => e.tagName + '.' + e.className)
+            .slice(0, 5)""")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
