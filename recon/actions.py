@@ -9,6 +9,7 @@
 | assign a payment       | operator |                                              | review.assign       |
 | comment on a payment   | operator |                                              | review.comment      |
 | bulk resolve           | operator | more than ``[four_eyes] bulk_resolve_count``  | review.bulk_resolve |
+| resolve a payout exc.  | operator |                                              | payouts.resolve     |
 | pause a PSP            | operator | always                                       | psp.pause           |
 | resume a PSP           | operator |                                              | psp.resume          |
 | replay dead jobs       | operator | more than ``[four_eyes] replay_count`` jobs  | jobs.replay         |
@@ -34,6 +35,7 @@ from recon.four_eyes import FourEyes, replay_payload
 from recon.operator_rows import Approval, Role
 from recon.operators import Operators
 from recon.payments import guard
+from recon.payout_rows import PayoutException
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
 from recon.review_rows import QueueFilter
@@ -151,6 +153,21 @@ class Actions:
         done = review_bulk.apply(self.app.review, _filter_of(p["where"]), to=p["to"], reason=p["reason"],
                                  by=approval.requested_by, expect=p["digest"])
         return f"resolved {done.count} payments as {done.to} (approved by {approver})"
+
+    # --- the close's exceptions --------------------------------------------------------------------------------
+
+    def resolve_payout_exception(self, exception_id: int, *, reason: str, by: str | None) -> PayoutException:
+        """Resolve an open payout exception (``PayoutStore.resolve``: the payout's history records it too)."""
+        who = self._who(by, Role.OPERATOR, "payouts resolve")
+        subject = f"payout exception {exception_id}"
+        try:
+            done = self.app.payouts.resolve(exception_id, by=who, reason=reason)
+        except ReviewRefused as exc:
+            self.audit.record(entry(who, "payouts.resolve", subject, "refused", reason=reason, why=str(exc)))
+            raise
+        self.audit.record(entry(who, "payouts.resolve", subject, kind=done.kind.value, payout=done.payout_id,
+                                bank_entry=done.entry_id, reason=reason))
+        return done  # type: ignore[no-any-return]
 
     # --- PSP controls ----------------------------------------------------------------------------------------
 
