@@ -69,6 +69,7 @@ def review_queue(request: Request) -> Response:
         return csv_response("review-queue.csv", CSV_COLUMNS, (_csv_row(i) for i in items))
     queue = app.review.queue(where, after=after, before=before, limit=REVIEW_LIMIT)
     return pages(request).render(request, "review.html", items=queue.items, queue=queue,
+                                 payout_exceptions=app.payouts.open_by_kind(),
                                  next_cursor=_cursor_text(queue.next_cursor),
                                  previous_cursor=_cursor_text(queue.previous_cursor),
                                  reasons={i.payment.id: readable_reason(i.payment.review_reason) for i in queue.items},
