@@ -644,6 +644,8 @@ COLUMNS: dict[str, Entry] = {
     "payout_exceptions.state": Exempt(CHECKED),
     "payout_exceptions.resolved_by": Refused(plant_operator_name),  # recon.actions authorizes --by
     "payout_exceptions.resolution": Masked(plant_payouts),
+    "close_runs.psp": Exempt("the PSP `recon close --psp` names, one of psp_adapters.registry's (checked before "
+                             "any work: App.close_day)"),
     "jobs.queue": Refused(config_refused('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue")),
     "jobs.kind": Refused(config_refused('[schedule.s]\nkind = "k 4242 4242 4242 4242"\nevery = "1h"\n',
                                         "schedule.s.kind")),
