@@ -15,8 +15,9 @@ LINE_COLUMNS = """id, payout_id, line_ref, kind, psp_reference, merchant_referen
     payment_id, missing_locally"""
 EXCEPTION_COLUMNS = """id, kind, payout_id, bank_entry_id, detail, state, created_at, resolved_by, resolution,
     resolved_at"""
-CREDIT_COLUMNS = """id, account, amount, currency, booking_date, value_date, bank_reference, end_to_end_id,
-    remittance, payout_id"""
+#: a bank entry as the close sees it: signed (a debit's amount negative, as a negative payout's)
+CREDIT_COLUMNS = """id, account, CASE WHEN direction = 'debit' THEN -amount ELSE amount END AS amount, direction,
+    currency, booking_date, value_date, bank_reference, end_to_end_id, remittance, payout_id"""
 
 payout_get_by_ref = Query(
     "payout_get_by_ref",
@@ -167,9 +168,10 @@ payout_list = Query(
 
 credit_list = Query(
     "credit_list",
-    "Run by the close: the credits of :accounts booked in [:since, :until), by id.",
+    "Run by the close: the entries of :accounts booked in [:since, :until), credits and debits (a negative "
+    "payout is a debit), by id.",
     sql=f"""SELECT {CREDIT_COLUMNS} FROM bank_entries
-            WHERE direction = 'credit' AND account IN :accounts AND booking_date >= :since AND booking_date < :until
+            WHERE account IN :accounts AND booking_date >= :since AND booking_date < :until
               AND id > :after_id
             ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
     expanding=("accounts",),

@@ -237,7 +237,7 @@ class PayoutStore:
     # --- the close ------------------------------------------------------------------------------------------
 
     def iter_credits(self, accounts: Sequence[str], *, since: date, until: date, page: int = PAGE) -> Iterator[Credit]:
-        """The credits of ``accounts`` booked in ``[since, until)``, by id."""
+        """The entries of ``accounts`` booked in ``[since, until)``, credits and debits (signed), by id."""
         if not accounts:
             return
         after = 0
@@ -411,7 +411,7 @@ class PayoutStore:
                       booking_date=_from_day(r["booking_date"]),
                       value_date=_from_day(r["value_date"]) if r["value_date"] is not None else None,
                       bank_reference=r["bank_reference"], end_to_end_id=r["end_to_end_id"], remittance=r["remittance"],
-                      payout_id=None if r["payout_id"] is None else int(r["payout_id"]))
+                      payout_id=None if r["payout_id"] is None else int(r["payout_id"]), direction=r["direction"])
 
     def _exception(self, r: Any) -> PayoutException:
         return PayoutException(id=int(r["id"]), kind=ExceptionKind(r["kind"]),
