@@ -57,7 +57,9 @@ def review_queue(request: Request) -> Response:
     app = recon_app(request)
     context: dict[str, Any] = {"filters": typed, "kinds": [k.value for k in ReviewKind], "psps": app.psp_names(),
                                "severities": [s.value for s in Severity], "query": _query(typed),
-                               "differences": [d.value for d in Difference]}
+                               "differences": [d.value for d in Difference],
+                               # the close's open exceptions beside the payments: counted by kind, linked
+                               "payout_exceptions": app.payouts.open_by_kind()}
     try:
         where = queue_filter(request, typed)
         after, before = _cursor(fields.raw("after")), _cursor(fields.raw("before"))
@@ -69,7 +71,6 @@ def review_queue(request: Request) -> Response:
         return csv_response("review-queue.csv", CSV_COLUMNS, (_csv_row(i) for i in items))
     queue = app.review.queue(where, after=after, before=before, limit=REVIEW_LIMIT)
     return pages(request).render(request, "review.html", items=queue.items, queue=queue,
-                                 payout_exceptions=app.payouts.open_by_kind(),
                                  next_cursor=_cursor_text(queue.next_cursor),
                                  previous_cursor=_cursor_text(queue.previous_cursor),
                                  reasons={i.payment.id: readable_reason(i.payment.review_reason) for i in queue.items},
