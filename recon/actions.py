@@ -9,6 +9,7 @@
 | assign a payment       | operator |                                              | review.assign       |
 | comment on a payment   | operator |                                              | review.comment      |
 | bulk resolve           | operator | more than ``[four_eyes] bulk_resolve_count``  | review.bulk_resolve |
+| resolve a payout exc.  | operator |                                              | payouts.resolve     |
 | pause a PSP            | operator | always                                       | psp.pause           |
 | resume a PSP           | operator |                                              | psp.resume          |
 | replay dead jobs       | operator | more than ``replay_count`` jobs or, in a     | jobs.replay         |
@@ -58,6 +59,7 @@ from recon.operators import Operators
 from recon.payments import guard
 from recon.payments.money import parse_amount
 from recon.payments.refund_import import RefundChecker, RefundProblem
+from recon.payout_rows import PayoutException
 from recon.reconcile.modification import MODIFICATION_RECONCILE_KIND, modification_reconcile_key
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.review import Resolution
@@ -228,6 +230,20 @@ class Actions:
         self.audit.record(entry(who, "refund.resolve", reference, to=to, reason=reason))
         resolved: Refund = self.app.refunds.get(found.id)
         return resolved
+    # --- the close's exceptions --------------------------------------------------------------------------------
+
+    def resolve_payout_exception(self, exception_id: int, *, reason: str, by: str | None) -> PayoutException:
+        """Resolve an open payout exception (``PayoutStore.resolve``: the payout's history records it too)."""
+        who = self._who(by, Role.OPERATOR, "payouts resolve")
+        subject = f"payout exception {exception_id}"
+        try:
+            done = self.app.payouts.resolve(exception_id, by=who, reason=reason)
+        except ReviewRefused as exc:
+            self.audit.record(entry(who, "payouts.resolve", subject, "refused", reason=reason, why=str(exc)))
+            raise
+        self.audit.record(entry(who, "payouts.resolve", subject, kind=done.kind.value, payout=done.payout_id,
+                                bank_entry=done.entry_id, reason=reason))
+        return done  # type: ignore[no-any-return]
 
     # --- PSP controls ----------------------------------------------------------------------------------------
 

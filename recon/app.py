@@ -253,13 +253,18 @@ class App:
     def close_day(self, psp: str, since: date, until: date, *, as_of: date) -> closing.CloseReport:
         """The close of ``psp``'s payouts arriving in ``[since, until)`` (recon.close.close): the bank accounts
         read are those whose ``psps`` name it or name none; an unexplained credit is reported only on those that
-        name it alone. Reads only what is stored: the PSP is not called."""
+        name it alone. Reads only what is stored: the PSP is not called. The run is recorded (``close_runs``: each
+        PSP's last close in ``recon stats``)."""
         if psp not in self.psp_names():
             raise UsageError(f"--psp {psp!r}: unknown PSP (known: {', '.join(self.psp_names())})")
         accounts = [a for a in self.bank_config.accounts.values() if psp in a.psps or not a.psps]
-        return closing.run_close(self.payouts, psp=psp, since=since, until=until,
-                                 rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
-                                 exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)], as_of=as_of)
+        report = closing.run_close(self.payouts, psp=psp, since=since, until=until,
+                                   rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
+                                   exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)],
+                                   as_of=as_of)
+        self.payouts.record_run(psp=psp, since=since, until=until, payouts=len(report.payouts),
+                                open_items=report.open_items, closed=report.closed)
+        return report
 
     def fetch_disputes(self, psp: str, since: datetime, until: datetime, *, job: Job | None = None) -> DisputeFetch:
         """``psp``'s disputes of ``[since, until)`` read from its listing and recorded (recon.reconcile.disputes),

@@ -3,7 +3,8 @@
 It never exposes its own process's memory: each scrape (cached for ``REFRESH_SECONDS``) reads the database,
 where every worker process keeps its counters (recon.counters: what a process counts and how it gets to its
 ``workers`` row): queue depth and the oldest due job, the rows of workers seen within ``LIVE_WINDOW_SECONDS``,
-the unfinished payments, the review queue, manual resolutions and the schedules' last slots. Any one worker's
+the unfinished payments, the review queue, manual resolutions, the schedules' last slots and the close's desk
+(open payout exceptions, what they leave unexplained, each PSP's last close). Any one worker's
 endpoint therefore shows the whole pool, whichever host the others run on; when several workers on a host are
 given the same port, the first binds it and the others log that and carry on without one.
 
@@ -37,6 +38,7 @@ from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
+from recon.db.payout_store import PayoutStore
 from recon.db.pool_store import PoolStore
 from recon.db.refund_store import RefundStore
 from recon.db.review_store import ReviewStore
@@ -50,6 +52,7 @@ from recon.overview import (
     depth_detail,
     disputes_section,
     payments_section,
+    payouts_section,
     review_section,
     workers_section,
 )
@@ -93,6 +96,8 @@ class PoolCollector:
                 disputes = DisputeStore(self._ledger.db)
                 pool["disputes"] = disputes_section(disputes.open_totals(soon=now + EVIDENCE_SOON),
                                                     disputes.status_counts())
+                payouts = PayoutStore(self._ledger.db)
+                pool["payouts"] = payouts_section(payouts.open_by_kind(), payouts.open_amounts(), payouts.last_runs())
                 self._cached = (time.monotonic(), pool)
             return self._cached[1]
 
@@ -113,6 +118,7 @@ class PoolCollector:
         yield from _review_families(pool)
         yield from _dispute_families(pool["disputes"])
         yield from _schedule_families(pool)
+        yield from _payout_families(pool["payouts"])
 
 
 def _job_families(pool: dict[str, Any]) -> Iterator[Metric]:
@@ -311,6 +317,31 @@ def _schedule_families(pool: dict[str, Any]) -> Iterator[Metric]:
         last.add_metric([name], slot.slot_at.timestamp())
     yield lag
     yield last
+
+
+def _payout_families(section: dict[str, Any]) -> Iterator[Metric]:
+    """The close's desk, as ``recon stats`` shows it (``recon.overview.payouts_section``)."""
+    open_kinds = GaugeMetricFamily("recon_payout_exceptions_open", "Open payout exceptions of the close, by kind.",
+                                   labels=["kind"])
+    for kind, n in section["open_by_kind"].items():
+        open_kinds.add_metric([kind], float(n))
+    yield open_kinds
+    unmatched = GaugeMetricFamily("recon_payout_unexplained_minor_units", "What open payout exceptions leave "
+                                  "unexplained: the payouts' amounts and the bank entries' (debits negative), by "
+                                  "currency (minor units).", labels=["currency", "side"])
+    for currency, u in section["unmatched"].items():
+        unmatched.add_metric([currency, "payouts"], float(u["payouts_amount"]))
+        unmatched.add_metric([currency, "bank_entries"], float(u["bank_entries_amount"]))
+    yield unmatched
+    last = GaugeMetricFamily("recon_close_last_run_timestamp_seconds", "When each PSP's last close ran.",
+                             labels=["psp"])
+    closed = GaugeMetricFamily("recon_close_last_open_items", "Items each PSP's last close left open (0: closed).",
+                               labels=["psp"])
+    for c in section["last_close"]:
+        last.add_metric([c["psp"]], datetime.fromisoformat(c["ran_at"]).timestamp())
+        closed.add_metric([c["psp"]], float(c["open_items"]))
+    yield last
+    yield closed
 
 
 class MetricsServer:

@@ -9,7 +9,9 @@ module from what the stores return, whoever shows it. The sections:
 - ``pool_section``: depth detail, per-kind rates and durations, the workers (``workers_section``), their
   counters, PSP latency and throttles (``psp_section``), the unfinished payments (``payments_section``);
 - ``psp_controls_document``: pause, cool-down and breaker per PSP (also the whole of ``recon psp status --json``);
-- ``review_section``, manual resolutions, the last sweeps, webhook events by outcome.
+- ``review_section``, manual resolutions, the last sweeps, webhook events by outcome;
+- ``payouts_section``: the close's open exceptions by kind, what they leave unexplained per currency, and each
+  PSP's last close (``PayoutStore``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     # webhook events received in the window by PSP and how applying them ended (unknown_payment: events for
     # payments we have no record of, missing_locally candidates)
     doc["webhooks"] = app.webhooks.counts(since=now - window)
+    doc["payouts"] = payouts_section(app.payouts.open_by_kind(), app.payouts.open_amounts(), app.payouts.last_runs())
     if overview:
         for key in OVERVIEW_LEAVES_OUT:
             doc.pop(key, None)
@@ -282,6 +285,21 @@ def review_section(count: int, oldest: datetime | None, *, now: datetime) -> dic
     """How many payments are in needs_review and since when the oldest (``PaymentStore.review_summary``)."""
     return {"needs_review": count, "oldest_since": oldest.isoformat() if oldest else None,
             "oldest_age_seconds": round(age_seconds(now, oldest), 3) if oldest else None}
+
+
+def payouts_section(open_by_kind: dict[str, int], amounts: Sequence[dict[str, Any]],
+                    last_closes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The close's desk: open exceptions by kind and in all; per currency, the amount the payouts with an open
+    exception and the bank entries with one of their own leave unexplained (minor units, ``PayoutStore
+    .open_amounts``); each PSP's last close (``PayoutStore.last_runs``)."""
+    unmatched: dict[str, dict[str, int]] = {}
+    for row in amounts:
+        entry = unmatched.setdefault(row["currency"], {"payouts": 0, "payouts_amount": 0, "bank_entries": 0,
+                                                       "bank_entries_amount": 0})
+        entry[row["side"]] += row["count"]
+        entry[f"{row['side']}_amount"] += row["amount"]
+    return {"open_exceptions": sum(open_by_kind.values()), "open_by_kind": dict(sorted(open_by_kind.items())),
+            "unmatched": dict(sorted(unmatched.items())), "last_close": list(last_closes)}
 
 
 # --- the PSPs' controls --------------------------------------------------------------------------------------

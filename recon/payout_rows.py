@@ -177,7 +177,8 @@ class StoreOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Credit:
-    """A bank credit as matching sees it (from ``bank_entries``)."""
+    """A bank entry as matching sees it (from ``bank_entries``): a credit, or a debit (what a negative payout
+    takes from the bank account), whose ``amount`` is then negative: signed as the payouts are."""
 
     id: int
     account: str
@@ -189,9 +190,11 @@ class Credit:
     end_to_end_id: str | None
     remittance: str | None
     payout_id: int | None = None
+    direction: str = "credit"  #: or debit (``amount`` negative)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "account": self.account, "amount": self.amount, "currency": self.currency,
+        return {"id": self.id, "account": self.account, "amount": self.amount, "direction": self.direction,
+                "currency": self.currency,
                 "booking_date": self.booking_date.isoformat(),
                 "value_date": self.value_date.isoformat() if self.value_date else None,
                 "bank_reference": self.bank_reference, "end_to_end_id": self.end_to_end_id}

@@ -16,7 +16,7 @@
   payments table (docs/benchmarks.md, the review queue at 100,000 items).
 
 Revision ID: 0024
-Revises: 0022
+Revises: 0023
 Create Date: 2026-12-05
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024"
-down_revision = "0022"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 

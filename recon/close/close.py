@@ -37,8 +37,6 @@ from recon.spreadsheet import safe_cell
 _PRECEDENCE = (ExceptionKind.PAYOUT_FAILED, ExceptionKind.LINES_DIFFER, ExceptionKind.AMOUNT_DIFFERS,
                ExceptionKind.AMBIGUOUS, ExceptionKind.BANK_MISSING)
 EXPLAINED = ("matched", "resolved")
-#: payouts whose lines the report reads in one query
-LINES_PAGE = 200
 CSV_COLUMNS = ("record", "payout_id", "category", "amount", "currency", "status", "arrival_date", "bank_reference",
                "kind", "merchant_reference", "psp_reference", "gross", "fee", "net", "line_category", "detail")
 
@@ -66,6 +64,12 @@ class CloseReport:
     payouts: list[PayoutResult]
     credit_exceptions: list[PayoutException]
     totals: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def last_payout_id(self) -> int:
+        """The highest id among the payouts (read by id): the reads of their lines stop there, so a payout
+        stored while the close runs is in neither its decision nor its report."""
+        return max((r.payout.id for r in self.payouts), default=0)
 
     @property
     def open_items(self) -> int:
@@ -110,7 +114,7 @@ def run_close(store: PayoutStore, *, psp: str, since: date, until: date, rules: 
     results = [PayoutResult(p, _category(p, matched[p.id], by_payout[p.id], store), matched[p.id], by_payout[p.id])
                for p in payouts]
     report = CloseReport(psp=psp, since=since, until=until, payouts=results, credit_exceptions=credit_exceptions)
-    report.totals = _totals(store, results)
+    report.totals = _totals(store, report)
     return report
 
 
@@ -126,10 +130,13 @@ def _category(p: Payout, credits: list[Credit], exceptions: list[PayoutException
     return "awaiting_bank"
 
 
-def _totals(store: PayoutStore, results: list[PayoutResult]) -> dict[str, dict[str, int]]:
+def _totals(store: PayoutStore, report: CloseReport) -> dict[str, dict[str, int]]:
     keys = ("gross", "fees", "refunds", "disputes", "net", "paid_out", "received")
     totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
-    for row in store.line_totals([r.payout.id for r in results]):
+    results = report.payouts
+    rows = store.line_totals(psp=report.psp, since=report.since, until=report.until,
+                             last_id=report.last_payout_id) if results else []
+    for row in rows:
         t = totals[row["currency"]]
         t["fees"] += row["fee"]
         if row["kind"] == "charge":
@@ -171,13 +178,21 @@ def write_json(report: CloseReport, store: PayoutStore, out: TextIO) -> None:
 
 
 def _with_lines(report: CloseReport, store: PayoutStore) -> Iterator[tuple[PayoutResult, list[dict[str, Any]]]]:
-    """Each payout with its lines (``PayoutStore.report_lines``), read ``LINES_PAGE`` payouts at a time (one
-    query each): memory holds one page's lines, never the month's."""
-    for start in range(0, len(report.payouts), LINES_PAGE):
-        page = report.payouts[start:start + LINES_PAGE]
-        lines = store.report_lines([r.payout.id for r in page])
-        for r in page:
-            yield r, lines.pop(r.payout.id, [])
+    """Each payout with its lines, merged from one stream of the window's lines by payout id
+    (``PayoutStore.iter_report_lines``): memory holds one payout's lines, never the month's."""
+    if not report.payouts:
+        return
+    stream = store.iter_report_lines(psp=report.psp, since=report.since, until=report.until,
+                                     last_id=report.last_payout_id)
+    pending: tuple[int, dict[str, Any]] | None = next(stream, None)
+    for r in report.payouts:  # by id, as the stream
+        lines = []
+        while pending is not None and pending[0] <= r.payout.id:
+            if pending[0] == r.payout.id:  # a lower id: a payout that left the window meanwhile
+                lines.append(pending[1])
+            pending = next(stream, None)
+        yield r, lines
+    stream.close()
 
 
 def csv_rows(report: CloseReport, store: PayoutStore) -> Iterator[tuple[Any, ...]]:

@@ -23,7 +23,12 @@ before it left:
    one still inside it is ``awaiting_bank`` (no exception yet). A credit booked in ``[since, until)`` on an
    account that only this PSP pays into, explained by nothing, is ``unexplained_credit``.
 
-Only positive payouts are looked for (recon reads credits); a payout of zero needs no bank movement.
+**Signs.** A positive payout reaches the bank as a credit; a negative one (Stripe's payout of a negative
+balance, an Adyen batch that owes) is taken from it as a debit. The bank entries come signed (``Credit.amount``:
+a debit negative) and each rule pairs only payouts and entries of one sign, with the same arithmetic: a bank fee
+is ``sum(payouts) - sum(entries)`` in both cases (a bank keeping 1.00 of a credit of 50.00 books 49.00; taking
+1.00 more with a debit of 50.00 books -51.00). A debit explained by nothing is not an exception: an account's
+other outgoings are not the close's business. A payout of zero needs no bank movement.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ def decide(payouts: Sequence[Payout], credits: Sequence[Credit], *, rules: Match
         if p.status in _FAILED:
             out.findings.append(Finding(ExceptionKind.PAYOUT_FAILED, p.id, None,
                                         f"payout {p.payout_ref} is {p.status.value} at the PSP"))
-    open_p = {p.id: p for p in payouts if p.id not in taken_payouts and p.status not in _FAILED and p.amount > 0}
+    open_p = {p.id: p for p in payouts if p.id not in taken_payouts and p.status not in _FAILED and p.amount != 0}
     open_c = {c.id: c for c in credits if c.id not in taken_credits}
     _by_reference(open_p, open_c, rules, out)
     _by_amount_and_date(open_p, open_c, rules, out)
@@ -97,11 +102,12 @@ def decide(payouts: Sequence[Payout], credits: Sequence[Credit], *, rules: Match
         if p.arrival_date + window < as_of:
             out.findings.append(Finding(ExceptionKind.BANK_MISSING, p.id, None,
                                         f"payout {p.payout_ref} of {p.amount} {p.currency} (minor units), expected "
-                                        f"{p.arrival_date} ±{rules.window_days} day(s): no bank credit explains it"))
+                                        f"{p.arrival_date} ±{rules.window_days} day(s): no bank "
+                                        f"{'credit' if p.amount > 0 else 'debit'} explains it"))
         else:
             out.awaiting.append(p.id)
     for c in sorted(open_c.values(), key=lambda x: x.id):
-        if c.account in exclusive_accounts and since <= c.booking_date < until:
+        if c.amount > 0 and c.account in exclusive_accounts and since <= c.booking_date < until:
             out.findings.append(Finding(ExceptionKind.UNEXPLAINED_CREDIT, None, c.id,
                                         f"credit {c.id} of {c.amount} {c.currency} (minor units) booked "
                                         f"{c.booking_date} on {c.account}: no payout explains it"))
@@ -121,7 +127,8 @@ def _by_reference(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: M
     index = _reference_index(open_c.values())
     accounts = {p.merchant_account for p in open_p.values() if p.merchant_account}
     links: dict[int, set[int]] = {p.id: {c.id for c in _referenced(index, p.trace_ref)
-                                         if c.currency == p.currency and _same_account(p, c, accounts)}
+                                         if c.currency == p.currency and _same_sign(p, c)
+                                         and _same_account(p, c, accounts)}
                                   for p in open_p.values() if p.trace_ref is not None}
     for payout_ids, credit_ids in _components(links):
         ps, cs = [open_p[i] for i in payout_ids], [open_c[i] for i in credit_ids]
@@ -195,26 +202,33 @@ def _components(links: dict[int, set[int]]) -> list[tuple[list[int], list[int]]]
     return groups
 
 
+def _same_sign(p: Payout, c: Credit) -> bool:
+    """A positive payout is a credit, a negative one a debit (the module docstring, "Signs")."""
+    return (p.amount > 0) == (c.amount > 0)
+
+
 def _near(p: Payout, c: Credit, rules: MatchRules) -> bool:
     window = timedelta(days=rules.window_days)
     days = [c.booking_date] + ([c.value_date] if c.value_date else [])
-    return c.currency == p.currency and any(abs(d - p.arrival_date) <= window for d in days)
+    return c.currency == p.currency and _same_sign(p, c) and any(abs(d - p.arrival_date) <= window for d in days)
 
 
 class _Days:
-    """Payouts or credits by (currency, day), so that what is near a day is a few look-ups, not a scan."""
+    """Payouts or bank entries by (currency, sign) and day, so that what is near a day is a few look-ups, not a
+    scan."""
 
-    def __init__(self, items: Iterable[tuple[str, Iterable[date], int]]) -> None:
-        self.by_day: dict[tuple[str, date], list[int]] = defaultdict(list)
-        for currency, days, item_id in items:
+    def __init__(self, items: Iterable[tuple[tuple[str, bool], Iterable[date], int]]) -> None:
+        self.by_day: dict[tuple[tuple[str, bool], date], list[int]] = defaultdict(list)
+        for key, days, item_id in items:
             for day in set(days):
-                self.by_day[(currency, day)].append(item_id)
+                self.by_day[(key, day)].append(item_id)
 
-    def near(self, currency: str, days: Iterable[date], window_days: int) -> set[int]:
+    def near(self, key: tuple[str, bool], days: Iterable[date], window_days: int) -> set[int]:
+        """The ids of ``key`` (currency, positive) on a day within ``window_days`` of one of ``days``."""
         found: set[int] = set()
         for day in days:
             for n in range(-window_days, window_days + 1):
-                found.update(self.by_day.get((currency, day + timedelta(days=n)), ()))
+                found.update(self.by_day.get((key, day + timedelta(days=n)), ()))
         return found
 
 
@@ -250,24 +264,30 @@ def _groups(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRu
     """N:1 (``several_payouts``: a credit whose amount is the sum of several payouts) or 1:N."""
     if rules.max_group < 2 or not open_p or not open_c:
         return
-    payouts = _Days((p.currency, [p.arrival_date], p.id) for p in open_p.values())
-    credits = _Days((c.currency, _credit_days(c), c.id) for c in open_c.values())
+    # by sign too: a credit's candidates are positive payouts, a debit's negative ones (and the other way)
+    payouts = _Days(((p.currency, p.amount > 0), [p.arrival_date], p.id) for p in open_p.values())
+    credits = _Days(((c.currency, c.amount > 0), _credit_days(c), c.id) for c in open_c.values())
     for one_id in sorted(open_c if several_payouts else open_p):
         if several_payouts and one_id in open_c:
             credit = open_c[one_id]
-            near = payouts.near(credit.currency, _credit_days(credit), rules.window_days)
-            pool = {i: open_p[i].amount for i in near if i in open_p and open_p[i].amount < credit.amount}
-            target = credit.amount
+            sign = 1 if credit.amount > 0 else -1
+            near = payouts.near((credit.currency, sign > 0), _credit_days(credit), rules.window_days)
+            pool = {i: sign * open_p[i].amount for i in near
+                    if i in open_p and sign * open_p[i].amount < sign * credit.amount}
+            target = sign * credit.amount
         elif not several_payouts and one_id in open_p:
             payout = open_p[one_id]
-            near = credits.near(payout.currency, [payout.arrival_date], rules.window_days)
-            pool = {i: open_c[i].amount for i in near if i in open_c and open_c[i].amount < payout.amount}
-            target = payout.amount
+            sign = 1 if payout.amount > 0 else -1
+            near = credits.near((payout.currency, sign > 0), [payout.arrival_date], rules.window_days)
+            pool = {i: sign * open_c[i].amount for i in near
+                    if i in open_c and sign * open_c[i].amount < sign * payout.amount}
+            target = sign * payout.amount
         else:
             continue
         if not 2 <= len(pool) <= rules.max_candidates:
             continue
-        found = _sums(pool, target, rules, several_payouts=several_payouts)
+        # the pool and the target as sizes (sign * amount): a debit's bank fee makes it larger, not smaller
+        found = _sums(pool, target, rules, several_payouts=several_payouts, sign=sign)
         if not found:
             continue
         members = sorted({i for ids in found for i in ids})
@@ -275,7 +295,7 @@ def _groups(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRu
         if len(found) == 1:
             total = sum(pool[i] for i in found[0])
             rule = "several_payouts" if several_payouts else "split_credit"
-            fee = total - target if several_payouts else target - total
+            fee = sign * (total - target if several_payouts else target - total)
             out.matches.append(Match(tuple(many), tuple(single), rule=rule, bank_fee=fee))
             _take(open_p, open_c, many, single)
             continue
@@ -285,14 +305,16 @@ def _groups(open_p: dict[int, Payout], open_c: dict[int, Credit], rules: MatchRu
         _take(open_p, open_c, ps, cs)
 
 
-def _sums(pool: dict[int, int], target: int, rules: MatchRules, *, several_payouts: bool) -> list[tuple[int, ...]]:
-    """The sets of 2 to ``max_group`` ids of ``pool`` (id -> amount) whose sum meets ``target``, less a bank fee
-    in tolerance (at most two are looked for: two are ambiguous)."""
+def _sums(pool: dict[int, int], target: int, rules: MatchRules, *, several_payouts: bool,
+          sign: int = 1) -> list[tuple[int, ...]]:
+    """The sets of 2 to ``max_group`` ids of ``pool`` (id -> size: amount times ``sign``) whose sum meets
+    ``target`` (a size too), less a bank fee in tolerance (``sum(payouts) - sum(entries)``, signed: the module
+    docstring). At most two are looked for: two are ambiguous."""
     found: list[tuple[int, ...]] = []
     for size in range(2, rules.max_group + 1):
         for combo in combinations(sorted(pool), size):
             total = sum(pool[i] for i in combo)
-            fee = total - target if several_payouts else target - total
+            fee = sign * (total - target if several_payouts else target - total)
             if 0 <= fee <= rules.bank_fee_tolerance:
                 found.append(combo)
                 if len(found) == 2:

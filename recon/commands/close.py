@@ -15,9 +15,9 @@ from recon.app import App
 from recon.clock import SystemClock
 from recon.close import close as closing
 from recon.errors import UsageError
-from recon.params import EXIT_FAILED, EXIT_OK, EXIT_REVIEW, LIMIT, check_output_path, operator_name, say
+from recon.params import EXIT_FAILED, EXIT_OK, EXIT_REVIEW, LIMIT, by_option, check_output_path, say
 from recon.payout_rows import ExceptionKind, PayoutStatus
-from recon.review import OPERATOR_MAX, REASON_MAX
+from recon.review import REASON_MAX
 
 
 def _day(text: str, option: str) -> date:
@@ -220,14 +220,13 @@ def payouts_exceptions(app: App, kind: str | None, state: str, limit: int, as_js
 @payouts.command("resolve")
 @click.argument("exception_id", type=click.IntRange(1, 2**63 - 1))
 @click.option("--reason", required=True, help="Why this is explained (recorded).")
-@click.option("--by", help="Who resolves it (default: user@host).")
+@by_option("Who resolves it: an operator (role operator or above); kept in the audit trail.")
 @click.pass_obj
 def payouts_resolve(app: App, exception_id: int, reason: str, by: str | None) -> None:
-    """Resolve an open exception by hand, with a reason and the operator; the payout's history records it."""
-    reason, operator = reason.strip(), (by or operator_name()).strip()
+    """Resolve an open exception by hand, with a reason and the operator; the payout's history and the audit
+    trail record it."""
+    reason = reason.strip()
     if not reason or len(reason) > REASON_MAX:
         raise UsageError(f"--reason: must be 1 to {REASON_MAX} characters")
-    if not operator or len(operator) > OPERATOR_MAX:
-        raise UsageError(f"--by: must be 1 to {OPERATOR_MAX} characters")
-    done = app.payouts.resolve(exception_id, by=operator, reason=reason)
-    say(f"exception {done.id} ({done.kind.value}) resolved by {operator}: {reason}")
+    done = app.actions.resolve_payout_exception(exception_id, reason=reason, by=by)
+    say(f"exception {done.id} ({done.kind.value}) resolved by {done.resolved_by}: {reason}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from itertools import islice
 from typing import Any, NoReturn
 
 import click
@@ -17,8 +18,9 @@ from recon.errors import UsageError
 from recon.operator_rows import Approval, Role
 from recon.params import EXIT_REVIEW, LIMIT, Duration, by_option, pending_approval, say
 from recon.payments.money import format_amount
+from recon.payout_rows import ExceptionKind
 from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
-from recon.render.payments import payment_detail, review_table
+from recon.render.payments import payment_detail, payout_exceptions_table, review_table
 from recon.render.refunds import disputes_table
 from recon.review import Difference
 from recon.review_rows import QueueFilter, ReviewKind, Severity
@@ -29,16 +31,18 @@ def review() -> None:
     """Payments in needs_review: list them, look at one, resolve it by hand, or ask the PSP again."""
 
 
-def queue_filters(*kind_flags: str) -> Callable[[Callable[..., None]], Any]:
-    """The queue's filters, shared by ``list`` (the kind as ``--reason`` or ``--kind``) and ``bulk-resolve``
-    (``--kind``: its ``--reason`` is the resolution's, as for ``resolve``)."""
-    return lambda func: _with_filters(func, kind_flags)
+def queue_filters(*kind_flags: str, payout_kinds: bool = False) -> Callable[[Callable[..., None]], Any]:
+    """The queue's filters, shared by ``list`` (the kind as ``--reason`` or ``--kind``; ``payout_kinds``: the
+    close's exception kinds too) and ``bulk-resolve`` (``--kind``: its ``--reason`` is the resolution's, as for
+    ``resolve``)."""
+    return lambda func: _with_filters(func, kind_flags, payout_kinds)
 
 
-def _with_filters(func: Callable[..., None], kind_flags: tuple[str, ...]) -> Any:
+def _with_filters(func: Callable[..., None], kind_flags: tuple[str, ...], payout_kinds: bool) -> Any:
+    kinds = [k.value for k in ReviewKind] + ([k.value for k in ExceptionKind] if payout_kinds else [])
     options = [
-        click.option(*kind_flags, "kind", type=click.Choice([k.value for k in ReviewKind]),
-                     help="Only this kind of reason."),
+        click.option(*kind_flags, "kind", type=click.Choice(kinds),
+                     help="Only this kind of reason" + (" (or of payout exception)." if payout_kinds else ".")),
         click.option("--psp"),
         click.option("--older-than", type=Duration(), help="Only payments in review for longer than this (e.g. 2d)."),
         click.option("--currency", help="Only this ISO-4217 currency."),
@@ -60,22 +64,41 @@ def _where(app: App, kw: dict[str, Any]) -> QueueFilter:
 
 
 @review.command("list")
-@queue_filters("--reason", "--kind")
+@queue_filters("--reason", "--kind", payout_kinds=True)
 @click.option("--limit", type=LIMIT, default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def review_list(app: App, /, limit: int, as_json: bool, **filters: Any) -> None:
     """Payments in needs_review, longest in review first: why, for how long, severity, due-by, assignee, the
-    PSP's latest answer."""
-    where = _where(app, filters)
-    items = app.review.list(**filters, limit=min(limit, 10_000))
-    if as_json:
-        totals = app.review.totals(where)
-        click.echo(json.dumps({"payments": [i.to_dict() for i in items], "total": totals.count,
-                               "by_currency": [vars_of(t) for t in totals.by_currency]}))
-        return
+    PSP's latest answer; then the close's open payout exceptions, oldest first (recon payouts show / resolve).
 
-    review_table(items, now=app.review.clock.now())
+    A payout exception kind (--kind bank_missing, ...) lists only those; a payment kind only payments. --psp
+    keeps the exceptions of that PSP's payouts; the filters only payments have (age, currency, assignee,
+    severity, overdue) leave the payout exceptions out."""
+    payout_kind = filters["kind"] if filters["kind"] in PAYOUT_KINDS else None
+    with_payments = payout_kind is None
+    with_payouts = filters["kind"] is None or payout_kind is not None
+    with_payouts = with_payouts and not any(filters[k] for k in PAYMENT_ONLY)
+    items = app.review.list(**filters, limit=min(limit, 10_000)) if with_payments else []
+    exceptions = (list(islice(app.payouts.iter_exceptions(state="open", kind=payout_kind, psp=filters["psp"]),
+                              limit)) if with_payouts else [])
+    if as_json:
+        totals = app.review.totals(_where(app, filters)) if with_payments else None
+        click.echo(json.dumps({"payments": [i.to_dict() for i in items], "total": totals.count if totals else 0,
+                               "by_currency": [vars_of(t) for t in totals.by_currency] if totals else [],
+                               "payout_exceptions": [e.to_dict() for e in exceptions],
+                               "payout_exceptions_by_kind": app.payouts.open_by_kind() if with_payouts else {}}))
+        return
+    if with_payments:
+        review_table(items, now=app.review.clock.now())
+    if with_payouts:
+        payout_exceptions_table(exceptions)
+
+
+#: the close's exception kinds (``--kind`` of ``review list`` takes them too)
+PAYOUT_KINDS = frozenset(k.value for k in ExceptionKind)
+#: the filters that only payments have: with one of them, ``review list`` leaves payout exceptions out
+PAYMENT_ONLY = ("older_than", "currency", "assignee", "unassigned", "severity", "overdue")
 
 
 def vars_of(total: Any) -> dict[str, Any]:

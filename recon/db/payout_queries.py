@@ -15,8 +15,9 @@ LINE_COLUMNS = """id, payout_id, line_ref, kind, psp_reference, merchant_referen
     payment_id, missing_locally, movement_reference, refund_id, dispute_id"""
 EXCEPTION_COLUMNS = """id, kind, payout_id, bank_entry_id, detail, state, created_at, resolved_by, resolution,
     resolved_at"""
-CREDIT_COLUMNS = """id, account, amount, currency, booking_date, value_date, bank_reference, end_to_end_id,
-    remittance, payout_id"""
+#: a bank entry as the close sees it: signed (a debit's amount negative, as a negative payout's)
+CREDIT_COLUMNS = """id, account, CASE WHEN direction = 'debit' THEN -amount ELSE amount END AS amount, direction,
+    currency, booking_date, value_date, bank_reference, end_to_end_id, remittance, payout_id"""
 
 payout_get_by_ref = Query(
     "payout_get_by_ref",
@@ -110,6 +111,18 @@ payout_event_insert = Query(
     sql="INSERT INTO payout_events (payout_id, at, kind, detail) VALUES (:payout_id, {now}, :kind, :detail)",
 )
 
+payout_event_insert_many = Query(
+    "payout_event_insert_many",
+    "Run by the close: the history lines of its new matches. PostgreSQL: one JSON array in one statement, in "
+    "order; SQLite: executemany.",
+    postgresql="""INSERT INTO payout_events (payout_id, at, kind, detail)
+                  SELECT r.payout_id, {now}, r.kind, r.detail
+                  FROM ROWS FROM (jsonb_to_recordset({json:rows}) AS (payout_id bigint, kind text, detail text))
+                       WITH ORDINALITY AS r(payout_id, kind, detail, n)
+                  ORDER BY r.n""",
+    sqlite="INSERT INTO payout_events (payout_id, at, kind, detail) VALUES (:payout_id, {now}, :kind, :detail)",
+)
+
 payout_events_of = Query(
     "payout_events_of",
     "Run by `recon payouts show`: a payout's history, oldest first.",
@@ -123,22 +136,32 @@ payout_lines_of = Query(
             ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
 )
 
+#: the payouts of a close's window (`payout_list`'s conditions), for the reads of their lines in one statement
+_WINDOW_PG = """SELECT id FROM payouts WHERE psp = :psp AND arrival_date >= CAST(:since AS date)
+                 AND arrival_date < CAST(:until AS date) AND id <= :last_id"""
+_WINDOW_SQLITE = """SELECT id FROM payouts WHERE psp = :psp AND arrival_date >= :since AND arrival_date < :until
+                     AND id <= :last_id"""
+_REPORT_LINES = """SELECT payout_id, merchant_reference, psp_reference, kind, gross, fee, net, currency, payment_id,
+                          missing_locally
+                   FROM payout_lines WHERE payout_id IN ({}) ORDER BY payout_id, id"""
+_LINE_TOTALS = """SELECT kind, currency, SUM(gross) AS gross, SUM(fee) AS fee, SUM(net) AS net
+                  FROM payout_lines WHERE payout_id IN ({}) GROUP BY kind, currency"""
+
 payout_report_lines = Query(
     "payout_report_lines",
-    "Run by the close's report: what it prints of the lines of a page of payouts, by payout and id.",
-    sql="""SELECT payout_id, merchant_reference, psp_reference, kind, gross, fee, net, currency, payment_id,
-                  missing_locally
-           FROM payout_lines WHERE payout_id IN :ids ORDER BY payout_id, id""",
-    expanding=("ids",),
+    "Run by the close's report, streamed: what it prints of the lines of the window's payouts (up to :last_id, "
+    "the last the close read), by payout and id. One statement, not one per page of payouts: with no "
+    "statistics (a table never analysed) the planner reads a page's `IN` list by a scan of every line.",
+    postgresql=_REPORT_LINES.format(_WINDOW_PG),
+    sqlite=_REPORT_LINES.format(_WINDOW_SQLITE),
 )
 
 payout_line_totals = Query(
     "payout_line_totals",
-    "Run by the close: per payout and line kind and currency, the sums of gross, fee and net.",
-    sql="""SELECT payout_id, kind, currency, SUM(gross) AS gross, SUM(fee) AS fee, SUM(net) AS net,
-                  COUNT(*) AS n, SUM(CASE WHEN missing_locally THEN 1 ELSE 0 END) AS missing
-           FROM payout_lines WHERE payout_id IN :ids GROUP BY payout_id, kind, currency""",
-    expanding=("ids",),
+    "Run by the close: per line kind and currency of the window's payouts (up to :last_id), the sums of gross, "
+    "fee and net.",
+    postgresql=_LINE_TOTALS.format(_WINDOW_PG),
+    sqlite=_LINE_TOTALS.format(_WINDOW_SQLITE),
 )
 
 payout_list = Query(
@@ -160,9 +183,10 @@ payout_list = Query(
 
 credit_list = Query(
     "credit_list",
-    "Run by the close: the credits of :accounts booked in [:since, :until), by id.",
+    "Run by the close: the entries of :accounts booked in [:since, :until), credits and debits (a negative "
+    "payout is a debit), by id.",
     sql=f"""SELECT {CREDIT_COLUMNS} FROM bank_entries
-            WHERE direction = 'credit' AND account IN :accounts AND booking_date >= :since AND booking_date < :until
+            WHERE account IN :accounts AND booking_date >= :since AND booking_date < :until
               AND id > :after_id
             ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
     expanding=("accounts",),
@@ -177,16 +201,29 @@ credit_get = Query(
 
 match_insert = Query(
     "match_insert",
-    "Run by the close: a payout explained by a bank entry (stored once).",
-    sql="""INSERT INTO payout_matches (payout_id, bank_entry_id, rule, bank_fee, matched_at)
-           VALUES (:payout_id, :bank_entry_id, :rule, :bank_fee, {now})
-           ON CONFLICT (payout_id, bank_entry_id) DO NOTHING""",
+    "Run by the close: the payouts explained by bank entries (each pair stored once). PostgreSQL: the close's "
+    "pairs as one JSON array in one statement; SQLite (in process, no round trips): executemany.",
+    postgresql="""INSERT INTO payout_matches (payout_id, bank_entry_id, rule, bank_fee, matched_at)
+                  SELECT r.payout_id, r.bank_entry_id, r.rule, r.bank_fee, {now}
+                  FROM jsonb_to_recordset({json:rows}) AS r(payout_id bigint, bank_entry_id bigint, rule text,
+                                                            bank_fee bigint)
+                  ON CONFLICT (payout_id, bank_entry_id) DO NOTHING""",
+    sqlite="""INSERT INTO payout_matches (payout_id, bank_entry_id, rule, bank_fee, matched_at)
+              VALUES (:payout_id, :bank_entry_id, :rule, :bank_fee, {now})
+              ON CONFLICT (payout_id, bank_entry_id) DO NOTHING""",
 )
 
 entry_link = Query(
     "entry_link",
-    "Run by the close with match_insert: the entry's own link to (the first of) its payouts.",
-    sql="UPDATE bank_entries SET payout_id = :payout_id WHERE id = :id AND payout_id IS NULL",
+    "Run by the close with match_insert: each entry's own link to (the first of) its payouts. PostgreSQL: one "
+    "JSON array of (entry, payout) in the close's order, the first pair of an entry winning; SQLite: executemany.",
+    postgresql="""UPDATE bank_entries e SET payout_id = l.payout_id
+                  FROM (SELECT DISTINCT ON (r.id) r.id, r.payout_id
+                        FROM ROWS FROM (jsonb_to_recordset({json:rows}) AS (id bigint, payout_id bigint))
+                             WITH ORDINALITY AS r(id, payout_id, n)
+                        ORDER BY r.id, r.n) AS l
+                  WHERE e.id = l.id AND e.payout_id IS NULL""",
+    sqlite="UPDATE bank_entries SET payout_id = :payout_id WHERE id = :id AND payout_id IS NULL",
 )
 
 match_list = Query(
@@ -218,12 +255,23 @@ match_delete = Query(
 
 exception_insert = Query(
     "exception_insert",
-    "Run by the close: an exception, unless one with its key is open, or was resolved by a person (their word "
-    "stands until the payout changes: a reopened payout's exceptions are cleared).",
-    sql="""INSERT INTO payout_exceptions (exception_key, kind, payout_id, bank_entry_id, detail, state, created_at)
-           SELECT :key, :kind, :payout_id, :bank_entry_id, :detail, 'open', {now}
-           WHERE NOT EXISTS (SELECT 1 FROM payout_exceptions WHERE exception_key = :key AND state = 'resolved')
-           ON CONFLICT (exception_key) WHERE state = 'open' DO NOTHING""",
+    "Run by the close: its exceptions, each unless one with its key is open, or was resolved by a person (their "
+    "word stands until the payout changes: a reopened payout's exceptions are cleared). PostgreSQL: one JSON "
+    "array in one statement, in order; SQLite: executemany.",
+    postgresql="""INSERT INTO payout_exceptions (exception_key, kind, payout_id, bank_entry_id, detail, state,
+                                                 created_at)
+                  SELECT r.key, r.kind, r.payout_id, r.bank_entry_id, r.detail, 'open', {now}
+                  FROM ROWS FROM (jsonb_to_recordset({json:rows}) AS (key text, kind text, payout_id bigint,
+                                                                       bank_entry_id bigint, detail text))
+                       WITH ORDINALITY AS r(key, kind, payout_id, bank_entry_id, detail, n)
+                  WHERE NOT EXISTS (SELECT 1 FROM payout_exceptions x
+                                    WHERE x.exception_key = r.key AND x.state = 'resolved')
+                  ORDER BY r.n
+                  ON CONFLICT (exception_key) WHERE state = 'open' DO NOTHING""",
+    sqlite="""INSERT INTO payout_exceptions (exception_key, kind, payout_id, bank_entry_id, detail, state, created_at)
+              SELECT :key, :kind, :payout_id, :bank_entry_id, :detail, 'open', {now}
+              WHERE NOT EXISTS (SELECT 1 FROM payout_exceptions WHERE exception_key = :key AND state = 'resolved')
+              ON CONFLICT (exception_key) WHERE state = 'open' DO NOTHING""",
 )
 
 exception_open_in_scope = Query(
@@ -236,9 +284,10 @@ exception_open_in_scope = Query(
 
 exception_clear = Query(
     "exception_clear",
-    "Run by the close: an open exception the evidence now explains (or a reopened payout's) is cleared.",
+    "Run by the close: the open exceptions :ids the evidence now explains are cleared.",
     sql="""UPDATE payout_exceptions SET state = 'cleared', resolved_at = {now}, resolution = :why
-           WHERE id = :id AND state = 'open'""",
+           WHERE id IN :ids AND state = 'open'""",
+    expanding=("ids",),
 )
 
 exception_clear_of_payout = Query(
@@ -253,13 +302,17 @@ exception_clear_of_payout = Query(
 
 exception_list = Query(
     "exception_list",
-    "Run by `recon payouts exceptions` and the console: exceptions by state and kind, by id.",
+    "Run by `recon payouts exceptions`, `recon review list` and the console: exceptions by state, kind and "
+    "payout PSP (a credit's exception has none: left out when :psp is given), by id.",
     postgresql=f"""SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions
                    WHERE (CAST(:state AS text) IS NULL OR state = :state)
-                     AND (CAST(:kind AS text) IS NULL OR kind = :kind) AND id > :after_id
+                     AND (CAST(:kind AS text) IS NULL OR kind = :kind)
+                     AND (CAST(:psp AS text) IS NULL OR payout_id IN (SELECT id FROM payouts WHERE psp = :psp))
+                     AND id > :after_id
                    ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
     sqlite=f"""SELECT {EXCEPTION_COLUMNS} FROM payout_exceptions
-               WHERE (:state IS NULL OR state = :state) AND (:kind IS NULL OR kind = :kind) AND id > :after_id
+               WHERE (:state IS NULL OR state = :state) AND (:kind IS NULL OR kind = :kind)
+                 AND (:psp IS NULL OR payout_id IN (SELECT id FROM payouts WHERE psp = :psp)) AND id > :after_id
                ORDER BY id LIMIT :n""",  # nosec B608  # column list constant
 )
 
@@ -281,4 +334,40 @@ exception_resolve = Query(
     sql="""UPDATE payout_exceptions SET state = 'resolved', resolved_by = :by, resolution = :reason,
                                         resolved_at = {now}
            WHERE id = :id AND state = 'open'""",
+)
+
+close_run_insert = Query(
+    "close_run_insert",
+    "Run by every close (`recon close`, the close schedule, the demo): the window it closed and what it left open.",
+    sql="""INSERT INTO close_runs (psp, since, until, ran_at, payouts, open_items, closed)
+           VALUES (:psp, :since, :until, {now}, :payouts, :open_items, :closed)""",
+)
+
+close_run_last = Query(
+    "close_run_last",
+    "Run by `recon stats`, the console's overview and the metrics: each PSP's last close.",
+    sql="""SELECT r.psp, r.since, r.until, r.ran_at, r.payouts, r.open_items, r.closed FROM close_runs r
+           WHERE r.id = (SELECT max(x.id) FROM close_runs x WHERE x.psp = r.psp) ORDER BY r.psp""",
+)
+
+exception_open_by_kind = Query(
+    "exception_open_by_kind",
+    "Run by `recon stats`, the review desk and the metrics: the open payout exceptions by kind.",
+    sql="SELECT kind, COUNT(*) AS n FROM payout_exceptions WHERE state = 'open' GROUP BY kind ORDER BY kind",
+)
+
+exception_open_amounts = Query(
+    "exception_open_amounts",
+    "Run by `recon stats` and the metrics: per currency, the payouts with an open exception and the credits "
+    "with one that names no payout (unexplained or ambiguous), their count and amount (debits negative).",
+    sql="""SELECT 'payouts' AS side, currency, COUNT(*) AS n, SUM(amount) AS amount FROM payouts
+           WHERE id IN (SELECT payout_id FROM payout_exceptions WHERE state = 'open' AND payout_id IS NOT NULL)
+           GROUP BY currency
+           UNION ALL
+           SELECT 'bank_entries' AS side, currency, COUNT(*) AS n,
+                  SUM(CASE WHEN direction = 'debit' THEN -amount ELSE amount END) AS amount FROM bank_entries
+           WHERE id IN (SELECT bank_entry_id FROM payout_exceptions
+                        WHERE state = 'open' AND payout_id IS NULL AND bank_entry_id IS NOT NULL)
+           GROUP BY currency
+           ORDER BY side, currency""",
 )

@@ -21,7 +21,7 @@ bank's texts it is compared with (``recon.bank.importer`` masks those), so that 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import date
 from typing import Any
 
@@ -49,6 +49,8 @@ from recon.payout_rows import (
 from recon.redact import redact, redact_optional
 
 PAGE = 500
+#: rows of one kind per JSON-array statement of the close (PostgreSQL)
+BATCH = 5000
 #: line kinds about a payment of ours: a line of these kinds we cannot find is ``missing_locally``
 PAYMENT_KINDS = frozenset({LineKind.CHARGE, LineKind.REFUND, LineKind.DISPUTE, LineKind.DISPUTE_REVERSAL})
 #: the line kinds about a dispute: linked to our dispute by its PSP id (Adyen's: the payment's PSP reference)
@@ -209,21 +211,27 @@ class PayoutStore:
                 return
             after = int(rows[-1]["id"])
 
-    def report_lines(self, payout_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
-        """The close report's view of the lines of a page of payouts: merchant reference, PSP reference, kind,
-        gross, fee, net, currency and category (``PayoutLine.category``), read in one fetch (a month's report
-        prints a million of them: no row objects)."""
-        out: dict[int, list[dict[str, Any]]] = {i: [] for i in payout_ids}
-        if not payout_ids:
-            return out
+    def iter_report_lines(self, *, psp: str, since: date, until: date, last_id: int,
+                          yield_per: int = 2000) -> Generator[tuple[int, dict[str, Any]], None, None]:
+        """The close report's view of the lines of ``psp``'s payouts arriving in ``[since, until)`` with ids up
+        to ``last_id``: (payout id, its merchant reference, PSP reference, kind, gross, fee, net, currency and
+        category as ``PayoutLine.category``), by payout and id, streamed in one statement (a month's report
+        prints a million of them: no row objects, never all in memory)."""
+        params = {"psp": psp, "since": self._day(since), "until": self._day(until), "last_id": last_id}
         with self.db.begin() as conn:
-            rows = conn.execute(self._q(q.payout_report_lines), {"ids": list(payout_ids)}).all()
-        for pid, ours, psp_ref, kind, gross, fee, net, currency, payment_id, missing in rows:
-            category = "matched" if payment_id is not None else "missing_locally" if missing else "not_a_payment"
-            out[int(pid)].append({"merchant_reference": ours, "psp_reference": psp_ref, "kind": kind,
-                                  "gross": int(gross), "fee": int(fee), "net": int(net), "currency": currency,
-                                  "category": category})
-        return out
+            result = conn.execution_options(stream_results=True, yield_per=yield_per).execute(
+                self._q(q.payout_report_lines), params)
+            try:
+                # row by row: the driver fetches yield_per rows at a time; Result.partitions() measured holding
+                # every row read (800 MB for a month's million lines), iterating the result 50 MB
+                for pid, ours, psp_ref, kind, gross, fee, net, currency, payment_id, missing in result:
+                    category = ("matched" if payment_id is not None else "missing_locally" if missing
+                                else "not_a_payment")
+                    yield int(pid), {"merchant_reference": ours, "psp_reference": psp_ref, "kind": kind,
+                                     "gross": int(gross), "fee": int(fee), "net": int(net), "currency": currency,
+                                     "category": category}
+            finally:
+                result.close()
 
     def events(self, payout_id: int) -> list[PayoutEvent]:
         with self.db.begin() as conn:
@@ -231,17 +239,13 @@ class PayoutStore:
         return [PayoutEvent(payout_id=int(r["payout_id"]), at=self.db.from_db(r["at"]),  # type: ignore[arg-type]
                             kind=r["kind"], detail=r["detail"]) for r in rows]
 
-    def line_totals(self, payout_ids: Sequence[int]) -> list[dict[str, Any]]:
-        """Per payout, line kind and currency: gross, fee, net sums, line count and lines missing locally."""
-        out: list[dict[str, Any]] = []
+    def line_totals(self, *, psp: str, since: date, until: date, last_id: int) -> list[dict[str, Any]]:
+        """Per line kind and currency of ``psp``'s payouts arriving in ``[since, until)`` with ids up to
+        ``last_id``: the gross, fee and net sums."""
+        params = {"psp": psp, "since": self._day(since), "until": self._day(until), "last_id": last_id}
         with self.db.begin() as conn:
-            for start in range(0, len(payout_ids), PAGE):
-                out += [{"payout_id": int(r["payout_id"]), "kind": r["kind"], "currency": r["currency"],
-                         "gross": int(r["gross"]), "fee": int(r["fee"]), "net": int(r["net"]), "n": int(r["n"]),
-                         "missing": int(r["missing"] or 0)}
-                        for r in conn.execute(self._q(q.payout_line_totals),
-                                              {"ids": list(payout_ids[start:start + PAGE])}).mappings()]
-        return out
+            return [{"kind": r["kind"], "currency": r["currency"], "gross": int(r["gross"]), "fee": int(r["fee"]),
+                     "net": int(r["net"])} for r in conn.execute(self._q(q.payout_line_totals), params).mappings()]
 
     def matched_entries(self, payout_id: int) -> list[Credit]:
         with self.db.begin() as conn:
@@ -250,7 +254,7 @@ class PayoutStore:
     # --- the close ------------------------------------------------------------------------------------------
 
     def iter_credits(self, accounts: Sequence[str], *, since: date, until: date, page: int = PAGE) -> Iterator[Credit]:
-        """The credits of ``accounts`` booked in ``[since, until)``, by id."""
+        """The entries of ``accounts`` booked in ``[since, until)``, credits and debits (signed), by id."""
         if not accounts:
             return
         after = 0
@@ -282,31 +286,42 @@ class PayoutStore:
         findings = list(findings)
         keys = {f.key for f in findings}
         now = self.db.now_param()
-        pairs = [{"payout_id": p, "bank_entry_id": e, "rule": m.rule, "bank_fee": m.bank_fee, "now": now}
+        pairs = [{"payout_id": p, "bank_entry_id": e, "rule": m.rule, "bank_fee": m.bank_fee}
                  for m in matches for p in m.payout_ids for e in m.entry_ids]
-        events = [{"payout_id": p, "kind": "matched", "now": now, "detail": redact(
+        events = [{"payout_id": p, "kind": "matched", "detail": redact(
                    f"bank entr{'y' if len(m.entry_ids) == 1 else 'ies'} {', '.join(map(str, m.entry_ids))} by rule "
                    f"{m.rule}" + (f", bank fee {m.bank_fee}" if m.bank_fee else ""))[:2000]}
                   for m in matches for p in m.payout_ids]
         rows = [{"key": f.key, "kind": f.kind.value, "payout_id": f.payout_id, "bank_entry_id": f.entry_id,
-                 "detail": redact(f.detail)[:2000], "now": now} for f in findings]
+                 "detail": redact(f.detail)[:2000]} for f in findings]
         with self.db.begin() as conn:
-            # executemany, a page at a time: a month's close stores tens of thousands of matches
-            for query, batch in ((q.match_insert, pairs), (q.payout_event_insert, events), (q.exception_insert, rows)):
-                for start in range(0, len(batch), PAGE):
-                    conn.execute(self._q(query), batch[start:start + PAGE])
-            for start in range(0, len(pairs), PAGE):
-                conn.execute(self._q(q.entry_link), [{"payout_id": r["payout_id"], "id": r["bank_entry_id"]}
-                                                     for r in pairs[start:start + PAGE]])
-            open_rows = self._open_in_scope(conn, payout_ids, entry_ids)
-            still = []
-            for row in open_rows:
+            self._write_many(conn, q.match_insert, pairs)
+            self._write_many(conn, q.entry_link, [{"payout_id": r["payout_id"], "id": r["bank_entry_id"]}
+                                                  for r in pairs])
+            self._write_many(conn, q.payout_event_insert_many, events)
+            self._write_many(conn, q.exception_insert, rows)
+            still, explained = [], []
+            for row in self._open_in_scope(conn, payout_ids, entry_ids):
                 if row["exception_key"] in keys:
                     still.append(self._exception(row))
                 else:
-                    conn.execute(self._q(q.exception_clear), {"id": row["id"], "now": now,
-                                                              "why": "explained by a later close"})
+                    explained.append(int(row["id"]))
+            for start in range(0, len(explained), PAGE):
+                conn.execute(self._q(q.exception_clear), {"ids": explained[start:start + PAGE], "now": now,
+                                                          "why": "explained by a later close"})
         return still
+
+    def _write_many(self, conn: sa.Connection, query: Any, rows: list[dict[str, Any]]) -> None:
+        """A close's rows of one kind. PostgreSQL: ``BATCH`` rows as one JSON array per statement (the
+        ``postgresql`` form of ``query``); per-row statements cost a round trip each, and a month's close stores
+        tens of thousands of matches. SQLite runs in process: executemany, a page at a time."""
+        now = self.db.now_param()
+        if self.db.is_postgresql:
+            for start in range(0, len(rows), BATCH):
+                conn.execute(self._q(query), {"rows": orjson.dumps(rows[start:start + BATCH]).decode(), "now": now})
+            return
+        for start in range(0, len(rows), PAGE):
+            conn.execute(self._q(query), [{**r, "now": now} for r in rows[start:start + PAGE]])
 
     def _open_in_scope(self, conn: sa.Connection, payout_ids: Sequence[int], entry_ids: Sequence[int]) -> list[Any]:
         rows: dict[int, Any] = {}
@@ -320,13 +335,14 @@ class PayoutStore:
 
     # --- the review desk's payout exceptions ----------------------------------------------------------------
 
-    def iter_exceptions(self, *, state: str | None = "open", kind: str | None = None,
+    def iter_exceptions(self, *, state: str | None = "open", kind: str | None = None, psp: str | None = None,
                         page: int = PAGE) -> Iterator[PayoutException]:
+        """Exceptions by id, in ``state``, of ``kind``, of a payout of ``psp`` (a credit's has no PSP)."""
         after = 0
         while True:
             with self.db.begin() as conn:
-                rows = conn.execute(self._q(q.exception_list), {"state": state, "kind": kind, "after_id": after,
-                                                                "n": page}).mappings().all()
+                rows = conn.execute(self._q(q.exception_list), {"state": state, "kind": kind, "psp": psp,
+                                                                "after_id": after, "n": page}).mappings().all()
             yield from (self._exception(r) for r in rows)
             if len(rows) < page:
                 return
@@ -357,6 +373,35 @@ class PayoutStore:
                             f"{row['kind']} resolved by {redact(by)}: {redact(reason)}")
         return self._exception(row)
 
+    def open_by_kind(self) -> dict[str, int]:
+        """The open exceptions' count per kind."""
+        with self.db.begin() as conn:
+            return {r["kind"]: int(r["n"]) for r in conn.execute(self._q(q.exception_open_by_kind)).mappings()}
+
+    def open_amounts(self) -> list[dict[str, Any]]:
+        """Per side (``payouts``, ``bank_entries``) and currency: what open exceptions leave unexplained, its
+        count and amount in minor units (a payout's signed amount; a bank debit negative)."""
+        with self.db.begin() as conn:
+            return [{"side": r["side"], "currency": r["currency"], "count": int(r["n"]), "amount": int(r["amount"])}
+                    for r in conn.execute(self._q(q.exception_open_amounts)).mappings()]
+
+    def record_run(self, *, psp: str, since: date, until: date, payouts: int, open_items: int, closed: bool) -> None:
+        """One close that ran: its window and what it left open (each PSP's last close in ``recon stats``)."""
+        with self.db.begin() as conn:
+            conn.execute(self._q(q.close_run_insert), {
+                "psp": psp, "since": self._day(since), "until": self._day(until), "payouts": payouts,
+                "open_items": open_items, "closed": closed, "now": self.db.now_param()})
+
+    def last_runs(self) -> list[dict[str, Any]]:
+        """Each PSP's last close: its window, when it ran, its payouts, open items and whether it closed."""
+        with self.db.begin() as conn:
+            rows = conn.execute(self._q(q.close_run_last)).mappings().all()
+        return [{"psp": r["psp"], "since": _from_day(r["since"]).isoformat(),
+                 "until": _from_day(r["until"]).isoformat(),
+                 "ran_at": self.db.from_db(r["ran_at"]).isoformat(),  # type: ignore[union-attr]
+                 "payouts": int(r["payouts"]), "open_items": int(r["open_items"]), "closed": bool(r["closed"])}
+                for r in rows]
+
     # --- rows -----------------------------------------------------------------------------------------------
 
     def _payout(self, r: Any) -> Payout:
@@ -385,7 +430,7 @@ class PayoutStore:
                       booking_date=_from_day(r["booking_date"]),
                       value_date=_from_day(r["value_date"]) if r["value_date"] is not None else None,
                       bank_reference=r["bank_reference"], end_to_end_id=r["end_to_end_id"], remittance=r["remittance"],
-                      payout_id=None if r["payout_id"] is None else int(r["payout_id"]))
+                      payout_id=None if r["payout_id"] is None else int(r["payout_id"]), direction=r["direction"])
 
     def _exception(self, r: Any) -> PayoutException:
         return PayoutException(id=int(r["id"]), kind=ExceptionKind(r["kind"]),

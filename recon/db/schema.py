@@ -544,6 +544,22 @@ payout_exceptions = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# the closes that ran (migration 0023): each PSP's last close for recon stats and the metrics
+close_runs = sa.Table(
+    "close_runs",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("psp", sa.Text(), nullable=False),
+    sa.Column("since", Day, nullable=False),
+    sa.Column("until", Day, nullable=False),
+    sa.Column("ran_at", Timestamp, nullable=False),
+    sa.Column("payouts", sa.Integer(), nullable=False),
+    sa.Column("open_items", sa.Integer(), nullable=False),
+    sa.Column("closed", sa.Boolean(), nullable=False),
+    sa.Index("close_runs_psp", "psp", "id"),
+    sqlite_autoincrement=True,
+)
+
 # --- refunds (migration 0018): money given back, each refund a job of its own, never more than captured -------
 
 REFUND_STATUSES = ("created", "processing", "pending", "succeeded", "failed", "needs_review")

@@ -81,6 +81,17 @@ def review_table(items: Sequence[Any], *, now: datetime) -> None:
     stdout_console().print(table)
 
 
+def payout_exceptions_table(exceptions: Sequence[Any]) -> None:
+    """``recon review list``: the close's open exceptions (recon.payout_rows.PayoutException), oldest first."""
+    table = FoldTable(title=f"{len(exceptions)} open payout exceptions (recon payouts show PAYOUT / resolve ID)")
+    for col in ("id", "kind", "payout", "bank entry", "since", "what"):
+        table.add_column(col, justify="right" if col in ("id", "payout", "bank entry") else "left")
+    for e in exceptions:
+        table.add_row(str(e.id), e.kind.value, str(e.payout_id or "-"), str(e.entry_id or "-"),
+                      timestamp(e.created_at), e.detail)
+    stdout_console().print(table)
+
+
 def sweep_dry_run(payments: Sequence[Any], *, modes: dict[str, str] | None = None) -> None:
     how = ", ".join(f"{psp} {mode}" for psp, mode in sorted((modes or {}).items()))
     table = FoldTable(title=f"dry run: would check {len(payments)} payments" + (f" (mode: {how})" if how else ""))

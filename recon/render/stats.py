@@ -130,6 +130,21 @@ def review_lines(doc: dict[str, Any]) -> None:
         console.print(table)
 
 
+def payouts_lines(doc: dict[str, Any]) -> None:
+    """`recon stats`: the close's open exceptions by kind, what they leave unexplained, each PSP's last close."""
+    console = stdout_console()
+    p = doc["payouts"]
+    kinds = ", ".join(f"{n} {kind}" for kind, n in p["open_by_kind"].items())
+    console.print(f"payout exceptions open: {p['open_exceptions']}" + (f" ({kinds})" if kinds else ""))
+    for currency, u in p["unmatched"].items():
+        console.print(f"  unexplained {currency}: {u['payouts']} payouts {format_amount(u['payouts_amount'], currency)}"
+                      f", {u['bank_entries']} bank entries {format_amount(u['bank_entries_amount'], currency)}")
+    for c in p["last_close"]:
+        state = "closed" if c["closed"] else f"{c['open_items']} open"
+        console.print(f"last close {c['psp']}: {c['since']}..{c['until']} at {c['ran_at'][:19]}, {c['payouts']} "
+                      f"payouts, {state}")
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime, timedelta
 
+import sqlalchemy as sa
+
+from recon.db import schema
 from recon.db.database import Database
 from recon.db.payout_store import PayoutStore
-from recon.payout_rows import ExceptionKind, Finding, LineKind, NewPayout, NewPayoutLine, PayoutStatus
+from recon.payout_rows import ExceptionKind, ExceptionState, Finding, LineKind, NewPayout, NewPayoutLine, PayoutStatus
 from tests.cli import Runner
 from tests.console import console, csrf_token
 
@@ -57,3 +60,27 @@ def test_payouts_pages__a_day_matched_and_open_the_drill_down_and_a_resolve(db: 
     assert [(e["state"], e["resolved_by"], e["resolution"]) for e in shown["exceptions"]] == [
         ("resolved", "ann", "the bank booked it on the 3rd")]
     assert shown["events"][-1]["kind"] == "resolved"
+
+
+def test_payouts_pages__the_resolve_goes_through_actions_a_viewer_is_refused_and_the_queue_links_them(
+        db: Database, db_url: str) -> None:
+    _, missing, exception_id = _store(db)
+    with console(db_url, login="vic") as client:  # a viewer: the form is there, the write refused
+        review = client.get("/review")
+        assert review.status_code == 200
+        assert 'data-stat="payout-exceptions"' in review.text and 'href="/payouts/exceptions"' in review.text
+        assert 'data-payout-kind="bank_missing">1 bank missing' in review.text
+        csrf = csrf_token(client, f"/payouts/{missing}")
+        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "reason": "seen"})
+        assert refused.status_code == 403 and "has the role viewer" in refused.text
+    assert PayoutStore(db).exception(exception_id).state is ExceptionState.OPEN  # type: ignore[union-attr]
+    with console(db_url, login="ann") as client:
+        csrf = csrf_token(client, f"/payouts/{missing}")
+        done = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "reason": "seen"})
+        assert done.status_code == 200 and "resolved by ann" in done.text
+        assert 'data-stat="payout-exceptions"' not in client.get("/review").text  # none open: no line
+    with db.begin() as conn:
+        rows = conn.execute(sa.select(schema.audit_log.c.actor, schema.audit_log.c.subject,
+                                      schema.audit_log.c.outcome).where(
+            schema.audit_log.c.action == "payouts.resolve")).all()
+    assert [tuple(r) for r in rows] == [("ann", f"payout exception {exception_id}", "done")]

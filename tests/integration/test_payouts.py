@@ -21,10 +21,12 @@ from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
+from recon.operator_rows import Role
 from recon.payout_rows import ExceptionKind, Finding, LineKind, Match, NewPayout, NewPayoutLine, PayoutStatus
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.adapters.stripe_oracle import canonical, listing
 from tests.cli import Runner
+from tests.operators import add_operator
 
 IBAN = "NL91ABNA0417164300"
 SHARED = "DE14740618130000033626"
@@ -181,6 +183,7 @@ def test_close__each_rule_and_exception_through_the_command_line(recon: Runner, 
                   for t in ("payout_matches", "payout_exceptions")]
     assert counts == [1 + 1 + 2 + 2 + 1, 6]  # nothing duplicated
 
+    add_operator(db, "alice", Role.OPERATOR)
     for e in [*(x for p in doc["payouts"] for x in p["exceptions"]), *doc["credit_exceptions"]]:
         result = recon("payouts", "resolve", str(e["id"]), "--reason", "checked with the bank", "--by", "alice",
                        db_url=db_url)
@@ -189,7 +192,7 @@ def test_close__each_rule_and_exception_through_the_command_line(recon: Runner, 
     assert code == 0 and doc["closed"] is True
     assert categories(doc)["po_missing"] == ("resolved", None)
     assert categories(doc)["po_lines"] == ("matched", "B-L")
-    refused = recon("payouts", "resolve", str(e["id"]), "--reason", "again", db_url=db_url)
+    refused = recon("payouts", "resolve", str(e["id"]), "--reason", "again", "--by", "alice", db_url=db_url)
     assert refused.returncode == 2 and "not open" in refused.stderr
 
 

@@ -176,3 +176,40 @@ def test_match__a_batch_number_counts_only_with_its_merchant_account_when_the_te
     # a text naming no account: both batches 1 name both credits, one group whose sums agree
     matches, _, _ = run(batches, [credit(10, 5000, text="ADYEN BATCH 1"), credit(11, 7000, text="ADYEN BATCH 1")])
     assert matches == {((1, 2), (10, 11), "reference_group", 0)}
+
+
+# --- negative payouts: bank debits (a debit's amount negative, as the store gives it) --------------------------
+
+
+def debit(cid: int, size: int, **kw: object) -> Credit:
+    return credit(cid, -size, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("payouts", "entries", "rules", "expected_matches", "expected_findings"), [
+    # by reference, a debit's bank fee on top within the tolerance: fee = payouts - entries = -5000 - -5010
+    ([payout(1, -5000, trace="T1")], [debit(10, 5010, e2e="T1")], MatchRules(bank_fee_tolerance=10),
+     {((1,), (10,), "reference", 10)}, set()),
+    # a debit smaller than the payout is not a fee: amount_differs
+    ([payout(1, -5000, trace="T1")], [debit(10, 4990, e2e="T1")], MatchRules(bank_fee_tolerance=10),
+     set(), {("amount_differs", 1, 10)}),
+    # amount and date: the debit, never the credit of the same size
+    ([payout(1, -3000)], [credit(10, 3000), debit(11, 3000)], MatchRules(),
+     {((1,), (11,), "amount_date", 0)}, {("unexplained_credit", None, 10)}),
+    # a reference on a credit does not make a negative payout's match
+    ([payout(1, -3000, trace="T1")], [credit(10, 3000, e2e="T1")], MatchRules(),
+     set(), {("bank_missing", 1, None), ("unexplained_credit", None, 10)}),
+    # several negative payouts in one debit (N:1), a positive one beside them untouched by it
+    ([payout(1, -1100), payout(2, -2200), payout(3, 3300)], [debit(10, 3300), credit(11, 3300)], MatchRules(),
+     {((1, 2), (10,), "several_payouts", 0), ((3,), (11,), "amount_date", 0)}, set()),
+    # one negative payout taken in two debits (1:N), a bank fee of 5 on top
+    ([payout(1, -9000)], [debit(10, 4000), debit(11, 5005)], MatchRules(bank_fee_tolerance=5),
+     {((1,), (10, 11), "split_credit", 5)}, set()),
+    # a debit nothing explains is not an exception; a negative payout without a debit is bank_missing
+    ([payout(1, -700)], [debit(10, 99_900)], MatchRules(), set(), {("bank_missing", 1, None)}),
+])
+def test_match__negative_payouts_pair_with_debits(payouts: list[Payout], entries: list[Credit], rules: MatchRules,
+                                                  expected_matches: set[object],
+                                                  expected_findings: set[object]) -> None:
+    matches, findings, _ = run(payouts, entries, rules=rules, as_of=LATE)
+    assert matches == expected_matches
+    assert findings == expected_findings

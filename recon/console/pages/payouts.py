@@ -2,7 +2,8 @@
 arrival day, matched or open; one payout with its lines, the bank entries it matched, its exceptions (each with
 its resolve form) and its history; the open exceptions. Read from the payout store as ``recon payouts
 list|show|exceptions`` read it; a GET never runs the close (that writes: ``recon close``); the resolve form goes
-through the store's audited ``resolve``, as ``recon payouts resolve`` does."""
+through ``recon.actions`` (the signed-in operator's role checked, one audit row), as ``recon payouts resolve``
+does."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 from recon.clock import SystemClock
 from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
-from recon.errors import ReviewRefused, UsageError
+from recon.errors import NotAllowed, ReviewRefused, UsageError
 from recon.operator_rows import Role
 from recon.payout_rows import Payout
 
@@ -94,9 +95,11 @@ def resolve(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
     try:
         reason = fields.required("reason", max_length=500)
-        done = store.resolve(exception_id, by=operator, reason=reason)
+        done = recon_app(request).actions.resolve_payout_exception(exception_id, by=operator, reason=reason)
     except ReviewRefused as exc:
         return _after(request, found.payout_id, status=409, error=f"not resolved: {exc}")
+    except NotAllowed:
+        raise  # the console's 403 page
     except UsageError as exc:
         return _after(request, found.payout_id, status=422, error=f"not resolved: {exc}")
     log.info("console: payout exception %s (%s) resolved by %s", done.id, done.kind.value, operator)

@@ -58,7 +58,9 @@ def review_queue(request: Request) -> Response:
     app = recon_app(request)
     context: dict[str, Any] = {"filters": typed, "kinds": [k.value for k in ReviewKind], "psps": app.psp_names(),
                                "severities": [s.value for s in Severity], "query": _query(typed),
-                               "differences": [d.value for d in Difference]}
+                               "differences": [d.value for d in Difference],
+                               # the close's open exceptions beside the payments: counted by kind, linked
+                               "payout_exceptions": app.payouts.open_by_kind()}
     try:
         where = queue_filter(request, typed)
         after, before = _cursor(fields.raw("after")), _cursor(fields.raw("before"))
