@@ -7,7 +7,7 @@
   exactly; ``refund_id`` and ``dispute_id``: our refund or dispute it is, when we know it (else NULL).
 
 Revision ID: 0022
-Revises: 0021 (on this branch; the lead renumbers the chain at merge: 0021 on main)
+Revises: 0021
 Create Date: 2026-12-05
 """
 
