@@ -1,9 +1,9 @@
 """Shared fixtures: every integration test runs on real PostgreSQL and on SQLite.
 
 PostgreSQL: each test run creates a database of its own next to the one named by RECON_TEST_DATABASE_URL,
-migrates it once from empty (so the migrations themselves are tested) and truncates its tables before
-each test. SQLite: each test
-gets its own file, copied from a migrated template.
+migrates it once from empty (so the migrations themselves are tested) and empties its tables before each
+test as TRUNCATE … RESTART IDENTITY would, touching only the tables the last test wrote (``_empty``).
+SQLite: each test gets its own file, copied from a migrated template.
 """
 
 from __future__ import annotations
@@ -83,10 +83,44 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         existing = {r[0] for r in conn.exec_driver_sql(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
         tables = sorted(existing - KEPT_TABLES)  # every table the migrations made, whatever adds one
-        if tables:
-            conn.exec_driver_sql(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        _empty(conn, tables)
     engine.dispose()
     return url
+
+
+#: (child, parent) of every foreign key between two tables of this schema
+_FOREIGN_KEYS = """
+SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint c
+JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE c.contype = 'f' AND n.nspname = current_schema() AND c.conrelid <> c.confrelid
+"""
+#: every sequence of this schema that has handed out a value since it was created or restarted, and its start
+_USED_SEQUENCES = """
+SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename), start_value FROM pg_sequences
+WHERE schemaname = current_schema() AND last_value IS NOT NULL
+"""
+
+
+def _empty(conn: sa.Connection, tables: list[str]) -> None:
+    """Leave ``tables`` as ``TRUNCATE … RESTART IDENTITY`` would (every row gone, every sequence at its start)
+    at a fraction of its cost: a TRUNCATE gives each table and index new files, which the commit syncs, empty
+    or not, and a test leaves most tables untouched. The tables holding a row lose them by DELETE, children
+    before their parents; each sequence that was used starts again (``setval(…, start, false)``)."""
+    if tables:
+        with_rows = " UNION ALL ".join(f"SELECT '{t}' WHERE EXISTS (SELECT 1 FROM \"{t}\")" for t in tables)
+        dirty = {r[0] for r in conn.exec_driver_sql(with_rows)}
+        parents: dict[str, set[str]] = {t: set() for t in dirty}
+        for child, parent in conn.exec_driver_sql(_FOREIGN_KEYS):
+            if child in dirty and parent in dirty:
+                parents[child].add(parent)
+        while parents:  # children first: a table no other remaining table refers to
+            leaves = sorted(t for t in parents if not any(t in p for p in parents.values()))
+            assert leaves, f"a cycle of foreign keys among {sorted(parents)}"
+            for t in leaves:
+                conn.exec_driver_sql(f'DELETE FROM "{t}"')
+                del parents[t]
+    for name, start in list(conn.exec_driver_sql(_USED_SEQUENCES)):
+        conn.exec_driver_sql("SELECT setval(%(name)s::regclass, %(start)s, false)", {"name": name, "start": start})
 
 
 @pytest.fixture
