@@ -39,15 +39,22 @@ KEPT_TABLES = frozenset({"alembic_version"})
 
 
 @pytest.fixture(scope="session")
-def pg_migrated() -> Iterator[str]:
+def pg_migrated(request: pytest.FixtureRequest) -> Iterator[str]:
     """A database of its own for this test run (``<test db>_<pid>``) on the server of
-    RECON_TEST_DATABASE_URL, migrated from empty, dropped at the end: concurrent runs never meet."""
+    RECON_TEST_DATABASE_URL, migrated from empty, dropped at the end: concurrent runs never meet.
+
+    Unless the run holds a chaos test (which restarts or kills servers and checks what their commits kept),
+    its commits do not wait for the WAL to reach the disk (``synchronous_commit = off``, this database's
+    only): what every session sees is the same, only a crash of the server could lose the last commits, and
+    on a loaded machine each commit's flush costs more than most tests' own work."""
     base = make_url(PG_URL).set(drivername="postgresql+psycopg")
     name = f"{base.database}_run_{os.getpid()}"
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        if not any(item.get_closest_marker("chaos") for item in request.session.items):
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     admin.dispose()  # the chaos suite restarts PostgreSQL: never keep a connection across the session
     url = base.set(database=name).render_as_string(hide_password=False)
     db = connect(url)
