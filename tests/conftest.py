@@ -1,9 +1,9 @@
 """Shared fixtures: every integration test runs on real PostgreSQL and on SQLite.
 
 PostgreSQL: each test run creates a database of its own next to the one named by RECON_TEST_DATABASE_URL,
-migrates it once from empty (so the migrations themselves are tested) and truncates its tables before
-each test. SQLite: each test
-gets its own file, copied from a migrated template.
+migrates it once from empty (so the migrations themselves are tested) and empties its tables before each
+test as TRUNCATE … RESTART IDENTITY would, touching only the tables the last test wrote (``_empty``).
+SQLite: each test gets its own file, copied from a migrated template.
 """
 
 from __future__ import annotations
@@ -31,23 +31,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="seconds of chaos in tests/chaos (CI: 20; a longer run: 120)")
 
 
+#: the tests that take longest (a minute or more under load, CI's --durations), run first: pytest-xdist hands the
+#: first quarter of the tests out in turn, so each worker starts on its share of them instead of one ending the
+#: run alone on one of them (an order only: a test missing here or moved elsewhere runs all the same)
+LONGEST_FIRST = (
+    "tests/integration/test_bank_import_size.py::test_bank_import__a_100_mb",
+    "tests/unit/test_code_checks.py",
+    "tests/verification/",
+    "tests/integration/test_worker_processes.py",
+    "tests/integration/test_demo.py",
+    "tests/adapters/sandbox/test_sandbox_docs.py",
+    "tests/integration/test_metrics.py::test_metrics__one_worker_endpoint",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chaos suite restarts PostgreSQL: run it last."""
-    items.sort(key=lambda item: "tests/chaos/" in str(item.fspath).replace("\\", "/"))
+    """The chaos suite restarts PostgreSQL: run it last. ``LONGEST_FIRST`` first."""
+    items.sort(key=lambda item: ("tests/chaos/" in str(item.fspath).replace("\\", "/"),
+                                 not item.nodeid.startswith(LONGEST_FIRST)))
 #: tables a test never empties: Alembic's own bookkeeping
 KEPT_TABLES = frozenset({"alembic_version"})
 
 
 @pytest.fixture(scope="session")
-def pg_migrated() -> Iterator[str]:
+def pg_migrated(request: pytest.FixtureRequest) -> Iterator[str]:
     """A database of its own for this test run (``<test db>_<pid>``) on the server of
-    RECON_TEST_DATABASE_URL, migrated from empty, dropped at the end: concurrent runs never meet."""
+    RECON_TEST_DATABASE_URL, migrated from empty, dropped at the end: concurrent runs never meet.
+
+    Unless the run holds a chaos test (which restarts or kills servers and checks what their commits kept),
+    its commits do not wait for the WAL to reach the disk (``synchronous_commit = off``, this database's
+    only): what every session sees is the same, only a crash of the server could lose the last commits, and
+    on a loaded machine each commit's flush costs more than most tests' own work."""
     base = make_url(PG_URL).set(drivername="postgresql+psycopg")
     name = f"{base.database}_run_{os.getpid()}"
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        if not any(item.get_closest_marker("chaos") for item in request.session.items):
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     admin.dispose()  # the chaos suite restarts PostgreSQL: never keep a connection across the session
     url = base.set(database=name).render_as_string(hide_password=False)
     db = connect(url)
@@ -83,10 +105,52 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         existing = {r[0] for r in conn.exec_driver_sql(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
         tables = sorted(existing - KEPT_TABLES)  # every table the migrations made, whatever adds one
-        if tables:
-            conn.exec_driver_sql(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        _empty(conn, tables)
     engine.dispose()
     return url
+
+
+#: a table holding this many rows is emptied by TRUNCATE, fewer by DELETE
+MANY_ROWS = 2000
+#: (child, parent) of every foreign key between two tables of this schema
+_FOREIGN_KEYS = """
+SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint c
+JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE c.contype = 'f' AND n.nspname = current_schema() AND c.conrelid <> c.confrelid
+"""
+#: every sequence of this schema that has handed out a value since it was created or restarted, and its start
+_USED_SEQUENCES = """
+SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename), start_value FROM pg_sequences
+WHERE schemaname = current_schema() AND last_value IS NOT NULL
+"""
+
+
+def _empty(conn: sa.Connection, tables: list[str]) -> None:
+    """Leave ``tables`` as ``TRUNCATE … RESTART IDENTITY`` would (every row gone, every sequence at its start)
+    at a fraction of its cost: a TRUNCATE gives each table and index new files, which the commit syncs, empty
+    or not, and a test leaves most tables untouched. The tables holding a row lose them by DELETE, children
+    before their parents, but those holding thousands (where a DELETE costs more) by TRUNCATE; each sequence that
+    was used starts again (``setval(…, start, false)``)."""
+    if tables:
+        rows = " UNION ALL ".join(f"SELECT '{t}', (SELECT count(*) FROM (SELECT 1 FROM \"{t}\" LIMIT {MANY_ROWS}) "
+                                  f"AS s) WHERE EXISTS (SELECT 1 FROM \"{t}\")" for t in tables)
+        counted = {str(t): int(n) for t, n in conn.exec_driver_sql(rows)}
+        many = sorted(t for t, n in counted.items() if n >= MANY_ROWS)
+        if many:
+            conn.exec_driver_sql(f"TRUNCATE {', '.join(many)} CASCADE")
+        dirty = set(counted) - set(many)
+        parents: dict[str, set[str]] = {t: set() for t in dirty}
+        for child, parent in conn.exec_driver_sql(_FOREIGN_KEYS):
+            if child in dirty and parent in dirty:
+                parents[child].add(parent)
+        while parents:  # children first: a table no other remaining table refers to
+            leaves = sorted(t for t in parents if not any(t in p for p in parents.values()))
+            assert leaves, f"a cycle of foreign keys among {sorted(parents)}"
+            for t in leaves:
+                conn.exec_driver_sql(f'DELETE FROM "{t}"')
+                del parents[t]
+    for name, start in list(conn.exec_driver_sql(_USED_SEQUENCES)):
+        conn.exec_driver_sql("SELECT setval(%(name)s::regclass, %(start)s, false)", {"name": name, "start": start})
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 
+import argon2
+
 from recon.db.database import Database, connect
 from recon.db.operator_store import OperatorStore
 from recon.operator_rows import Role
-from recon.operators import hash_password
+from recon.operators import check_password
 
 PASSWORD = "correct horse battery staple"
 #: name -> role: one of each role
@@ -16,7 +18,11 @@ STAFF = {"ann": Role.OPERATOR, "bob": Role.APPROVER, "root": Role.ADMIN, "vic": 
 
 @functools.cache
 def _hash() -> str:
-    return hash_password(PASSWORD)  # argon2id once per process: every test operator shares it
+    """argon2id once per process, every test operator sharing it, at argon2's lowest cost: a login checks a
+    password with the parameters its stored hash names, so each test login costs a millisecond, not recon's
+    64 MiB and 3 passes (a second under load; the lockout tests log in 25 times). The hashes recon makes
+    itself carry its own parameters (test_operators)."""
+    return argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1).hash(check_password(PASSWORD))
 
 
 def add_operator(db: Database, name: str, role: Role, *, password: bool = True) -> int:

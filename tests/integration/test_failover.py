@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import httpx
@@ -97,6 +98,13 @@ class RunningWorker:
         assert not self.thread.is_alive(), "the worker did not stop"
 
 
+def recon_backends(admin: psycopg.Connection[Any]) -> int:
+    """How many connections recon (not this test) holds to this run's database."""
+    row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND application_name = 'recon'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def unavailable_lines(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     """(outages logged, recoveries logged) at WARNING by recon.db.availability."""
     messages = [r.getMessage() for r in caplog.records if r.name == "recon.db" and r.levelno == logging.WARNING]
@@ -133,14 +141,22 @@ def test_terminated_connections__the_worker_reconnects_spends_no_attempt_and_log
     with caplog.at_level(logging.DEBUG), psycopg.connect(
             db.url.set(drivername="postgresql").render_as_string(hide_password=False),
             autocommit=True, application_name=ADMIN) as admin, RunningWorker(worker_db, handlers) as running:
+
+        def reconnected(after: int) -> bool:
+            """The worker connected again after ``after`` rounds: its LISTEN connection, and at least one more."""
+            return running.heard.count("*") > after and recon_backends(admin) >= 2
+
         for _ in range(3):
-            time.sleep(0.3)
+            # however long reconnecting takes on a loaded machine: each round meets the claim loop and the listener
+            wait_for(partial(reconnected, rounds), 30, f"the worker's connections before round {rounds + 1}")
             killed = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND application_name = 'recon'").fetchone()
             assert killed and killed[0] >= 2  # at least the claim loop's and the LISTEN connection
             rounds += 1
-        wait_for(lambda: all(s == "succeeded" for _, s, _ in spent(db)), 30, "every job to succeed")
+        wait_for(lambda: all(s == "succeeded" for _, s, _ in spent(db)), 60, "every job to succeed")
+        # the last round's outage over too (the claim loop met it and connected again), whenever the jobs ended
+        wait_for(lambda: reconnected(rounds) and not worker_db.outage.down, 30, "the last outage's end")
         outage_count = worker_db.outage.count
     worker_db.dispose()
     assert [(i, n) for i, _, n in spent(db)] == [(i, 1) for i in ids]  # one attempt spent each, however they ran

@@ -53,7 +53,7 @@ def test_operators__bootstrap_roles_and_audit(db: Database, db_url: str, recon: 
     assert "argon" not in json.dumps(listed) and PASSWORD not in json.dumps(listed)
     with db.begin() as conn:
         stored = conn.execute(sa.text("SELECT password_hash FROM operators WHERE name = 'ann'")).scalar_one()
-    assert stored.startswith("$argon2id$") and PASSWORD not in stored
+    assert stored.startswith("$argon2id$v=19$m=65536,t=3,p=4$") and PASSWORD not in stored  # RFC 9106's second
 
 
 def test_operators_cli__password_from_stdin_disable_and_reset(db: Database, db_url: str, recon: Runner,

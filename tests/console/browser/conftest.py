@@ -5,9 +5,11 @@ Chromium is the system's (``/usr/bin/chromium``, or ``RECON_CHROMIUM``), never P
 is fetched at run time. Without it the tests skip, saying so; with ``RECON_BROWSER_TESTS=required`` (set by
 ``.ci/run``, which installs the package) a missing chromium fails them instead.
 
-Each test gets its own browser (a fresh profile under its tmp dir) and its own Playwright driver: a live sync
-Playwright keeps an event loop marked as running in this thread, which would break any later ``asyncio.run``
-in the same pytest worker.
+Each test gets a browser context of its own (its own cookies, storage and cache, as a fresh profile) in a
+chromium and a Playwright driver that the tests of one module share (starting them costs seconds a test): both
+stop before a test of another module runs (a module-scoped fixture ends when the next test is elsewhere, under
+pytest-xdist too), since a live sync Playwright keeps an event loop marked as running in this thread, which
+would break any later ``asyncio.run`` in the same pytest worker.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from tests.integration.payment_flow import admin, drain, handlers_for, sandbox_a
 from tests.operators import PASSWORD, add_staff
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Locator, Page, Playwright
+    from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright
 
 CHROMIUM = Path(os.environ.get("RECON_CHROMIUM", "/usr/bin/chromium"))
 #: the flags chromium runs with: headless, no sandbox (containers run as root), nothing fetched in the background
@@ -59,7 +61,7 @@ def _chromium_or_skip() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     _chromium_or_skip()
     from playwright.sync_api import sync_playwright
@@ -68,12 +70,20 @@ def playwright() -> Iterator[Playwright]:
         yield driver
 
 
+@pytest.fixture(scope="module")
+def chromium(playwright: Playwright) -> Iterator[Browser]:
+    """The module's chromium (module docstring)."""
+    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
 @pytest.fixture
-def browser(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
-    """Chromium with a fresh profile under this test's tmp dir."""
-    context = playwright.chromium.launch_persistent_context(
-        tmp_path / "chromium-profile", executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True,
-        viewport=VIEWPORT)  # type: ignore[arg-type]
+def browser(chromium: Browser) -> Iterator[BrowserContext]:
+    """A fresh browser context of this test's own in the module's chromium: nothing kept from another test."""
+    context = chromium.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
     context.set_default_timeout(ACTION_TIMEOUT_MS)
     context.set_default_navigation_timeout(ACTION_TIMEOUT_MS)
     try:
