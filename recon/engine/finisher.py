@@ -194,7 +194,16 @@ class Finisher:
     def _store_finish(self, finishes: list[Finish], write: Any = None, via: Any = None,
                       together: Callable[[Any, set[int]], None] | None = None) -> set[int]:
         """Store ``finishes``: transient errors retried ``FINISH_RETRIES`` times, an unavailable database until
-        it is back or the worker halts (module docstring)."""
+        it is back or the worker halts (module docstring).
+
+        On the dedicated connection (PostgreSQL) the store writes plain successes and the other finishes by two
+        statements, each committed on its own: each group is stored, and retried, alone, so a retry after the
+        second failed never repeats the first (its jobs, finished, would read as stale finishes)."""
+        if via is not None and write is None and together is None:
+            plain = [f for f in finishes if f.plain_success]
+            if plain and len(plain) < len(finishes):
+                rest = [f for f in finishes if not f.plain_success]
+                return self._store_finish(plain, via=via) | self._store_finish(rest, via=via)
         transient, backoff = 0, Backoff()
         while True:
             try:

@@ -299,6 +299,34 @@ def test_finisher__transient_errors_are_retried_others_leave_the_leases_to_expir
     assert s2.state(0).state is JobState.LEASED and failures == []  # gave up after FINISH_RETRIES tries
 
 
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_finisher__a_retry_on_the_dedicated_connection_never_repeats_the_plain_successes_it_committed(
+        db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The dedicated connection stores a batch's plain successes, then its other finishes, by two statements
+    committed one by one: a transient failure of the second is retried without the first, so the successes
+    already stored are not counted (nor warned about) as stale finishes."""
+    s = Setup(db, 2, max_attempts=5)
+    via = s.store.dedicated(finishing=True)
+    real_execute, failures = via.execute, [DatabaseTransientError("database: deadlock detected")]
+
+    def second_statement_fails_once(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        if failures and "rows" in params:  # the other finishes' statement (the plain successes' has no rows)
+            raise failures.pop()
+        return real_execute(sql, params)
+
+    monkeypatch.setattr(via, "execute", second_statement_fails_once)
+    monkeypatch.setattr("recon.engine.finisher.time.sleep", lambda seconds: None)
+    s.finisher._via = via
+    try:
+        with caplog.at_level(logging.WARNING, logger="recon.engine.worker"):
+            s.finisher.finish_batch([s.done(0, Complete()), s.done(1, Retry(error_kind="network", error="reset"))])
+    finally:
+        via.close()
+    assert failures == []  # the second statement did fail once
+    assert s.state(0).state is JobState.SUCCEEDED and s.state(1).state is JobState.RETRYABLE
+    assert s.stats.stale_finishes == 0 and "stale finish" not in caplog.text
+
 def test_finisher__the_thread_finishes_in_batches_until_its_sentinel(db: Database,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     s = Setup(db, 10, batch_size=4)
