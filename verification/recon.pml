@@ -53,6 +53,8 @@
  *   MOD_PAUSE_OUTLIVES_GRACE
  *                     (with CAPTURES) drop the grace-period assumption of "never reached the PSP"
  *   REVIEW_ROUNDTRIP  (with CAPTURES) the captured payment goes to review and is resolved back to succeeded by hand
+ *   FIX_REVIEW_KEEPS_CAPTURED
+ *                     (with REVIEW_ROUNDTRIP) that resolution keeps captured_amount (finding 4's fix)
  *   NO_CANCEL, NO_RET, NO_HB, NO_WATCHER, FENCE_OWNER_ONLY, NW=, MAXCRASH=
  *                     smaller or mutated instances (the mutations must produce counterexamples)
  */
@@ -992,7 +994,13 @@ proctype CaptureRefund() {
 proctype PaymentReview() {
 end:
     atomic { pst == PSUCCEEDED -> pst = NEEDS_REVIEW; printf("| the payment goes to review\n") };
-    atomic { pst = PSUCCEEDED; captured = AUTH; printf("| resolved by hand: succeeded, captured %d\n", captured) }
+    atomic {
+        pst = PSUCCEEDED;
+#ifndef FIX_REVIEW_KEEPS_CAPTURED
+        captured = AUTH;                /* the fix: captured_amount kept on a move from needs_review */
+#endif
+        printf("| resolved by hand: succeeded, captured %d\n", captured)
+    }
 }
 #endif
 

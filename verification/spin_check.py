@@ -131,6 +131,10 @@ INSTANCES: tuple[Instance, ...] = (
              why="disagreement with the code: a partly captured payment resolved from review back to succeeded gets "
                  "captured_amount = amount (payment_transition_if_status), and a refund of more than was captured "
                  "is reserved"),
+    Instance("finding-review-roundtrip-fixed", ("-DCAPTURES", "-DREVIEW_ROUNDTRIP", "-DFIX_REVIEW_KEEPS_CAPTURED"),
+             (Claim("refunds_within_captured", True),), nfair=4,
+             why="the same instance with the resolution keeping captured_amount: property 12 (and every assertion) "
+                 "holds"),
 )
 
 
