@@ -52,6 +52,10 @@
  *                     (with CAPTURES) the mutation: a capture's success without payment_set_captured
  *   MOD_PAUSE_OUTLIVES_GRACE
  *                     (with CAPTURES) drop the grace-period assumption of "never reached the PSP"
+ *   MOD_REPLAY        (with CAPTURES) `recon jobs replay` of a dead modification job, and the reconcile job's
+ *                     decision and its write as two steps (its read, then its finish's compare-and-set)
+ *   FIX_HEAL_CAS_UPDATED_AT
+ *                     (with MOD_REPLAY) that compare-and-set also on the updated_at the reconcile job read
  *   REVIEW_ROUNDTRIP  (with CAPTURES) the captured payment goes to review and is resolved back to succeeded by hand
  *   FIX_REVIEW_KEEPS_CAPTURED
  *                     (with REVIEW_ROUNDTRIP) that resolution keeps captured_amount (finding 4's fix)
@@ -752,6 +756,11 @@ init {
 #define MAMT(i) (i == 0 -> 1 : AUTH)    /* a capture's amount; a cancel's is the payment's (what it releases) */
 #define RA 2                            /* the refund asked for */
 #define MMAXA 2                         /* the modification job's max_attempts in the model */
+#ifdef MOD_REPLAY
+#define MJM(i) mjm[i]                   /* jobs.max_attempts: recon jobs replay raises it */
+#else
+#define MJM(i) MMAXA
+#endif
 #define AUTHORISED 7                    /* payments.status authorised (the charge model has no such value) */
 #define M_NOPSP 0                       /* the PSP holds nothing for the key */
 #define M_MADE 1                        /* the PSP captured (mtook units) or cancelled under the key */
@@ -775,6 +784,17 @@ byte pcap = 0;                          /* ghost: money the PSP captured, all ke
 bool pcancel = false;                   /* ghost: the PSP released the authorisation */
 bool cinexact = false;                  /* ghost: the claim was seen other than what its live modifications hold */
 bool cbad = false;                      /* ghost: a safety property's assertion failed (see ModInvariants) */
+bool mnever[NM];                        /* reconcile committed "failed: never reached the PSP" */
+bool never_lie = false;                 /* ghost: the PSP got a modification that "never reached" it */
+#ifdef MOD_REPLAY
+byte mjm[NM];                           /* jobs.max_attempts */
+byte hread[NM];                         /* the reconcile job's read: the status it decided "never reached" on */
+bool hstale[NM];                        /* updated_at moved since that read (a send's stamp, a note) */
+byte mreplays = 0;
+#define AND_HSTALE(i) ; if :: hread[i] != 0 -> hstale[i] = true :: else fi
+#else
+#define AND_HSTALE(i)
+#endif
 
 #define CLAIM_OF(i) (IS_CAPTURE(i) -> MAMT(i) : AUTH)
 #define HELD(i) ((ms[i] != 0 && ms[i] != FAILED) -> CLAIM_OF(i) : 0)
@@ -783,6 +803,12 @@ bool cbad = false;                      /* ghost: a safety property's assertion 
 #define CAPTURE_SUCCEEDED (ms[0] == PSUCCEEDED || ms[1] == PSUCCEEDED)
 #define MOD_SAFE (claimed <= AUTH && pcap <= AUTH && !(CAPTURE_SUCCEEDED && ms[CANCEL_MOD] == PSUCCEEDED) && \
                   !(pcap > 0 && pcancel) && refunded <= captured && refunded <= pcap)
+
+#ifdef MOD_REPLAY
+#define MJM_INIT ; mjm[i] = MMAXA
+#else
+#define MJM_INIT
+#endif
 
 /* ModificationStore.create: payment_claim_capture / payment_claim_cancel (the conditional UPDATE), the
    modification's row, its job: one transaction, or refused with nothing written */
@@ -794,13 +820,13 @@ proctype ModAsker(byte i) {
 #else
         :: IS_CAPTURE(i) && pst == AUTHORISED && claimed == 0 && claimed + MAMT(i) <= AUTH ->
 #endif
-            claimed = claimed + MAMT(i); ms[i] = CREATED; mjs[i] = CLAIMABLE
+            claimed = claimed + MAMT(i); ms[i] = CREATED; mjs[i] = CLAIMABLE MJM_INIT
 #ifdef MOD_NOT_ONE_LIVE
         :: !IS_CAPTURE(i) && pst == AUTHORISED ->            /* the mutation: a cancel while a capture is live */
 #else
         :: !IS_CAPTURE(i) && pst == AUTHORISED && claimed == 0 ->
 #endif
-            claimed = AUTH; ms[i] = CREATED; mjs[i] = CLAIMABLE
+            claimed = AUTH; ms[i] = CREATED; mjs[i] = CLAIMABLE MJM_INIT
         :: else
         fi;
         if
@@ -859,7 +885,8 @@ end_idle:
             if
             :: MFENCE(i, w, a) && M_UNFINISHED(ms[i]) ->
                 if :: ms[i] == CREATED -> ms[i] = PROCESSING :: else fi;
-                minflight[i]++
+                minflight[i]++ AND_HSTALE(i);
+                printf("| w%d stamps modification %d (attempt %d) and sends it\n", w, i, a)
             :: MFENCE(i, w, a) && !M_UNFINISHED(ms[i]) ->      /* final already: Complete, nothing sent */
                 mod_end_attempt(i, a); mjs[i] = SUCCEEDED; mjo[i] = 0; mjl[i] = 0; MOD_RESET; goto end_idle
             :: else -> MOD_RESET; goto end_idle                 /* LeaseLost: nothing sent */
@@ -872,12 +899,14 @@ end_idle:
                 :: mpsp[i] = M_MADE; mtook[i] = (IS_CAPTURE(i) -> MAMT(i) : 0)
                 :: IS_CAPTURE(i) && MAMT(i) > 1 -> mpsp[i] = M_MADE; mtook[i] = 1     /* captured less than asked */
                 :: mpsp[i] = M_FAILED_AT_PSP
+                :: skip                          /* unavailable (a 5xx before processing): nothing kept */
                 fi;
                 if
                 :: mpsp[i] == M_MADE && IS_CAPTURE(i) -> pcap = pcap + mtook[i]
                 :: mpsp[i] == M_MADE && !IS_CAPTURE(i) -> pcancel = true
                 :: else
                 fi;
+                if :: mnever[i] && mpsp[i] == M_MADE -> never_lie = true :: else fi;
                 printf("| w%d's request for modification %d lands: the PSP keeps %d (captured %d, released %d)\n",
                        w, i, mpsp[i], pcap, pcancel)
             :: else                              /* the key's saved answer is replayed: nothing new */
@@ -896,8 +925,8 @@ end_idle:
                 :: ans == M_MADE && M_UNFINISHED(ms[i]) -> mod_succeed(i); mjs[i] = SUCCEEDED
                 :: ans == M_FAILED_AT_PSP && M_UNFINISHED(ms[i]) -> mod_fail(i); mjs[i] = SUCCEEDED
                 :: ans == M_NOPSP ->            /* _pending, retry with the same key */
-                    if :: M_UNFINISHED(ms[i]) -> ms[i] = PENDING :: else fi;
-                    mjs[i] = (mja[i] >= MMAXA -> DEAD : CLAIMABLE)
+                    if :: M_UNFINISHED(ms[i]) -> ms[i] = PENDING AND_HSTALE(i) :: else fi;
+                    mjs[i] = (mja[i] >= MJM(i) -> DEAD : CLAIMABLE)
                 :: else -> mjs[i] = SUCCEEDED   /* decided meanwhile: its answer stands */
                 fi;
                 mjo[i] = 0; mjl[i] = 0
@@ -935,15 +964,42 @@ inline heal_mod(i) {
            claimed, captured)
 }
 
+/* "failed: never reached the PSP" commits */
+inline heal_never(i) {
+    mod_fail(i); mnever[i] = true;
+    if :: mpsp[i] == M_MADE -> never_lie = true :: else fi;
+    printf("| reconcile: modification %d never reached the PSP (the PSP holds %d)\n", i, mpsp[i])
+}
+
 proctype ModHealer() {
 end:
     do
     :: atomic { M_HEALABLE(0) -> heal_mod(0) }
     :: atomic { M_HEALABLE(1) -> heal_mod(1) }
     :: atomic { M_HEALABLE(2) -> heal_mod(2) }
-    :: atomic { M_NEVER_OK(0) -> mod_fail(0); printf("| reconcile: modification 0 never reached the PSP\n") }
-    :: atomic { M_NEVER_OK(1) -> mod_fail(1); printf("| reconcile: modification 1 never reached the PSP\n") }
-    :: atomic { M_NEVER_OK(2) -> mod_fail(2); printf("| reconcile: modification 2 never reached the PSP\n") }
+#ifdef MOD_REPLAY
+#ifdef FIX_HEAL_CAS_UPDATED_AT
+#define HEAL_FRESH(i) && !hstale[i]     /* the fix: the compare-and-set also on the updated_at it read */
+#else
+#define HEAL_FRESH(i)
+#endif
+    /* the reconcile job decides on what it read (job_unfinished, fetch_modification: not found, the grace) and
+       writes in its finish, later: the compare-and-set on that status, then ChargeInFlight if its job is unfinished */
+    :: atomic { M_NEVER_OK(0) && hread[0] == 0 -> hread[0] = ms[0]; printf("| reconcile reads modification 0: %d, not found\n", ms[0]) }
+    :: atomic { M_NEVER_OK(1) && hread[1] == 0 -> hread[1] = ms[1]; printf("| reconcile reads modification 1: %d, not found\n", ms[1]) }
+    :: atomic { M_NEVER_OK(2) && hread[2] == 0 -> hread[2] = ms[2]; printf("| reconcile reads modification 2: %d, not found\n", ms[2]) }
+    :: atomic { hread[0] != 0 -> if :: ms[0] == hread[0] && MJOB_DONE(0) HEAL_FRESH(0) -> heal_never(0) :: else fi; hread[0] = 0; hstale[0] = false }
+    :: atomic { hread[1] != 0 -> if :: ms[1] == hread[1] && MJOB_DONE(1) HEAL_FRESH(1) -> heal_never(1) :: else fi; hread[1] = 0; hstale[1] = false }
+    :: atomic { hread[2] != 0 -> if :: ms[2] == hread[2] && MJOB_DONE(2) HEAL_FRESH(2) -> heal_never(2) :: else fi; hread[2] = 0; hstale[2] = false }
+    /* recon jobs replay: job_replay_dead (attempts kept, budget 1), once */
+    :: atomic { mreplays < 1 && mjs[0] == DEAD -> mreplays++; mjs[0] = CLAIMABLE; mjm[0] = mja[0] + 1; printf("| an operator replays modification 0's dead job\n") }
+    :: atomic { mreplays < 1 && mjs[1] == DEAD -> mreplays++; mjs[1] = CLAIMABLE; mjm[1] = mja[1] + 1; printf("| an operator replays modification 1's dead job\n") }
+    :: atomic { mreplays < 1 && mjs[2] == DEAD -> mreplays++; mjs[2] = CLAIMABLE; mjm[2] = mja[2] + 1; printf("| an operator replays modification 2's dead job\n") }
+#else
+    :: atomic { M_NEVER_OK(0) -> heal_never(0) }
+    :: atomic { M_NEVER_OK(1) -> heal_never(1) }
+    :: atomic { M_NEVER_OK(2) -> heal_never(2) }
+#endif
     :: atomic { M_REVIEWABLE(0) -> ms[0] = NEEDS_REVIEW }
     :: atomic { M_REVIEWABLE(1) -> ms[1] = NEEDS_REVIEW }
     :: atomic { M_REVIEWABLE(2) -> ms[2] = NEEDS_REVIEW }
@@ -967,7 +1023,7 @@ end:
         :: mjs[2] == LEASED && mjl[2] == 0 -> i = 2
         fi;
         mod_end_attempt(i, mja[i]);
-        mjs[i] = (mja[i] >= MMAXA -> DEAD : CLAIMABLE); mjo[i] = 0;
+        mjs[i] = (mja[i] >= MJM(i) -> DEAD : CLAIMABLE); mjo[i] = 0;
         printf("| the watcher rescues modification %d's attempt %d: job %d\n", i, mja[i], mjs[i]);
         i = 0
        }
@@ -1079,6 +1135,8 @@ ltl capture_or_cancel { [] !((ms[0] == PSUCCEEDED || ms[1] == PSUCCEEDED) && ms[
                         [] !(pcap > 0 && pcancel) }
 /* 12: refunds never exceed the captured amount, as recorded nor as the PSP captured it */
 ltl refunds_within_captured { [] (refunded <= captured && refunded <= pcap) }
+/* 14: after a modification's "failed: never reached the PSP", the PSP never made it (nor had made it) */
+ltl never_reached_modification_holds { [] !never_lie }
 /* 13: every capture and cancel asked for ends final or in review (under weak fairness: -a -f) */
 ltl modifications_end { [] (M_UNFINISHED(ms[0]) -> <> (ms[0] >= PSUCCEEDED)) &&
                          [] (M_UNFINISHED(ms[1]) -> <> (ms[1] >= PSUCCEEDED)) &&

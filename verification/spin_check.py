@@ -54,7 +54,7 @@ WIDE = ("-DREPLAY", "-DABOUND_CH=2")
 #: the capture model's properties: the safety claims (each run also checks every assertion) and the liveness one
 MOD_CLAIMS = (Claim("captures_within_authorisation", True), Claim("claims_exact", True),
               Claim("capture_or_cancel", True), Claim("refunds_within_captured", True),
-              Claim("modifications_end", True, liveness=True))
+              Claim("never_reached_modification_holds", True), Claim("modifications_end", True, liveness=True))
 
 INSTANCES: tuple[Instance, ...] = (
     Instance("fenced", (), FOUR, optimise=True,
@@ -123,9 +123,9 @@ INSTANCES: tuple[Instance, ...] = (
              (Claim("modifications_end", False, liveness=True),), nfair=4,
              why="without the stuck watcher the crashed worker's capture or cancel never ends"),
     Instance("captures-pause-outlives-grace", ("-DCAPTURES", "-DMOD_PAUSE_OUTLIVES_GRACE", "-DASSERTS_OFF"),
-             (Claim("capture_or_cancel", False),), nfair=4,
-             why="property 11 needs its timing assumption: a paused capture request lands after 'never reached the "
-                 "PSP' and the cancel that followed"),
+             (Claim("capture_or_cancel", False), Claim("never_reached_modification_holds", False)), nfair=4,
+             why="properties 11 and 14 need their timing assumption: a paused request lands after 'never reached the "
+                 "PSP' (and after the cancel that followed)"),
     Instance("finding-review-roundtrip", ("-DCAPTURES", "-DREVIEW_ROUNDTRIP", "-DASSERTS_OFF"),
              (Claim("refunds_within_captured", False),), nfair=4,
              why="disagreement with the code: a partly captured payment resolved from review back to succeeded gets "
@@ -135,6 +135,15 @@ INSTANCES: tuple[Instance, ...] = (
              (Claim("refunds_within_captured", True),), nfair=4,
              why="the same instance with the resolution keeping captured_amount: property 12 (and every assertion) "
                  "holds"),
+    Instance("finding-modification-heal-replay", ("-DCAPTURES", "-DMOD_REPLAY", "-DASSERTS_OFF"),
+             (Claim("never_reached_modification_holds", False),), nfair=4,
+             why="disagreement with the code's claim: the reconcile job's 'never reached the PSP' compares the status "
+                 "it read, not the send stamped since: a replayed job's request lands after the heal commits"),
+    Instance("finding-modification-heal-replay-fixed",
+             ("-DCAPTURES", "-DMOD_REPLAY", "-DFIX_HEAL_CAS_UPDATED_AT"),
+             (Claim("never_reached_modification_holds", True),), nfair=4, optimise=True,
+             why="the same instance with the heal's compare-and-set also on the updated_at it read: property 14 (and "
+                 "every assertion) holds"),
 )
 
 

@@ -3,12 +3,12 @@
 One test per model instance of ``verification/spin_check.py``: the fenced protocol verifies properties 1-4 (at
 most one end per attempt, payment writes fenced, no lease held for ever under weak fairness, one idempotency
 key charged); the chaos suite's planted bug (a finish guarded by the job id only) and two mutants produce
-counterexamples; the refund model verifies properties 6-8 and the capture model 9-13 (captures within the
+counterexamples; the refund model verifies properties 6-8 and the capture model 9-14 (captures within the
 authorisation, the claim exact, never a capture and a cancel both succeeded, refunds within what was captured,
-every capture and cancel ending final or in review), and each has a mutant or a dropped assumption that breaks
-each property; and the instances that document where the model and the code's own claims disagree (see
-docs/verification.md) end as recorded there. Skips when ``spin`` or a C compiler is missing (.ci/run
-installs Spin). The whole module takes about 35 s of CPU.
+every capture and cancel ending final or in review, "never reached the PSP" true), and each has a mutant or a
+dropped assumption that breaks each property; and the instances that document where the model and the code's own
+claims disagree (see docs/verification.md) end as recorded there. Skips when ``spin`` or a C compiler is missing
+(.ci/run installs Spin). The whole module takes about 40 s of CPU.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ STORIES: dict[str, tuple[str, ...]] = {
     # a paused cancel request lands after "never reached the PSP", and a capture follows
     "captures-pause-outlives-grace": ("reconcile: modification 2 never reached the PSP",
                                       "the PSP keeps 1 (captured 0, released 1)", "(captured 2, released 1)"),
+    # the finding: the heal decided on a read, a replayed job stamps and sends, its job dies, the heal commits
+    "finding-modification-heal-replay": ("reconcile reads modification 1: 2, not found",
+                                         "an operator replays modification 1's dead job",
+                                         "w1 stamps modification 1 (attempt 3) and sends it",
+                                         "reconcile: modification 1 never reached the PSP (the PSP holds 0)",
+                                         "the PSP keeps 1 (captured 2, released 0)"),
     # the finding: a partial capture (1 of 2), review and back: captured_amount 2, a refund of 2 reserved
     "finding-review-roundtrip": ("claimed 2, captured 1", "resolved by hand: succeeded, captured 2",
                                  "refunded 2 of captured 2 (the PSP captured 1)"),
