@@ -41,6 +41,24 @@
  *   REFUND_UNBOUNDED  (with REFUNDS) the mutation: a refund reserved without the conditional UPDATE's bound
  *   REFUND_PAUSE_OUTLIVES_GRACE
  *                     (with REFUNDS) drop the grace-period assumption of "never reached the PSP"
+ *   CAPTURES          the capture model instead of the charge model (after the refund model): a capture of a
+ *                     manual-capture payment's whole authorisation and a cancel of it, their jobs on MW workers with
+ *                     a crash, the watcher, the PSP's later word and reconciliation, and a refund of the capture
+ *   TWO_CAPTURES      (with CAPTURES) two captures (1 unit, and all 2) instead of the capture and the cancel
+ *   ALL_THREE         (with CAPTURES) both captures and the cancel: about 2 million states, outside CI
+ *   MOD_UNBOUNDED     (with CAPTURES) the mutation: a capture claimed without payment_claim_capture's bound
+ *   MOD_NOT_ONE_LIVE  (with CAPTURES) the mutation: a cancel claimed while a capture is live
+ *   MOD_NO_SET_CAPTURED
+ *                     (with CAPTURES) the mutation: a capture's success without payment_set_captured
+ *   MOD_PAUSE_OUTLIVES_GRACE
+ *                     (with CAPTURES) drop the grace-period assumption of "never reached the PSP"
+ *   MOD_REPLAY        (with CAPTURES) `recon jobs replay` of a dead modification job, and the reconcile job's
+ *                     decision and its write as two steps (its read, then its finish's compare-and-set)
+ *   FIX_HEAL_CAS_UPDATED_AT
+ *                     (with MOD_REPLAY) that compare-and-set also on the updated_at the reconcile job read
+ *   REVIEW_ROUNDTRIP  (with CAPTURES) the captured payment goes to review and is resolved back to succeeded by hand
+ *   FIX_REVIEW_KEEPS_CAPTURED
+ *                     (with REVIEW_ROUNDTRIP) that resolution keeps captured_amount (finding 4's fix)
  *   NO_CANCEL, NO_RET, NO_HB, NO_WATCHER, FENCE_OWNER_ONLY, NW=, MAXCRASH=
  *                     smaller or mutated instances (the mutations must produce counterexamples)
  */
@@ -718,6 +736,357 @@ init {
         run RefundReconciler(); run RefundPsp(); run RefundWatcher()
     }
 }
+#elif defined(CAPTURES)
+/* === captures and cancels (recon/db/modification_queries.py, recon/db/modification_store.py,
+   recon/payments/modification.py, recon/reconcile/modification.py, recon/reconcile/modification_webhook.py) =====
+   One authorised manual-capture payment of AUTH units and three modifications asked for at any time
+   (ModificationStore.create: the claim on the authorisation, the row and its job, one transaction): capture 0 of 1
+   unit, capture 1 of all 2 units, and a cancel. Their jobs (kinds capture and cancel) run on MW workers under the
+   lease protocol above, reduced to what fences the modification's writes (state, attempt, owner, lease), with one
+   crash holding a lease, the clock and the stuck watcher; the PSP's later word (the webhook job: Adyen's CAPTURE,
+   CAPTURE_FAILED, CANCELLATION, Stripe's payment_intent.*; the modification's reconcile job once its own job is
+   done); a refund of 2 units asked for at any time (payment_reserve_refund's bound: the refund model above checks
+   the rest of its life). The PSP keeps one answer per modification key and nothing else: the model does not let
+   it refuse a capture after a cancel, or beyond the authorisation, so recon's own claim must keep them apart. */
+#define NM 3
+#define MW 2
+#define AUTH 2                          /* payments.amount: authorised */
+#define CANCEL_MOD 2                    /* modification 2 is the cancel; 0 and 1 are captures */
+#define IS_CAPTURE(i) (i != CANCEL_MOD)
+#define MAMT(i) (i == 0 -> 1 : AUTH)    /* a capture's amount; a cancel's is the payment's (what it releases) */
+#define RA 2                            /* the refund asked for */
+#define MMAXA 2                         /* the modification job's max_attempts in the model */
+#ifdef MOD_REPLAY
+#define MJM(i) mjm[i]                   /* jobs.max_attempts: recon jobs replay raises it */
+#else
+#define MJM(i) MMAXA
+#endif
+#define AUTHORISED 7                    /* payments.status authorised (the charge model has no such value) */
+#define M_NOPSP 0                       /* the PSP holds nothing for the key */
+#define M_MADE 1                        /* the PSP captured (mtook units) or cancelled under the key */
+#define M_FAILED_AT_PSP 2               /* the PSP refused it */
+
+byte pst = AUTHORISED;                  /* payments.status */
+byte claimed = 0;                       /* payments.authorisation_claimed */
+byte captured = 0;                      /* payments.captured_amount */
+byte refunded = 0;                      /* payments.refunded_amount */
+byte ms[NM];                            /* modifications.status (0: no row) */
+byte mjs[NM];                           /* its job's state */
+byte mja[NM];                           /* attempts: the fencing token */
+byte mjo[NM];                           /* lease_owner: 0 NULL, else the worker */
+byte mjl[NM];                           /* LIVE or expired */
+byte mpsp[NM];                          /* what the PSP keeps under the modification's key */
+byte mtook[NM];                         /* what the PSP captured under a capture's key (the answer's amount) */
+byte minflight[NM];                     /* stamped requests not landed yet (modification_mark_sent_if_unfinished) */
+byte mended[NM];
+byte mcrashes = 0;
+byte pcap = 0;                          /* ghost: money the PSP captured, all keys together */
+bool pcancel = false;                   /* ghost: the PSP released the authorisation */
+bool cinexact = false;                  /* ghost: the claim was seen other than what its live modifications hold */
+bool cbad = false;                      /* ghost: a safety property's assertion failed (see ModInvariants) */
+bool mnever[NM];                        /* reconcile committed "failed: never reached the PSP" */
+bool never_lie = false;                 /* ghost: the PSP got a modification that "never reached" it */
+#ifdef MOD_REPLAY
+byte mjm[NM];                           /* jobs.max_attempts */
+byte hread[NM];                         /* the reconcile job's read: the status it decided "never reached" on */
+bool hstale[NM];                        /* updated_at moved since that read (a send's stamp, a note) */
+byte mreplays = 0;
+#define AND_HSTALE(i) ; if :: hread[i] != 0 -> hstale[i] = true :: else fi
+#else
+#define AND_HSTALE(i)
+#endif
+
+#define CLAIM_OF(i) (IS_CAPTURE(i) -> MAMT(i) : AUTH)
+#define HELD(i) ((ms[i] != 0 && ms[i] != FAILED) -> CLAIM_OF(i) : 0)
+#define MFENCE(i, ww, aa) (mjs[i] == LEASED && mjo[i] == ww && mja[i] == aa)
+#define M_UNFINISHED(st) (st == CREATED || st == PROCESSING || st == PENDING)
+#define CAPTURE_SUCCEEDED (ms[0] == PSUCCEEDED || ms[1] == PSUCCEEDED)
+#define MOD_SAFE (claimed <= AUTH && pcap <= AUTH && !(CAPTURE_SUCCEEDED && ms[CANCEL_MOD] == PSUCCEEDED) && \
+                  !(pcap > 0 && pcancel) && refunded <= captured && refunded <= pcap)
+
+#ifdef MOD_REPLAY
+#define MJM_INIT ; mjm[i] = MMAXA
+#else
+#define MJM_INIT
+#endif
+
+/* ModificationStore.create: payment_claim_capture / payment_claim_cancel (the conditional UPDATE), the
+   modification's row, its job: one transaction, or refused with nothing written */
+proctype ModAsker(byte i) {
+    atomic {
+        if
+#ifdef MOD_UNBOUNDED
+        :: IS_CAPTURE(i) && pst == AUTHORISED ->            /* the mutation: a capture's claim without its bound */
+#else
+        :: IS_CAPTURE(i) && pst == AUTHORISED && claimed == 0 && claimed + MAMT(i) <= AUTH ->
+#endif
+            claimed = claimed + MAMT(i); ms[i] = CREATED; mjs[i] = CLAIMABLE MJM_INIT
+#ifdef MOD_NOT_ONE_LIVE
+        :: !IS_CAPTURE(i) && pst == AUTHORISED ->            /* the mutation: a cancel while a capture is live */
+#else
+        :: !IS_CAPTURE(i) && pst == AUTHORISED && claimed == 0 ->
+#endif
+            claimed = AUTH; ms[i] = CREATED; mjs[i] = CLAIMABLE MJM_INIT
+        :: else
+        fi;
+        if
+        :: IS_CAPTURE(i) -> printf("| capture %d of %d asked for: %d (0: refused), claimed %d\n", i, MAMT(i), ms[i],
+                                   claimed)
+        :: else -> printf("| cancel %d asked for: %d (0: refused), claimed %d\n", i, ms[i], claimed)
+        fi
+    }
+}
+
+/* the modification moves to failed: payment_release_claim gives its claim back, in the same transaction */
+inline mod_fail(i) {
+    ms[i] = FAILED;
+    if :: claimed >= CLAIM_OF(i) -> claimed = claimed - CLAIM_OF(i) :: else fi
+}
+
+/* the modification moves to succeeded: ModificationStore._effect, in the same transaction */
+inline mod_succeed(i) {
+    ms[i] = PSUCCEEDED;
+    if
+    :: IS_CAPTURE(i) && pst == AUTHORISED ->               /* payment_transition_if_status: captured = amount */
+        pst = PSUCCEEDED; captured = AUTH
+#ifndef MOD_NO_SET_CAPTURED
+        ;                                                   /* payment_set_captured: what the PSP captured */
+        if :: refunded <= mtook[i] -> captured = mtook[i] :: else fi
+#endif
+    :: !IS_CAPTURE(i) && pst == AUTHORISED -> pst = FAILED  /* "cancelled: ..." */
+    :: else                                                 /* the payment moved already: apply() is False */
+    fi
+}
+
+inline mod_end_attempt(i, aa) {
+    if :: aa <= mended[i] -> dup_end = true :: else -> mended[i] = aa fi;
+    CHECK(!dup_end)
+}
+
+#define MOD_RESET i = 0; a = 0; ans = 0
+
+/* ModificationHandler (recon/payments/modification.py), one worker thread */
+proctype ModWorker(byte w) {
+    byte i, a, ans;
+end_idle:
+    do
+    :: atomic {                                 /* claim (job_claim_available), then maybe a crash holding it */
+        (mjs[0] == CLAIMABLE || mjs[1] == CLAIMABLE || mjs[2] == CLAIMABLE) ->
+        if :: mjs[0] == CLAIMABLE -> i = 0 :: mjs[1] == CLAIMABLE -> i = 1 :: mjs[2] == CLAIMABLE -> i = 2 fi;
+        mjs[i] = LEASED; mja[i]++; a = mja[i]; mjo[i] = w; mjl[i] = LIVE;
+        printf("| w%d claims modification %d: attempt %d\n", w, i, a);
+        if
+        :: w == MW && mcrashes < MAXCRASH -> mcrashes++; printf("| w%d crashes holding the lease\n", w); goto crashed
+        :: true
+        fi
+       };
+        atomic {                                /* _claim_send: lease.holds, created -> processing,
+                                                   modification_mark_sent_if_unfinished (the row lock, the stamp) */
+            if
+            :: MFENCE(i, w, a) && M_UNFINISHED(ms[i]) ->
+                if :: ms[i] == CREATED -> ms[i] = PROCESSING :: else fi;
+                minflight[i]++ AND_HSTALE(i);
+                printf("| w%d stamps modification %d (attempt %d) and sends it\n", w, i, a)
+            :: MFENCE(i, w, a) && !M_UNFINISHED(ms[i]) ->      /* final already: Complete, nothing sent */
+                mod_end_attempt(i, a); mjs[i] = SUCCEEDED; mjo[i] = 0; mjl[i] = 0; MOD_RESET; goto end_idle
+            :: else -> MOD_RESET; goto end_idle                 /* LeaseLost: nothing sent */
+            fi
+        };
+        atomic {                                /* the PSP receives modify_payment under the modification's key */
+            if
+            :: mpsp[i] == M_NOPSP ->
+                if
+                :: mpsp[i] = M_MADE; mtook[i] = (IS_CAPTURE(i) -> MAMT(i) : 0)
+                :: IS_CAPTURE(i) && MAMT(i) > 1 -> mpsp[i] = M_MADE; mtook[i] = 1     /* captured less than asked */
+                :: mpsp[i] = M_FAILED_AT_PSP
+                :: skip                          /* unavailable (a 5xx before processing): nothing kept */
+                fi;
+                if
+                :: mpsp[i] == M_MADE && IS_CAPTURE(i) -> pcap = pcap + mtook[i]
+                :: mpsp[i] == M_MADE && !IS_CAPTURE(i) -> pcancel = true
+                :: else
+                fi;
+                if :: mnever[i] && mpsp[i] == M_MADE -> never_lie = true :: else fi;
+                printf("| w%d's request for modification %d lands: the PSP keeps %d (captured %d, released %d)\n",
+                       w, i, mpsp[i], pcap, pcancel)
+            :: else                              /* the key's saved answer is replayed: nothing new */
+            fi;
+            minflight[i]--;
+            if
+            :: ans = mpsp[i]                     /* the answer arrives */
+            :: ans = M_NOPSP                     /* lost answer (or Adyen's [received]): pending */
+            fi
+        };
+        atomic {                                /* the fenced finish with the modification's write */
+            if
+            :: MFENCE(i, w, a) ->
+                mod_end_attempt(i, a);
+                if
+                :: ans == M_MADE && M_UNFINISHED(ms[i]) -> mod_succeed(i); mjs[i] = SUCCEEDED
+                :: ans == M_FAILED_AT_PSP && M_UNFINISHED(ms[i]) -> mod_fail(i); mjs[i] = SUCCEEDED
+                :: ans == M_NOPSP ->            /* _pending, retry with the same key */
+                    if :: M_UNFINISHED(ms[i]) -> ms[i] = PENDING AND_HSTALE(i) :: else fi;
+                    mjs[i] = (mja[i] >= MJM(i) -> DEAD : CLAIMABLE)
+                :: else -> mjs[i] = SUCCEEDED   /* decided meanwhile: its answer stands */
+                fi;
+                mjo[i] = 0; mjl[i] = 0
+            :: else                              /* a stale finish: matches nothing, writes nothing */
+            fi;
+            printf("| w%d finishes modification %d attempt %d: modification %d, payment %d, claimed %d, captured %d\n",
+                   w, i, a, ms[i], pst, claimed, captured);
+            MOD_RESET
+        }
+    od;
+crashed:
+    skip
+}
+
+/* the PSP's later word, and reconciliation (recon/reconcile/modification.py, modification_webhook.py) */
+#ifdef MOD_PAUSE_OUTLIVES_GRACE
+#define MGRACE_PASSED(i) true
+#else
+#define MGRACE_PASSED(i) (minflight[i] == 0)    /* the grace counts from the last send's stamp: none in flight */
+#endif
+#define MJOB_DONE(i) (mjs[i] != CLAIMABLE && mjs[i] != LEASED)
+/* the webhook job at any time, or the reconcile job once the modification's job is done: modification_heal */
+#define M_HEALABLE(i) (M_UNFINISHED(ms[i]) && mpsp[i] != M_NOPSP)
+/* the reconcile job: not found, no PSP id, its job done (may no longer send), past the grace period */
+#define M_NEVER_OK(i) (M_UNFINISHED(ms[i]) && mpsp[i] == M_NOPSP && MJOB_DONE(i) && MGRACE_PASSED(i))
+/* the reconcile job: pending, no final word after its schedule (Adyen cannot be asked): review */
+#define M_REVIEWABLE(i) (ms[i] == PENDING && MJOB_DONE(i))
+
+inline heal_mod(i) {
+    if
+    :: mpsp[i] == M_MADE -> mod_succeed(i)
+    :: else -> mod_fail(i)
+    fi;
+    printf("| the PSP's word heals modification %d: %d, payment %d, claimed %d, captured %d\n", i, ms[i], pst,
+           claimed, captured)
+}
+
+/* "failed: never reached the PSP" commits */
+inline heal_never(i) {
+    mod_fail(i); mnever[i] = true;
+    if :: mpsp[i] == M_MADE -> never_lie = true :: else fi;
+    printf("| reconcile: modification %d never reached the PSP (the PSP holds %d)\n", i, mpsp[i])
+}
+
+proctype ModHealer() {
+end:
+    do
+    :: atomic { M_HEALABLE(0) -> heal_mod(0) }
+    :: atomic { M_HEALABLE(1) -> heal_mod(1) }
+    :: atomic { M_HEALABLE(2) -> heal_mod(2) }
+#ifdef MOD_REPLAY
+#ifdef FIX_HEAL_CAS_UPDATED_AT
+#define HEAL_FRESH(i) && !hstale[i]     /* the fix: the compare-and-set also on the updated_at it read */
+#else
+#define HEAL_FRESH(i)
+#endif
+    /* the reconcile job decides on what it read (job_unfinished, fetch_modification: not found, the grace) and
+       writes in its finish, later: the compare-and-set on that status, then ChargeInFlight if its job is unfinished */
+    :: atomic { M_NEVER_OK(0) && hread[0] == 0 -> hread[0] = ms[0]; printf("| reconcile reads modification 0: %d, not found\n", ms[0]) }
+    :: atomic { M_NEVER_OK(1) && hread[1] == 0 -> hread[1] = ms[1]; printf("| reconcile reads modification 1: %d, not found\n", ms[1]) }
+    :: atomic { M_NEVER_OK(2) && hread[2] == 0 -> hread[2] = ms[2]; printf("| reconcile reads modification 2: %d, not found\n", ms[2]) }
+    :: atomic { hread[0] != 0 -> if :: ms[0] == hread[0] && MJOB_DONE(0) HEAL_FRESH(0) -> heal_never(0) :: else fi; hread[0] = 0; hstale[0] = false }
+    :: atomic { hread[1] != 0 -> if :: ms[1] == hread[1] && MJOB_DONE(1) HEAL_FRESH(1) -> heal_never(1) :: else fi; hread[1] = 0; hstale[1] = false }
+    :: atomic { hread[2] != 0 -> if :: ms[2] == hread[2] && MJOB_DONE(2) HEAL_FRESH(2) -> heal_never(2) :: else fi; hread[2] = 0; hstale[2] = false }
+    /* recon jobs replay: job_replay_dead (attempts kept, budget 1), once */
+    :: atomic { mreplays < 1 && mjs[0] == DEAD -> mreplays++; mjs[0] = CLAIMABLE; mjm[0] = mja[0] + 1; printf("| an operator replays modification 0's dead job\n") }
+    :: atomic { mreplays < 1 && mjs[1] == DEAD -> mreplays++; mjs[1] = CLAIMABLE; mjm[1] = mja[1] + 1; printf("| an operator replays modification 1's dead job\n") }
+    :: atomic { mreplays < 1 && mjs[2] == DEAD -> mreplays++; mjs[2] = CLAIMABLE; mjm[2] = mja[2] + 1; printf("| an operator replays modification 2's dead job\n") }
+#else
+    :: atomic { M_NEVER_OK(0) -> heal_never(0) }
+    :: atomic { M_NEVER_OK(1) -> heal_never(1) }
+    :: atomic { M_NEVER_OK(2) -> heal_never(2) }
+#endif
+    :: atomic { M_REVIEWABLE(0) -> ms[0] = NEEDS_REVIEW }
+    :: atomic { M_REVIEWABLE(1) -> ms[1] = NEEDS_REVIEW }
+    :: atomic { M_REVIEWABLE(2) -> ms[2] = NEEDS_REVIEW }
+    od
+}
+
+/* the clock (a lease ages past lease_until) and Watcher.run_once (job_rescue_expired) */
+proctype ModWatcher() {
+    byte i;
+end:
+    do
+    :: atomic { mjl[0] == LIVE -> mjl[0] = 0 }
+    :: atomic { mjl[1] == LIVE -> mjl[1] = 0 }
+    :: atomic { mjl[2] == LIVE -> mjl[2] = 0 }
+#ifndef NO_WATCHER
+    :: atomic {
+        (mjs[0] == LEASED && mjl[0] == 0) || (mjs[1] == LEASED && mjl[1] == 0) || (mjs[2] == LEASED && mjl[2] == 0) ->
+        if
+        :: mjs[0] == LEASED && mjl[0] == 0 -> i = 0
+        :: mjs[1] == LEASED && mjl[1] == 0 -> i = 1
+        :: mjs[2] == LEASED && mjl[2] == 0 -> i = 2
+        fi;
+        mod_end_attempt(i, mja[i]);
+        mjs[i] = (mja[i] >= MJM(i) -> DEAD : CLAIMABLE); mjo[i] = 0;
+        printf("| the watcher rescues modification %d's attempt %d: job %d\n", i, mja[i], mjs[i]);
+        i = 0
+       }
+#endif
+    od
+}
+
+/* RefundStore.create: payment_reserve_refund (status succeeded, refunded_amount + amount <= captured_amount) */
+proctype CaptureRefund() {
+    atomic {
+        if
+        :: pst == PSUCCEEDED && refunded + RA <= captured -> refunded = refunded + RA
+        :: else
+        fi;
+        printf("| a refund of %d asked for: refunded %d of captured %d (the PSP captured %d)\n", RA, refunded,
+               captured, pcap)
+    }
+}
+
+#ifdef REVIEW_ROUNDTRIP
+/* the payment goes to review after its capture (the PSP later disagrees: a recheck, a dispute) and a person
+   resolves it back to succeeded: ReviewDesk.resolve -> payment_transition_if_status, which sets
+   captured_amount = amount on every move to succeeded */
+proctype PaymentReview() {
+end:
+    atomic { pst == PSUCCEEDED -> pst = NEEDS_REVIEW; printf("| the payment goes to review\n") };
+    atomic {
+        pst = PSUCCEEDED;
+#ifndef FIX_REVIEW_KEEPS_CAPTURED
+        captured = AUTH;                /* the fix: captured_amount kept on a move from needs_review */
+#endif
+        printf("| resolved by hand: succeeded, captured %d\n", captured)
+    }
+}
+#endif
+
+/* checked after every step (as assertions, and as the ltl claims below) */
+active proctype ModInvariants() {
+end:
+    do
+    :: atomic {
+        !cinexact && claimed != HELD(0) + HELD(1) + HELD(2) -> cinexact = true; CHECK(!cinexact)
+       }
+    :: atomic { !cbad && !MOD_SAFE -> cbad = true; CHECK(MOD_SAFE) }
+    od
+}
+
+init {
+    atomic {
+#if defined(ALL_THREE)
+        run ModAsker(0); run ModAsker(1); run ModAsker(2);
+#elif defined(TWO_CAPTURES)
+        run ModAsker(0); run ModAsker(1);
+#else
+        run ModAsker(1); run ModAsker(2);
+#endif
+        run ModWorker(1); run ModWorker(2);
+        run ModHealer(); run ModWatcher(); run CaptureRefund()
+#ifdef REVIEW_ROUNDTRIP
+        ; run PaymentReview()
+#endif
+    }
+}
 #else
 init {
     byte i = 1;
@@ -754,4 +1123,22 @@ ltl refunds_within_capture { [] (refunded <= CAPTURED) }
 ltl refunded_exact { [] !inexact }
 /* 8: after "failed: never reached the PSP", the PSP never refunds it */
 ltl never_reached_refund_holds { [] !late_refund }
+#endif
+
+#ifdef CAPTURES
+/* 9: never more claimed of the authorisation, nor captured at the PSP, than authorised */
+ltl captures_within_authorisation { [] (claimed <= AUTH && pcap <= AUTH) }
+/* 10: the claim is exactly what its modifications that have not failed hold */
+ltl claims_exact { [] !cinexact }
+/* 11: a capture and a cancel of one payment never both succeed, in our records nor at the PSP */
+ltl capture_or_cancel { [] !((ms[0] == PSUCCEEDED || ms[1] == PSUCCEEDED) && ms[CANCEL_MOD] == PSUCCEEDED) &&
+                        [] !(pcap > 0 && pcancel) }
+/* 12: refunds never exceed the captured amount, as recorded nor as the PSP captured it */
+ltl refunds_within_captured { [] (refunded <= captured && refunded <= pcap) }
+/* 14: after a modification's "failed: never reached the PSP", the PSP never made it (nor had made it) */
+ltl never_reached_modification_holds { [] !never_lie }
+/* 13: every capture and cancel asked for ends final or in review (under weak fairness: -a -f) */
+ltl modifications_end { [] (M_UNFINISHED(ms[0]) -> <> (ms[0] >= PSUCCEEDED)) &&
+                         [] (M_UNFINISHED(ms[1]) -> <> (ms[1] >= PSUCCEEDED)) &&
+                         [] (M_UNFINISHED(ms[2]) -> <> (ms[2] >= PSUCCEEDED)) }
 #endif

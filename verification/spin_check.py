@@ -45,11 +45,16 @@ class Instance:
     claims: tuple[Claim, ...]
     why: str
     optimise: bool = False  #: -O1 (big state spaces); else -O0, which builds in half the time
+    nfair: int = 3  #: pan's -DNFAIR: weak fairness over up to 2**nfair + 2 processes (the never claim included)
 
 
 FOUR = (Claim("one_end_per_attempt", True), Claim("writes_fenced", True),
         Claim("no_lease_forever", True, liveness=True), Claim("one_key_charged", True))
 WIDE = ("-DREPLAY", "-DABOUND_CH=2")
+#: the capture model's properties: the safety claims (each run also checks every assertion) and the liveness one
+MOD_CLAIMS = (Claim("captures_within_authorisation", True), Claim("claims_exact", True),
+              Claim("capture_or_cancel", True), Claim("refunds_within_captured", True),
+              Claim("never_reached_modification_holds", True), Claim("modifications_end", True, liveness=True))
 
 INSTANCES: tuple[Instance, ...] = (
     Instance("fenced", (), FOUR, optimise=True,
@@ -95,6 +100,50 @@ INSTANCES: tuple[Instance, ...] = (
              (Claim("never_reached_refund_holds", False),),
              why="property 8 needs its timing assumption: a paused worker's stamped request lands after 'never "
                  "reached the PSP' when a pause outlasts the grace period"),
+    Instance("captures", ("-DCAPTURES",), MOD_CLAIMS, nfair=4,
+             why="a capture of the whole authorisation (the PSP may capture less) and a cancel racing on two workers, "
+                 "a crash, the watcher, the PSP's later word, reconciliation and a refund: properties 9-13 hold"),
+    Instance("captures-two", ("-DCAPTURES", "-DTWO_CAPTURES"),
+             (Claim("captures_within_authorisation", True), Claim("claims_exact", True),
+              Claim("modifications_end", True, liveness=True)), nfair=4,
+             why="the same with two captures (1 unit, and all 2) and no cancel: one claims, the other only after it "
+                 "failed; properties 9, 10 and 13 (and every assertion) hold"),
+    Instance("captures-mutant-unbounded", ("-DCAPTURES", "-DTWO_CAPTURES", "-DMOD_UNBOUNDED", "-DASSERTS_OFF"),
+             (Claim("captures_within_authorisation", False),), nfair=4,
+             why="a capture claimed without payment_claim_capture's bound: both captures go out, 3 units of 2"),
+    Instance("captures-mutant-not-one-live", ("-DCAPTURES", "-DMOD_NOT_ONE_LIVE", "-DASSERTS_OFF"),
+             (Claim("capture_or_cancel", False), Claim("claims_exact", False)), nfair=4,
+             why="a cancel claimed while a capture is live (payment_claim_cancel without authorisation_claimed = 0): "
+                 "both succeed"),
+    Instance("captures-mutant-captured-whole", ("-DCAPTURES", "-DMOD_NO_SET_CAPTURED", "-DASSERTS_OFF"),
+             (Claim("refunds_within_captured", False),), nfair=4,
+             why="a capture's success without payment_set_captured (captured_amount = the whole amount): a refund "
+                 "of more than the PSP captured"),
+    Instance("captures-mutant-no-watcher", ("-DCAPTURES", "-DNO_WATCHER"),
+             (Claim("modifications_end", False, liveness=True),), nfair=4,
+             why="without the stuck watcher the crashed worker's capture or cancel never ends"),
+    Instance("captures-pause-outlives-grace", ("-DCAPTURES", "-DMOD_PAUSE_OUTLIVES_GRACE", "-DASSERTS_OFF"),
+             (Claim("capture_or_cancel", False), Claim("never_reached_modification_holds", False)), nfair=4,
+             why="properties 11 and 14 need their timing assumption: a paused request lands after 'never reached the "
+                 "PSP' (and after the cancel that followed)"),
+    Instance("finding-review-roundtrip", ("-DCAPTURES", "-DREVIEW_ROUNDTRIP", "-DASSERTS_OFF"),
+             (Claim("refunds_within_captured", False),), nfair=4,
+             why="disagreement with the code: a partly captured payment resolved from review back to succeeded gets "
+                 "captured_amount = amount (payment_transition_if_status), and a refund of more than was captured "
+                 "is reserved"),
+    Instance("finding-review-roundtrip-fixed", ("-DCAPTURES", "-DREVIEW_ROUNDTRIP", "-DFIX_REVIEW_KEEPS_CAPTURED"),
+             (Claim("refunds_within_captured", True),), nfair=4,
+             why="the same instance with the resolution keeping captured_amount: property 12 (and every assertion) "
+                 "holds"),
+    Instance("finding-modification-heal-replay", ("-DCAPTURES", "-DMOD_REPLAY", "-DASSERTS_OFF"),
+             (Claim("never_reached_modification_holds", False),), nfair=4,
+             why="disagreement with the code's claim: the reconcile job's 'never reached the PSP' compares the status "
+                 "it read, not the send stamped since: a replayed job's request lands after the heal commits"),
+    Instance("finding-modification-heal-replay-fixed",
+             ("-DCAPTURES", "-DMOD_REPLAY", "-DFIX_HEAL_CAS_UPDATED_AT"),
+             (Claim("never_reached_modification_holds", True),), nfair=4, optimise=True,
+             why="the same instance with the heal's compare-and-set also on the updated_at it read: property 14 (and "
+                 "every assertion) holds"),
 )
 
 
@@ -157,8 +206,9 @@ class Builder:
         cc = compiler()
         if cc is None:
             raise RuntimeError("no C compiler")
-        # -DNFAIR=3: weak fairness over the model's 7 processes
-        _run([cc, "-O1" if instance.optimise else "-O0", "-w", "-DNFAIR=3", "-o", "pan", "pan.c"], work)
+        # -DNFAIR=3: weak fairness over the charge model's 7 processes (the capture model has more: nfair=4)
+        _run([cc, "-O1" if instance.optimise else "-O0", "-w", f"-DNFAIR={instance.nfair}", "-o", "pan", "pan.c"],
+             work)
         return work, time.monotonic() - started
 
 
