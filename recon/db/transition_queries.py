@@ -42,7 +42,8 @@ payment_transition_if_status = Query(
             failure_reason = coalesce(:failure_reason, failure_reason),
             review_reason = coalesce(:review_reason, review_reason),
             review_since = CASE WHEN :to_status = 'needs_review' THEN {{now}} ELSE review_since END,
-            captured_amount = CASE WHEN :to_status = 'succeeded' THEN amount ELSE captured_amount END,
+            captured_amount = CASE WHEN :to_status = 'succeeded' AND captured_amount = 0 THEN amount
+                                   ELSE captured_amount END,
             authorised_at = CASE WHEN :to_status = 'authorised' THEN {{now}} ELSE authorised_at END
         WHERE id = :id AND status = :from_status
           AND {_SAME_REFERENCE.format(stored="psp_reference", given="CAST(:psp_reference AS TEXT)")}
@@ -112,7 +113,8 @@ payment_transition_many_if_status = Query(
             failure_reason = coalesce(r.failure_reason, p.failure_reason),
             review_reason = coalesce(r.review_reason, p.review_reason),
             review_since = CASE WHEN r.to_status = 'needs_review' THEN {{now}} ELSE p.review_since END,
-            captured_amount = CASE WHEN r.to_status = 'succeeded' THEN p.amount ELSE p.captured_amount END,
+            captured_amount = CASE WHEN r.to_status = 'succeeded' AND p.captured_amount = 0 THEN p.amount
+                                   ELSE p.captured_amount END,
             authorised_at = CASE WHEN r.to_status = 'authorised' THEN {{now}} ELSE p.authorised_at END
         FROM jsonb_to_recordset({{json:rows}}) AS r(id bigint, from_status text, to_status text, psp_reference text,
              failure_reason text, review_reason text)
@@ -126,7 +128,7 @@ payment_transition_many_if_status = Query(
             failure_reason = coalesce(r.failure_reason, payments.failure_reason),
             review_reason = coalesce(r.review_reason, payments.review_reason),
             review_since = CASE WHEN r.to_status = 'needs_review' THEN :now ELSE payments.review_since END,
-            captured_amount = CASE WHEN r.to_status = 'succeeded' THEN payments.amount
+            captured_amount = CASE WHEN r.to_status = 'succeeded' AND payments.captured_amount = 0 THEN payments.amount
                                    ELSE payments.captured_amount END,
             authorised_at = CASE WHEN r.to_status = 'authorised' THEN :now ELSE payments.authorised_at END
         FROM (SELECT value ->> '$.id' AS id, value ->> '$.from_status' AS from_status,

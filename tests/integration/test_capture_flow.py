@@ -30,7 +30,7 @@ from recon.modification_rows import CANCEL, CAPTURE, NewModification
 from recon.payments.charge import ChargeHandler
 from recon.payments.modification import ModificationHandler
 from recon.refund_rows import NewRefund
-from recon.rows import JobState, NewPayment, PaymentStatus
+from recon.rows import EventSource, JobState, NewPayment, PaymentStatus, Transition
 from tests.integration.payment_flow import drain, wait_for
 
 KEY = "sk_test_captures"
@@ -103,6 +103,28 @@ def test_stripe__a_manual_payment_is_authorised_and_a_partial_capture_takes_part
     RefundStore(db).create([NewRefund(pid, "rf-all", 3000, None, "alice")], queue="charges")
     adapter.close()
 
+
+
+def test_stripe__a_partial_capture_survives_a_round_trip_through_review(db: Database,
+                                                                       stripe_sandbox: SandboxServer) -> None:
+    """A partly captured payment sent to review (a chargeback, a recheck) and resolved back to succeeded keeps
+    what it captured: its refunds stay bound by the 3000 captured, not the 5000 authorised (the Spin model's
+    finding 4, docs/verification.md)."""
+    adapter = stripe_adapter(stripe_sandbox)
+    pid = authorised(db, adapter)
+    ModificationStore(db).create(NewModification(pid, CAPTURE, "order-1-capture1", "alice", amount=3000),
+                                 queue="charges")
+    drain(db, handlers(db, adapter), queues=["charges"])
+    payments = PaymentStore(db)
+    for step, (a, b) in enumerate([(P.SUCCEEDED, P.NEEDS_REVIEW), (P.NEEDS_REVIEW, P.SUCCEEDED)]):
+        with db.begin() as conn:
+            assert payments.apply(conn, Transition(pid, a, b, EventSource.MANUAL,
+                                                   review_reason="chargeback" if step == 0 else None))
+    payment = payments.get(pid)
+    assert payment is not None and (payment.status, payment.captured_amount) == (P.SUCCEEDED, 3000)
+    with pytest.raises(RefundRefused, match="more than the 3000"):
+        RefundStore(db).create([NewRefund(pid, "rf-big", 3001, None, "alice")], queue="charges")
+    adapter.close()
 
 def test_stripe__a_cancel_releases_the_authorisation_and_the_payment_ends_cancelled(
         db: Database, stripe_sandbox: SandboxServer) -> None:
