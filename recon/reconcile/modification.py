@@ -161,6 +161,10 @@ class ModificationReconcileHandler:
                                             failure_reason="never reached the PSP (not found after the grace period)")
 
         def write(conn: sa.Connection) -> None:
+            # sent again since it was read (a replayed job whose attempt then ended): the grace starts again
+            current = self.modifications.get(mod.id, conn)
+            if current is not None and current.updated_at != mod.updated_at:
+                raise ChargeInFlight(f"modification {mod.id}: sent again while healing; retrying")
             # the compare-and-set locks the row; the modification's job locks it before every send
             if self.modifications.apply(conn, transition) and self.modifications.job_unfinished(mod.id, conn):
                 raise ChargeInFlight(f"modification {mod.id}: its job started while healing; retrying")

@@ -136,6 +136,10 @@ class RefundReconcileHandler:
                                       failure_reason="never reached the PSP (not found after the grace period)")
 
         def write(conn: sa.Connection) -> None:
+            # sent again since it was read (a replayed job whose attempt then ended): the grace starts again
+            current = self.refunds.get(refund.id, conn)
+            if current is not None and current.updated_at != refund.updated_at:
+                raise ChargeInFlight(f"refund {refund.id}: sent again while healing; retrying")
             # the compare-and-set locks the refund row; the refund job locks it before every send
             # (refund_mark_sent_if_unfinished): whichever is second sees the other
             if self.refunds.apply(conn, transition) and self.refunds.refund_job_unfinished(refund.id, conn):

@@ -19,12 +19,14 @@ from psp_adapters.protocol import Secret
 from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from psp_adapters.stripe.adapter import StripeAdapter
-from recon import Client, Handlers, JobState, RetryPolicy, Settings, Worker
+from recon import Client, Complete, Handlers, JobState, RetryPolicy, Settings, Worker
 from recon.clock import SystemClock
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
+from recon.engine.lease import Lease
+from recon.errors import ChargeInFlight
 from recon.payments.charge import ChargeHandler
 from recon.payments.refund import RefundHandler
 from recon.reconcile.refund import REFUND_RECONCILE_KIND, RefundReconcileHandler, refund_reconcile_key
@@ -105,6 +107,33 @@ def test_refund_reconcile__never_reached_the_psp_fails_and_frees_the_amount(db: 
     payment = PaymentStore(db).get(pid)
     assert payment is not None and payment.refunded_amount == 0
 
+
+
+def test_refund_reconcile__a_send_between_its_read_and_its_heal_keeps_the_refund_unfinished(
+        db: Database, adapter: StripeAdapter) -> None:
+    """"Never reached the PSP" is decided on a read; a send stamped after it (a replayed refund job whose attempt
+    then ended) makes the heal's write give way, so the request on its way is never declared lost (the Spin
+    model's finding 5, docs/verification.md)."""
+    pid = charged(db, adapter)
+    store, jobs = RefundStore(db), JobStore(db)
+    [rid] = store.create([NewRefund(pid, "rf-replayed", 5000, None, "alice")], queue="charges")
+    [job] = jobs.list_jobs(kind="refund", limit=1)
+    assert jobs.cancel(job.id) == "canceled"
+    with db.begin() as conn:
+        assert store.apply(conn, RefundTransition(rid, P.CREATED, P.PROCESSING, RefundSource.REFUND))
+    Client(jobs, Settings()).enqueue(REFUND_RECONCILE_KIND, {"refund_id": rid}, queue="reconcile",
+                                     unique_key=refund_reconcile_key(rid))
+    [heal] = jobs.claim(worker="w1", queues=["reconcile"], n=1, ttl=30)
+    handler = RefundReconcileHandler(store, PaymentStore(db), lambda _n: adapter,
+                                     config=reconcile_config(grace=0.0), clock=SystemClock())
+    outcome = handler(heal, Lease(jobs, heal.id, heal.attempts, "w1"))
+    assert isinstance(outcome, Complete) and callable(outcome.write)  # about to fail it: not found, grace over
+    with db.begin() as conn:  # meanwhile the refund is sent again
+        assert store.mark_sent(conn, refund_id=rid) is P.PROCESSING
+    with pytest.raises(ChargeInFlight), db.begin() as conn:
+        outcome.write(conn)
+    kept = store.get(rid)
+    assert kept is not None and kept.status is P.PROCESSING and kept.failure_reason is None
 
 def test_refund_reconcile__waits_while_the_refund_job_may_still_send(db: Database, adapter: StripeAdapter) -> None:
     pid = charged(db, adapter)
