@@ -126,6 +126,7 @@ def test_stripe__a_partial_capture_survives_a_round_trip_through_review(db: Data
         RefundStore(db).create([NewRefund(pid, "rf-big", 3001, None, "alice")], queue="charges")
     adapter.close()
 
+
 def test_stripe__a_cancel_releases_the_authorisation_and_the_payment_ends_cancelled(
         db: Database, stripe_sandbox: SandboxServer) -> None:
     adapter = stripe_adapter(stripe_sandbox)
