@@ -28,11 +28,21 @@ A Snooze does not spend an attempt, so a paused or cooling PSP never kills jobs.
 429 or the 5xx still returns what ``recon.classify`` says (a Retry): the guard only adds the PSP-wide part.
 
 Cost: the rate-limit bucket lives in the same row, and one admission statement both reads the state and
-takes a *batch* of tokens (50 ms worth, at most the burst), which this process's threads then share as
-local permits (valid PERMIT_SECONDS). So a rate-limited PSP costs rate/batch statements per second per
-process, an unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures
-were counted. The price of the batch: a pause or an open breaker decided elsewhere reaches this process
-after at most ``batch`` calls or PERMIT_SECONDS.
+takes a *batch* of tokens (50 ms worth, more when the statement itself is slower: twice its own duration's
+worth, at most the burst), which this process's threads then share as local permits (valid
+PERMIT_SECONDS). So a rate-limited PSP costs at most rate/batch statements per second per process, an
+unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures were counted.
+The price of the batch: a pause or an open breaker decided elsewhere reaches this process after at most
+``batch`` calls or PERMIT_SECONDS. Across processes nothing changes: every permit is a token taken from the
+shared bucket, so in any second the calls stay within the rate, the bucket's capacity and the permits each
+process held from before (fewer than a batch each).
+
+Threads: the per-PSP gate's lock is held only to hand out a local permit, never across a statement or a
+sleep. One thread at a time (the refiller) runs the admission statement, and waits for the bucket's next
+tokens if it is empty; the others wait on the gate and are handed the batch it brings. A job snoozes for
+the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another thread's statement
+(a slow database, many threads) is this process's own contention: it never snoozes a job and is not
+reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
 
 Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the config file).
 """

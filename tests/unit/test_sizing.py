@@ -152,11 +152,15 @@ def test_sizer__waits_for_enough_finishes_then_applies_and_counts_throttles_sinc
 
 
 def test_sizer__counts_429s_and_empty_bucket_snoozes_apart() -> None:
-    """A window with new saturation snoozes but no new 429 sheds threads down to the rate's figure, not x 3/4."""
+    """A window with new saturation snoozes but no new 429 sheds threads down to the rate's figure, not x 3/4; a
+    window stays open until it lasted the last window's longest handler."""
     clock = Clock()
-    pressures = iter([Pressure(200.0, 1, 3), Pressure(200.0, 1, 3), Pressure(200.0, 1, 9)])
+    pressures = iter([Pressure(200.0, 1, 3), Pressure(200.0, 1, 3), Pressure(200.0, 1, 9)])  # start, then per window
+
+    gathered: list[float] = []
 
     def gather() -> tuple[int, float, float, bool, int]:
+        gathered.append(clock.now)
         return (200, 400.0, 2.5, True, 200)
 
     sizer = Sizer(B, apply=lambda _s: None, gather=gather, peek=lambda: MIN_FINISHED,
@@ -165,5 +169,7 @@ def test_sizer__counts_429s_and_empty_bucket_snoozes_apart() -> None:
     first = sizer.run_once()  # the 429 and the 3 snoozes before the start do not count: straight to 250
     assert (first.concurrency, first.reason) == (250, "psp rate limit")
     clock.now += 2.0
+    assert sizer.run_once() == first and gathered == [102.0]  # 2 s < the last window's longest handler: open
+    clock.now += 1.0
     second = sizer.run_once()  # 6 snoozes since, no 429: max(188, 200)
     assert (second.concurrency, second.reason, second.ceiling) == (200, "psp rate limit reached", 250)
