@@ -109,6 +109,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--noop", action="store_true", help="also the no-op drain, shipped against tuned")
     parser.add_argument("--noop-jobs", type=int, default=20_000)
     parser.add_argument("--max-seconds", type=float, help="bound of one case (default 3 N / rate + 60)")
+    parser.add_argument("--worker-log", type=Path, help="append the worker's log (INFO: its resizings) to this file")
     args = parser.parse_args(argv)
     if args.quick:
         args.payments = 2_000
@@ -214,12 +215,13 @@ def _charge(db: Database, url: str, config: Path, sandbox: str, args: argparse.N
     max_seconds = args.max_seconds or 3 * n / args.rate + 60
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RECON_SANDBOX_BASE_URL": sandbox}
     env.pop("RECON_CONFIG", None)
-    err = tmp / "worker.err"
+    err = args.worker_log or tmp / "worker.err"
     samples: list[tuple[float, int]] = []
-    with err.open("w") as stderr:
+    with err.open("a" if args.worker_log else "w") as stderr:
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "recon", "--database-url", url, "--config", str(config),
-                                 "--log-level", "WARNING", "worker", "--queues", "charges"], cwd=ROOT, env=env,
+                                 "--log-level", "INFO" if args.worker_log else "WARNING",
+                                 "worker", "--queues", "charges"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=stderr)
         charged = 0
         while charged < n and time.perf_counter() - started < max_seconds and proc.poll() is None:
@@ -284,7 +286,15 @@ def _attempt_figures(db: Database, charged: int) -> dict[str, Any]:
     phase = (last - first).total_seconds() if first and last else None
     return {"charged": charged, "attempts": int(r[0]), "http_429": int(r[1] or 0), "snoozed": int(r[2] or 0),
             "call_phase_seconds": round(phase, 2) if phase else None,
-            "rate": round(charged / phase, 1) if phase else None}
+            "rate": round(charged / phase, 1) if phase else None, "snooze_reasons": _snooze_reasons(db)}
+
+
+def _snooze_reasons(db: Database) -> dict[str, int]:
+    """Snoozed attempts by reason (the PSP's rate, a pause, a cancel...): what held the charges back."""
+    with db.begin() as conn:
+        rows = conn.execute(sa.text("SELECT error, count(*) FROM job_attempts WHERE outcome = 'snoozed' "
+                                    "GROUP BY error ORDER BY count(*) DESC")).all()
+    return {str(reason): int(n) for reason, n in rows}
 
 
 def _goals(doc: dict[str, Any], args: argparse.Namespace) -> None:

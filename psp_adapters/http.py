@@ -40,6 +40,11 @@ logger = logging.getLogger(__name__)
 
 #: a sane default: connecting is quick or broken; a PSP may take a while to answer a charge
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=10.0, pool=5.0)
+#: connections one client may hold open (and keep alive). A call holds one for its whole duration, and a worker's
+#: calls in flight are bounded by its handler threads (``[engine] max_concurrency``, at most 1,024) and by the
+#: PSP's rate limit, so the pool must not be a tighter bound: httpx's default (100, 20 kept alive) held a worker
+#: at 100 calls in flight, 50 calls/s at 2 s a call, and reconnected for most calls
+MAX_CONNECTIONS = 1024
 #: the longest PSP text quoted in an error message
 MESSAGE_LIMIT = 300
 
@@ -65,8 +70,14 @@ def make_client(
     missing = [name for name in ("connect", "read", "write", "pool") if getattr(timeout, name) is None]
     if missing:
         raise ValueError(f"timeout must set every phase; unset: {', '.join(missing)}")
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     return httpx.Client(
-        base_url=base_url, headers=dict(headers), timeout=timeout, transport=transport, follow_redirects=False
+        base_url=base_url,
+        headers=dict(headers),
+        timeout=timeout,
+        transport=transport,
+        follow_redirects=False,
+        limits=limits,
     )
 
 

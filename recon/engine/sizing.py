@@ -7,10 +7,13 @@ and ``plan`` decides the next ``Sizing``. ``plan`` is a pure function, tested on
 
 | the window says                                             | handler threads (``concurrency``)            |
 | ----------------------------------------------------------- | -------------------------------------------- |
-| a PSP answered 429, or the guard snoozed jobs for its rate   | x 3/4 (multiplicative decrease)              |
-| threads >= 85 % busy and work is waiting (a claim came back | x 2, but no more than the threads the PSPs'  |
-| full, or no slot was free)                                  | rate limits keep busy (Little's law: rate x  |
-|                                                             | call seconds x 1.25) when that is known      |
+| a PSP answered 429                                          | x 3/4 (multiplicative decrease)              |
+| the guard snoozed jobs because the PSP's rate-limit bucket  | x 3/4, but not below the threads the rate    |
+| stayed empty (``saturated``: more threads than the rate     | limits keep busy (rate x call seconds) when  |
+| needs; never a wait for another thread's statement)         | that is known                                |
+| threads >= 85 % busy and work is waiting (a claim came back | x 2; when the PSPs' rate limits' figure is   |
+| full, or no slot was free)                                  | known (Little's law: rate x call seconds x   |
+|                                                             | 1.25), straight to it and no further         |
 | after a throttle, growing past 3/4 of the count throttled  | + 10 % (at least one; additive increase)     |
 | threads < 25 % busy and nothing waiting                     | x 1/2                                        |
 | otherwise                                                   | unchanged                                    |
@@ -52,7 +55,8 @@ log = logging.getLogger(WORKER_LOGGER)
 #: how often the sizer looks (seconds): a short drain (20,000 no-op jobs take 1-4 s) should not spend most of its
 #: time at the start's sizing
 SIZER_INTERVAL_SECONDS = 0.25
-#: a window with fewer finished handlers than this is extended (unless it is this many intervals old: 5 s)
+#: a window with fewer finished handlers than this, or shorter than the last window's longest handler, is extended
+#: (unless it is this many intervals old: 5 s)
 MIN_FINISHED = 8
 MAX_WINDOW_INTERVALS = 20
 #: threads at least this busy, with work waiting, grow
@@ -97,11 +101,14 @@ class Sizing:
 @dataclass(frozen=True, slots=True)
 class Pressure:
     """What the outside parties say: ``demand``, the handler threads the PSPs' rate limits can keep busy (rate x
-    call seconds summed over the rate-limited PSPs; None: no rate-limited PSP was called yet), and ``throttles``,
-    cumulative 429s and rate snoozes (the sizer takes the difference between passes)."""
+    call seconds summed over the rate-limited PSPs; None: no rate-limited PSP was called yet), ``throttles``,
+    cumulative 429s, and ``saturated``, cumulative snoozes because a rate-limit bucket stayed empty (the sizer
+    takes the differences between passes). A worker's own contention (threads waiting for each other) is
+    neither: it says nothing about the PSP."""
 
     demand: float | None = None
     throttles: int = 0
+    saturated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +120,8 @@ class Window:
     busy_seconds: float  #: their run time, summed
     longest: float  #: the longest of them
     waiting: bool  #: a claim came back full, or the claim loop found no free slot
-    throttled: int = 0  #: 429s and rate snoozes in the window
+    throttled: int = 0  #: 429s in the window
+    saturated: int = 0  #: snoozes for an empty rate-limit bucket in the window
     demand: float | None = None  #: Pressure.demand
     active: int = 0  #: threads inside a handler when the window closed (long handlers return in no window)
 
@@ -136,12 +144,19 @@ def plan(current: Sizing, window: Window, bounds: SizingBounds) -> Sizing:
     busy = max(busy, window.active / n if n else 0.0)
     if window.throttled > 0:
         target, reason, ceiling = math.ceil(n * 3 / 4), "throttled", n
+    elif window.saturated > 0:
+        # more threads than the rate needs waited for tokens: shed them, but keep the ones the rate keeps busy
+        target, reason, ceiling = math.ceil(n * 3 / 4), "psp rate limit reached", n
+        if window.demand is not None:
+            target = min(max(target, math.ceil(window.demand)), n)
     elif busy >= GROW_BUSY and window.waiting:
         target, reason = n * 2, "busy"
         if ceiling is not None and target > ceiling * 3 // 4:
             target = max(n + 1, math.ceil(n * 1.1))  # near where the PSP throttled: additive increase
         if window.demand is not None:
             cap = math.ceil(window.demand * DEMAND_HEADROOM)
+            if ceiling is None and target < cap:
+                target, reason = cap, "psp rate limit"  # Little's law: straight to what the rate keeps busy
             if target > cap:
                 target, reason = cap, "psp rate limit"  # more threads would only wait for tokens
     elif busy < SHRINK_BUSY and not window.waiting:
@@ -191,19 +206,25 @@ class Sizer:
         self._pressure = pressure_func
         self._monotonic = monotonic_func
         self._since = monotonic_func()
-        self._throttles = self._pressure().throttles if self._pressure is not None else 0
+        start = self._pressure() if self._pressure is not None else Pressure()
+        self._throttles, self._saturated = start.throttles, start.saturated
 
     def run_once(self, _stop: threading.Event | None = None) -> Sizing:
-        """One pass: close the window if it holds enough (``peek``: handlers returned so far), plan, apply."""
+        """One pass: close the window if it holds enough (``peek``: handlers returned so far, at least
+        MIN_FINISHED) and lasted at least the last window's longest handler (a window shorter than a handler
+        counts handlers that ran mostly before it: at 2 s calls 0.25 s windows read 50 % to 190 % busy and the
+        threads swung by a quarter every pass), or is MAX_WINDOW_INTERVALS old; plan, apply."""
         now = self._monotonic()
         seconds = now - self._since
-        if self._peek() < MIN_FINISHED and seconds < MAX_WINDOW_INTERVALS * SIZER_INTERVAL_SECONDS:
-            return self.current
+        if seconds < MAX_WINDOW_INTERVALS * SIZER_INTERVAL_SECONDS and (
+                self._peek() < MIN_FINISHED or seconds < self.current.seconds):
+            return self.current  # too few finished, or shorter than a handler: busy-ness would be noise
         pressure = self._pressure() if self._pressure is not None else Pressure()
         finished, busy, longest, waiting, active = self._gather()
         window = Window(seconds=seconds, finished=finished, busy_seconds=busy, longest=longest, waiting=waiting,
-                        active=active, throttled=max(0, pressure.throttles - self._throttles), demand=pressure.demand)
-        self._since, self._throttles = now, pressure.throttles
+                        active=active, throttled=max(0, pressure.throttles - self._throttles),
+                        saturated=max(0, pressure.saturated - self._saturated), demand=pressure.demand)
+        self._since, self._throttles, self._saturated = now, pressure.throttles, pressure.saturated
         nxt = plan(self.current, window, self.bounds)
         if (nxt.concurrency, nxt.claim_batch, nxt.prefetch) != (self.current.concurrency, self.current.claim_batch,
                                                                 self.current.prefetch):

@@ -28,11 +28,21 @@ A Snooze does not spend an attempt, so a paused or cooling PSP never kills jobs.
 429 or the 5xx still returns what ``recon.classify`` says (a Retry): the guard only adds the PSP-wide part.
 
 Cost: the rate-limit bucket lives in the same row, and one admission statement both reads the state and
-takes a *batch* of tokens (50 ms worth, at most the burst), which this process's threads then share as
-local permits (valid PERMIT_SECONDS). So a rate-limited PSP costs rate/batch statements per second per
-process, an unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures
-were counted. The price of the batch: a pause or an open breaker decided elsewhere reaches this process
-after at most ``batch`` calls or PERMIT_SECONDS.
+takes a *batch* of tokens (50 ms worth, more when the statement itself is slower: twice its own duration's
+worth, at most the burst), which this process's threads then share as local permits (valid
+PERMIT_SECONDS). So a rate-limited PSP costs at most rate/batch statements per second per process, an
+unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures were counted.
+The price of the batch: a pause or an open breaker decided elsewhere reaches this process after at most
+``batch`` calls or PERMIT_SECONDS. Across processes nothing changes: every permit is a token taken from the
+shared bucket, so in any second the calls stay within the rate, the bucket's capacity and the permits each
+process held from before (fewer than a batch each).
+
+Threads: the per-PSP gate's lock is held only to hand out a local permit, never across a statement or a
+sleep. One thread at a time (the refiller) runs the admission statement, and waits for the bucket's next
+tokens if it is empty; the others wait on the gate and are handed the batch it brings. A job snoozes for
+the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another thread's statement
+(a slow database, many threads) is this process's own contention: it never snoozes a job and is not
+reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
 
 Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the config file).
 """
@@ -40,6 +50,7 @@ Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the c
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -65,10 +76,15 @@ T = TypeVar("T")
 
 #: local permits expire after this long, so a pause or an open breaker decided elsewhere is seen soon
 PERMIT_SECONDS = 0.25
-#: a thread waits at least this long for another thread's admission statement before snoozing
-LOCK_WAIT_SECONDS_MIN = 1.0
+#: a thread waiting for another thread's admission statement looks at its lease this often (it never snoozes
+#: for that wait: it is local contention, not the PSP's limit)
+GATE_POLL_SECONDS = 0.5
 #: while another worker's half-open probe is out, look again after at most this long
 HALF_OPEN_RECHECK_SECONDS = 5.0
+#: weight of the newest admission statement in its seconds average (``PspGuard._batch``)
+STATEMENT_SECONDS_WEIGHT = 0.2
+#: an admission statement takes the tokens of this many of its own durations (``PspGuard._batch``)
+STATEMENT_HEADROOM = 2.0
 #: weight of the newest call in a PSP's call-seconds average (``PspGuard.pressure``)
 CALL_SECONDS_WEIGHT = 0.05
 #: failures of these kinds feed the breaker (the PSP is unreachable or failing), others mean it answered
@@ -85,15 +101,23 @@ def pause_reason(psp: str) -> str:
 
 
 class _Gate:
-    """This process's view of one PSP: local permits and the failure count last seen."""
+    """This process's view of one PSP: local permits, the refill in progress and the failure count last seen.
+
+    ``cond`` guards the fields and is never held across a database statement or a sleep: one thread at a time
+    (``refilling``) runs the admission statement or waits for the bucket's next tokens, outside it; the others
+    wait on ``cond`` and are handed the permits it brings (``notify``, first come first served)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.cond = threading.Condition(threading.Lock())
         self.permits = 0
         self.permits_until = 0.0
+        self.refilling = False
+        #: the refiller is waiting for the bucket's next tokens (not in a statement) until this instant
+        self.empty_until = 0.0
         self.failures = 0
         self.known = False  #: the PSP's row exists
         self.call_seconds: float | None = None  #: moving average of a call's duration (``PspGuard.pressure``)
+        self.statement_seconds: float | None = None  #: moving average of an admission statement's duration
 
     def take(self, now: float) -> bool:
         if self.permits > 0 and now < self.permits_until:
@@ -157,50 +181,113 @@ class PspGuard:
 
     def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
         """A Permit to call ``psp`` now, or the Snooze the job should return. May wait up to the PSP's
-        ``rate_wait_seconds`` for a rate-limit token (returning early if the lease is lost: LeaseLost)."""
+        ``rate_wait_seconds`` for a rate-limit token (returning early if the lease is lost: LeaseLost).
+
+        Only an empty bucket makes a job snooze for the rate: a thread waiting for another thread's admission
+        statement (local contention, a slow database) waits for it however long it takes and counts a
+        ``gate_waits``, which is neither a snooze nor a throttle (``pressure``)."""
         limits = self.config.for_psp(psp)
         gate = self._gate(psp)
-        deadline = self._monotonic() + limits.rate_wait_seconds
-        # the lock is held for one admission statement, or by a thread waiting for the PSP's next tokens
-        if not gate.lock.acquire(timeout=max(limits.rate_wait_seconds, LOCK_WAIT_SECONDS_MIN)):
-            wait = limits.batch / limits.rate_limit if limits.rate_limit else LOCK_WAIT_SECONDS_MIN
-            return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
+        with gate.cond:
+            outcome, deadline = self._take_or_wait(psp, limits, gate, lease)
+        if outcome is not None:
+            return outcome
+        # this thread is the refiller: the statement (and any wait for tokens) runs outside the condition
         try:
-            while True:
-                if gate.take(self._monotonic()):
-                    self.counts["admitted"] += 1
-                    return Permit(self, psp)
-                admission = self._admission(psp, limits, gate)
-                held = self._held(psp, limits, admission)
-                if held is not None:
-                    return held
-                if admission.granted:
+            return self._refill(psp, limits, gate, deadline, lease)
+        finally:
+            with gate.cond:
+                gate.refilling = False
+                gate.empty_until = 0.0
+                gate.cond.notify(max(gate.permits, 1))  # the permits brought, or the next refiller
+
+    def _take_or_wait(self, psp: str, limits: PspLimits, gate: _Gate,
+                      lease: Lease | None) -> tuple[Permit | Snooze | None, float | None]:
+        """Under ``gate.cond``: a local permit, or the rate Snooze when the bucket stayed empty for
+        ``rate_wait_seconds`` (or its next tokens come later), or None when this thread is to refill
+        (``gate.refilling`` is then set); with the deadline of the wait for tokens so far (None: not begun: the
+        time spent waiting for another thread's statement does not count)."""
+        waited, deadline = False, None
+        while True:
+            now = self._monotonic()
+            if gate.take(now):
+                self.counts["admitted"] += 1
+                return Permit(self, psp), deadline
+            if not gate.refilling:
+                gate.refilling = True
+                return None, deadline
+            if gate.empty_until > 0:  # the bucket is empty: the refiller waits for its next tokens
+                if deadline is None:
+                    deadline = now + limits.rate_wait_seconds
+                if gate.empty_until > deadline or now >= deadline:
+                    assert limits.rate_limit is not None  # nosec B101  # empty_until is only set under a rate limit
+                    return self._snooze(psp, max(gate.empty_until - now, limits.batch / limits.rate_limit),
+                                        f"psp {psp} rate limit", "rate"), deadline
+            if not waited:
+                waited = True
+                self.counts["gate_waits"] += 1
+            gate.cond.wait(GATE_POLL_SECONDS)
+            if lease is not None:
+                lease.check()  # lost while waiting: LeaseLost, the handler writes nothing
+
+    def _refill(self, psp: str, limits: PspLimits, gate: _Gate, deadline: float | None,
+                lease: Lease | None) -> Permit | Snooze:
+        """The refiller's part: admission statements (waiting for the bucket's next tokens, within the deadline,
+        between them) until a batch is granted: this thread's Permit (the rest of the batch left in the gate
+        for the others), or a Snooze."""
+        while True:
+            batch = self._batch(limits, gate)
+            admission = self._admission(psp, limits, gate, batch)
+            held = self._held(psp, limits, admission)
+            if held is not None:
+                return held
+            if admission.granted:
+                with gate.cond:
                     gate.permits = admission.granted - 1
                     gate.permits_until = self._monotonic() + PERMIT_SECONDS
-                    self.counts["admitted"] += 1
-                    return Permit(self, psp)
-                assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
-                wait = max((limits.batch - admission.tokens) / limits.rate_limit, 0.001)
-                if self._monotonic() + wait > deadline:
-                    return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
-                self.counts["rate_waits"] += 1
-                if self._wait(lease, wait):
-                    return Snooze(timedelta(0), reason="cancel requested while waiting for a PSP token")
-        finally:
-            gate.lock.release()
+                self.counts["admitted"] += 1
+                return Permit(self, psp)
+            assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
+            wait = max((batch - admission.tokens) / limits.rate_limit, 0.001)
+            now = self._monotonic()
+            if deadline is None:  # the wait for tokens begins now
+                deadline = now + limits.rate_wait_seconds
+            if now + wait > deadline:
+                return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
+            with gate.cond:
+                gate.empty_until = now + wait
+            self.counts["rate_waits"] += 1
+            if self._wait(lease, wait):
+                return Snooze(timedelta(0), reason="cancel requested while waiting for a PSP token")
+            with gate.cond:
+                gate.empty_until = 0.0
 
-    def _admission(self, psp: str, limits: PspLimits, gate: _Gate) -> Admission:
+    def _admission(self, psp: str, limits: PspLimits, gate: _Gate, batch: int) -> Admission:
         if not gate.known:
             self.store.ensure(psp)
             gate.known = True
-        rate, capacity, batch = limits.rate_limit, limits.capacity, limits.batch
+        rate, capacity = limits.rate_limit, limits.capacity
+        started = self._monotonic()
         admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
         if admission is None:  # the row went away (tests truncate the table): make it again
             self.store.ensure(psp)
             admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
         assert admission is not None  # nosec B101  # type narrowing, not a check
+        seconds, last = self._monotonic() - started, gate.statement_seconds
+        gate.statement_seconds = seconds if last is None else last + STATEMENT_SECONDS_WEIGHT * (seconds - last)
         gate.failures = admission.failures
         return admission
+
+    @staticmethod
+    def _batch(limits: PspLimits, gate: _Gate) -> int:
+        """Tokens the next admission statement takes: ``limits.batch`` (50 ms worth), more when the statement
+        itself takes longer than a batch lasts (one statement at a time per process: tokens per second <= batch
+        / statement seconds), so that a slow database does not cap a process below the rate; at most the
+        bucket's capacity, which bounds every process's burst anyway."""
+        if limits.rate_limit is None or gate.statement_seconds is None:
+            return limits.batch
+        wanted = math.ceil(limits.rate_limit * gate.statement_seconds * STATEMENT_HEADROOM)
+        return max(limits.batch, min(wanted, math.floor(limits.capacity)))
 
     def _held(self, psp: str, limits: PspLimits, a: Admission) -> Permit | Snooze | None:
         """The Snooze (or the probe Permit) when the PSP is paused, cooling down or its breaker not closed."""
@@ -251,7 +338,9 @@ class PspGuard:
     def pressure(self) -> Pressure:
         """What the PSPs ask of a worker that sizes itself (recon.engine.sizing): the handler threads their rate
         limits keep busy (rate x average call seconds, summed over the rate-limited PSPs called so far; None:
-        none yet) and the 429s and rate snoozes so far."""
+        none yet), the 429s so far and the snoozes for an empty rate-limit bucket so far. A thread that waited
+        for another thread's admission statement (``gate_waits``) is in neither: that is this process's own
+        contention, not the PSP throttling."""
         demand: float | None = None
         with self._gates_lock:
             gates = list(self._gates.items())
@@ -259,7 +348,7 @@ class PspGuard:
             rate = self.config.for_psp(psp).rate_limit
             if rate is not None and gate.call_seconds is not None:
                 demand = (demand or 0.0) + rate * gate.call_seconds
-        return Pressure(demand=demand, throttles=self.counts["cooldowns"] + self.counts["snoozed_rate"])
+        return Pressure(demand=demand, throttles=self.counts["cooldowns"], saturated=self.counts["snoozed_rate"])
 
     # --- after the call -------------------------------------------------------------------------------
 

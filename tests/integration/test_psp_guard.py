@@ -22,6 +22,7 @@ from psp_adapters.sandbox.faults import Faults
 from psp_adapters.sandbox.server import SandboxServer
 from recon import FixedClock, Handlers, JobState, JobStore, RetryPolicy, Snooze, Worker
 from recon.classify import classify
+from recon.control_rows import Admission
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect
 from recon.db.payment_store import PaymentStore
@@ -236,6 +237,84 @@ def test_guard__no_token_within_the_wait_snoozes(db: Database) -> None:
     held = guard.admit("sandbox")
     assert isinstance(held, Snooze) and held.reason == "psp sandbox rate limit"
     assert timedelta(seconds=0.5) < held.delay < timedelta(seconds=1.3)
+
+
+class SlowFirstAdmission(ControlStore):
+    """A ControlStore whose first admission statement takes 1.5 s (a database under load), longer than the
+    1 s the old gate let a thread wait for another thread's statement."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.entered = threading.Event()
+
+    def admit(self, psp: str, *, rate: float | None, capacity: float, batch: int) -> Admission | None:
+        if not self.entered.is_set():
+            self.entered.set()
+            time.sleep(1.5)
+        return super().admit(psp, rate=rate, capacity=capacity, batch=batch)
+
+
+def test_guard__waiting_for_another_threads_statement_is_neither_a_snooze_nor_a_throttle(db: Database) -> None:
+    """Threads that wait for another thread's slow admission statement get their permits when it returns: no
+    job snoozes and the sizer is told no throttle (the old gate snoozed them and counted each snooze as the PSP
+    throttling, so a worker shrank under its own contention)."""
+    store = SlowFirstAdmission(db)
+    guard = PspGuard(store, GuardConfig(per_psp={"sandbox": PspLimits(rate_limit=100, rate_wait_seconds=0.2)}),
+                     rng=Random(7))
+    results: list[Permit | Snooze] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        outcome = guard.admit("sandbox")
+        with lock:
+            results.append(outcome)
+
+    first = threading.Thread(target=run)
+    first.start()
+    assert store.entered.wait(30)
+    others = [threading.Thread(target=run) for _ in range(5)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join(30)
+    assert len(results) == 6 and all(isinstance(r, Permit) for r in results), results
+    assert guard.pressure().throttles == 0 and guard.pressure().saturated == 0
+    assert guard.counts["gate_waits"] >= 1 and guard.counts["snoozed_rate"] == 0
+
+
+def test_guard__many_threads_in_two_guards_never_pass_the_limit(db: Database) -> None:
+    """32 threads in two guards (two processes' worth) take 60 permits at 20/s: the refills run outside the
+    gate's lock, one at a time per guard, and the shared bucket still bounds every second: the rate, the
+    bucket's capacity, and at most capacity - 1 permits each guard held from before."""
+    guards = [guard_for(db, rate_limit=20, rate_wait_seconds=30) for _ in range(2)]
+    limits = guards[0].config.for_psp("sandbox")
+    cap = limits.capacity
+    assert (cap, limits.batch) == (2.0, 1)
+    stamps: list[float] = []
+    tickets = iter(range(60))
+    lock = threading.Lock()
+
+    def run(guard: PspGuard) -> None:
+        while True:
+            with lock:
+                if next(tickets, None) is None:
+                    return
+            assert isinstance(guard.admit("sandbox"), Permit)
+            with lock:
+                stamps.append(time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(guards[i % 2],)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    elapsed = time.monotonic() - started
+    assert len(stamps) == 60
+    assert elapsed >= (60 - cap - 2 * (cap - 1)) / 20 - 0.05, elapsed
+    stamps.sort()
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 20 + cap + 2 * (cap - 1)
+    assert sum(g.counts["snoozed_rate"] for g in guards) == 0
 
 
 def test_guard__unlimited_psp_costs_one_statement_per_batch_of_calls(db: Database) -> None:

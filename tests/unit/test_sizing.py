@@ -70,6 +70,20 @@ CASES = [
     pytest.param(  # throttled at the least: 6 is under it, 8; the ceiling is 8
         Sizing(8, 50, 50), Window(1.0, 40, 8.0, 0.2, True, throttled=1),
         Sizing(8, 50, 50, "throttled", 8, 0.2), id="throttled-at-min"),
+    pytest.param(  # the ramp at 2 s calls: 8 threads all inside a call, 100/s x 2 s = 200 known: straight to
+        # 200 x 1.25 = 250 (not 16); prefetch 250 (bound 250 x 7.5 / 2.5 = 750)
+        Sizing(8, 8, 0), Window(2.0, 8, 16.0, 2.5, True, demand=200.0, active=8),
+        Sizing(250, 50, 250, "psp rate limit", None, 2.5), id="ramp-straight-to-littles-law"),
+    pytest.param(  # the same after a 429 (ceiling 240): no jump, past 3/4 of it + 10 %: ceil(205 x 1.1) = 226
+        Sizing(205, 50, 205, "throttled", 240), Window(2.0, 205, 410.0, 2.5, True, demand=200.0),
+        Sizing(226, 50, 226, "busy", 240, 2.5), id="ramp-after-a-429-is-additive"),
+    pytest.param(  # 250 threads at 100/s x 2 s: the bucket stayed empty for some (saturated): 250 x 3/4 = 188,
+        # but the rate keeps 200 busy: 200, ceiling 250
+        Sizing(250, 50, 250), Window(2.0, 200, 500.0, 2.5, True, saturated=5, demand=200.0),
+        Sizing(200, 50, 200, "psp rate limit reached", 250, 2.5), id="saturated-keeps-what-the-rate-needs"),
+    pytest.param(  # saturated with no figure known: x 3/4 (64 -> 48)
+        Sizing(64, 50, 64), Window(2.0, 100, 128.0, 1.0, True, saturated=2),
+        Sizing(48, 50, 50, "psp rate limit reached", 64, 1.0), id="saturated-without-demand"),
 ]
 
 
@@ -83,12 +97,12 @@ def test_plan__bounds_hold_on_a_grid() -> None:
     job never waits for a thread longer than a quarter of the lease TTL at the window's longest duration."""
     bounds = SizingBounds(min_concurrency=2, max_concurrency=64, claim_batch_size=40, max_prefetch=100,
                           lease_ttl_seconds=10.0)
-    for n, finished, longest, busy_share, waiting, throttled, demand, active in itertools.product(
+    for n, finished, longest, busy_share, waiting, throttled, saturated, demand, active in itertools.product(
             (1, 2, 7, 64, 100), (0, 1, 50), (0.0, 0.0001, 0.2, 3.0, 40.0), (0.0, 0.5, 1.0), (False, True),
-            (0, 2), (None, 0.5, 30.0), (0, 5)):
+            (0, 2), (0, 1), (None, 0.5, 30.0, 500.0), (0, 5)):
         current = Sizing(n, 10, 5, seconds=0.0)
         window = Window(2.0, finished, busy_share * 2.0 * n if finished else 0.0, longest if finished else 0.0,
-                        waiting, throttled=throttled, demand=demand, active=active)
+                        waiting, throttled=throttled, saturated=saturated, demand=demand, active=active)
         s = plan(current, window, bounds)
         assert 2 <= s.concurrency <= 64
         assert 1 <= s.claim_batch <= min(40, s.concurrency + s.prefetch)
@@ -135,3 +149,27 @@ def test_sizer__waits_for_enough_finishes_then_applies_and_counts_throttles_sinc
     third = sizer.run_once()  # 2 throttles since: 32 x 3/4
     assert (third.concurrency, third.reason, third.ceiling) == (24, "throttled", 32)
     assert sizer.changes == 3 and applied == [first, second, third]
+
+
+def test_sizer__counts_429s_and_empty_bucket_snoozes_apart() -> None:
+    """A window with new saturation snoozes but no new 429 sheds threads down to the rate's figure, not x 3/4; a
+    window stays open until it lasted the last window's longest handler."""
+    clock = Clock()
+    pressures = iter([Pressure(200.0, 1, 3), Pressure(200.0, 1, 3), Pressure(200.0, 1, 9)])  # start, then per window
+
+    gathered: list[float] = []
+
+    def gather() -> tuple[int, float, float, bool, int]:
+        gathered.append(clock.now)
+        return (200, 400.0, 2.5, True, 200)
+
+    sizer = Sizer(B, apply=lambda _s: None, gather=gather, peek=lambda: MIN_FINISHED,
+                  pressure_func=lambda: next(pressures), monotonic_func=clock)
+    clock.now += 2.0
+    first = sizer.run_once()  # the 429 and the 3 snoozes before the start do not count: straight to 250
+    assert (first.concurrency, first.reason) == (250, "psp rate limit")
+    clock.now += 2.0
+    assert sizer.run_once() == first and gathered == [102.0]  # 2 s < the last window's longest handler: open
+    clock.now += 1.0
+    second = sizer.run_once()  # 6 snoozes since, no 429: max(188, 200)
+    assert (second.concurrency, second.reason, second.ceiling) == (200, "psp rate limit reached", 250)
