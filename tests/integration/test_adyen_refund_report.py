@@ -46,10 +46,10 @@ def refunded_without_webhooks(flow: Flow, reference: str, amount: int) -> int:
     return rid
 
 
-def reconcile(flow: Flow, rid: int) -> None:
+def reconcile(flow: Flow, rid: int, *, recheck: bool = False) -> None:
     Client(flow.app.jobs, Settings()).enqueue(
         REFUND_RECONCILE_KIND,
-        {"refund_id": rid},
+        {"refund_id": rid, **({"recheck": True} if recheck else {})},
         queue=flow.app.reconcile_config.queue,
         unique_key=refund_reconcile_key(rid),
     )
@@ -103,3 +103,22 @@ def test_adyen_refund__a_row_naming_another_refund_id_is_a_conflict(flow: Flow) 
         "our refund rf-twice (a second refund, or not ours: a person looks)"
     )
     assert found.psp_refund_id == held.psp_refund_id  # evidence never overwrites
+
+
+def test_adyen_refund__a_recheck_finds_a_succeeded_refund_reversed_in_the_report(flow: Flow) -> None:
+    """Final states stay re-checkable: the REFUND webhook came, the REFUNDED_REVERSED one was lost."""
+    [pid] = flow.charge(1)
+    queue = flow.app.payments_config.queue
+    [rid] = flow.app.refunds.create([NewRefund(pid, "rf-recheck", 1200, None, "ann")], queue=queue)
+    flow.run("refund")
+    wait_for(lambda: "REFUND" in flow.deliver(), timeout=20)
+    made = flow.app.refunds.get(rid)
+    assert made is not None and made.status is P.SUCCEEDED
+    flow.post(f"/_admin/refunds/{made.psp_refund_id}/reverse")
+    assert "REFUNDED_REVERSED" in flow.deliver(drop=True)
+    reconcile(flow, rid, recheck=True)
+    found = flow.app.refunds.get(rid)
+    assert found is not None and found.status is P.NEEDS_REVIEW
+    assert (found.review_reason or "").startswith(
+        "refund_reversed: the PSP says RefundedReversed for a refund ours was succeeded"
+    )
