@@ -471,7 +471,8 @@ class RefundingAdapter(Protocol):
 
     ``create_refund`` sends ``idempotency_key`` with every attempt, so a retry after a lost answer never
     refunds twice. ``fetch_refund`` asks by the refund's id, else by our reference on the payment; a PSP that
-    cannot be asked (Adyen: its webhooks and reports tell) answers Pending.
+    cannot say yet (Adyen: its reports tell, a day later) answers Pending; Reversed (kind refund): the PSP
+    reversed the refund after it succeeded (Adyen's RefundedReversed report row).
     """
 
     #: the reason codes ``RefundRequest.reason`` may take (None: any text)
@@ -479,7 +480,7 @@ class RefundingAdapter(Protocol):
 
     def create_refund(self, request: RefundRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 
-    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome: ...
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome | Reversed: ...
 
 
 @dataclass(frozen=True, slots=True)

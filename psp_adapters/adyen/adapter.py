@@ -46,6 +46,9 @@ How Adyen tells status, and what this adapter does about it:
   the window's days come, with their latest record type (``report_outcome``), on the last page.
 - ``iter_disputes`` (``DisputeSource``) reads the same daily files, one download a page, and yields the dispute
   steps (Chargeback, ChargebackReversed, SecondChargeback rows: ``dispute.py``) booked inside the window.
+- ``fetch_refund`` reads the same daily files for the refund's rows (``refund.py``: SentForRefund, Refunded,
+  RefundFailed, RefundedReversed, matched by the Modification Psp Reference or Modification Merchant Reference):
+  the REFUND webhook's word when that webhook was lost.
 - ``iter_payouts``/``payout_lines`` (``PayoutSource``) read the **Settlement details report** of each payout
   batch (``settlement_detail_report_batch_N.csv``, same download path and user; ``settlement.py``): the files a
   ``REPORT_AVAILABLE`` webhook named, and the batches after the highest one recon knows, until one is missing.
@@ -102,6 +105,7 @@ from psp_adapters.protocol import (
     PspRef,
     RefundRef,
     RefundRequest,
+    Reversed,
     Secret,
     SettlementLine,
 )
@@ -284,10 +288,28 @@ class AdyenAdapter:
         and the reports tell. Pending, always."""
         return Pending(merchant_reference=request.modification_reference)
 
-    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome | Reversed:
         """Checkout cannot read a refund back: its webhooks (REFUND, REFUND_FAILED, REFUNDED_REVERSED) and the
-        reports tell. Pending, always (recon waits on its schedule, then a person looks)."""
-        return Pending(psp_reference=ref.psp_refund_id, merchant_reference=ref.refund_reference)
+        reports tell. This reads the Payment accounting reports of the payment's merchant account over the last
+        ``lookback_days`` days, newest first, as ``fetch_payment`` does, and the first file with rows of the
+        refund answers (``refund.report_rows``, ``refund.report_outcome``): Succeeded (Refunded), Failed
+        (RefundFailed, Error), Reversed (RefundedReversed) or Pending (SentForRefund).
+
+        Returns Pending when no available report has a row of it (today's refunds are in tomorrow's file): recon
+        waits on its schedule, then a person looks. Raises PspRejectedError when no merchant account is known.
+        """
+        waiting = Pending(psp_reference=ref.psp_refund_id, merchant_reference=ref.refund_reference)
+        if not ref.payment_reference:
+            return waiting
+        account = charge.resolve_merchant_account(ref.merchant_account, self._merchant_account)
+        today = self._now_func().astimezone(self._tz).date()
+        for offset in range(self._lookback_days + 1):
+            day = today - timedelta(days=offset)
+            rows = self._report(account, day) if offset < FINAL_AFTER_DAYS else self._final_report(account, day)
+            matching = refund_wire.report_rows(rows or (), ref, account=account)
+            if matching:
+                return refund_wire.report_outcome(matching, ref)
+        return waiting
 
     def iter_settlements(
         self, since: datetime, until: datetime, *, merchant_accounts: Collection[str] = ()

@@ -8,7 +8,9 @@ SentForRefund, Refunded, RefundFailed, Chargeback), booked in the day of the acc
 ``YYYY-MM-DD HH:MM:SS`` in that zone and ``TimeZone`` names it as a 4-character abbreviation in effect at that
 instant (CET in winter, CEST in summer for the default "CET"), so a client must read the zone from the column.
 
-Columns are the report's standard ones in their documented order (``COLUMNS``). Amounts are in major units
+Columns are the report's standard ones in their documented order, then the additional column ``Modification Psp
+Reference`` (``COLUMNS``): a refund's rows name the refund by its pspReference there and by the merchant's refund
+``reference`` in ``Modification Merchant Reference``; other rows leave both empty. Amounts are in major units
 ("12.50"; "1250" for JPY). Register columns move as Adyen's journal does: Received (PC) +amount, Authorised
 moves it from Received to Authorised (PC), SentForSettle from Authorised to Captured (PC), Settled from Captured
 (PC) to Payable (SC) net of the fee in Commission (SC) (``records.sandbox_fee``); Refunded and Chargeback take
@@ -60,6 +62,7 @@ COLUMNS = (
     "User Name",
     "Payment Method Variant",
     "Modification Merchant Reference",
+    "Modification Psp Reference",
 )
 # ISO-4217 minor-unit exponents that are not 2 (docs.adyen.com/development-resources/currency-codes)
 _EXPONENT_0 = frozenset("BIF CLP CVE DJF GNF IDR ISK JPY KMF KRW PYG RWF UGX VND VUV XAF XOF XPF".split())
@@ -120,6 +123,7 @@ def _adjustment_rows(adj: Adjustment) -> list[tuple[datetime, str, dict[str, obj
     main: dict[str, object] = {"Main Amount": adj.amount}
     if adj.kind != "refund":
         return _dispute_rows(adj, main)
+    main.update({"Modification Psp Reference": adj.id, "Modification Merchant Reference": adj.reference or ""})
     rows: list[tuple[datetime, str, dict[str, object]]] = [(adj.created_at, "SentForRefund", dict(main))]
     if adj.status in (REFUND_SUCCEEDED, REFUND_FAILED):
         rows.append((adj.created_at, "Refunded", {**main, "Payable (SC)": -adj.amount}))
@@ -190,4 +194,6 @@ def _row(record: PaymentRecord, at: datetime, kind: str, moved: dict[str, object
     for name, value in moved.items():
         if name != "Main Amount" and isinstance(value, int):
             cells[name] = major_units(value, currency)
+        elif isinstance(value, str):
+            cells[name] = value
     return [cells.get(name, "") for name in COLUMNS]

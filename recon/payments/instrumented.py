@@ -34,6 +34,7 @@ from psp_adapters.protocol import (
     RefundingAdapter,
     RefundRef,
     RefundRequest,
+    Reversed,
     SettlementLine,
 )
 from recon.errors import ConfigError
@@ -144,7 +145,7 @@ class InstrumentedAdapter:
         inner = self._refunding()
         return self._timed("create_refund", lambda: inner.create_refund(request, idempotency_key=idempotency_key))
 
-    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome:
+    def fetch_refund(self, ref: RefundRef) -> PaymentOutcome | Reversed:
         bind(payment_reference=ref.refund_reference)
         inner = self._refunding()
         return self._timed("fetch_refund", lambda: inner.fetch_refund(ref))

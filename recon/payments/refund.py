@@ -40,7 +40,7 @@ from recon.engine.outcome import Cancel, Complete, Dead, Outcome, Retry, Snooze
 from recon.errors import ConfigError, LeaseLost
 from recon.payments.charge import KEY_RETENTION_MARGIN, config_dead
 from recon.payments.guard import Guard, Permit, Unguarded
-from recon.reconcile.decide import outcome_details, refund_sent
+from recon.reconcile.decide import outcome_details, refund_answer, refund_sent
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.rows import Job, Payment, PaymentStatus
 
@@ -126,9 +126,11 @@ class RefundHandler:
         """The key may be forgotten: the PSP's word on the refund (NotFound: send it), or the job's outcome."""
         lease.check()
         try:
-            return permit.call(lambda: adapter.fetch_refund(refund_ref(refund, payment)))
+            answer = permit.call(lambda: adapter.fetch_refund(refund_ref(refund, payment)))
         except PspError as exc:
             return classify(exc)  # nothing changes; the lookup is tried again
+        # reversed after success: the PSP has it, nothing to send; pending, and its reconcile job reviews it
+        return refund_answer(answer)[0]
 
     def _claim_send(self, refund: Refund, job: Job, lease: Lease) -> bool:
         """created -> processing (or, on a retry, the row lock proving it is still unfinished), fenced by the

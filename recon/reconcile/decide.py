@@ -320,6 +320,16 @@ def refund_news_outcome(news: RefundNews) -> tuple[PaymentOutcome, bool]:
     return Pending(**common), news.state == "reversed"
 
 
+def refund_answer(answer: PaymentOutcome | Reversed) -> tuple[PaymentOutcome, bool]:
+    """A ``fetch_refund`` answer as the answer ``refund_heal`` reads, and whether it says the refund was reversed
+    (Reversed: the PSP reversed it after success, Adyen's RefundedReversed; read as Pending plus that flag, as
+    ``refund_news_outcome`` reads the REFUNDED_REVERSED webhook)."""
+    if not isinstance(answer, Reversed):
+        return answer, False
+    return Pending(psp_reference=answer.psp_reference, amount=answer.amount, currency=answer.currency,
+                   raw_status=answer.raw_status, merchant_reference=answer.merchant_reference), True
+
+
 def refund_mismatch(refund: Refund, outcome: PaymentOutcome) -> str | None:
     """Why the PSP's refund amount or currency differs from ours, or None when they agree (or it did not say)."""
     if outcome.currency is not None and outcome.currency.upper() != refund.currency:

@@ -4,7 +4,8 @@ reconcile job does for a charge (recon.reconcile.handler), by ``recon.reconcile.
 | PSP says                                  | our refund   | action                                            |
 | ----------------------------------------- | ------------ | ------------------------------------------------- |
 | succeeded, failed, reversed, another id   | any          | ``decide.refund_heal``'s decision                 |
-| pending / cannot say (Adyen: always)      | unfinished   | snooze on the schedule, then needs_review         |
+| pending / cannot say (Adyen: no report    | unfinished   | snooze on the schedule, then needs_review         |
+| row of it yet)                            |              |                                                   |
 | not found, no PSP refund id ever recorded | unfinished   | grace period, then failed: "never reached the PSP" |
 | not found, but we hold its PSP refund id  | unfinished   | needs_review (the PSP lost what it told us)       |
 | anything else                             | final        | nothing; on a recheck, the answer is noted        |
@@ -26,7 +27,7 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 from psp_adapters.errors import PspError
-from psp_adapters.protocol import NotFound, PaymentOutcome, PspAdapter, RefundingAdapter
+from psp_adapters.protocol import NotFound, PaymentOutcome, PspAdapter, RefundingAdapter, Reversed
 from recon.classify import classify
 from recon.clock import Clock
 from recon.db.payment_store import PaymentStore
@@ -38,7 +39,7 @@ from recon.payments.charge import config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.payments.refund import refund_ref
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.decide import outcome_details, refund_heal
+from recon.reconcile.decide import outcome_details, refund_answer, refund_heal
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.rows import EnqueueRow, Job, PaymentStatus
 
@@ -109,9 +110,11 @@ class RefundReconcileHandler:
             return config_dead(exc)
         return self._decide(refund, job, lease, answer, recheck=recheck)
 
-    def _decide(self, refund: Refund, job: Job, lease: Lease, answer: PaymentOutcome, *, recheck: bool) -> Outcome:
+    def _decide(self, refund: Refund, job: Job, lease: Lease, answer: PaymentOutcome | Reversed, *,
+                recheck: bool) -> Outcome:
         details = {**outcome_details(answer), **({"recheck": True} if recheck else {})}
-        decision = refund_heal(refund, answer)
+        answer, reversed_ = refund_answer(answer)  # Reversed: after success (Adyen's RefundedReversed)
+        decision = refund_heal(refund, answer, reversed_=reversed_)
         if decision is not None:
             return self._move(refund, job, decision.target, details, **decision.fields())
         if refund.status.final:  # a recheck that changes nothing: the answer joins the audit trail

@@ -348,3 +348,17 @@ def test_decide__the_refund_tables_and_their_cases_match_row_for_row() -> None:
                          ids=[f"{i}: {row}" for i, (row, _, _) in enumerate(REFUND_TABLE)])
 def test_decide__every_row_of_the_refund_tables(row: str, call: Callable[[], Any], expected: Any) -> None:
     assert call() == expected
+
+
+def test_decide__refund_answer__a_reversed_refund_reads_as_the_refunded_reversed_webhook() -> None:
+    """fetch_refund's Reversed (Adyen's RefundedReversed report row) is Pending plus the reversed flag, as
+    refund_news_outcome reads the REFUNDED_REVERSED webhook; any other answer passes unchanged."""
+    row = Reversed(psp_reference="re_A", amount=400, currency="EUR", raw_status="RefundedReversed",
+                   merchant_reference="rf-7", kind="refund")
+    answer, reversed_ = decide.refund_answer(row)
+    assert (answer, reversed_) == (Pending(psp_reference="re_A", amount=400, currency="EUR",
+                                           raw_status="RefundedReversed", merchant_reference="rf-7"), True)
+    assert refund_heal(refund(P.PENDING, "re_A"), answer, reversed_=reversed_) == RH(
+        REVIEW, psp_refund_id="re_A",
+        review_reason="refund_reversed: the PSP says RefundedReversed for a refund ours was pending")
+    assert decide.refund_answer(RE_A) == (RE_A, False)
