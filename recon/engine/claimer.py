@@ -49,6 +49,7 @@ from recon.engine.lease import Lease
 from recon.engine.observe import WORKER_LOGGER, WorkerStats
 from recon.engine.slots import Running, Slots
 from recon.errors import DatabaseUnavailable, StoreError
+from recon.rows import Finish, Job
 
 log = logging.getLogger(WORKER_LOGGER)
 
@@ -160,6 +161,25 @@ class Claimer:
         self.waiting = waiting
         return True
 
+    def _give_back_again(self, again: list[Job], jobs: list[Job]) -> list[Job]:
+        """Jobs claimed again while an earlier attempt of theirs still runs here (its lease expired and was
+        rescued while the handler went on): given back, the attempt not spent, runnable after a lease's time.
+        Run here, the new attempt would take the old one's place in the slots (one entry per job), so the old
+        one's end would go unaccounted, its slot never freed, and a burst could end with it still running. The
+        old attempt's finish is fenced (stale) as always; the job runs again after it, here or elsewhere."""
+        reason = "released: an earlier attempt of this job still runs in this worker"
+        finishes = [Finish(id=job.id, attempt=job.attempts, state="runnable", outcome="released",
+                           delay=self._config.lease_ttl_seconds, error=reason, bump=1) for job in again]
+        try:
+            given = self._store.finish(worker=self._worker, finishes=finishes)
+        except StoreError as exc:  # left leased: the watcher gives them back when their leases expire
+            log_failure(log, f"could not give back {len(again)} jobs claimed again: %s", exc)
+            given = set()
+        self._stats.released += len(given)
+        log.warning("gave back %d jobs claimed again while an earlier attempt still runs here", len(again))
+        skip = {job.id for job in again}
+        return [job for job in jobs if job.id not in skip]
+
     def _release_unknown_claims(self) -> None:
         with self._slots.lock:
             held = set(self._slots.running)
@@ -194,6 +214,12 @@ class Claimer:
         jobs = store.claim(worker=worker, queues=queues, n=n, ttl=self._config.lease_ttl_seconds, via=self._via)
         if not jobs:
             return 0
+        with self._slots.lock:
+            again = [job for job in jobs if job.id in self._slots.running]
+        if again:
+            jobs = self._give_back_again(again, jobs)
+            if not jobs:
+                return 0
         batch = [Running(job, Lease(store, job.id, job.attempts, worker)) for job in jobs]
         self._slots.take(batch)
         submit = self._submit

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from recon import Client, JobSpec, JobState, JobStore, Settings
 from recon.config import EngineConfig
@@ -178,3 +179,29 @@ def test_claimer__claims_through_a_connection_of_its_own(db: Database,
     # psycopg's on PostgreSQL, sqlite3's on SQLite (DedicatedSqlite)
     assert vias and all(v is vias[0] and v is not None for v in vias)
     assert opened == []  # closed when the loop ended
+
+
+def test_claimer__a_job_claimed_again_while_its_earlier_attempt_runs_here_is_given_back(db: Database) -> None:
+    """Its lease expired and was rescued while the handler went on; the next claim here takes it again: run, the
+    new attempt would replace the old one in the slots (the old one's end unaccounted, a burst ending with it
+    still running), so it is given back, its attempt not spent, and the old attempt keeps its slot."""
+    from recon import Watcher
+
+    store = JobStore(db)
+    [jid] = Client(store, Settings()).enqueue_many([JobSpec("k")])
+    config = replace(CONFIG, lease_ttl_seconds=1)
+    stats = WorkerStats()
+    c, slots, handed = claimer(store, config, stats=stats)
+    assert c.claim(slots.free()) == (3, 1) and [r.job.id for r in handed] == [jid]
+    first = handed[0].job
+    time.sleep(1.2)  # the handler goes on past its lease; the watcher rescues it
+    assert Watcher(store).run_once().total == 1
+    with db.begin() as conn:  # claimable at once, as a retry without backoff would be
+        conn.execute(sa.text("UPDATE jobs SET run_after = created_at WHERE id = :id"), {"id": jid})
+    assert c.claim(slots.free())[1] == 0  # claimed, then given back: nothing handed on
+    assert len(handed) == 1 and slots.running[jid].job.attempts == first.attempts and slots.busy == 1
+    stored = store.get(jid)
+    assert stored is not None and stored.state is JobState.RUNNABLE and stored.lease_owner is None
+    # the second claim counted an attempt; the give-back is a free one (max_attempts raised by it)
+    assert stored.attempts == first.attempts + 1 and stored.max_attempts == first.max_attempts + 1
+    assert stats.released == 1
