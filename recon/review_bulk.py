@@ -101,11 +101,14 @@ def apply(desk: ReviewDesk, where: QueueFilter, *, to: str, reason: str, by: str
 
 
 def digest(payments: list[Payment], to: PaymentStatus) -> str:
-    """SHA-256 over the target and each payment's id and review_since, in id order: the identity of a set."""
+    """SHA-256 over the target and each payment's id and review_since, in id order: the identity of a set. Written
+    as eight groups of eight hexadecimal digits joined by dots: a run of 13 or more digits in the plain form can be
+    a Luhn-valid number, which the audit trail's redaction would mask as a card number."""
     h = hashlib.sha256(f"to={to.value}".encode())
     for p in sorted(payments, key=lambda p: p.id):
         h.update(f";{p.id}@{p.review_since.isoformat() if p.review_since else '-'}".encode())
-    return h.hexdigest()
+    hexed = h.hexdigest()
+    return ".".join(hexed[i:i + 8] for i in range(0, len(hexed), 8))
 
 
 def _approve(preview: BulkPreview, by: str) -> None:

@@ -162,8 +162,10 @@ class Claimer:
         return True
 
     def _give_back_again(self, again: list[Job], jobs: list[Job]) -> list[Job]:
-        """Jobs claimed again while an earlier attempt of theirs still runs here (its lease expired and was
-        rescued while the handler went on): given back, the attempt not spent, runnable after a lease's time.
+        """Jobs claimed again while an earlier attempt of theirs still executes here (its lease expired and was
+        rescued while the handler went on): given back, the attempt not spent, runnable after a lease's time. (A
+        job whose earlier attempt has left its handler and only awaits its slot's release, a retry without delay,
+        is run: ``Slots.release`` leaves the newer attempt alone.)
         Run here, the new attempt would take the old one's place in the slots (one entry per job), so the old
         one's end would go unaccounted, its slot never freed, and a burst could end with it still running. The
         old attempt's finish is fenced (stale) as always; the job runs again after it, here or elsewhere."""
@@ -215,7 +217,7 @@ class Claimer:
         if not jobs:
             return 0
         with self._slots.lock:
-            again = [job for job in jobs if job.id in self._slots.running]
+            again = [job for job in jobs if job.id in self._slots.executing]
         if again:
             jobs = self._give_back_again(again, jobs)
             if not jobs:
