@@ -3,6 +3,7 @@ recon's signal handling and logging: ``recon console`` and ``recon serve`` run i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -71,5 +72,73 @@ def _server(asgi_app: Any) -> Any:
             yield
 
     return Server(uvicorn.Config(asgi_app, log_config=None, access_log=False, lifespan="off", server_header=False,
-                                 proxy_headers=False))
+                                 proxy_headers=False, http=_one_write_protocol()))
+
+
+class OneWrite:
+    """A transport that sends an HTTP answer's head with its body in one ``write`` of the transport underneath:
+    uvicorn writes the status line and headers, then the body, as two writes, each a ``send`` system call on
+    the socket and a wake-up of the client. A write that ends a head (``\\r\\n\\r\\n``) is held and goes out
+    with the next write; if none comes in the same turn of the event loop (a head without a body, a stream
+    whose first chunk is not ready), at the end of that turn (``call_soon``). The order of the bytes is kept;
+    ``close``, ``write_eof`` and ``writelines`` send what is held first; ``abort`` drops it with the
+    connection. Anything else is the transport's own. Measured: docs/benchmarks.md, issue 29 (webhook intake
+    headroom)."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data[-4:] == b"\r\n\r\n":  # a head: held for its body
+            self._held = bytes(data)
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held, now; nothing once the transport is closing."""
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def writelines(self, lines: Any) -> None:
+        self.flush()
+        self._transport.writelines(lines)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held or b"")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def _one_write_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (httptools where installed), on a ``OneWrite`` transport."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class OneWriteHTTP(AutoHTTPProtocol):  # type: ignore[valid-type,misc]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(OneWrite(transport, asyncio.get_running_loop()))  # type: ignore[arg-type]
+
+    return OneWriteHTTP
 
