@@ -37,6 +37,7 @@ import migrations
 from recon.clock import Clock, SystemClock
 from recon.db.availability import Outage, error_class
 from recon.db.libpq import connect_params
+from recon.db.sql import Query
 from recon.errors import ConfigError, DatabaseTransientError, DatabaseUnavailable, StoreError
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,34 @@ class Database:
         if self.outage.down:
             self.outage.succeeded(epoch)
         return rows
+
+    def run_in(self, conn: sa.Connection, query: Query, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """ONE statement of ``query`` inside ``conn``'s transaction, straight through the driver: its rows as
+        plain tuples, in the statement's column order (nothing converted: what SQLAlchemy's ``text()`` would
+        have returned). For a worker's finish, whose few statements per batch cost more CPU in SQLAlchemy's
+        execution context and result wrapping than in the driver (docs/benchmarks.md, issue 29: webhook intake
+        headroom). An expanding parameter (``Query.expanding``) is a sequence, one placeholder per item, as
+        SQLAlchemy renders it; an empty one goes through SQLAlchemy, which renders that case. Driver errors are
+        translated as ``translate_errors`` does; the transaction is the caller's (rolled back by its
+        ``begin`` on the exception)."""
+        expand = {name: len(params[name]) for name in query.expanding}
+        if expand and not all(expand.values()):
+            return [tuple(r) for r in conn.execute(query.for_dialect(self.dialect), params)]
+        if expand:
+            flat = {k: v for k, v in params.items() if k not in expand}
+            for name in expand:
+                flat.update({f"{name}_{i}": v for i, v in enumerate(params[name])})
+            params = flat
+        driver: Any = conn.connection.driver_connection
+        try:
+            cur = driver.execute(query.for_driver(self.dialect, **expand), params)
+            if self.is_postgresql:
+                result = cur.pgresult  # its field count, not ``description`` (a Column built per field a call)
+                return cur.fetchall() if result is not None and result.nfields else []  # type: ignore[no-any-return]
+            return cur.fetchall()  # type: ignore[no-any-return]
+        except self.dbapi.Error as exc:
+            raise _driver_error(self, exc, broken=bool(getattr(driver, "broken", False)
+                                                       or getattr(driver, "closed", False))) from exc
 
     def now_param(self) -> Any:
         """The ``:now`` parameter: None on PostgreSQL (use the database clock) unless the clock is fixed."""

@@ -201,8 +201,8 @@ class LeaseStore:
     def _finish_in(self, conn: sa.Connection, worker: str, finishes: Sequence[Finish]) -> set[int]:
         now = self.db.now_param()
         if self.db.is_postgresql:
-            result = conn.execute(self._q(q.job_finish_many_if_owner), self._finish_many_params(worker, finishes))
-            return {int(job_id) for (job_id,) in result}
+            rows = self.db.run_in(conn, q.job_finish_many_if_owner, self._finish_many_params(worker, finishes))
+            return {int(job_id) for (job_id,) in rows}
         matched: set[int] = set()
         finish_one, insert = self._q(q.job_finish_one_if_owner), self._q(q.job_attempt_insert)
         for f in finishes:

@@ -35,6 +35,9 @@ from recon.rows import (
 )
 
 #: the charge job's kind (``recon.payments.charge.ChargeHandler.kind``): created here, with its payment
+#: the names of ``PAYMENT_COLUMNS``, in order (rows read straight through the driver are tuples)
+_COLUMN_NAMES = tuple(c.strip() for c in lq.PAYMENT_COLUMNS.split(","))
+
 CHARGE_KIND = "charge"
 #: the charge jobs' queue unless ``[payments] queue`` says otherwise (``recon.payments.config``)
 CHARGE_QUEUE = "charges"
@@ -173,14 +176,15 @@ class PaymentStore(TransitionStore):
             if ref:
                 wanted.setdefault(psp, set()).add(ref)
         for psp, refs in wanted.items():
-            for row in conn.execute(self._q(lq.payment_get_by_psp_references), {"psp": psp, "refs": sorted(refs)}):
-                p = self._payment(row)
+            for row in self.db.run_in(conn, lq.payment_get_by_psp_references, {"psp": psp, "refs": sorted(refs)}):
+                p = self._payment_of(dict(zip(_COLUMN_NAMES, row, strict=True)))
                 key = (psp, p.psp_reference or "")
                 if key not in by_psp_ref or p.id < by_psp_ref[key].id:  # as for_psp_event: the first by id
                     by_psp_ref[key] = p
         left = {m for psp, ref, m in keys if m and (not ref or (psp, ref) not in by_psp_ref)}
-        by_ref = {p.merchant_reference: p for p in (self._payment(r) for r in conn.execute(
-            self._q(lq.payment_get_by_references), {"refs": sorted(left)}))} if left else {}
+        by_ref = {p.merchant_reference: p for p in (self._payment_of(dict(zip(_COLUMN_NAMES, r, strict=True)))
+                                                    for r in self.db.run_in(conn, lq.payment_get_by_references,
+                                                                            {"refs": sorted(left)}))} if left else {}
         out: list[Payment | None] = []
         for psp, ref, m in keys:
             found = by_psp_ref.get((psp, ref)) if ref else None
@@ -348,7 +352,11 @@ class PaymentStore(TransitionStore):
 
     def _payment(self, r: Any) -> Payment:
         """A ``Payment`` from a row of ``PAYMENT_COLUMNS``, read by name."""
-        m, t = r._mapping, self.db.from_db
+        return self._payment_of(r._mapping)
+
+    def _payment_of(self, m: Any) -> Payment:
+        """A ``Payment`` from a mapping of ``PAYMENT_COLUMNS``' names to their values."""
+        t = self.db.from_db
         return Payment(id=int(m["id"]), merchant_account=m["merchant_account"],
                        merchant_reference=m["merchant_reference"], amount=int(m["amount"]), currency=m["currency"],
                        psp=m["psp"], idempotency_key=m["idempotency_key"], status=PaymentStatus(m["status"]),

@@ -36,6 +36,8 @@ WEBHOOK_QUEUE = "webhooks"
 #: a stored event document is cut to this many characters of JSON (the columns keep what recon acts on)
 BODY_MAX_CHARS = 32_768
 
+#: the names of ``WEBHOOK_COLUMNS``, in order (rows read straight through the driver are tuples)
+_COLUMN_NAMES = tuple(c.strip() for c in wq.WEBHOOK_COLUMNS.split(","))
 #: the columns ``_params`` stores exactly as given (module docstring); ``body`` is redacted as a document first
 _VERBATIM = frozenset({"event_id", "psp_reference", "movement_reference", "body"})
 
@@ -150,16 +152,16 @@ class WebhookStore:
         """Events by id for the jobs applying them, inside the caller's transaction; ``body`` is not read (None)."""
         if not ids:
             return {}
-        rows = conn.execute(self._q(wq.webhook_get_many_to_apply), {"ids": list(ids)}).all()
-        return {r.id: r for r in map(self._record, rows)}
+        rows = self.db.run_in(conn, wq.webhook_get_many_to_apply, {"ids": list(ids)})
+        return {r.id: r for r in (self._record_of(dict(zip(_COLUMN_NAMES, row, strict=True))) for row in rows)}
 
     def mark_many(self, conn: sa.Connection, marks: Sequence[tuple[int, WebhookState, int | None]]) -> set[int]:
         """``mark`` for many events at once, each ``(id, state, payment_id)``; returns the ids marked."""
         if not marks:
             return set()
-        rows = json.dumps([{"id": i, "state": str(state), "payment_id": pid} for i, state, pid in marks])
-        return {int(webhook_id) for (webhook_id,) in conn.execute(self._q(wq.webhook_mark_many_if_received),
-                                                                  {"rows": rows, "now": self.db.now_param()})}
+        rows = _dumps([{"id": i, "state": str(state), "payment_id": pid} for i, state, pid in marks])
+        return {int(webhook_id) for (webhook_id,) in self.db.run_in(conn, wq.webhook_mark_many_if_received,
+                                                                    {"rows": rows, "now": self.db.now_param()})}
 
     def counts(self, *, since: datetime) -> list[dict[str, Any]]:
         with self.db.begin() as conn:
@@ -197,7 +199,11 @@ class WebhookStore:
 
     def _record(self, r: Any) -> WebhookRecord:
         """A ``WebhookRecord`` from a row of ``WEBHOOK_COLUMNS``, read by name."""
-        m, t = r._mapping, self.db.from_db
+        return self._record_of(r._mapping)
+
+    def _record_of(self, m: Any) -> WebhookRecord:
+        """A ``WebhookRecord`` from a mapping of ``WEBHOOK_COLUMNS``' names to their values."""
+        t = self.db.from_db
         return WebhookRecord(id=int(m["id"]), psp=m["psp"], event_id=m["event_id"], event_type=m["event_type"],
                              occurred_at=t(m["occurred_at"]), received_at=t(m["received_at"]),  # type: ignore[arg-type]
                              psp_reference=m["psp_reference"], merchant_reference=m["merchant_reference"],
