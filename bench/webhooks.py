@@ -27,6 +27,9 @@ Phases, each bounded in count and time:
                   accepted events/s, errors by status; then event-received -> payment-final, from
                   webhook_events.received_at to the payment's payment_events row of source 'webhook' (both
                   database clock), p50/p95, once the worker has applied everything
+Each load phase reports the CPU seconds of the four processes (the server, the worker, their PostgreSQL
+backends, the load client) during the load and until every event is applied (``cpu_ms_per_request_until_applied``:
+the CPU an event costs in all, wherever the worker spent it).
 Both load phases redeliver a fraction (--redeliver, 5 %) of their events a little later (same body and
 signature): they must answer 200 and store nothing (their latency is given apart).
 
@@ -532,6 +535,16 @@ def main() -> None:
                 "postgresql_backends": round(backends_cpu(engine, dbname) - cpu0["postgresql_backends"], 2),
                 "load_client": load["client_cpu_s"]}
             figures["applied_within_s_after_load"] = wait_applied(engine, name, figures["accepted_events"])
+            # the CPU of the whole phase, until every event is applied: a worker that falls behind during the
+            # load spends its share after it, which the figures during the load leave out
+            until = {"server": round(tree_cpu(server.pid) - cpu0["server"], 2),
+                     "worker": round(sum(cpu_seconds(w.pid) for w in workers) - cpu0["worker"], 2),
+                     "postgresql_backends": round(backends_cpu(engine, dbname) - cpu0["postgresql_backends"], 2),
+                     "load_client": load["client_cpu_s"]}
+            figures["cpu_s_until_applied"] = until
+            figures["cpu_ms_per_request_until_applied"] = {
+                **{k: round(v / max(1, load["sent"]) * 1000, 3) for k, v in until.items()},
+                "all": round(sum(until.values()) / max(1, load["sent"]) * 1000, 3)}
             figures["received_to_final"] = final_latency(engine, name)
             if spy is not None:
                 spy.wait(timeout=args.profile_server + 30)
