@@ -212,12 +212,12 @@ class Database:
         have returned). For a worker's finish, whose few statements per batch cost more CPU in SQLAlchemy's
         execution context and result wrapping than in the driver (docs/benchmarks.md, issue 29: webhook intake
         headroom). An expanding parameter (``Query.expanding``) is a sequence, one placeholder per item, as
-        SQLAlchemy renders it; an empty one goes through SQLAlchemy, which renders that case. Driver errors are
-        translated as ``translate_errors`` does; the transaction is the caller's (rolled back by its
-        ``begin`` on the exception)."""
+        SQLAlchemy renders it, and has at least one (ValueError: the caller knows what none means for its
+        statement). Driver errors are translated as ``translate_errors`` does; the transaction is the caller's
+        (rolled back by its ``begin`` on the exception)."""
         expand = {name: len(params[name]) for name in query.expanding}
-        if expand and not all(expand.values()):
-            return [tuple(r) for r in conn.execute(query.for_dialect(self.dialect), params)]
+        if not all(expand.values()):
+            raise ValueError(f"query {query.name}: an expanding parameter without items")
         if expand:
             flat = {k: v for k, v in params.items() if k not in expand}
             for name in expand:
