@@ -228,7 +228,7 @@ class Database:
             cur = driver.execute(query.for_driver(self.dialect, **expand), params)
             if self.is_postgresql:
                 result = cur.pgresult  # its field count, not ``description`` (a Column built per field a call)
-                return cur.fetchall() if result is not None and result.nfields else []  # type: ignore[no-any-return]
+                return cur.fetchall() if result is not None and result.nfields else []
             return cur.fetchall()  # type: ignore[no-any-return]
         except self.dbapi.Error as exc:
             raise _driver_error(self, exc, broken=bool(getattr(driver, "broken", False)
