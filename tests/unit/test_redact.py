@@ -75,6 +75,52 @@ def test_redact_value__remembers_only_clean_strings_and_answers_the_same() -> No
     assert not {PLANTED["card (spaces)"], "sk_test_abcdef123"} & r._CLEAN
 
 
+def defined_redact_value(value: object) -> object:
+    """``redact_value`` as its docstring defines it, written plainly (the comprehension it was before issue 29):
+    the reference its quicker dict walk must agree with."""
+    if isinstance(value, str):
+        return r._redact_all(value)
+    if isinstance(value, dict):
+        return {k: (r.MASK if isinstance(k, str) and v not in (None, "") and not isinstance(v, bool)
+                    and r._SECRET_KEYS.match(k) is not None else defined_redact_value(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [defined_redact_value(v) for v in value]
+    return value
+
+
+class Text(str):
+    """A str subclass: walked as a string all the same."""
+
+
+KEYS = ["status", "amount", "token", "client_secret", "Password", "api_key", "cvc", "reason", "metadata", "id",
+        "secret_word", "payment_method", "authorization", "object", 7, 2.5, None, ("a", "b")]
+
+
+def document(rng: random.Random, depth: int = 0) -> object:
+    roll = rng.random()
+    if depth < 4 and roll < 0.25:
+        return {rng.choice(KEYS): document(rng, depth + 1) for _ in range(rng.randint(0, 6))}
+    if depth < 4 and roll < 0.35:
+        items = [document(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+        return tuple(items) if rng.random() < 0.2 else items
+    return rng.choice([None, True, False, "", 0, 1, 4242424242424242, -3, 2.5, float("inf"), generated(rng),
+                       generated(rng), Text(generated(rng)), rng.choice(FRAGMENTS), b"bytes"])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_redact_value__the_dict_walk_answers_as_the_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    masked = 0
+    for _ in range(3_000):
+        doc = {rng.choice(KEYS): document(rng) for _ in range(rng.randint(1, 8))}
+        got, want = r.redact_value(doc), defined_redact_value(doc)
+        assert got == want, doc
+        assert [type(v) for v in got.values() if not isinstance(v, str)] == [  # type: ignore[union-attr]
+            type(v) for v in want.values() if not isinstance(v, str)]  # type: ignore[union-attr]
+        masked += r.MASK in got.values()  # type: ignore[union-attr]
+    assert masked > 300  # secret-named keys were met, and masked alike
+
+
 @pytest.mark.parametrize(("text", "masked"), [
     ("order-4242424242424242", "order-[card]"),  # was kept: a dash after a word was read as a digit separator
     ("4242424242424242-x", "[card]-x"),
