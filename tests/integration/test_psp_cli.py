@@ -91,10 +91,13 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
                     env=no_config_env())
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
-    doc = status(db_url)  # who resumed it, beside its last pause
+    doc = status(db_url)  # who resumed it; the pause it ended apart, never read as the current state
     assert (doc["sandbox"]["paused"], doc["sandbox"]["resumed_by"], doc["sandbox"]["paused_by"],
-            doc["sandbox"]["pause_reason"]) == (False, "ann", "ann (approved by bob)", "maintenance window")
-    assert str(doc["sandbox"]["resumed_at"]) >= str(doc["sandbox"]["paused_at"])
+            doc["sandbox"]["paused_at"], doc["sandbox"]["pause_reason"]) == (False, "ann", None, None, None)
+    last = doc["sandbox"]["last_pause"]
+    assert isinstance(last, dict)
+    assert (last["by"], last["reason"]) == ("ann (approved by bob)", "maintenance window")
+    assert str(doc["sandbox"]["resumed_at"]) >= str(last["at"])
     for command in (("psp", "status"), ("stats",)):
         human = recon(*command, db_url=db_url, log_level="ERROR", env={**no_config_env(), "COLUMNS": "200"})
         assert human.returncode == 0, human.stderr
@@ -107,6 +110,13 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
     again = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR", env=no_config_env())
     assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
     adapter.close()
+    assert recon("psp", "pause", "sandbox", "--reason", "second window", "--by", "ann", db_url=db_url,
+                 env=no_config_env()).returncode == 1
+    assert recon("approvals", "approve", "2", "--by", "bob", db_url=db_url, env=no_config_env()).returncode == 0
+    doc = status(db_url)  # paused again: the earlier resume is no longer the state
+    assert (doc["sandbox"]["paused"], doc["sandbox"]["paused_by"], doc["sandbox"]["pause_reason"],
+            doc["sandbox"]["resumed_by"], doc["sandbox"]["resumed_at"], doc["sandbox"]["last_pause"]) == (
+        True, "ann (approved by bob)", "second window", None, None, None)
 
 
 def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_url: str, recon: Runner) -> None:
