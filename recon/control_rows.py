@@ -38,7 +38,8 @@ class PspControl:
     paused_by: str | None = None
     paused_at: datetime | None = None
     pause_reason: str | None = None
-    resumed_by: str | None = None  #: who resumed it last (the paused_* fields then describe the last pause)
+    resumed_by: str | None = None  #: who resumed it last (the paused_* fields then describe the last pause;
+    #: ``recon psp status --json`` shows them as ``last_pause`` then, recon.overview)
     resumed_at: datetime | None = None
     cooldown_until: datetime | None = None
     breaker_state: str = "closed"

@@ -307,8 +307,9 @@ def payouts_section(open_by_kind: dict[str, int], amounts: Sequence[dict[str, An
 
 def psp_controls_document(store: ControlStore, config: GuardConfig, names: Sequence[str], *,
                           unconfigured: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Every PSP in ``names`` (and any other with a row): pause (who paused it, who resumed it: while it flows
-    the ``paused_*`` fields are its last pause's), cool-down, breaker, rate limit, and whether recon can call it
+    """Every PSP in ``names`` (and any other with a row): pause (``paused_by``, ``paused_at``, ``pause_reason``
+    only while it is paused; once resumed, ``resumed_by``, ``resumed_at`` and the pause that ended in
+    ``last_pause``), cool-down, breaker, rate limit, and whether recon can call it
     as configured (``configured``; ``not_configured`` says what is missing, from ``unconfigured``: PSP name ->
     why, ``App.unconfigured_psps``). The ``psp_controls`` section of ``recon stats --json``, the console's PSP
     page and the whole of ``recon psp status --json``."""
@@ -327,9 +328,16 @@ def _psp_status(c: PspControl, limits: PspLimits, now: datetime) -> dict[str, An
 
     left = (c.cooldown_until - now).total_seconds() if c.cooldown_until is not None else 0.0
     cooling = left > 0
+    # the row keeps the last pause's who, when and why after a resume, and the last resume's during a pause: a
+    # reader taking ``paused_by`` for "paused" (or ``resumed_by`` for "flowing") was misled, so each shows only
+    # while it is the state; the ended pause reads as ``last_pause``
+    paused, flowing = c.paused, not c.paused
     return {
-        "psp": c.psp, "paused": c.paused, "paused_by": c.paused_by, "paused_at": iso(c.paused_at),
-        "pause_reason": c.pause_reason, "resumed_by": c.resumed_by, "resumed_at": iso(c.resumed_at),
+        "psp": c.psp, "paused": c.paused, "paused_by": c.paused_by if paused else None,
+        "paused_at": iso(c.paused_at) if paused else None, "pause_reason": c.pause_reason if paused else None,
+        "resumed_by": c.resumed_by if flowing else None, "resumed_at": iso(c.resumed_at) if flowing else None,
+        "last_pause": ({"by": c.paused_by, "at": iso(c.paused_at), "reason": c.pause_reason}
+                       if flowing and c.paused_by is not None else None),
         "cooling_down": cooling, "cooldown_until": iso(c.cooldown_until) if cooling else None,
         "cooldown_seconds_left": round(left, 3) if cooling else 0.0,
         "breaker_state": c.breaker_state, "consecutive_failures": c.failures, "opened_at": iso(c.opened_at),

@@ -20,6 +20,13 @@ The storage boundary is each store's row builder (``redact_row``): every text or
 is redacted unless the store names it in ``keep``, a column that must hold exactly what it was given (a PSP's
 own identifier, a key recon made); tests/integration/test_stored_text.py walks the schema and plants a card
 number into the source of every text column.
+
+recon's own identifiers made of hex digits (digests, the bank's fallback entry keys, idempotency keys) are
+written by ``grouped``: groups of at most eight hex digits joined by dots. A plain digest holds a Luhn-valid
+run of 13 or more digits now and then (SHA-256's first 32 hex digits: about one in a thousand), which any of
+these boundaries would mask as a card number; a dot is no card separator (a space or a dash is: dashed groups,
+as a UUID writes them, are not immune), so no run of a grouped identifier is long enough to be one
+(docs/design.md, "recon's own identifiers").
 """
 
 from __future__ import annotations
@@ -164,6 +171,16 @@ def _redact_remembering(text: str) -> str:
 @functools.lru_cache(maxsize=1_024)
 def _secret_key(key: str) -> bool:
     return _SECRET_KEYS.match(key) is not None
+
+
+#: the most hex digits ``grouped`` writes without a dot: under the 13 digits a card number has at least
+GROUP = 8
+
+
+def grouped(hex_digits: str) -> str:
+    """``hex_digits`` in groups of ``GROUP`` joined by dots: the form of every identifier recon makes of hex
+    digits, which ``redact`` leaves as it is (see the module docstring)."""
+    return ".".join(hex_digits[i:i + GROUP] for i in range(0, len(hex_digits), GROUP))
 
 
 def has_card_number(text: str) -> bool:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from recon.errors import ReviewRefused, UsageError
+from recon.redact import grouped
 from recon.review import OPERATOR_MAX, REASON_MAX, ReviewDesk, target_status, typed_text
 from recon.review_rows import CurrencyTotal, QueueFilter
 from recon.rows import Payment, PaymentStatus, Transition
@@ -102,13 +103,12 @@ def apply(desk: ReviewDesk, where: QueueFilter, *, to: str, reason: str, by: str
 
 def digest(payments: list[Payment], to: PaymentStatus) -> str:
     """SHA-256 over the target and each payment's id and review_since, in id order: the identity of a set. Written
-    as eight groups of eight hexadecimal digits joined by dots: a run of 13 or more digits in the plain form can be
-    a Luhn-valid number, which the audit trail's redaction would mask as a card number."""
+    ``grouped`` (eight groups of eight hex digits joined by dots): a run of 13 or more digits in the plain form can
+    be a Luhn-valid number, which the audit trail's redaction would mask as a card number."""
     h = hashlib.sha256(f"to={to.value}".encode())
     for p in sorted(payments, key=lambda p: p.id):
         h.update(f";{p.id}@{p.review_since.isoformat() if p.review_since else '-'}".encode())
-    hexed = h.hexdigest()
-    return ".".join(hexed[i:i + 8] for i in range(0, len(hexed), 8))
+    return grouped(h.hexdigest())
 
 
 def _approve(preview: BulkPreview, by: str) -> None:

@@ -19,6 +19,11 @@ Bounds: at most ``queue_limit`` messages wait (beyond it a message is ``overflow
 ``GET /_admin/webhooks`` serves keeps the last ``LOG_LIMIT`` messages. Nothing survives a restart: messages
 still queued when the server stops are abandoned (polling is what heals then). ``stop()`` joins the thread;
 a delivery in flight finishes first, within ``timeout_seconds``.
+
+Connections: each delivery is one request on a connection of its own (``Connection: close``), as a PSP delivers
+webhooks, never a kept-alive one: the receiver's side of a connection our client's pool kept open stayed busy
+for as long as the pool held it (httpx keeps an idle connection until its next use finds it expired), so a
+receiver in the same process (the tests' ``recon serve`` stand-ins) had a thread nobody was using.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ TICK_SECONDS = 0.05
 REORDER_HOLD_SECONDS = 2.0
 BACKOFF_MAX_SECONDS = 30.0
 LOG_LIMIT = 10_000
+#: every delivery's connection ends with its answer (module docstring, Connections)
+CLOSE = ("Connection", "close")
 QUEUE_LIMIT_DEFAULT = 10_000
 
 
@@ -230,7 +237,7 @@ class WebhookSender:
         body = delivery.notification.body
         status: int | None = None
         try:
-            headers = self._endpoint.headers(body, now=self._wall())
+            headers = [*self._endpoint.headers(body, now=self._wall()), CLOSE]
             response = client.post(self.config.url, content=body, headers=headers)
             status = response.status_code
             ok = self._endpoint.accepted(status, response.text)

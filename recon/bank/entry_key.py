@@ -5,8 +5,10 @@
   statement that shows the booking, whatever the statement's period.
 - Otherwise the fallback ``fb:<digest>:<n>``: ``digest`` is the first 32 hex digits of SHA-256 over the entry's
   booking date, value date, direction, amount, currency, end-to-end id, counterparty, remittance and bank code
-  (as stored, i.e. redacted), and ``n`` counts the entries of the same statement with that digest, in file
-  order, from 1.
+  (as stored, i.e. redacted), written as four dotted groups of eight (``recon.redact.grouped``: a plain one
+  holds a Luhn-valid run now and then, which ``recon bank show`` and every other output would mask as a card
+  number; migration 0026 rewrote the keys stored before), and ``n`` counts the entries of the same statement
+  with that digest, in file order, from 1.
 
 Why the fallback is stable across overlapping statements: camt.053, MT940 and BAI2 are end-of-day statements,
 so a statement holds every booking of each day it covers, never part of a day. A booking's digest contains
@@ -26,7 +28,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from recon.redact import redact
+from recon.redact import grouped, redact
 
 REFERENCE_PREFIX = "ref:"
 FALLBACK_PREFIX = "fb:"
@@ -41,9 +43,10 @@ def reference_key(raw_reference: str | None) -> str | None:
 
 
 def fallback_digest(fields: Sequence[str | int | None]) -> str:
-    """The fallback's digest of an entry's stored (redacted) fields, in the order the module docstring lists."""
+    """The fallback's digest of an entry's stored (redacted) fields, in the order the module docstring lists,
+    ``grouped``."""
     joined = "\x1f".join("" if f is None else str(f) for f in fields)
-    return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32]
+    return grouped(hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32])
 
 
 def fallback_key(digest: str, ordinal: int) -> str:

@@ -17,6 +17,7 @@ from recon.audit import RETENTION_MIN, Sealer, entry, verify
 from recon.errors import UsageError
 from recon.operator_rows import Role
 from recon.params import EXIT_REVIEW, Duration, Since, by_option, check_output_path, say
+from recon.redact import grouped
 from recon.spreadsheet import safe_cell
 
 EXPORT_PAGE = 5000
@@ -59,11 +60,11 @@ def audit_verify(app: App, since: timedelta | datetime | None, as_json: bool) ->
     if as_json:
         click.echo(json.dumps({"ok": not bad, "streams": [c.to_dict() for c in checks]}))
     else:
-        for c in checks:
-            start = "from the start" if c.from_start else f"from anchor {c.anchor}"
+        for c in checks:  # hashes dotted (recon.redact.grouped): say() would mask a Luhn-valid run of a plain one
+            start = "from the start" if c.from_start else f"from anchor {grouped(c.anchor)}"
             say(f"{c.stream}: {c.checked} sealed rows checked {start}; "
                 + (f"MISMATCH: {c.mismatch}" if c.mismatch else
-                   f"head {c.head or '-'} (row {c.head_row}); {c.unsealed} rows not sealed yet"))
+                   f"head {grouped(c.head) if c.head else '-'} (row {c.head_row}); {c.unsealed} rows not sealed yet"))
     if bad:
         sys.exit(EXIT_REVIEW)
 

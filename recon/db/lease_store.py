@@ -23,7 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from recon.db import lease_queries as q
-from recon.db.database import Database, DedicatedConnection, DedicatedSqlite, json_from_db
+from recon.db.database import Database, json_from_db
+from recon.db.dedicated import DedicatedConnection, DedicatedSqlite
 from recon.db.sql import Query
 from recon.redact import redact, redact_value
 from recon.rows import Finish, Job, JobState

@@ -32,13 +32,18 @@ from recon.modification_rows import (
     NewModification,
     check_modification_transition,
 )
-from recon.redact import redact_row
+from recon.redact import grouped, redact_row
 from recon.rows import EnqueueRow, EventSource, PaymentStatus, Transition
 
 
 def modification_key(modification_id: int) -> str:
     """The unique key of a modification's own job (kind ``capture`` or ``cancel``)."""
     return f"modification:{modification_id}"
+
+
+#: the columns a new modification's row keeps exactly: its idempotency key, made here (``recon.redact.grouped``),
+#: sent to the PSP on every attempt; redacting it would have masked a Luhn-valid run of its hex digits
+KEPT = ("idempotency_key",)
 
 
 class ModificationStore:
@@ -92,8 +97,8 @@ class ModificationStore:
         row = redact_row({"payment_id": new.payment_id, "kind": new.kind,
                           "modification_reference": new.modification_reference, "amount": amount,
                           "currency": m["currency"], "psp": m["psp"],
-                          "idempotency_key": f"recon-{new.kind}-{secrets.token_hex(12)}",
-                          "requested_by": new.requested_by, "now": self.db.now_param()})
+                          "idempotency_key": f"recon-{new.kind}-{grouped(secrets.token_hex(12))}",
+                          "requested_by": new.requested_by, "now": self.db.now_param()}, keep=KEPT)
         return int(conn.execute(self._q(mq.modification_insert), row).scalar_one())
 
     def _refusal(self, conn: sa.Connection, new: NewModification, amount: int) -> str:

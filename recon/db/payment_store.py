@@ -25,7 +25,7 @@ from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
 from recon.db.transition_store import TransitionStore
 from recon.errors import DuplicateReference, StoreError
-from recon.redact import redact_value
+from recon.redact import grouped, redact_value
 from recon.rows import (
     EnqueueRow,
     NewPayment,
@@ -139,7 +139,7 @@ class PaymentStore(TransitionStore):
         return [{"merchant_account": p.merchant_account, "merchant_reference": p.merchant_reference,
                  "amount": p.amount, "currency": p.currency, "psp": p.psp,
                  "payment_method": p.payment_method, "customer_reference": p.customer_reference,
-                 "capture_mode": p.capture_mode, "idempotency_key": f"recon-{secrets.token_hex(12)}",
+                 "capture_mode": p.capture_mode, "idempotency_key": f"recon-{grouped(secrets.token_hex(12))}",
                  "created_at": (p.created_at.isoformat() if self.db.is_postgresql else self.db.to_db(p.created_at))
                  if p.created_at else None} for p in payments]
 

@@ -21,7 +21,7 @@ from recon.db import refund_queries as rq
 from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
 from recon.errors import PspReferenceConflict, RefundRefused, StoreError
-from recon.redact import redact_row
+from recon.redact import grouped, redact_row
 from recon.refund_rows import (
     NewRefund,
     Refund,
@@ -34,6 +34,9 @@ from recon.rows import EnqueueRow, PaymentStatus
 
 #: the refund job's kind (``recon.payments.refund.RefundHandler.kind``): created here, with its refund
 REFUND_KIND = "refund"
+#: the columns a new refund's row keeps exactly: its idempotency key, made here (``recon.redact.grouped``), sent
+#: to the PSP on every attempt; redacting it would have masked a Luhn-valid run of its hex digits
+KEPT = ("idempotency_key",)
 
 
 def refund_key(refund_id: int) -> str:
@@ -87,8 +90,8 @@ class RefundStore:
         m = reserved._mapping
         row = redact_row({"payment_id": r.payment_id, "refund_reference": r.refund_reference, "amount": r.amount,
                           "currency": m["currency"], "reason": r.reason, "psp": m["psp"],
-                          "idempotency_key": f"recon-refund-{secrets.token_hex(12)}",
-                          "requested_by": r.requested_by, "now": self.db.now_param()})
+                          "idempotency_key": f"recon-refund-{grouped(secrets.token_hex(12))}",
+                          "requested_by": r.requested_by, "now": self.db.now_param()}, keep=KEPT)
         return int(conn.execute(self._q(rq.refund_insert), row).scalar_one())
 
     def _refusal(self, conn: sa.Connection, r: NewRefund) -> str:

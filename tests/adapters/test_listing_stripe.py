@@ -36,9 +36,8 @@ def intent(pi: str, ref: str, status: str = "succeeded", **changes: Any) -> dict
 
 @pytest.fixture
 def stripe() -> Any:
-    adapter = StripeAdapter(URL, api_key=Secret(KEY), page_size=2)
-    yield adapter
-    adapter.close()
+    with StripeAdapter(URL, api_key=Secret(KEY), page_size=2) as adapter:
+        yield adapter
 
 
 def test_listing__pages_are_the_sdks_payment_intent_list(stripe: StripeAdapter, router: respx.MockRouter) -> None:

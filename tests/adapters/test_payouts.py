@@ -26,9 +26,8 @@ DOWNLOAD = f"{REPORTS}/reports/download/MerchantAccount/AcmeShopEU"
 
 @pytest.fixture
 def stripe() -> Any:
-    adapter = StripeAdapter(URL, api_key=Secret(KEY))
-    yield adapter
-    adapter.close()
+    with StripeAdapter(URL, api_key=Secret(KEY)) as adapter:
+        yield adapter
 
 
 @pytest.fixture

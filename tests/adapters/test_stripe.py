@@ -101,9 +101,8 @@ def form_of(request: httpx.Request) -> dict[str, str]:
 
 @pytest.fixture
 def stripe() -> Any:
-    adapter = StripeAdapter(URL, api_key=Secret(KEY), now_func=lambda: NOW)
-    yield adapter
-    adapter.close()
+    with StripeAdapter(URL, api_key=Secret(KEY), now_func=lambda: NOW) as adapter:
+        yield adapter
 
 
 def create(adapter: StripeAdapter, request: ChargeRequest = CHARGE) -> Any:

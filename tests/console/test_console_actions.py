@@ -77,7 +77,8 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
         assert re.match(r"resumed by ann \S+ \S+ UTC; paused before by ann \(approved by bob\) \(incident 7\)$",
                         stats(page)["psp-stripe-resumed"])
         [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
-        assert (stripe["paused"], stripe["resumed_by"], stripe["paused_by"]) == (False, "ann", "ann (approved by bob)")
+        assert (stripe["paused"], stripe["resumed_by"], stripe["paused_by"], stripe["last_pause"]["by"]) == (
+            False, "ann", None, "ann (approved by bob)")
         assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
     with console(db_url, login="vic") as viewer:
         r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",

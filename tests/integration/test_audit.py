@@ -65,7 +65,8 @@ def test_verify__catches_an_edited_a_deleted_and_an_inserted_row(db: Database, d
     r = recon("audit", "verify", db_url=db_url)
     assert r.returncode == 0, r.stdout + r.stderr
     head = json.loads(recon("audit", "verify", "--json", db_url=db_url).stdout)["streams"][0]["head"]
-    assert len(head) == 64 and f"head {head} (row 3)" in r.stdout
+    dotted = ".".join(head[i:i + 8] for i in range(0, 64, 8))  # printed in groups: no masking can touch it
+    assert len(head) == 64 and f"head {dotted} (row 3)" in r.stdout
 
     sql(db, "UPDATE audit_log SET outcome = 'done' WHERE action = 'login.failed'")  # edited
     r = recon("audit", "verify", db_url=db_url)

@@ -11,6 +11,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -74,9 +75,8 @@ def burst(db: Database, handlers: Handlers) -> None:
 
 def charged_pending(db: Database, sandbox: SandboxServer, n: int, **kw: object) -> list[int]:
     ids = create(db, n, **kw)  # type: ignore[arg-type]
-    adapter = sandbox_adapter(sandbox.url)
-    drain(db, handlers_for(db, adapter), queues=["charges"])
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        drain(db, handlers_for(db, adapter), queues=["charges"])
     assert {PaymentStore(db).get(i).status for i in ids} == {PaymentStatus.PENDING}  # type: ignore[union-attr]
     return ids
 
@@ -93,33 +93,32 @@ def test_bulk__one_listing_settles_the_window_as_the_table_says(db: Database, sa
     admin(sandbox.url, f"/_admin/payments/{refs[3]}/cancel", {})
     admin(sandbox.url, f"/_admin/payments/{refs[4]}/settle", {})  # refs[5] stays pending at the PSP
     metrics = ProcessMetrics()
-    adapter = instrument(sandbox_adapter(sandbox.url), recorder=metrics)
-    rc = reconcile_config(schedule=(3600,), grace=3600)
-    selection = bulk_sweep(db, bulk_handlers(db, adapter, rc), rc)
+    with closing(instrument(sandbox_adapter(sandbox.url), recorder=metrics)) as adapter:
+        rc = reconcile_config(schedule=(3600,), grace=3600)
+        selection = bulk_sweep(db, bulk_handlers(db, adapter, rc), rc)
 
-    after = [ledger.get(i) for i in ids]
-    assert [p.status for p in after] == [  # type: ignore[union-attr]
-        PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.NEEDS_REVIEW, PaymentStatus.FAILED,
-        PaymentStatus.SUCCEEDED, PaymentStatus.PENDING]
-    assert "amount_mismatch" in (after[2].review_reason or "")  # type: ignore[union-attr]
-    # one page lists the whole window; the payment it does not list is looked up by its own job (once)
-    assert metrics.psp_totals() == {"sandbox": (2, 0)}
-    [window] = JobStore(db).list_jobs(kind=WINDOW_KIND)
-    assert window.state is JobState.SUCCEEDED and len(selection.window_job_ids) == 1
-    # each heal is its own compare-and-set with its own evidence, written by the window job's finish
-    for pid, status in ((ids[0], "succeeded"), (ids[1], "failed"), (ids[3], "failed")):
-        event = ledger.events(pid)[-1]
-        assert (event.source, event.to_status, event.job_id) == ("reconcile", status, window.id)
-        assert event.details and event.details["psp_reference"] == ledger.get(pid).psp_reference  # type: ignore[union-attr]
-        assert event.details["listing"]["job_id"] == window.id
-    # what the listing did not settle went to its per-payment job: pending waits for the schedule's first
-    # check, the payment the PSP never saw is looked up now (and waits inside its grace period)
-    fallbacks = {j.payload["payment_id"]: j for j in JobStore(db).list_jobs(kind="reconcile")}
-    assert set(fallbacks) == {ids[5], never_sent[0]}
-    assert all(j.unique_key == f"reconcile:{pid}" for pid, j in fallbacks.items())
-    summary = sw.summarise(ledger, JobStore(db), selection)
-    assert summary.counts == Counter(healed_succeeded=2, healed_failed=2, needs_review=1, still_pending=2)
-    adapter.close()
+        after = [ledger.get(i) for i in ids]
+        assert [p.status for p in after] == [  # type: ignore[union-attr]
+            PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.NEEDS_REVIEW, PaymentStatus.FAILED,
+            PaymentStatus.SUCCEEDED, PaymentStatus.PENDING]
+        assert "amount_mismatch" in (after[2].review_reason or "")  # type: ignore[union-attr]
+        # one page lists the whole window; the payment it does not list is looked up by its own job (once)
+        assert metrics.psp_totals() == {"sandbox": (2, 0)}
+        [window] = JobStore(db).list_jobs(kind=WINDOW_KIND)
+        assert window.state is JobState.SUCCEEDED and len(selection.window_job_ids) == 1
+        # each heal is its own compare-and-set with its own evidence, written by the window job's finish
+        for pid, status in ((ids[0], "succeeded"), (ids[1], "failed"), (ids[3], "failed")):
+            event = ledger.events(pid)[-1]
+            assert (event.source, event.to_status, event.job_id) == ("reconcile", status, window.id)
+            assert event.details and event.details["psp_reference"] == ledger.get(pid).psp_reference  # type: ignore[union-attr]
+            assert event.details["listing"]["job_id"] == window.id
+        # what the listing did not settle went to its per-payment job: pending waits for the schedule's first
+        # check, the payment the PSP never saw is looked up now (and waits inside its grace period)
+        fallbacks = {j.payload["payment_id"]: j for j in JobStore(db).list_jobs(kind="reconcile")}
+        assert set(fallbacks) == {ids[5], never_sent[0]}
+        assert all(j.unique_key == f"reconcile:{pid}" for pid, j in fallbacks.items())
+        summary = sw.summarise(ledger, JobStore(db), selection)
+        assert summary.counts == Counter(healed_succeeded=2, healed_failed=2, needs_review=1, still_pending=2)
 
 
 def test_bulk__decides_exactly_as_per_payment_reconciliation(db: Database, sandbox: SandboxServer) -> None:
@@ -135,22 +134,21 @@ def test_bulk__decides_exactly_as_per_payment_reconciliation(db: Database, sandb
                 admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
             admin(sandbox.url, f"/_admin/payments/{ref}/{action}", {})
         admin(sandbox.url, f"/_admin/payments/{refs[7]}/amount", {"amount": 5})
-    adapter = sandbox_adapter(sandbox.url)
-    rc = reconcile_config(schedule=(3600,))
-    handlers = bulk_handlers(db, adapter, rc)
-    bulk = sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0), limit=8),
-                      queue="reconcile", bulk_psps={"sandbox"}, config=rc)
-    assert set(bulk.payment_ids) == set(bulk_ids) and len(bulk.window_job_ids) == 1
-    burst(db, handlers)
-    single = sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
-                        queue="reconcile")
-    assert set(single.payment_ids) == set(single_ids) and not single.window_job_ids
-    burst(db, handlers)
-    statuses = [[ledger.get(i).status for i in ids] for ids in (bulk_ids, single_ids)]  # type: ignore[union-attr]
-    assert statuses[0] == statuses[1]
-    assert statuses[0][:3] == [PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.FAILED]
-    assert statuses[0][7] is PaymentStatus.NEEDS_REVIEW  # another amount: never auto-healed
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        rc = reconcile_config(schedule=(3600,))
+        handlers = bulk_handlers(db, adapter, rc)
+        bulk = sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0), limit=8),
+                          queue="reconcile", bulk_psps={"sandbox"}, config=rc)
+        assert set(bulk.payment_ids) == set(bulk_ids) and len(bulk.window_job_ids) == 1
+        burst(db, handlers)
+        single = sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
+                            queue="reconcile")
+        assert set(single.payment_ids) == set(single_ids) and not single.window_job_ids
+        burst(db, handlers)
+        statuses = [[ledger.get(i).status for i in ids] for ids in (bulk_ids, single_ids)]  # type: ignore[union-attr]
+        assert statuses[0] == statuses[1]
+        assert statuses[0][:3] == [PaymentStatus.SUCCEEDED, PaymentStatus.FAILED, PaymentStatus.FAILED]
+        assert statuses[0][7] is PaymentStatus.NEEDS_REVIEW  # another amount: never auto-healed
 
 
 def test_bulk__a_payment_whose_charge_holds_a_lease_is_left_to_its_own_job(db: Database,
@@ -162,16 +160,15 @@ def test_bulk__a_payment_whose_charge_holds_a_lease_is_left_to_its_own_job(db: D
         conn.execute(sa.text("UPDATE jobs SET state = 'leased', lease_owner = 'elsewhere', "
                              "lease_until = :until WHERE kind = 'charge'"),
                      {"until": db.to_db(db.clock.now() + timedelta(minutes=5))})
-    adapter = sandbox_adapter(sandbox.url)
-    rc = reconcile_config()
-    handlers = bulk_handlers(db, adapter, rc)
-    sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
-               queue="reconcile", bulk_psps={"sandbox"}, config=rc)
-    burst(db, handlers)
-    assert ledger.get(pid).status is PaymentStatus.PENDING  # type: ignore[union-attr]
-    [job] = JobStore(db).list_jobs(kind="reconcile")
-    assert job.unique_key == f"reconcile:{pid}" and job.state is JobState.PENDING  # snoozed by its own rule
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        rc = reconcile_config()
+        handlers = bulk_handlers(db, adapter, rc)
+        sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
+                   queue="reconcile", bulk_psps={"sandbox"}, config=rc)
+        burst(db, handlers)
+        assert ledger.get(pid).status is PaymentStatus.PENDING  # type: ignore[union-attr]
+        [job] = JobStore(db).list_jobs(kind="reconcile")
+        assert job.unique_key == f"reconcile:{pid}" and job.state is JobState.PENDING  # snoozed by its own rule
 
 
 class SnoozeOnce:
@@ -202,20 +199,19 @@ def test_bulk__snoozed_midway_keeps_its_heals_and_lists_only_the_rest(db: Databa
             conn.execute(sa.text("UPDATE payments SET key_sent_at = :at WHERE id = :id"),
                          {"at": db.to_db(sent), "id": pid})
     metrics = ProcessMetrics()
-    adapter = instrument(sandbox_adapter(sandbox.url), recorder=metrics)
-    rc = ReconcileConfig.from_table({"window_slack": "1s"})  # the PSP books a payment just after we send it
-    handlers = Handlers()
-    handlers.register(WINDOW_KIND, WindowHandler(ledger, lambda _n: adapter, config=rc, guard=SnoozeOnce(1)))
-    sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
-               queue="reconcile", bulk_psps={"sandbox"}, config=rc)
-    burst(db, handlers)  # snoozed after its first page
-    burst(db, handlers)
-    # the first page (the five oldest: the native listing is oldest first) was healed with the snooze; the
-    # second run listed the seven left: two pages
-    assert {ledger.get(i).status for i in ids} == {PaymentStatus.SUCCEEDED}  # type: ignore[union-attr]
-    assert metrics.psp_totals() == {"sandbox": (3, 0)}
-    assert JobStore(db).list_jobs(kind="reconcile") == []
-    adapter.close()
+    with closing(instrument(sandbox_adapter(sandbox.url), recorder=metrics)) as adapter:
+        rc = ReconcileConfig.from_table({"window_slack": "1s"})  # the PSP books a payment just after we send it
+        handlers = Handlers()
+        handlers.register(WINDOW_KIND, WindowHandler(ledger, lambda _n: adapter, config=rc, guard=SnoozeOnce(1)))
+        sw.enqueue(ledger, Client(JobStore(db), Settings()), sw.SweepOptions(older_than=timedelta(0)),
+                   queue="reconcile", bulk_psps={"sandbox"}, config=rc)
+        burst(db, handlers)  # snoozed after its first page
+        burst(db, handlers)
+        # the first page (the five oldest: the native listing is oldest first) was healed with the snooze; the
+        # second run listed the seven left: two pages
+        assert {ledger.get(i).status for i in ids} == {PaymentStatus.SUCCEEDED}  # type: ignore[union-attr]
+        assert metrics.psp_totals() == {"sandbox": (3, 0)}
+        assert JobStore(db).list_jobs(kind="reconcile") == []
 
 
 def test_bulk__windows_are_cut_by_time_and_size(db: Database, sandbox: SandboxServer) -> None:

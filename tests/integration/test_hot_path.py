@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from recon import Client, Handlers, Job, JobSpec, JobState, JobStore, Lease, RetryPolicy, Settings, Worker
 from recon.config import EngineConfig
-from recon.db.database import Database, DedicatedConnection, connect
+from recon.db.database import Database, connect
+from recon.db.dedicated import DedicatedConnection
 from recon.errors import DatabaseTransientError, StoreError
 from recon.rows import Finish
 

@@ -63,50 +63,59 @@ def test_psp_cli__pause_snoozes_jobs_without_spending_attempts_and_resume_lets_t
     ledger = PaymentStore(db)
     new = [NewPayment("shop", f"order-{i}", 1000, "EUR", "sandbox") for i in range(3)]
     ids = ledger.create(new, max_attempts=2)
-    adapter = sandbox_adapter(sandbox.url)
-    guard = PspGuard(ControlStore(db), GuardConfig(per_psp={}), rng=Random(3))
-    handlers = Handlers()
-    handlers.register("charge", ChargeHandler(ledger, lambda _n: adapter, guard=guard))
-    settings = fast_settings()
-    store = JobStore(db)
+    with sandbox_adapter(sandbox.url) as adapter:
+        guard = PspGuard(ControlStore(db), GuardConfig(per_psp={}), rng=Random(3))
+        handlers = Handlers()
+        handlers.register("charge", ChargeHandler(ledger, lambda _n: adapter, guard=guard))
+        settings = fast_settings()
+        store = JobStore(db)
 
-    def burst() -> None:
-        Worker(store, handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
-               queues=["charges"], classify_func=classify).run(burst=True)
+        def burst() -> None:
+            Worker(store, handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
+                   queues=["charges"], classify_func=classify).run(burst=True)
 
-    client = Client(store, Settings())
-    for _ in range(3):  # more snoozes than the jobs' budget of 2 attempts: none of them dies
+        client = Client(store, Settings())
+        for _ in range(3):  # more snoozes than the jobs' budget of 2 attempts: none of them dies
+            burst()
+            for job in store.list_jobs(kind="charge"):
+                assert job.state is JobState.PENDING and job.last_error == "psp sandbox paused"
+                client.retry(job.id)  # due again at once, so the next burst meets the pause again
+        jobs = store.list_jobs(kind="charge")
+        assert {(j.attempts, j.max_attempts, j.free_attempts) for j in jobs} == {(3, 5, 3)}  # 2 left, as before
+        assert all([a.outcome for a in store.attempts(j.id)] == ["snoozed"] * 3 for j in jobs)
+        assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.CREATED}
+        assert admin(sandbox.url, "/_admin/charges")["charges"] == 0
+
+        burst()  # the jobs are snoozed for pause_snooze_seconds (60 s): a burst finds nothing due
+        resumed = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR",
+                        env=no_config_env())
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
+        doc = status(db_url)  # who resumed it; the pause it ended apart, never read as the current state
+        assert (doc["sandbox"]["paused"], doc["sandbox"]["resumed_by"], doc["sandbox"]["paused_by"],
+                doc["sandbox"]["paused_at"], doc["sandbox"]["pause_reason"]) == (False, "ann", None, None, None)
+        last = doc["sandbox"]["last_pause"]
+        assert isinstance(last, dict)
+        assert (last["by"], last["reason"]) == ("ann (approved by bob)", "maintenance window")
+        assert str(doc["sandbox"]["resumed_at"]) >= str(last["at"])
+        for command in (("psp", "status"), ("stats",)):
+            human = recon(*command, db_url=db_url, log_level="ERROR", env={**no_config_env(), "COLUMNS": "200"})
+            assert human.returncode == 0, human.stderr
+            [row] = [line for line in human.stdout.splitlines() if "sandbox" in line and "flowing" in line]
+            assert f"flowing (resumed by ann at {str(doc['sandbox']['resumed_at'])[:19]})" in row
         burst()
-        for job in store.list_jobs(kind="charge"):
-            assert job.state is JobState.PENDING and job.last_error == "psp sandbox paused"
-            client.retry(job.id)  # due again at once, so the next burst meets the pause again
-    jobs = store.list_jobs(kind="charge")
-    assert {(j.attempts, j.max_attempts, j.free_attempts) for j in jobs} == {(3, 5, 3)}  # 2 left, as before
-    assert all([a.outcome for a in store.attempts(j.id)] == ["snoozed"] * 3 for j in jobs)
-    assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.CREATED}
-    assert admin(sandbox.url, "/_admin/charges")["charges"] == 0
-
-    burst()  # the jobs are snoozed for pause_snooze_seconds (60 s): a burst finds nothing due
-    resumed = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR",
-                    env=no_config_env())
-    assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stdout.strip() == "psp sandbox resumed; 3 waiting jobs are due now"
-    doc = status(db_url)  # who resumed it, beside its last pause
-    assert (doc["sandbox"]["paused"], doc["sandbox"]["resumed_by"], doc["sandbox"]["paused_by"],
-            doc["sandbox"]["pause_reason"]) == (False, "ann", "ann (approved by bob)", "maintenance window")
-    assert str(doc["sandbox"]["resumed_at"]) >= str(doc["sandbox"]["paused_at"])
-    for command in (("psp", "status"), ("stats",)):
-        human = recon(*command, db_url=db_url, log_level="ERROR", env={**no_config_env(), "COLUMNS": "200"})
-        assert human.returncode == 0, human.stderr
-        [row] = [line for line in human.stdout.splitlines() if "sandbox" in line and "flowing" in line]
-        assert f"flowing (resumed by ann at {str(doc['sandbox']['resumed_at'])[:19]})" in row
-    burst()
-    assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
-    assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
-    assert admin(sandbox.url, "/_admin/charges")["charges"] == 3
-    again = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR", env=no_config_env())
-    assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
-    adapter.close()
+        assert {j.state for j in store.list_jobs(kind="charge")} == {JobState.SUCCEEDED}
+        assert {p.status for p in ledger.get_many(ids)} == {PaymentStatus.SUCCEEDED}
+        assert admin(sandbox.url, "/_admin/charges")["charges"] == 3
+        again = recon("psp", "resume", "sandbox", "--by", "ann", db_url=db_url, log_level="ERROR", env=no_config_env())
+        assert again.returncode == 0 and again.stdout.strip() == "psp sandbox was not paused"
+    assert recon("psp", "pause", "sandbox", "--reason", "second window", "--by", "ann", db_url=db_url,
+                 env=no_config_env()).returncode == 1
+    assert recon("approvals", "approve", "2", "--by", "bob", db_url=db_url, env=no_config_env()).returncode == 0
+    doc = status(db_url)  # paused again: the earlier resume is no longer the state
+    assert (doc["sandbox"]["paused"], doc["sandbox"]["paused_by"], doc["sandbox"]["pause_reason"],
+            doc["sandbox"]["resumed_by"], doc["sandbox"]["resumed_at"], doc["sandbox"]["last_pause"]) == (
+        True, "ann (approved by bob)", "second window", None, None, None)
 
 
 def test_psp_cli__status_and_stats_show_breaker_and_cool_down(db: Database, db_url: str, recon: Runner) -> None:

@@ -54,26 +54,25 @@ def test_stripe_charge__a_saved_500_is_not_resent_and_reconciliation_finds_the_t
     [pid] = create(db, 1, amount=2000, currency="USD", psp="stripe", **STRIPE_CARD)
     create_route = mock.post(f"{STRIPE}/v1/payment_intents").mock(
         return_value=httpx.Response(500, json=stripe_error("api_error", "Something went wrong on Stripe's end.")))
-    adapter = StripeAdapter(STRIPE, api_key=Secret("sk_test_flow"))
-    drain(db, handlers_for(db, adapter), queues=["charges"])
-    assert create_route.call_count == 1  # not the ~12 futile POSTs of a retry loop
-    ledger = PaymentStore(db)
-    payment = ledger.get(pid)
-    assert payment is not None and payment.status is PaymentStatus.PENDING
-    assert [j.state for j in JobStore(db).list_jobs(kind="charge", limit=5)] == [JobState.SUCCEEDED]
+    with StripeAdapter(STRIPE, api_key=Secret("sk_test_flow")) as adapter:
+        drain(db, handlers_for(db, adapter), queues=["charges"])
+        assert create_route.call_count == 1  # not the ~12 futile POSTs of a retry loop
+        ledger = PaymentStore(db)
+        payment = ledger.get(pid)
+        assert payment is not None and payment.status is PaymentStatus.PENDING
+        assert [j.state for j in JobStore(db).list_jobs(kind="charge", limit=5)] == [JobState.SUCCEEDED]
 
-    found = intent(id="pi_flow_1", metadata={"merchant_reference": "order-0"})
-    search = mock.get(f"{STRIPE}/v1/payment_intents/search").mock(
-        return_value=httpx.Response(200, json=search_result("/v1/payment_intents/search", [found])))
-    sweep_now(db, handlers_for(db, adapter))
-    assert search.call_count == 1 and "order-0" in str(search.calls[0].request.url)
-    healed = ledger.get(pid)
-    assert healed is not None and healed.status is PaymentStatus.SUCCEEDED and healed.psp_reference == "pi_flow_1"
-    assert [e.to_status for e in ledger.events(pid)] == ["created", "processing", "pending", "succeeded"]
-    form = dict(x.split("=", 1) for x in create_route.calls[0].request.content.decode().split("&"))
-    assert (form["amount"], form["currency"], form["customer"], form["off_session"]) == (
-        "2000", "usd", "cus_NffrFeUfNV2Hib", "true")
-    adapter.close()
+        found = intent(id="pi_flow_1", metadata={"merchant_reference": "order-0"})
+        search = mock.get(f"{STRIPE}/v1/payment_intents/search").mock(
+            return_value=httpx.Response(200, json=search_result("/v1/payment_intents/search", [found])))
+        sweep_now(db, handlers_for(db, adapter))
+        assert search.call_count == 1 and "order-0" in str(search.calls[0].request.url)
+        healed = ledger.get(pid)
+        assert healed is not None and healed.status is PaymentStatus.SUCCEEDED and healed.psp_reference == "pi_flow_1"
+        assert [e.to_status for e in ledger.events(pid)] == ["created", "processing", "pending", "succeeded"]
+        form = dict(x.split("=", 1) for x in create_route.calls[0].request.content.decode().split("&"))
+        assert (form["amount"], form["currency"], form["customer"], form["off_session"]) == (
+            "2000", "usd", "cus_NffrFeUfNV2Hib", "true")
 
 
 def test_stripe_charge__a_proxy_502_is_retried_with_the_same_key(db: Database, mock: respx.MockRouter) -> None:
@@ -82,13 +81,12 @@ def test_stripe_charge__a_proxy_502_is_retried_with_the_same_key(db: Database, m
         httpx.Response(502, text="<html>bad gateway</html>"),
         httpx.Response(200, json=intent(id="pi_flow_2", metadata={"merchant_reference": "order-0"})),
     ])
-    adapter = StripeAdapter(STRIPE, api_key=Secret("sk_test_flow"))
-    drain(db, handlers_for(db, adapter), queues=["charges"])
-    keys = {call.request.headers["Idempotency-Key"] for call in route.calls}
-    payment = PaymentStore(db).get(pid)
-    assert route.call_count == 2 and payment is not None and keys == {payment.idempotency_key}
-    assert payment.status is PaymentStatus.SUCCEEDED and payment.psp_reference == "pi_flow_2"
-    adapter.close()
+    with StripeAdapter(STRIPE, api_key=Secret("sk_test_flow")) as adapter:
+        drain(db, handlers_for(db, adapter), queues=["charges"])
+        keys = {call.request.headers["Idempotency-Key"] for call in route.calls}
+        payment = PaymentStore(db).get(pid)
+        assert route.call_count == 2 and payment is not None and keys == {payment.idempotency_key}
+        assert payment.status is PaymentStatus.SUCCEEDED and payment.psp_reference == "pi_flow_2"
 
 
 def test_stripe_reconcile__amount_mismatch_needs_review(db: Database, mock: respx.MockRouter) -> None:
@@ -99,15 +97,14 @@ def test_stripe_reconcile__amount_mismatch_needs_review(db: Database, mock: resp
                                       psp_reference="pi_flow_3"))
     mock.get(f"{STRIPE}/v1/payment_intents/pi_flow_3").mock(
         return_value=httpx.Response(200, json=intent(id="pi_flow_3", amount=1999, amount_received=1999)))
-    adapter = StripeAdapter(STRIPE, api_key=Secret("sk_test_flow"))
-    summary = sweep_now(db, handlers_for(db, adapter))
-    payment = ledger.get(pid)
-    assert payment is not None and payment.status is PaymentStatus.NEEDS_REVIEW
-    assert payment.review_reason == "amount_mismatch: ours 2000 USD, PSP 1999"
-    assert summary.counts["needs_review"] == 1
-    event = ledger.events(pid)[-1]
-    assert event.source == "reconcile" and event.details and event.details["psp_amount"] == 1999
-    adapter.close()
+    with StripeAdapter(STRIPE, api_key=Secret("sk_test_flow")) as adapter:
+        summary = sweep_now(db, handlers_for(db, adapter))
+        payment = ledger.get(pid)
+        assert payment is not None and payment.status is PaymentStatus.NEEDS_REVIEW
+        assert payment.review_reason == "amount_mismatch: ours 2000 USD, PSP 1999"
+        assert summary.counts["needs_review"] == 1
+        event = ledger.events(pid)[-1]
+        assert event.source == "reconcile" and event.details and event.details["psp_amount"] == 1999
 
 
 @pytest.mark.skipif(not adyen_schema.SPECS_AVAILABLE, reason="../shared/specs/adyen/CheckoutService-v71.json "

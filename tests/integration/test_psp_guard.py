@@ -163,30 +163,29 @@ def test_guard__auth_failure_opens_the_breaker_and_later_jobs_snooze(db: Databas
 
     faults = Faults(decline_amount_suffix=None)
     with SandboxServer(tmp_path / "auth.db", api_key="sk_right", faults=faults) as server:
-        adapter = Counting(server.url, api_key=Secret("sk_wrong"), timeout=2.0)
-        guard = guard_for(db)  # default threshold 5: auth does not wait for it
-        handlers = Handlers()
-        handlers.register("charge", ChargeHandler(PaymentStore(db), lambda _n: adapter, guard=guard))
-        settings = fast_settings()
+        with Counting(server.url, api_key=Secret("sk_wrong"), timeout=2.0) as adapter:
+            guard = guard_for(db)  # default threshold 5: auth does not wait for it
+            handlers = Handlers()
+            handlers.register("charge", ChargeHandler(PaymentStore(db), lambda _n: adapter, guard=guard))
+            settings = fast_settings()
 
-        def burst() -> None:
-            Worker(JobStore(db), handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
-                   queues=["charges"], classify_func=classify).run(burst=True)
+            def burst() -> None:
+                Worker(JobStore(db), handlers, config=settings.engine, policy=RetryPolicy(settings.retry),
+                       queues=["charges"], classify_func=classify).run(burst=True)
 
-        [first] = create(db, 1, prefix="a")
-        burst()
-        [job] = JobStore(db).list_jobs(kind="charge")
-        assert (job.state, job.last_error_kind) == (JobState.DEAD, "auth")
-        state = control(db)
-        assert state["state"] == "open" and state["failures"] == 1 and "PspAuthError" in str(state["reason"])
-        assert "sk_wrong" not in str(state["reason"])
-        create(db, 1, prefix="b")
-        burst()
-        second = next(j for j in JobStore(db).list_jobs(kind="charge") if j.id != job.id)
-        assert second.state is JobState.PENDING and second.last_error == "psp sandbox circuit open"
-        assert second.max_attempts - second.attempts == 12
-        assert calls == ["create"]  # the second job never reached the PSP
-        adapter.close()
+            [first] = create(db, 1, prefix="a")
+            burst()
+            [job] = JobStore(db).list_jobs(kind="charge")
+            assert (job.state, job.last_error_kind) == (JobState.DEAD, "auth")
+            state = control(db)
+            assert state["state"] == "open" and state["failures"] == 1 and "PspAuthError" in str(state["reason"])
+            assert "sk_wrong" not in str(state["reason"])
+            create(db, 1, prefix="b")
+            burst()
+            second = next(j for j in JobStore(db).list_jobs(kind="charge") if j.id != job.id)
+            assert second.state is JobState.PENDING and second.last_error == "psp sandbox circuit open"
+            assert second.max_attempts - second.attempts == 12
+            assert calls == ["create"]  # the second job never reached the PSP
     assert PaymentStore(db).get(first).status is PaymentStatus.PROCESSING  # type: ignore[union-attr]
 
 

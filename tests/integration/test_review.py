@@ -37,9 +37,8 @@ def env(sandbox: SandboxServer) -> dict[str, str]:
 def charged(db: Database, sandbox: SandboxServer, n: int, **kwargs: object) -> list[int]:
     """``n`` payments charged at the sandbox, each left pending there (the PSP has not decided yet)."""
     ids = create(db, n, **kwargs)  # type: ignore[arg-type]
-    adapter = sandbox_adapter(sandbox.url)
-    drain(db, handlers_for(db, adapter), queues=["charges"])
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        drain(db, handlers_for(db, adapter), queues=["charges"])
     return ids
 
 
@@ -54,9 +53,8 @@ def into_review_by_amount(db: Database, sandbox: SandboxServer, payment_id: int,
     ref = psp_reference(db, payment_id)
     admin(sandbox.url, f"/_admin/payments/{ref}/amount", {"amount": psp_amount})
     admin(sandbox.url, f"/_admin/payments/{ref}/settle", {})
-    adapter = sandbox_adapter(sandbox.url)
-    sweep_now(db, handlers_for(db, adapter), until_finished=True)
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        sweep_now(db, handlers_for(db, adapter), until_finished=True)
     assert PaymentStore(db).get(payment_id).status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
 
 
@@ -216,9 +214,8 @@ def test_review_recheck__asks_the_psp_again_and_keeps_its_answer_as_evidence_wit
     job_id = json.loads(r.stdout)["job_id"]
     again = recon("review", "recheck", "order-0", "--json", "--by", "ann", db_url=db_url)
     assert json.loads(again.stdout)["job_id"] == job_id
-    adapter = sandbox_adapter(sandbox.url)
-    drain(db, handlers_for(db, adapter), queues=["reconcile"])
-    adapter.close()
+    with sandbox_adapter(sandbox.url) as adapter:
+        drain(db, handlers_for(db, adapter), queues=["reconcile"])
     payment = PaymentStore(db).get(pid)
     assert payment.status is PaymentStatus.NEEDS_REVIEW  # type: ignore[union-attr]
     note = PaymentStore(db).events(pid)[-1]

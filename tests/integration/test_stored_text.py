@@ -661,7 +661,8 @@ COLUMNS: dict[str, Entry] = {
     "bank_statements.currency": Exempt(BANK_CURRENCY),
     "bank_statements.format": Exempt("the name of the recon.bank.formats reader that read the file"),
     "bank_statements.file_name": Masked(plant_bank_statement),
-    "bank_statements.file_digest": Exempt("the SHA-256 of the file, 64 hexadecimal digits recon computed"),
+    "bank_statements.file_digest": Exempt("the SHA-256 of the file, 64 hexadecimal digits recon computed, "
+                                              "in dotted groups (tests/integration/test_own_identifiers.py)"),
     "bank_entries.account": Exempt(BANK_ACCOUNT),
     "bank_entries.entry_key": Masked(plant_bank_statement),
     "bank_entries.direction": Exempt(CHECKED),
@@ -720,8 +721,9 @@ COLUMNS: dict[str, Entry] = {
     "payments.currency": Refused(plant_csv),
     "payments.psp": Refused(plant_csv),
     "payments.psp_reference": Verbatim(plant_psp_references, PSP_ID),
-    "payments.idempotency_key": Exempt("made by recon (recon- and 24 hex digits, -gN): never outside text, and a "
-                                       "key the PSP holds; masking would merge keys"),
+    "payments.idempotency_key": Exempt("made by recon (recon- and 24 hex digits in dotted groups, -gN): never "
+                                       "outside text, and a key the PSP holds; masking would merge keys "
+                                       "(test_own_identifiers.py)"),
     "payments.status": Exempt(CHECKED),
     "payments.failure_reason": Masked(plant_stripe_answers),
     "payments.review_reason": Masked(plant_stripe_answers),
@@ -774,8 +776,9 @@ COLUMNS: dict[str, Entry] = {
     "refunds.status": Exempt(CHECKED),
     "refunds.reason": Masked(plant_refund_commands),
     "refunds.psp_refund_id": Verbatim(plant_stripe_refund_answers, PSP_ID),
-    "refunds.idempotency_key": Exempt("made by recon (recon-refund- and 24 hex digits): never outside text, and a "
-                                      "key the PSP holds; masking would merge keys"),
+    "refunds.idempotency_key": Exempt("made by recon (recon-refund- and 24 hex digits in dotted groups): never "
+                                      "outside text, and a key the PSP holds; masking would merge keys "
+                                      "(test_own_identifiers.py)"),
     "refunds.requested_by": Refused(plant_operator_name),
     "refunds.failure_reason": Masked(plant_stripe_refund_answers),
     "refunds.review_reason": Masked(plant_stripe_refund_answers),
@@ -792,8 +795,9 @@ COLUMNS: dict[str, Entry] = {
     "modifications.psp": Exempt("the payment's PSP, copied from its row by the modification store (a registry name)"),
     "modifications.status": Exempt(CHECKED),
     "modifications.psp_modification_id": Verbatim(plant_stripe_capture_answers, PSP_ID),
-    "modifications.idempotency_key": Exempt("made by recon (recon-capture- or recon-cancel- and 24 hex digits): "
-                                            "never outside text, and a key the PSP holds; masking would merge keys"),
+    "modifications.idempotency_key": Exempt("made by recon (recon-capture- or recon-cancel- and 24 hex digits in "
+                                            "dotted groups): never outside text, and a key the PSP holds; masking "
+                                            "would merge keys (test_own_identifiers.py)"),
     "modifications.requested_by": Exempt("an enabled operator's name (recon.actions authorizes it first; "
                                          "operators.name refuses one holding a card number)"),
     "modifications.failure_reason": Masked(plant_stripe_capture_answers),

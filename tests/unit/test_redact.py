@@ -134,3 +134,14 @@ def test_redact_value__the_dict_walk_answers_as_the_definition(seed: int) -> Non
 def test_redact__a_card_number_next_to_a_word_and_a_dash_is_masked(text: str, masked: str) -> None:
     assert r.redact(text) == r._redact_all(text) == masked
     assert r.has_card_number(text) is (masked != text)
+
+
+def test_grouped__recon_made_hex_with_a_luhn_valid_run_is_left_alone_where_dashes_would_not_be() -> None:
+    plain = "4242424242424242" + "abcdef01" * 4  # Stripe's test Visa, then hex
+    assert r.redact(plain) != plain  # why recon's own hex identifiers are never written plain
+    assert r.grouped(plain) == "42424242.42424242.abcdef01.abcdef01.abcdef01.abcdef01"
+    assert r.redact(r.grouped(plain)) == r.grouped(plain)
+    dashed = "42424242-42424242-abcdef01"  # UUID-style groups: a dash is a card separator
+    assert r.redact(dashed) != dashed
+    digits = "".join(str(i % 10) for i in range(64))  # 64 decimal digits, grouped: no run reaches 13
+    assert r.redact(r.grouped(digits)) == r.grouped(digits)

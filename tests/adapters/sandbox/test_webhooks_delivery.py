@@ -210,6 +210,25 @@ def test_thread__stops_with_the_server_and_none_runs_without_a_url(tmp_path: Pat
         assert not any(t.name == "psp-sandbox-webhooks" for t in threading.enumerate())
 
 
+def test_connection__each_delivery_closes_its_connection_so_no_receiver_thread_outlives_it(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """A delivery on a kept-alive connection left the receiver's thread for it running as long as the sender's
+    pool held the connection: a command under test that saw a webhook go out met a thread it had not started
+    (test_dispute_sandbox's flake). Each delivery is one request on its own connection, closed by the answer."""
+    server = serve(tmp_path, receiver.url)
+    try:
+        before = set(threading.enumerate())
+        pay(server, "order-1")
+        pay(server, "order-2")
+        receiver.wait_for(2)
+        receiver.quiet(0.3)
+        wait_until(lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()])
+        assert all(d.headers.get("Connection") == "close" for d in receiver.deliveries)
+    finally:
+        server.stop()
+
+
 def test_config__refuses_what_no_psp_would_send() -> None:
     with pytest.raises(ValueError, match="http"):
         WebhookConfig(url="ftp://x/y", secret=Secret(SECRET))
