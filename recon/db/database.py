@@ -229,7 +229,7 @@ class Database:
                 return cur.fetchall() if result is not None and result.nfields else []
             return cur.fetchall()  # type: ignore[no-any-return]
         except self.dbapi.Error as exc:
-            raise _driver_error(self, exc, broken=bool(getattr(driver, "broken", False)
+            raise driver_error(self, exc, broken=bool(getattr(driver, "broken", False)
                                                        or getattr(driver, "closed", False))) from exc
 
     def now_param(self) -> Any:
