@@ -216,7 +216,8 @@ def test_scheduler__the_app_s_workers_schedule_except_in_a_burst_run(tmp_path: P
     assert list(ScheduleStore(db).latest()) == ["tick"]
 
 
-def test_scheduled_sweep__a_failed_enqueue_is_audited_as_failed_and_raised_to_the_worker(db_url: str, db: Database) -> None:
+def test_scheduled_sweep__a_failed_enqueue_is_audited_as_failed_and_raised_to_the_worker(db_url: str,
+                                                                                        db: Database) -> None:
     """The enqueue raises (here: the PSP listing lookup): the run's row and its audit row say failed, and the
     error reaches the worker (which retries the job, as it does any error a handler did not classify)."""
     app = App(database_url=db_url)
