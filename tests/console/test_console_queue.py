@@ -98,25 +98,30 @@ def test_review_queue__csv_cells_a_spreadsheet_would_run_are_quoted(db: Database
 def test_payments_list__filters_lead_to_the_payments_behind_each_figure(db: Database, db_url: str) -> None:
     create(db, 2, charge=False, prefix="Shop-A", amount=500)
     create(db, 1, charge=False, prefix="shop-b", amount=250_000, currency="JPY")
+    create(db, 1, charge=False, prefix="dinar", amount=7_500, currency="KWD")  # 7.500 KWD (three decimals)
     in_review(db, 1, prefix="rev")
     with console(db_url) as client:
         overview = client.get("/").text
         assert 'href="/payments?status=unfinished"' in overview
         unfinished = client.get("/payments?status=unfinished").text
-        assert sorted(listed(unfinished)) == ["Shop-A-0", "Shop-A-1", "shop-b-0"]
-        assert 'data-stat="payments-total">3<' in unfinished
+        assert sorted(listed(unfinished)) == ["Shop-A-0", "Shop-A-1", "dinar-0", "shop-b-0"]
+        assert 'data-stat="payments-total">4<' in unfinished
         assert sorted(listed(client.get("/payments?reference=SHOP-").text)) == ["Shop-A-0", "Shop-A-1", "shop-b-0"]
         assert listed(client.get("/payments?reference=shop-b").text) == ["shop-b-0"]
         assert listed(client.get("/payments?reference=shop_").text) == []  # "_" is a character, not a wildcard
         assert listed(client.get("/payments?currency=jpy").text) == ["shop-b-0"]
         assert "250,000 JPY" in client.get("/payments?currency=jpy").text
         assert sorted(listed(client.get("/payments?min_amount=5&max_amount=10").text)) == [
-            "Shop-A-0", "Shop-A-1", "rev-0"]  # 5.00 and 10.00 EUR; 250,000 JPY is out of range
+            "Shop-A-0", "Shop-A-1", "dinar-0", "rev-0"]  # 5.00 and 10.00 EUR, 7.500 KWD; 250,000 JPY is out
+        assert listed(client.get("/payments?min_amount=7.5&max_amount=7.5").text) == ["dinar-0"]
+        assert sorted(listed(client.get("/payments?min_amount=7.501").text)) == ["rev-0", "shop-b-0"]
+        assert listed(client.get("/payments?max_amount=7.499&currency=KWD").text) == []
         assert listed(client.get("/payments?min_amount=1000").text) == ["shop-b-0"]
         assert listed(client.get("/payments?status=needs_review").text) == ["rev-0"]
         assert listed(client.get("/payments?age=gt_7d").text) == []
         assert sorted(listed(client.get("/payments?age=lt_1h&status=unfinished").text)) == [
-            "Shop-A-0", "Shop-A-1", "shop-b-0"]
+            "Shop-A-0", "Shop-A-1", "dinar-0", "shop-b-0"]
+        assert listed(client.get("/payments?status=unfinished&reference=DIN&psp=sandbox").text) == ["dinar-0"]
         assert client.get("/payments?status=nope").status_code == 422
         rows = list(csv.DictReader(io.StringIO(client.get("/payments?currency=JPY&format=csv").text)))
         assert [(r["merchant_reference"], r["amount"], r["currency"]) for r in rows] == [("shop-b-0", "250000", "JPY")]
