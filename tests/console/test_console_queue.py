@@ -234,3 +234,31 @@ def test_queue_totals__kept_for_totals_ttl_and_cleared_by_any_write_of_the_conso
         after = client.get("/review").text  # any write of the console clears what it kept
         assert figure(after, "review-total") == "5" and figure(after, "review-totals-at") is None
         assert figure(client.get("/payments?status=needs_review").text, "payments-total") == "5"
+
+
+def test_overview__kept_for_totals_ttl_said_so_and_cleared_by_any_write_of_the_console(
+        db: Database, db_url: str, staff: object, tmp_path: Path) -> None:
+    refs = in_review(db, 2)
+    clock = FixedClock(datetime.now(UTC))
+    with console(db_url, clock=clock, login="ann") as client:
+        first = client.get("/").text
+        assert figure(first, "needs_review") == "2" and figure(first, "overview-kept") is None  # computed now
+        in_review(db, 1, prefix="late")  # a worker sends another payment to review
+        kept = client.get("/").text
+        assert figure(kept, "needs_review") == "2" and figure(kept, "overview-kept")  # kept, and it says so
+        clock.advance(timedelta(seconds=10))  # [console] totals_ttl (10 s) has passed
+        fresh = client.get("/").text
+        assert figure(fresh, "needs_review") == "3" and figure(fresh, "overview-kept") is None
+        in_review(db, 1, prefix="later")
+        assert figure(client.get("/").text, "needs_review") == "3"
+        r = client.post(f"/payments/{refs[0]}/comment", data={"comment": "on it", "csrf": csrf_token(client)},
+                        follow_redirects=False)
+        assert r.status_code == 303
+        after = client.get("/").text  # any write of the console clears what it kept
+        assert figure(after, "needs_review") == "4" and figure(after, "overview-kept") is None
+    config = tmp_path / "recon.toml"
+    config.write_text('[console]\ntotals_ttl = "0s"\n', encoding="utf-8")
+    with console(db_url, config_path=str(config), login="ann") as client:
+        client.get("/")
+        in_review(db, 1, prefix="last")
+        assert figure(client.get("/").text, "needs_review") == "5"  # totals_ttl = 0s: computed for every page
