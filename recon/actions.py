@@ -21,6 +21,7 @@
 | recheck a capture/cancel | operator |                                            | modification.recheck |
 | refund a payment       | operator |                                              | refund.create       |
 | resolve a refund       | operator |                                              | refund.resolve      |
+| recheck a refund       | operator |                                              | refund.recheck      |
 | approve or reject      | approver | never one's own                              | the request's       |
 | import payments, bank  | operator |                                              | payments.import,    |
 | statements, refunds;   | or the   |                                              | bank.import,        |
@@ -61,6 +62,7 @@ from recon.payments.money import parse_amount
 from recon.payments.refund_import import RefundChecker, RefundProblem
 from recon.payout_rows import PayoutException
 from recon.reconcile.modification import MODIFICATION_RECONCILE_KIND, modification_reconcile_key
+from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.review import Resolution
 from recon.review_bulk import BulkPreview
@@ -374,6 +376,20 @@ class Actions:
             MODIFICATION_RECONCILE_KIND, {"modification_id": found.id, "recheck": True}, queue=queue,
             unique_key=modification_reconcile_key(found.id))
         self.audit.record(entry(who, "modification.recheck", reference, job=job_id, kind=found.kind))
+        return found, job_id
+
+    def recheck_refund(self, reference: str, *, by: str | None) -> tuple[Refund, int]:
+        """Queue refund ``reference``'s reconcile job with ``recheck``: the PSP is asked again and a succeeded
+        refund it now calls failed or reversed goes to review (recon.reconcile.refund). UsageError when there is
+        none."""
+        who = self._who(by, Role.OPERATOR, "review recheck")
+        found = self.app.refunds.by_reference(reference)
+        if found is None:
+            raise UsageError(f"refund {reference} not found")
+        job_id: int = self.app.client().enqueue(
+            REFUND_RECONCILE_KIND, {"refund_id": found.id, "recheck": True}, queue=self.app.reconcile_config.queue,
+            unique_key=refund_reconcile_key(found.id))
+        self.audit.record(entry(who, "refund.recheck", reference, job=job_id, status=str(found.status)))
         return found, job_id
 
     def _modify(self, kind: str, reference: str, *, amount: str | None, by: str | None) -> Modification:

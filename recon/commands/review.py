@@ -15,11 +15,10 @@ from recon import review_bulk
 from recon.app import App
 from recon.commands.payments import payment_doc
 from recon.errors import UsageError
-from recon.operator_rows import Approval, Role
+from recon.operator_rows import Approval
 from recon.params import EXIT_REVIEW, LIMIT, Duration, by_option, pending_approval, say
 from recon.payments.money import format_amount
 from recon.payout_rows import ExceptionKind
-from recon.reconcile.refund import REFUND_RECONCILE_KIND, refund_reconcile_key
 from recon.render.payments import payment_detail, payout_exceptions_table, review_table
 from recon.render.refunds import disputes_table
 from recon.review import Difference
@@ -195,10 +194,8 @@ def review_recheck(app: App, reference: str, by: str | None, as_json: bool) -> N
             say(f"reconcile job {job_id} queued on {queue} for {mod.kind} {reference}")
         return
     if refund is not None:
-        app.authorize(by, Role.OPERATOR, action="refund.recheck")
+        _, job_id = app.actions.recheck_refund(reference, by=by)
         queue = app.reconcile_config.queue
-        job_id = app.client().enqueue(REFUND_RECONCILE_KIND, {"refund_id": refund.id, "recheck": True}, queue=queue,
-                                      unique_key=refund_reconcile_key(refund.id))
         if as_json:
             click.echo(json.dumps({"refund": reference, "job_id": job_id, "queue": queue}))
         else:

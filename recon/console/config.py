@@ -6,7 +6,7 @@ idle_timeout = "15m"        # a session without a request for this long ends (1m
 absolute_timeout = "12h"    # a session ends this long after its login, however busy (idle_timeout to 24h)
 token_operator = "console-token"  # the operator RECON_CONSOLE_TOKEN acts as (automation, bootstrap)
 token_role = "viewer"       # that operator's role: viewer, operator, approver or admin
-totals_ttl = "10s"          # a filter's totals are kept this long per console process (0s to 60s; 0s: never)
+totals_ttl = "10s"          # a filter's totals and the overview kept this long per process (0s to 60s; 0s: never)
 ```
 
 The defaults are PCI DSS v4.0.1's: requirement 8.2.8 asks for re-authentication after at most 15 idle minutes,

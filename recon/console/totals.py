@@ -1,5 +1,5 @@
 """The totals of a filtered list (the review queue, the payments list), kept a few seconds per filter in this
-console process.
+console process; the overview's document is kept the same way (``pages.overview``).
 
 Over 100,000 items in review, a filter's totals (a count and a sum per currency over every matching row) are
 most of a page's cost (docs/benchmarks.md, the review queue at 100,000 items), while paging through the filter,

@@ -145,6 +145,39 @@ def done(request: Request, url: str, notice: str, **params: str | int) -> Redire
     """POST -> redirect -> GET: a 303 to ``url`` carrying ``notice`` (signed, so a link cannot forge one) and
     ``params``; reloading the page it leads to repeats nothing, and the address bar holds a page's URL."""
     query = {**{k: str(v) for k, v in params.items()}, "notice": notice, "ns": _notice_sig(request, notice)}
+    return _see_other(url, query)
+
+
+def refused(request: Request, url: str, form: str, message: str, **typed: str) -> RedirectResponse:
+    """POST -> redirect -> GET for a refusal: a 303 to ``url`` carrying ``message`` for the form named ``form``
+    and the values ``typed`` into it, all signed together (a link can neither forge a refusal nor prefill a
+    form); the page shows the message next to that form (``refusal_of``), and reloading it repeats nothing.
+    Message and values are redacted first: they travel in the address bar and the browser's history."""
+    message = redact(message)[:500]
+    values = {name: redact(value)[:100] for name, value in sorted(typed.items())}
+    query = {"refused": form, "refusal": message, **{f"typed_{k}": v for k, v in values.items()},
+             "rs": _notice_sig(request, _refusal_text(form, message, values))}
+    return _see_other(url, query)
+
+
+def refusal_of(request: Request) -> tuple[dict[str, str], dict[str, str]]:
+    """The refusal a ``refused`` redirect carried, when its signature holds: ({form: message}, typed values);
+    two empty dicts otherwise."""
+    params = request.query_params
+    form, message = params.get("refused", ""), params.get("refusal", "")
+    values = {k.removeprefix("typed_"): v for k, v in sorted(params.items()) if k.startswith("typed_")}
+    if not form or not message or len(message) > 1000:
+        return {}, {}
+    if not hmac.compare_digest(params.get("rs", ""), _notice_sig(request, _refusal_text(form, message, values))):
+        return {}, {}
+    return {form: message}, values
+
+
+def _refusal_text(form: str, message: str, values: Mapping[str, str]) -> str:
+    return "\0".join(["refused", form, message, *(f"{k}={v}" for k, v in sorted(values.items()))])
+
+
+def _see_other(url: str, query: Mapping[str, str]) -> RedirectResponse:
     url, hash_, fragment = url.partition("#")
     url = url.rstrip("?&")
     sep = "&" if "?" in url else "?"

@@ -1,9 +1,14 @@
 """The SQL of the console's payments list (``/payments``): payments through one filter, newest first, paged by
 an id keyset, and the filter's totals per currency. Only ``recon.db.payment_list_store`` executes these.
 
-Every condition is "parameter NULL or the condition holds", so one statement serves every combination. The
+Every condition is "parameter NULL (or 0) or the condition holds", so one statement serves every combination;
+PostgreSQL plans each execution with its values (``plan_cache_mode = force_custom_plan``), so the conditions
+of the filters not set fold away and "unfinished" is the very predicate of the partial index
+``payments_at_risk``, which its totals read alone. The other filters' totals read ``payments_list_facets``
+(created_at, currency, amount, INCLUDE status, psp, merchant_reference), a third of the table's pages, never
+the table. The
 amount range is given in ten-thousandths of a major unit and compared in each currency's minor units
-(``review_queries.minor_of``), so "from 100 to 500" means major units in every currency; the reference prefix
+(``review_queries.amount_within``), so "from 100 to 500" means major units in every currency; the reference prefix
 is matched case-insensitively (``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped),
 through the index ``payments_reference_lower`` on PostgreSQL.
 """
@@ -12,16 +17,16 @@ from __future__ import annotations
 
 # Bandit: every "nosec B608" here marks an f-string that interpolates module constants only.
 from recon.db.payment_queries import PAYMENT_COLUMNS, UNFINISHED
-from recon.db.review_queries import FILTER_LISTS, minor_of
+from recon.db.review_queries import FILTER_LISTS, amount_within
 from recon.db.sql import Query
 
-LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status
-                   OR (CAST(:status AS TEXT) = 'unfinished' AND {UNFINISHED}))
+LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status)
+              AND (:unfinished = 0 OR {UNFINISHED})
               AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
               AND (CAST(:currency AS TEXT) IS NULL OR currency = :currency)
               AND created_at < :created_before AND created_at >= :created_after
-              AND (CAST(:min_scaled AS BIGINT) IS NULL OR amount >= {minor_of("min")})
-              AND (CAST(:max_scaled AS BIGINT) IS NULL OR amount <= {minor_of("max")})
+              AND ((CAST(:min_scaled AS BIGINT) IS NULL AND CAST(:max_scaled AS BIGINT) IS NULL)
+                   OR {amount_within(("min", ">="), ("max", "<="), open_ended=True)})
               AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')"""
 
 payment_list_filtered = Query(

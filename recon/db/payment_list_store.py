@@ -51,7 +51,9 @@ class PaymentListStore:
         if where.reference_prefix:
             escaped = where.reference_prefix.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             prefix = escaped + "%"
-        return {"status": where.status, "psp": where.psp, "currency": where.currency,
+        unfinished = where.status == "unfinished"
+        return {"status": None if unfinished else where.status, "unfinished": int(unfinished), "psp": where.psp,
+                "currency": where.currency,
                 "created_before": self.db.to_db(where.created_before or _LATEST),
                 "created_after": self.db.to_db(where.created_after or _EARLIEST),
                 "min_scaled": where.min_scaled, "max_scaled": where.max_scaled, "prefix": prefix,

@@ -35,18 +35,33 @@ KIND = ("CASE " + " ".join(f"WHEN {_like(k)} THEN '{k}'" for k in KNOWN_KINDS)
         + " WHEN review_reason LIKE 'no final answer%' THEN 'no_final_answer' ELSE 'other' END")
 
 
-def minor_of(name: str) -> str:
-    """Threshold ``name`` (given in ten-thousandths of a major unit: every ISO-4217 exponent is 0, 2, 3 or 4) in
-    the row's currency's minor units, from the parameters ``minor_thresholds`` gives: an integer compared with
-    ``amount`` (the amount scaled to ten-thousandths, a NUMERIC product per row, cost the severity filter most of
-    its time over 100,000 items)."""
-    return (f"CASE WHEN currency IN :exponent_0 THEN CAST(:{name}_0 AS BIGINT) "
-            f"WHEN currency IN :exponent_3 THEN CAST(:{name}_3 AS BIGINT) "
-            f"WHEN currency IN :exponent_4 THEN CAST(:{name}_4 AS BIGINT) ELSE CAST(:{name}_2 AS BIGINT) END")
+#: each exponent's currencies, as the parameters FILTER_LISTS give them (2: every currency in none of the lists)
+_EXPONENT_GROUPS = ((2, "currency NOT IN :exponent_0 AND currency NOT IN :exponent_3 AND currency NOT IN :exponent_4"),
+                    (0, "currency IN :exponent_0"), (3, "currency IN :exponent_3"), (4, "currency IN :exponent_4"))
+
+
+def amount_within(*bounds: tuple[str, str], open_ended: bool = False) -> str:
+    """``amount`` compared with thresholds given in ten-thousandths of a major unit (every ISO-4217 exponent is
+    0, 2, 3 or 4), each in the row's currency's minor units, from the parameters ``minor_thresholds`` gives:
+    ``bounds`` are (name, operator) pairs, such as ("min", ">=") and ("max", "<="). With ``open_ended`` a
+    threshold whose parameter is NULL holds for every amount; without it, it holds for none.
+
+    Written as one disjunct per exponent, its integer comparisons before its currencies: most rows fail the
+    comparisons and never reach the currency lists. The amount scaled to ten-thousandths (a NUMERIC product per
+    row) and then a CASE over the currency lists before every comparison cost the severity filter and the
+    payments list's amount range most of their time over 100,000 rows (docs/benchmarks.md)."""
+    groups = []
+    for exponent, member in _EXPONENT_GROUPS:
+        tests = [f"amount {op} CAST(:{name}_{exponent} AS BIGINT)" for name, op in bounds]
+        if open_ended:
+            tests = [f"(CAST(:{name}_{exponent} AS BIGINT) IS NULL OR {t})" for (name, _), t in zip(bounds, tests,
+                                                                                                   strict=True)]
+        groups.append("(" + " AND ".join([*tests, member]) + ")")
+    return "(" + " OR ".join(groups) + ")"
 
 
 def minor_thresholds(name: str, scaled: int | None, *, at_least: bool) -> dict[str, int | None]:
-    """``minor_of(name)``'s parameters: ``scaled`` (ten-thousandths of a major unit) in each exponent's minor
+    """``amount_within``'s parameters: ``scaled`` (ten-thousandths of a major unit) in each exponent's minor
     units, exactly: ``amount * 10^(4-e) >= scaled`` iff ``amount >= ceil(scaled / 10^(4-e))`` (``at_least``), and
     ``<= scaled`` iff ``amount <= floor(...)``. None stays None (no threshold)."""
     out: dict[str, int | None] = {}
@@ -56,11 +71,14 @@ def minor_thresholds(name: str, scaled: int | None, *, at_least: bool) -> dict[s
     return out
 
 
-HIGH = f"(amount >= {minor_of('high_min')} OR review_since < :high_since)"
-MEDIUM = f"(amount >= {minor_of('medium_min')} OR review_since < :medium_since)"
-#: in review since before its kind's due cutoff: past its due-by
-OVERDUE = (f"review_since < CASE {KIND} "
-           + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END")
+HIGH = f"(review_since < :high_since OR {amount_within(('high_min', '>='))})"
+MEDIUM = f"(review_since < :medium_since OR {amount_within(('medium_min', '>='))})"
+#: in review since before its kind's due cutoff: past its due-by. ``due_first`` and ``due_last`` are the
+#: earliest and the latest of the kinds' cutoffs: an item in review since before the first is overdue whatever
+#: its kind, one since the last or after is not, and only those between have their kind read from the reason
+#: (a CASE of string tests per row, most of the overdue filter's time over 100,000 items when every row paid it)
+OVERDUE = (f"(review_since < :due_first OR (review_since < :due_last AND review_since < CASE {KIND} "
+           + " ".join(f"WHEN '{k.value}' THEN :due_{k.value}" for k in ReviewKind) + " END))")
 
 #: the kind filter. A known kind is its reason's own prefix, written so that the planner estimates it from
 #: review_reason's statistics (a CASE expression it cannot, and it then read the whole index to sort a page);

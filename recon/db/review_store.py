@@ -107,6 +107,8 @@ class ReviewStore:
             "medium_since": self.db.to_db(rules.medium_since)}
         for kind in ReviewKind:
             params[f"due_{kind.value}"] = self.db.to_db(rules.due_cutoffs[kind.value])
+        cutoffs = [rules.due_cutoffs[kind.value] for kind in ReviewKind]
+        params["due_first"], params["due_last"] = self.db.to_db(min(cutoffs)), self.db.to_db(max(cutoffs))
         return params
 
     def _q(self, query: Any) -> sa.TextClause:

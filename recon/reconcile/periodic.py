@@ -4,7 +4,9 @@ daily close, ``recon.close.job``, whose payload is checked here with the others)
 - ``sweep``, payload ``{"older_than": "15m", "psp": null, "limit": null, "mode": "auto"}``: queues reconcile
   jobs for the stale unfinished payments (like ``recon sweep --enqueue-only``; the workers on the reconcile
   queue run them), window jobs for the PSPs that list payments unless ``mode`` is ``single``, and records the
-  run in ``sweep_runs`` (operator ``schedule``).
+  run in ``sweep_runs`` (operator ``schedule``) and in the audit trail as the system (``SCHEDULE_ACTOR``, action
+  ``sweep``, outcome ``done``, or ``failed`` when the enqueue raised: the job is then retried), as ``recon
+  sweep`` records its runs.
 - ``report``, payload ``{"psp": "stripe", "directory": "reports", "days_back": 1, "format": "csv"}``: the
   settlement report of one UTC day (``days_back`` days before the job runs) into
   ``DIRECTORY/PSP-YYYY-MM-DD.csv``, replaced only when complete (``recon report --output``).
@@ -18,16 +20,18 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, ClassVar
 
 from psp_adapters.errors import PspError
+from recon.audit import entry
 from recon.classify import classify
 from recon.clock import Clock, SystemClock
 from recon.close.job import CLOSE_KIND, close_options
+from recon.db.audit_store import AuditStore
 from recon.db.payment_store import PaymentStore
 from recon.db.sweep_store import SweepRunStore
 from recon.durations import parse_duration
 from recon.engine.client import Client
 from recon.engine.lease import Lease
 from recon.engine.outcome import Complete, Dead, Outcome
-from recon.errors import ConfigError, UsageError
+from recon.errors import ConfigError, ReconError, UsageError
 from recon.reconcile import sweep as sw
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.disputes import DISPUTES_KIND
@@ -38,6 +42,8 @@ from recon.rows import Job
 _ANY_DAY = date(2000, 1, 1)
 SWEEP_KEYS = {"older_than", "psp", "limit", "mode"}
 REPORT_KEYS = {"psp", "directory", "days_back", "format"}
+#: who a scheduled sweep acts as in the audit trail (a worker ran it; no person asked for it)
+SCHEDULE_ACTOR = "system:schedule"
 #: (psp, since, until, path, fmt) -> how many discrepancies
 ReportFunc = Callable[[str, datetime, datetime, str, str], int]
 
@@ -63,10 +69,10 @@ class SweepJob:
     kind: ClassVar[str] = "sweep"
     queue: ClassVar[str | None] = None
 
-    def __init__(self, payments: PaymentStore, client: Client, sweeps: SweepRunStore, *, reconcile_queue: str,
-                 psp_names: tuple[str, ...], listing_func: Callable[[], set[str]] = set,
+    def __init__(self, payments: PaymentStore, client: Client, sweeps: SweepRunStore, audit: AuditStore, *,
+                 reconcile_queue: str, psp_names: tuple[str, ...], listing_func: Callable[[], set[str]] = set,
                  config: ReconcileConfig | None = None) -> None:
-        self.payments, self.client, self.sweeps = payments, client, sweeps
+        self.payments, self.client, self.sweeps, self.audit = payments, client, sweeps, audit
         self.reconcile_queue, self.psp_names = reconcile_queue, psp_names
         #: the PSPs whose adapters list payments (their stale payments go into window jobs)
         self.listing_func, self.config = listing_func, config
@@ -77,12 +83,27 @@ class SweepJob:
         except UsageError as exc:
             return Dead(error_kind="validation", error=str(exc))
         run = self.sweeps.start(operator="schedule", options={**job.payload, "enqueue_only": True})
-        bulk = set() if job.payload.get("mode") == "single" else self.listing_func()
-        selection = sw.enqueue(self.payments, self.client, options, queue=self.reconcile_queue, bulk_psps=bulk,
-                               config=self.config)
+        try:
+            bulk = set() if job.payload.get("mode") == "single" else self.listing_func()
+            selection = sw.enqueue(self.payments, self.client, options, queue=self.reconcile_queue, bulk_psps=bulk,
+                                   config=self.config)
+        except BaseException:
+            self._failed(run, job)
+            raise
         self.sweeps.finish(run, outcome="finished", exit_code=0,
                            summary={"enqueue_only": True, "enqueued": len(selection)})
+        self.audit.record(entry(SCHEDULE_ACTOR, "sweep", f"sweep run {run}", "done", run=run, job=job.id,
+                                exit_code=0, enqueued=len(selection), window_jobs=len(selection.window_job_ids)))
         return Complete()
+
+    def _failed(self, run: int, job: Job) -> None:
+        """The enqueue raised (the worker retries the job): the run's row and its audit row say so (best effort:
+        the database may be why)."""
+        try:
+            self.sweeps.finish(run, outcome="failed", exit_code=None, summary=None)
+            self.audit.record(entry(SCHEDULE_ACTOR, "sweep", f"sweep run {run}", "failed", run=run, job=job.id))
+        except ReconError:
+            pass
 
 
 class ReportJob:

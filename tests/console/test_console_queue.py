@@ -98,25 +98,30 @@ def test_review_queue__csv_cells_a_spreadsheet_would_run_are_quoted(db: Database
 def test_payments_list__filters_lead_to_the_payments_behind_each_figure(db: Database, db_url: str) -> None:
     create(db, 2, charge=False, prefix="Shop-A", amount=500)
     create(db, 1, charge=False, prefix="shop-b", amount=250_000, currency="JPY")
+    create(db, 1, charge=False, prefix="dinar", amount=7_500, currency="KWD")  # 7.500 KWD (three decimals)
     in_review(db, 1, prefix="rev")
     with console(db_url) as client:
         overview = client.get("/").text
         assert 'href="/payments?status=unfinished"' in overview
         unfinished = client.get("/payments?status=unfinished").text
-        assert sorted(listed(unfinished)) == ["Shop-A-0", "Shop-A-1", "shop-b-0"]
-        assert 'data-stat="payments-total">3<' in unfinished
+        assert sorted(listed(unfinished)) == ["Shop-A-0", "Shop-A-1", "dinar-0", "shop-b-0"]
+        assert 'data-stat="payments-total">4<' in unfinished
         assert sorted(listed(client.get("/payments?reference=SHOP-").text)) == ["Shop-A-0", "Shop-A-1", "shop-b-0"]
         assert listed(client.get("/payments?reference=shop-b").text) == ["shop-b-0"]
         assert listed(client.get("/payments?reference=shop_").text) == []  # "_" is a character, not a wildcard
         assert listed(client.get("/payments?currency=jpy").text) == ["shop-b-0"]
         assert "250,000 JPY" in client.get("/payments?currency=jpy").text
         assert sorted(listed(client.get("/payments?min_amount=5&max_amount=10").text)) == [
-            "Shop-A-0", "Shop-A-1", "rev-0"]  # 5.00 and 10.00 EUR; 250,000 JPY is out of range
+            "Shop-A-0", "Shop-A-1", "dinar-0", "rev-0"]  # 5.00 and 10.00 EUR, 7.500 KWD; 250,000 JPY is out
+        assert listed(client.get("/payments?min_amount=7.5&max_amount=7.5").text) == ["dinar-0"]
+        assert sorted(listed(client.get("/payments?min_amount=7.501").text)) == ["rev-0", "shop-b-0"]
+        assert listed(client.get("/payments?max_amount=7.499&currency=KWD").text) == []
         assert listed(client.get("/payments?min_amount=1000").text) == ["shop-b-0"]
         assert listed(client.get("/payments?status=needs_review").text) == ["rev-0"]
         assert listed(client.get("/payments?age=gt_7d").text) == []
         assert sorted(listed(client.get("/payments?age=lt_1h&status=unfinished").text)) == [
-            "Shop-A-0", "Shop-A-1", "shop-b-0"]
+            "Shop-A-0", "Shop-A-1", "dinar-0", "shop-b-0"]
+        assert listed(client.get("/payments?status=unfinished&reference=DIN&psp=sandbox").text) == ["dinar-0"]
         assert client.get("/payments?status=nope").status_code == 422
         rows = list(csv.DictReader(io.StringIO(client.get("/payments?currency=JPY&format=csv").text)))
         assert [(r["merchant_reference"], r["amount"], r["currency"]) for r in rows] == [("shop-b-0", "250000", "JPY")]
@@ -229,3 +234,31 @@ def test_queue_totals__kept_for_totals_ttl_and_cleared_by_any_write_of_the_conso
         after = client.get("/review").text  # any write of the console clears what it kept
         assert figure(after, "review-total") == "5" and figure(after, "review-totals-at") is None
         assert figure(client.get("/payments?status=needs_review").text, "payments-total") == "5"
+
+
+def test_overview__kept_for_totals_ttl_said_so_and_cleared_by_any_write_of_the_console(
+        db: Database, db_url: str, staff: object, tmp_path: Path) -> None:
+    refs = in_review(db, 2)
+    clock = FixedClock(datetime.now(UTC))
+    with console(db_url, clock=clock, login="ann") as client:
+        first = client.get("/").text
+        assert figure(first, "needs_review") == "2" and figure(first, "overview-kept") is None  # computed now
+        in_review(db, 1, prefix="late")  # a worker sends another payment to review
+        kept = client.get("/").text
+        assert figure(kept, "needs_review") == "2" and figure(kept, "overview-kept")  # kept, and it says so
+        clock.advance(timedelta(seconds=10))  # [console] totals_ttl (10 s) has passed
+        fresh = client.get("/").text
+        assert figure(fresh, "needs_review") == "3" and figure(fresh, "overview-kept") is None
+        in_review(db, 1, prefix="later")
+        assert figure(client.get("/").text, "needs_review") == "3"
+        r = client.post(f"/payments/{refs[0]}/comment", data={"comment": "on it", "csrf": csrf_token(client)},
+                        follow_redirects=False)
+        assert r.status_code == 303
+        after = client.get("/").text  # any write of the console clears what it kept
+        assert figure(after, "needs_review") == "4" and figure(after, "overview-kept") is None
+    config = tmp_path / "recon.toml"
+    config.write_text('[console]\ntotals_ttl = "0s"\n', encoding="utf-8")
+    with console(db_url, config_path=str(config), login="ann") as client:
+        client.get("/")
+        in_review(db, 1, prefix="last")
+        assert figure(client.get("/").text, "needs_review") == "5"  # totals_ttl = 0s: computed for every page

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
+from recon.db.refund_store import RefundStore
 from recon.dispute_rows import DisputeStatus, DisputeWord
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
@@ -37,15 +38,24 @@ def test_refund_form__queued_by_the_operator_refused_beyond_the_capture(
         assert "50.00 EUR can still be refunded" in page.text and '<option value="requested_by_customer">' in page.text
         csrf = csrf_token(client, "/payments/order-1")
         assert client.post("/payments/order-1/refund", data={"amount": "1.00"}).status_code == 403  # no CSRF token
-        over = client.post("/payments/order-1/refund", data={"amount": "50.01", "csrf": csrf})
-        assert over.status_code == 422
+        over = client.post("/payments/order-1/refund", data={"amount": "50.01", "csrf": csrf}, follow_redirects=False)
+        assert over.status_code == 303 and over.headers["location"].startswith("/payments/order-1?")
+        assert over.headers["location"].endswith("#refunds")  # POST -> redirect -> GET: a reload sends nothing
+        shown = client.get(over.headers["location"])
+        assert shown.status_code == 200
         assert (
             'data-form-error="refund">not refunded: amount: amount 50.01 is more than the 50.00 EUR payment '
             "&#39;order-1&#39; has captured and not refunded"
-        ) in over.text
-        assert 'value="50.01"' in over.text  # the form keeps what was typed
+        ) in shown.text
+        assert 'value="50.01"' in shown.text  # the form keeps what was typed
         bad = client.post("/payments/order-1/refund", data={"amount": "1.5e1", "csrf": csrf})
-        assert bad.status_code == 422 and 'data-form-error="refund">not refunded: amount:' in bad.text
+        assert bad.status_code == 200 and 'data-form-error="refund">not refunded: amount:' in bad.text
+        card = client.post("/payments/order-1/refund", data={"amount": "4242424242424242", "csrf": csrf},
+                           follow_redirects=False)  # a card number typed into the form never reaches the address
+        assert card.status_code == 303 and "4242424242424242" not in card.headers["location"]
+        assert "4242424242424242" not in client.get(card.headers["location"]).text
+        forged = over.headers["location"].replace("50.01", "40.00")  # a link cannot make up a refusal or a value
+        assert "data-form-error" not in client.get(forged).text and 'value="40.00"' not in client.get(forged).text
         done = client.post(
             "/payments/order-1/refund",
             data={"amount": "12.34", "reason": "requested_by_customer", "operator": "mallory", "csrf": csrf},
@@ -107,3 +117,26 @@ def test_payment_page__disputes_with_their_evidence_deadline_and_the_queue_shows
         assert 'action="/payments/order-2/refund"' not in page  # in review: nothing to refund from here
         queue = client.get("/review").text
         assert f"dispute evidence by {due.isoformat()}" in queue
+
+
+def test_refund_form__refused_on_a_payment_that_is_not_succeeded_says_why_where_the_form_would_be(
+    db: Database, db_url: str
+) -> None:
+    """A payment that cannot be refunded (here: still processing) has no refund form; a refund posted anyway
+    (a stale page, a second tab) is refused, nothing written, and the refusal is shown in its refunds section
+    after the redirect."""
+    store = PaymentStore(db)
+    [pid] = store.create([NewPayment("shop", "order-3", 5000, "EUR", "stripe")], charge=False)
+    with db.begin() as conn:
+        assert store.apply(conn, Transition(pid, P.CREATED, P.PROCESSING, EventSource.CHARGE, psp_reference="pi_3"))
+    with console(db_url, login="ann") as client:
+        page = client.get("/payments/order-3")
+        assert 'action="/payments/order-3/refund"' not in page.text
+        csrf = csrf_token(client, "/payments/order-3")
+        r = client.post("/payments/order-3/refund", data={"amount": "10.00", "csrf": csrf}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].endswith("#refunds")
+        shown = client.get(r.headers["location"]).text
+    section = shown[shown.index('<section id="refunds">'):]
+    section = section[:section.index("</section>")]
+    assert 'data-form-error="refund">not refunded: ' in section and "processing" in section
+    assert RefundStore(db).for_payment(pid) == []

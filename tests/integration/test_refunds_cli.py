@@ -156,3 +156,27 @@ def test_refund__by_an_operator_role_checked_and_audited(db: Database, db_url: s
                                      ("ann", "refund.create", "order-1", "done")]
     evidence = rows[1][4] if isinstance(rows[1][4], dict) else json.loads(rows[1][4])
     assert evidence == {"refund": "order-1-r1", "amount": 1200, "currency": "EUR", "reason": "requested_by_customer"}
+
+
+def test_review_recheck__of_a_refund_queues_its_reconcile_job_and_is_audited(db: Database, db_url: str,
+                                                                            recon: Runner,
+                                                                            staff: dict[str, Role]) -> None:
+    """``recon review recheck REFUND_REF`` queues the refund's reconcile job (asked again even when final) as an
+    operator, with an audit row ``refund.recheck`` naming the job; a viewer is refused and queues nothing."""
+    pid = succeeded(db, "order-1", 5000)
+    [rid] = RefundStore(db).create([NewRefund(pid, "rf-1", 1500, None, "ann")], queue="charge")
+    refused = recon("review", "recheck", "rf-1", "--by", "vic", db_url=db_url)
+    assert refused.returncode == 2 and "has the role viewer" in refused.stderr
+    assert JobStore(db).list_jobs(kind="reconcile_refund", limit=10) == []
+    asked = recon("review", "recheck", "rf-1", "--by", "ann", "--json", db_url=db_url)
+    assert asked.returncode == 0, asked.stderr
+    job_id = json.loads(asked.stdout)["job_id"]
+    [job] = JobStore(db).list_jobs(kind="reconcile_refund", limit=10)
+    assert job.id == job_id and job.payload == {"refund_id": rid, "recheck": True}
+    with db.begin() as conn:
+        rows = [tuple(r) for r in conn.execute(sa.text(
+            "SELECT actor, action, subject, outcome, evidence FROM audit_log WHERE action = 'refund.recheck' "
+            "ORDER BY id"))]
+    assert [r[:4] for r in rows] == [("ann", "refund.recheck", "rf-1", "done")]
+    evidence = rows[0][4] if isinstance(rows[0][4], dict) else json.loads(rows[0][4])
+    assert evidence == {"job": job_id, "status": "created"}

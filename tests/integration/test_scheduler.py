@@ -18,6 +18,7 @@ from recon.db.payment_store import PaymentStore
 from recon.db.schedule_store import ScheduleStore
 from recon.engine.client import Client
 from recon.engine.handlers import Handlers
+from recon.reconcile.periodic import SweepJob
 from recon.rows import NewPayment
 from recon.scheduler import Schedule, Scheduler, load_schedules, status
 from tests.cli import Runner
@@ -31,6 +32,12 @@ def jobs_of(db: Database, kind: str = "sweep") -> list[tuple[int, str]]:
     with db.begin() as conn:
         return [(int(r[0]), str(r[1])) for r in conn.execute(
             sa.text("SELECT id, state FROM jobs WHERE kind = :k ORDER BY id"), {"k": kind})]
+
+
+def sweep_audit_rows(db: Database) -> list[tuple[str, str, str, dict[str, object]]]:
+    with db.begin() as conn:
+        return [(r[0], r[1], r[2], r[3] if isinstance(r[3], dict) else json.loads(r[3])) for r in conn.execute(
+            sa.text("SELECT actor, subject, outcome, evidence FROM audit_log WHERE action = 'sweep' ORDER BY id"))]
 
 
 def schedulers(db_url: str, clock: FixedClock, schedule: Schedule, n: int) -> tuple[list[Scheduler], list[Database]]:
@@ -161,6 +168,12 @@ def test_schedule_list_and_a_worker_that_runs_the_scheduled_sweep(tmp_path: Path
     assert kinds == ["reconcile_window", "sweep"]  # the scheduled sweep queued a window job (the sandbox lists)
     stats = json.loads(recon("stats", "--json", db_url=db_url).stdout)
     assert stats["sweeps"][0]["operator"] == "schedule" and stats["sweeps"][0]["summary"]["enqueued"] == 1
+    with db.begin() as conn:
+        [sweep_job] = [int(r[0]) for r in conn.execute(sa.text("SELECT id FROM jobs WHERE kind = 'sweep'"))]
+        [run] = [int(r[0]) for r in conn.execute(sa.text("SELECT id FROM sweep_runs"))]
+    # the scheduled sweep is in the audit trail as the system, with its outcome (as `recon sweep` is)
+    assert sweep_audit_rows(db) == [("system:schedule", f"sweep run {run}", "done",
+                                     {"run": run, "job": sweep_job, "exit_code": 0, "enqueued": 1, "window_jobs": 1})]
     text = recon("--config", str(config), "schedule", "list", db_url=db_url).stdout
     assert "every 1h" in text and "0 3 * * * (Europe/Berlin)" in text
 
@@ -201,3 +214,27 @@ def test_scheduler__the_app_s_workers_schedule_except_in_a_burst_run(tmp_path: P
     assert not thread.is_alive()
     assert "succeeded" in [state for _, state in jobs_of(db, "tick")]
     assert list(ScheduleStore(db).latest()) == ["tick"]
+
+
+def test_scheduled_sweep__a_failed_enqueue_is_audited_as_failed_and_raised_to_the_worker(db_url: str,
+                                                                                        db: Database) -> None:
+    """The enqueue raises (here: the PSP listing lookup): the run's row and its audit row say failed, and the
+    error reaches the worker (which retries the job, as it does any error a handler did not classify)."""
+    app = App(database_url=db_url)
+    try:
+        def broken() -> set[str]:
+            raise RuntimeError("listing lookup failed")
+
+        handler = SweepJob(app.payments, app.client(), app.sweeps, app.audit, reconcile_queue="reconcile",
+                           psp_names=app.psp_names(), listing_func=broken)
+        job_id = Client(app.jobs, app.settings).enqueue("sweep", {"older_than": "0s"})
+        job = app.jobs.get(job_id)
+        assert job is not None
+        with pytest.raises(RuntimeError, match="listing lookup failed"):
+            handler(job, None)  # type: ignore[arg-type]  # the handler never touches its lease
+    finally:
+        app.close()
+    with db.begin() as conn:
+        [(run, outcome)] = [(int(r[0]), r[1]) for r in conn.execute(sa.text("SELECT id, outcome FROM sweep_runs"))]
+    assert outcome == "failed"
+    assert sweep_audit_rows(db) == [("system:schedule", f"sweep run {run}", "failed", {"run": run, "job": job_id})]

@@ -1,8 +1,10 @@
 """``POST /payments/{ref}/refund``: the payment page's refund form, through the App's audited refund
 (``recon.actions.Actions.refund``), as ``recon refund`` is: the signed-in operator (operator role), the amount in
 major units of the payment's currency, the PSP's reason code; one refund job, never beyond what was captured. A
-refusal is shown next to the form (422, nothing written); a refund queued answers with a redirect to the payment
-(``web.done``). The payment page lists its refunds, captures, cancels and disputes (``review.payment_page``).
+refusal (nothing written) answers with a redirect to the payment page, which shows it next to the form, or where
+the form would be when the payment cannot be refunded at all (``web.refused``: POST -> redirect -> GET, so a
+reload never sends the refund again); a refund queued answers with a redirect to the payment (``web.done``).
+The payment page lists its refunds, captures, cancels and disputes (``review.payment_page``).
 
 ``POST /payments/{ref}/capture`` and ``/cancel``: an authorised payment's capture form (the amount in major units,
 by default the whole authorisation left) and its cancel button, as ``recon capture`` and ``recon cancel`` are
@@ -13,14 +15,13 @@ next to the form, nothing written)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.console.pages.review import payment_page, payment_reference, payment_url, plain
-from recon.console.web import Fields, acting, action, done, recon_app
+from recon.console.web import Fields, acting, action, done, recon_app, refused
 from recon.errors import NotAllowed, UsageError
 from recon.operator_rows import Role
 from recon.payments.money import format_amount
@@ -35,7 +36,7 @@ LABELS = {"merchant_reference": "payment", "refund_reference": "reference", "amo
 def refund(request: Request, fields: Fields) -> Response:
     reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
-    form: dict[str, Any] = {"amount": fields.raw("amount")[:40], "refund_reason": fields.raw("reason")[:100]}
+    typed = {"amount": fields.raw("amount")[:40], "refund_reason": fields.raw("reason")[:100]}
     try:
         made = recon_app(request).actions.refund(
             reference,
@@ -44,13 +45,12 @@ def refund(request: Request, fields: Fields) -> Response:
             by=operator,
         )
     except RefundProblem as exc:
-        return payment_page(
-            request, status=422, errors={"refund": f"not refunded: {LABELS[exc.field_name]}: {exc}"}, form=form
-        )
+        why = f"not refunded: {LABELS[exc.field_name]}: {exc}"
+        return refused(request, payment_url(reference) + "#refunds", "refund", why, **typed)
     except NotAllowed:
         raise
     except UsageError as exc:
-        return payment_page(request, status=422, errors={"refund": f"not refunded: {plain(exc)}"}, form=form)
+        return refused(request, payment_url(reference) + "#refunds", "refund", f"not refunded: {plain(exc)}", **typed)
     log.info("console: refund %s of payment %s by %s", made.refund_reference, reference, operator)
     return done(
         request,

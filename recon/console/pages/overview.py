@@ -1,5 +1,6 @@
 """``/``: the overview, built from ``recon.overview.stats_document``, the document ``recon stats --json``
-prints, so the two always agree."""
+prints, so the two always agree (as of the time the page names: the document is kept a few seconds, see
+``overview``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.console.charts import BUCKET_LABELS, BUCKETS, money_at_risk_chart, money_by_currency
-from recon.console.web import page, pages, recon_app
+from recon.console.web import page, pages, recon_app, totals_cache
 from recon.overview import stats_document
 
 #: the windows of ``recon stats``' defaults: attempts over the last hour, workers seen within 30 s
@@ -22,8 +23,18 @@ STATES = ("pending", "runnable", "retryable", "leased", "dead")
 
 
 def overview(request: Request) -> Response:
-    doc = stats_document(recon_app(request), window=WINDOW, live_window=LIVE_WINDOW, overview=True)
-    return pages(request).render(request, "overview.html", doc=doc, figures=figures(doc), states=STATES,
+    """The overview's document is kept ``[console] totals_ttl`` like a list's totals (recon.console.totals):
+    at 100,000 unfinished payments and as many in review its aggregates cost most of a render, while a reload,
+    the live refresh or coming back to the page within seconds asks for the same figures. The heading says when
+    they were computed (the document's ``at``) and, when kept, that they are; any write of the console clears
+    them, so an operator sees their own change at once."""
+    app = recon_app(request)
+    kept = totals_cache(request).get(
+        ("overview",), lambda: stats_document(app, window=WINDOW, live_window=LIVE_WINDOW, overview=True),
+        now=app.db.clock.now())
+    doc = kept.value
+    return pages(request).render(request, "overview.html", doc=doc, kept=kept.cached, figures=figures(doc),
+                                 states=STATES,
                                  chart=money_at_risk_chart(doc["payments"]["unfinished"]),
                                  money=money_by_currency(doc["payments"]["unfinished"]), buckets=BUCKETS,
                                  bucket_labels=BUCKET_LABELS, review=doc.get("review"),

@@ -17,7 +17,18 @@ from starlette.routing import Route
 
 from recon import review_bulk
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app, totals_cache
+from recon.console.web import (
+    Fields,
+    PageError,
+    acting,
+    action,
+    done,
+    page,
+    pages,
+    recon_app,
+    refusal_of,
+    totals_cache,
+)
 from recon.durations import parse_duration
 from recon.errors import NotAllowed, ReviewRefused, UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
@@ -132,6 +143,8 @@ def payment_page(request: Request, *, status: int = 200, error: str | None = Non
     if detail.payment.status == "needs_review":
         [item] = app.review.items([detail.payment], now=app.review.clock.now())
     job = request.query_params.get("job", "")
+    if errors is None and form is None:  # after a refusal's redirect (web.refused): shown next to its form
+        errors, form = refusal_of(request)
     return pages(request).render(
         request, "payment.html", status=status, detail=detail, payment=detail.payment, error=error,
         errors=errors or {}, form=form or {}, item=item, reason=readable_reason(detail.payment.review_reason),
