@@ -180,10 +180,10 @@ payments = sa.Table(
              sqlite_where=sa.text(UNFINISHED_PAYMENT)),
     sa.Index("payments_psp_created", "psp", "created_at"),
     sa.Index("payments_psp_reference", "psp", "psp_reference"),
-    #: (0008; since 0026 INCLUDE psp, merchant_reference) money at risk, and the payments list's unfinished totals
+    #: (0008; since 0027 INCLUDE psp, merchant_reference) money at risk, and the payments list's unfinished totals
     sa.Index("payments_at_risk", "currency", "created_at", "amount", postgresql_include=["psp", "merchant_reference"],
              postgresql_where=sa.text(UNFINISHED_PAYMENT), sqlite_where=sa.text(UNFINISHED_PAYMENT)),
-    #: (0026) every column the payments list filters on but the reference: its totals read this index alone
+    #: (0027) every column the payments list filters on but the reference: its totals read this index alone
     sa.Index("payments_list_facets", "created_at", "currency", "amount", postgresql_include=["status", "psp"]),
     sa.Index("payments_review", "review_since", "id", postgresql_where=sa.text("status = 'needs_review'"),
              sqlite_where=sa.text("status = 'needs_review'")),
