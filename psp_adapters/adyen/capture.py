@@ -72,8 +72,6 @@ def modification_to_outcome(payload: object) -> PaymentOutcome:
 SENT_FOR_SETTLE, SETTLED, CAPTURE_FAILED, CANCELLED, ERROR = (
     "SentForSettle", "Settled", "CaptureFailed", "Cancelled", "Error")
 REPORT_RECORDS = {"capture": (SENT_FOR_SETTLE, SETTLED, CAPTURE_FAILED, ERROR), "cancel": (CANCELLED, ERROR)}
-#: what each record type says of the modification it names: Succeeded, Failed, or (absent) Pending
-_DONE = {SETTLED: Succeeded, CANCELLED: Succeeded, CAPTURE_FAILED: Failed, ERROR: Failed}
 
 
 def report_rows(rows: Iterable[ReportRow], request: ModificationRequest, *, account: str) -> list[ReportRow]:
@@ -103,11 +101,12 @@ def report_outcome(rows: list[ReportRow], request: ModificationRequest) -> Payme
     mine = request.modification_id
     others = [row for row in rows if mine and modification_id(row) not in (None, mine)]
     row = sorted(others or rows, key=lambda r: r.booked_at)[-1]  # stable: the file's order among equal times
-    common: dict[str, object] = {
-        "psp_reference": modification_id(row) or mine, "currency": row.currency, "raw_status": row.record_type,
-        "merchant_reference": request.modification_reference,
-        "amount": abs(row.amount) if request.kind == "capture" else None}
-    outcome = _DONE.get(row.record_type, Pending)
-    if outcome is Failed:
-        return Failed(**common, reason=row.record_type)  # type: ignore[arg-type]
-    return outcome(**common)  # type: ignore[arg-type,no-any-return]
+    common = {"psp_reference": modification_id(row) or mine, "currency": row.currency,
+              "raw_status": row.record_type, "merchant_reference": request.modification_reference,
+              "amount": abs(row.amount) if request.kind == "capture" else None}
+    match row.record_type:
+        case "Settled" | "Cancelled":
+            return Succeeded(**common)  # type: ignore[arg-type]
+        case "CaptureFailed" | "Error":
+            return Failed(**common, reason=row.record_type)  # type: ignore[arg-type]
+    return Pending(**common)  # type: ignore[arg-type]
