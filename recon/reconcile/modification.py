@@ -16,9 +16,9 @@ the same reason): money recon counted may not be there. Any other answer joins i
 
 Stripe's capture and cancel are read back from the PaymentIntent (``requires_capture``: neither happened yet);
 Adyen's by its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and its Payment accounting reports' rows of it
-(``fetch_modification``), so an Adyen modification neither settled ends in review after the schedule. While the modification's own job is unfinished (it may
-still send), the modification is left to it. A failure gives its claim on the authorisation back, in the same
-transaction (``ModificationStore.apply``).
+(``fetch_modification``), so an Adyen modification neither settled ends in review after the schedule. While the
+modification's own job is unfinished (it may still send), the modification is left to it. A failure gives its claim
+on the authorisation back, in the same transaction (``ModificationStore.apply``).
 """
 
 from __future__ import annotations
