@@ -658,6 +658,16 @@ dispute_events = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# --- the dispute listings' cursor (migration 0026): each PSP's listing read up to ``read_until`` ----------------
+
+dispute_reads = sa.Table(
+    "dispute_reads",
+    metadata,
+    sa.Column("psp", sa.Text(), primary_key=True),
+    sa.Column("read_until", Timestamp, nullable=False),
+    sa.Column("read_at", Timestamp, nullable=False),
+)
+
 # --- operators, the audit trail and four-eyes approvals (migration 0019, issue 27) ---------------------------
 
 ROLES = ("viewer", "operator", "approver", "admin")
