@@ -441,7 +441,7 @@ bank_entries = sa.Table(
 PAYOUT_STATUSES = ("pending", "in_transit", "paid", "failed", "canceled")
 PAYOUT_LINE_KINDS = ("charge", "refund", "dispute", "dispute_reversal", "fee", "adjustment", "payout", "other")
 PAYOUT_EXCEPTION_KINDS = ("bank_missing", "amount_differs", "ambiguous", "unexplained_credit", "lines_differ",
-                          "payout_failed")
+                          "payout_failed", "dispute_fee_differs")  # dispute_fee_differs: migration 0027
 PAYOUT_EXCEPTION_STATES = ("open", "resolved", "cleared")
 
 payouts = sa.Table(
