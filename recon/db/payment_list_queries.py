@@ -5,7 +5,9 @@ Every condition is "parameter NULL or the condition holds", so one statement ser
 amount range is given in ten-thousandths of a major unit and compared in each currency's minor units
 (``review_queries.minor_of``), so "from 100 to 500" means major units in every currency; the reference prefix
 is matched case-insensitively (``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped),
-through the index ``payments_reference_lower`` on PostgreSQL.
+through the index ``payments_reference_lower`` on PostgreSQL. ``dispute`` keeps the payments with an open dispute
+(``open``), or with one whose evidence is due before ``:evidence_before`` (``due_soon``): the overview's disputes
+figure links here (index ``disputes_payment``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status
               AND created_at < :created_before AND created_at >= :created_after
               AND (CAST(:min_scaled AS BIGINT) IS NULL OR amount >= {minor_of("min")})
               AND (CAST(:max_scaled AS BIGINT) IS NULL OR amount <= {minor_of("max")})
-              AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')"""
+              AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')
+              AND (CAST(:dispute AS TEXT) IS NULL OR EXISTS (
+                   SELECT 1 FROM disputes d WHERE d.payment_id = payments.id AND d.status = 'opened'
+                   AND (CAST(:dispute AS TEXT) = 'open'
+                        OR (d.evidence_due_by IS NOT NULL AND d.evidence_due_by < :evidence_before))))"""
 
 payment_list_filtered = Query(
     "payment_list_filtered",
