@@ -136,7 +136,7 @@ def journal(
 
 
 def _last(modifications: Sequence[Modification], did: str, *, status: str) -> Modification | None:
-    """The latest modification in ``status`` that did ``did`` (its ``outcome``: a reversal did a capture's cancel)."""
+    """The latest modification in ``status`` whose ``outcome`` is ``did`` (a reversal of an authorisation: cancel)."""
     found = [m for m in modifications if m.outcome == did and m.status == status]
     return found[-1] if found else None
 
