@@ -497,6 +497,8 @@ class ModificationRequest:
     amount: int
     currency: str
     merchant_account: str | None = None  #: the payment's; None or "": the configured default
+    #: the PSP's id of this modification once it named one (Adyen's modification pspReference); never sent
+    modification_id: str | None = None
 
 
 @runtime_checkable
@@ -509,8 +511,9 @@ class CapturingAdapter(Protocol):
     answer with). Each call sends ``idempotency_key``, so a retry after a lost answer never captures twice.
 
     ``fetch_modification`` asks what became of it (Stripe: the PaymentIntent, ``succeeded`` with its
-    ``amount_received`` after a capture, ``canceled`` after a cancel, ``requires_capture`` while neither);
-    a PSP that cannot be asked (Adyen) answers Pending."""
+    ``amount_received`` after a capture, ``canceled`` after a cancel, ``requires_capture`` while neither;
+    Adyen: its rows in the Payment accounting reports, by ``modification_id`` or our reference); a PSP that
+    cannot say yet (Adyen: no report has a row of it) answers Pending."""
 
     def modify_payment(self, request: ModificationRequest, *, idempotency_key: str) -> PaymentOutcome: ...
 

@@ -71,7 +71,7 @@ from recon.payments.psp_limits import GUARD_KEYS, GuardConfig
 from recon.payments.refund import RefundHandler
 from recon.reconcile import settlement as st
 from recon.reconcile.config import ReconcileConfig
-from recon.reconcile.disputes import DisputeFetch, DisputeRecorder, DisputesJob, dispute_source
+from recon.reconcile.disputes import DisputeFetch, DisputeRecorder, DisputesJob, dispute_source, reach_back
 from recon.reconcile.handler import ReconcileHandler
 from recon.reconcile.modification import ModificationReconcileHandler
 from recon.reconcile.modification_webhook import ModificationNewsApplier
@@ -266,17 +266,27 @@ class App:
                                 open_items=report.open_items, closed=report.closed)
         return report
 
-    def fetch_disputes(self, psp: str, since: datetime, until: datetime, *, job: Job | None = None) -> DisputeFetch:
+    def fetch_disputes(self, psp: str, since: datetime, until: datetime, *, job: Job | None = None,
+                       rolling: bool = False) -> DisputeFetch:
         """``psp``'s disputes of ``[since, until)`` read from its listing and recorded (recon.reconcile.disputes),
-        in every merchant account of our payments of ``psp`` too. UsageError when its adapter lists none."""
+        in every merchant account of our payments of ``psp`` too. ``rolling`` (the ``disputes`` job's
+        ``days_back``, ``recon sweep --disputes``): the window reaches back over the listing's cursor and the
+        oldest open dispute (``reach_back``), and a read without an error moves the cursor to ``until``.
+        UsageError when its adapter lists none."""
         self.require_psps([psp])
         with self.reports.session(psp=psp) as session:
             accounts = session.merchant_accounts()
         source = dispute_source(self.adapter(psp))
         if source is None:
             raise UsageError(f"{psp}: its adapter lists no disputes")
+        if rolling:
+            read_until, oldest_open = self.disputes.listing_reach(psp)
+            since = min(since, reach_back(since, until, read_until=read_until, oldest_open=oldest_open))
         recorder = DisputeRecorder(self.db, self.payments, self.disputes, psp=psp, job=job)
-        return recorder.fetch(source, since, until, merchant_accounts=accounts)
+        result = recorder.fetch(source, since, until, merchant_accounts=accounts)
+        if rolling:
+            self.disputes.listing_read(psp, until=until)
+        return result
 
     @cached_property
     def operators(self) -> Operators:
@@ -499,7 +509,8 @@ class App:
             PayoutsJob(lambda psp, since, until, files: self.fetch_payouts(psp, since, until, files=files),
                        psp_names=self.psp_names(), queue=self.close_config.queue),
             CloseJob(self._close_file, psp_names=self.psp_names()),
-            DisputesJob(lambda psp, since, until, job: self.fetch_disputes(psp, since, until, job=job),
+            DisputesJob(lambda psp, since, until, job, rolling: self.fetch_disputes(psp, since, until, job=job,
+                                                                                    rolling=rolling),
                         psp_names=self.psp_names()),
         ]
 

@@ -36,3 +36,6 @@ class PaymentListFilter:
     min_scaled: int | None = None  #: the amount range in ten-thousandths of a major unit
     max_scaled: int | None = None
     reference_prefix: str | None = None  #: matched case-insensitively
+    #: "open": payments with an open dispute; "due_soon": one whose evidence is due before ``evidence_before``
+    dispute: str | None = None
+    evidence_before: datetime | None = None

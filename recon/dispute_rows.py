@@ -73,6 +73,8 @@ class DisputeWord:
     reason: str | None
     psp_status: str | None
     evidence_due_by: datetime | None
+    #: when the PSP opened it, when it says (a listing's); None: now, when recon first hears of it (a webhook's)
+    opened_at: datetime | None = None
 
 
 class DisputeSource(StrEnum):

@@ -48,6 +48,7 @@ class ExceptionKind(StrEnum):
     UNEXPLAINED_CREDIT = "unexplained_credit"  #: a credit on a PSP's account that no payout explains
     LINES_DIFFER = "lines_differ"  #: the payout's lines do not add up to its amount
     PAYOUT_FAILED = "payout_failed"  #: the PSP says the payout failed or was canceled
+    DISPUTE_FEE_DIFFERS = "dispute_fee_differs"  #: a dispute's fee is not what its payout lines carry
 
 
 class ExceptionState(StrEnum):
@@ -208,6 +209,22 @@ class Match:
     entry_ids: tuple[int, ...]
     rule: str  #: reference, amount_date, several_payouts, split_credit
     bank_fee: int = 0  #: what the bank kept: payouts' sum minus credits' sum
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeFee:
+    """A dispute one of a payout's lines carries, with the fee the PSP gave for it (its webhook's or listing's,
+    ``disputes.fee``) and what all the payout lines linked to it carry in its currency (``carried``), and how many
+    of those lines are in another currency (not comparable)."""
+
+    payout_id: int
+    payout_ref: str
+    dispute_id: int
+    psp_dispute_id: str
+    fee: int
+    currency: str
+    carried: int
+    other_currency_lines: int
 
 
 @dataclass(frozen=True, slots=True)

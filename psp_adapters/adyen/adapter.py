@@ -48,7 +48,9 @@ How Adyen tells status, and what this adapter does about it:
   steps (Chargeback, ChargebackReversed, SecondChargeback rows: ``dispute.py``) booked inside the window.
 - ``fetch_refund`` reads the same daily files for the refund's rows (``refund.py``: SentForRefund, Refunded,
   RefundFailed, RefundedReversed, matched by the Modification Psp Reference or Modification Merchant Reference):
-  the REFUND webhook's word when that webhook was lost.
+  the REFUND webhook's word when that webhook was lost. ``fetch_modification`` reads them for a capture's or a
+  cancel's rows (``capture.py``: SentForSettle, Settled, CaptureFailed, Cancelled, Error, matched the same way):
+  the CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks' word when those were lost.
 - ``iter_payouts``/``payout_lines`` (``PayoutSource``) read the **Settlement details report** of each payout
   batch (``settlement_detail_report_batch_N.csv``, same download path and user; ``settlement.py``): the files a
   ``REPORT_AVAILABLE`` webhook named, and the batches after the highest one recon knows, until one is missing.
@@ -285,8 +287,28 @@ class AdyenAdapter:
 
     def fetch_modification(self, request: ModificationRequest) -> PaymentOutcome:
         """Checkout cannot read a capture or a cancel back: its webhooks (CAPTURE, CAPTURE_FAILED, CANCELLATION)
-        and the reports tell. Pending, always."""
-        return Pending(merchant_reference=request.modification_reference)
+        and the reports tell. This reads the Payment accounting reports of the payment's merchant account over the
+        last ``lookback_days`` days, newest first, as ``fetch_refund`` does, and the first file with rows of the
+        modification answers (``capture.report_rows``, ``capture.report_outcome``): a capture Succeeded (Settled,
+        with the amount captured), Failed (CaptureFailed, Error) or Pending (SentForSettle); a cancel Succeeded
+        (Cancelled) or Failed (Error).
+
+        Returns Pending when no available report has a row of it (today's modifications are in tomorrow's file):
+        recon waits on its schedule, then a person looks. Raises PspRejectedError when no merchant account is
+        known.
+        """
+        waiting = Pending(psp_reference=request.modification_id, merchant_reference=request.modification_reference)
+        if not request.payment_reference:
+            return waiting
+        account = charge.resolve_merchant_account(request.merchant_account, self._merchant_account)
+        today = self._now_func().astimezone(self._tz).date()
+        for offset in range(self._lookback_days + 1):
+            day = today - timedelta(days=offset)
+            rows = self._report(account, day) if offset < FINAL_AFTER_DAYS else self._final_report(account, day)
+            matching = capture_wire.report_rows(rows or (), request, account=account)
+            if matching:
+                return capture_wire.report_outcome(matching, request)
+        return waiting
 
     def fetch_refund(self, ref: RefundRef) -> PaymentOutcome | Reversed:
         """Checkout cannot read a refund back: its webhooks (REFUND, REFUND_FAILED, REFUNDED_REVERSED) and the

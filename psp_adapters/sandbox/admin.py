@@ -15,6 +15,8 @@ server has an api key (the flavour's scheme: ``Authorization: Bearer`` or ``X-AP
                                            NOTIFICATION_OF_CHARGEBACK before CHARGEBACK)}; 200 dispute | 400 | 404
     POST /_admin/disputes/{id}/close       {"outcome": "won"|"lost"} (``admin_movements``)
     POST /_admin/refunds/{id}/reverse      a succeeded refund reversed after it was sent (``admin_movements``)
+    POST /_admin/modifications/{id}/fail   adyen: a processed capture rejected after it was sent (CAPTURE_FAILED);
+                                           optional {"reason": "…"} (``admin_movements``)
     POST /_admin/payouts/run               pay out now (stripe: a payout per currency; adyen: a batch per account
                                            and currency) what is unpaid, paid at once: {"payouts": [...]}
     POST /_admin/payouts/{id}/fail         stripe: optional {"failure_code": "…"} (default could_not_process);
@@ -119,6 +121,8 @@ def handle_admin(host: Host, req: Request) -> Response:
         return movements.close_dispute(host, match["id"], payload)
     if req.method == "POST" and (match := movements.REFUND_PATH.match(req.path)):
         return movements.reverse_refund(host, match["id"])
+    if req.method == "POST" and (match := movements.MODIFICATION_PATH.match(req.path)):
+        return movements.fail_capture(host, match["id"], payload)
     return native_error("not_found")
 
 

@@ -241,8 +241,11 @@ class AdyenFlavor:
         start, end = adyen_report.day_window(day, self._zone)
         payments = self._ledger.account_payments(account, flavor=self.name, before=end)
         adjustments = self._ledger.adjustments_of([p.psp_reference for p in payments])
+        modifications = {p.psp_reference: self._ledger.modifications_of(p.psp_reference)
+                         for p in payments if p.capture_method == "manual"}
         text = adyen_report.render(
-            payments, adjustments, start=start, end=end, zone=self._zone, company_account=self._company
+            payments, adjustments, start=start, end=end, zone=self._zone, company_account=self._company,
+            modifications=modifications,
         )
         disposition = ("Content-Disposition", f'attachment; filename="{adyen_report.file_name(day)}"')
         return Response(200, text.encode(), (disposition,), content_type="text/csv; charset=utf-8")

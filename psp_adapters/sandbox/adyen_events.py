@@ -124,6 +124,10 @@ class AdyenNotifications:
             action = "refund" if kind == "refund" else "cancel"
             fields = {**original, "additionalData": {"modification.action": action}}
             return self._item(record, "CANCEL_OR_REFUND", modification.due_at, modification.id, None, True, fields)
+        if modification is not None and kind == "capture_failed":  # informational: success is "true"
+            fields = {**original, "reason": modification.reason}
+            return self._item(record, "CAPTURE_FAILED", record.updated_at, modification.id, modification.amount,
+                              True, fields)
         if modification is not None and kind in ("captured", "canceled"):
             code = "CAPTURE" if kind == "captured" else "CANCELLATION"
             return self._item(record, code, modification.due_at, modification.id, modification.amount, True, original)

@@ -10,11 +10,13 @@ instant (CET in winter, CEST in summer for the default "CET"), so a client must 
 
 Columns are the report's standard ones in their documented order, then the additional column ``Modification Psp
 Reference`` (``COLUMNS``): a refund's rows name the refund by its pspReference there and by the merchant's refund
-``reference`` in ``Modification Merchant Reference``; other rows leave both empty. Amounts are in major units
-("12.50"; "1250" for JPY). Register columns move as Adyen's journal does: Received (PC) +amount, Authorised
-moves it from Received to Authorised (PC), SentForSettle from Authorised to Captured (PC), Settled from Captured
-(PC) to Payable (SC) net of the fee in Commission (SC) (``records.sandbox_fee``); Refunded and Chargeback take
-Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)); a won chargeback adds
+``reference`` in ``Modification Merchant Reference``; so do a manual capture's SentForSettle and Settled rows (the
+capture's), a capture failed after it was sent (SentForSettle, then CaptureFailed: ``admin_movements``) and a
+cancelled authorisation's Cancelled row (the cancel's, or the reversal's); other rows leave both empty. Amounts are
+in major units ("12.50"; "1250" for JPY). Register columns move as Adyen's journal does: Received (PC) +amount,
+Authorised moves it from Received to Authorised (PC), SentForSettle from Authorised to Captured (PC), Settled from
+Captured (PC) to Payable (SC) net of the fee in Commission (SC) (``records.sandbox_fee``); Refunded and Chargeback
+take Payable (SC) back (a chargeback also costs ``records.DISPUTE_FEE`` in Commission (SC)); a won chargeback adds
 ChargebackReversed (the money back), one lost after that SecondChargeback; a reversed refund RefundedReversed.
 
 Sandbox simplifications: the journal is derived from each payment's current state (an admin status change
@@ -32,7 +34,14 @@ from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta, tzinfo
 
 from psp_adapters.sandbox.cards import AUTHENTICATION_REQUIRED
-from psp_adapters.sandbox.movements import DISPUTE_LOST, REFUND_FAILED, REFUND_SUCCEEDED, Adjustment
+from psp_adapters.sandbox.movements import (
+    CAPTURE_FAILED,
+    DISPUTE_LOST,
+    REFUND_FAILED,
+    REFUND_SUCCEEDED,
+    Adjustment,
+    Modification,
+)
 from psp_adapters.sandbox.records import PaymentRecord
 from psp_adapters.sandbox.wire import PaymentStatus
 
@@ -89,8 +98,12 @@ def day_window(day: date, zone: tzinfo) -> tuple[datetime, datetime]:
     return start, end
 
 
-def journal(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> list[tuple[datetime, str, dict[str, object]]]:
-    """The payment's journal rows: (booked at, Record Type, {column: amount in minor units | text})."""
+def journal(
+    record: PaymentRecord, adjustments: Sequence[Adjustment], modifications: Sequence[Modification] = ()
+) -> list[tuple[datetime, str, dict[str, object]]]:
+    """The payment's journal rows: (booked at, Record Type, {column: amount in minor units | text});
+    ``modifications``: its captures and cancels (Adyen's ``/captures``, ``/cancels``, ``/reversals``), whose rows
+    they name."""
     a = record.amount
     done = record.settled_at or record.created_at
     authorized = record.authorized_at or done
@@ -101,20 +114,53 @@ def journal(record: PaymentRecord, adjustments: Sequence[Adjustment]) -> list[tu
         rows.append((authorized, "Authorised", {"Received (PC)": -a, "Authorised (PC)": a}))
     if record.status is PaymentStatus.SUCCEEDED:
         captured, fee = record.captured, record.booked_fee
+        names = _names(_last(modifications, "capture", status="processed"))
         rows += [
-            (done, "SentForSettle", {"Main Amount": captured, "Authorised (PC)": -a, "Captured (PC)": captured}),
+            (done, "SentForSettle", {"Main Amount": captured, "Authorised (PC)": -a, "Captured (PC)": captured,
+                                     **names}),
             (done, "Settled", {"Main Amount": captured, "Captured (PC)": -captured, "Payable (SC)": captured - fee,
-                               "Commission (SC)": fee}),
+                               "Commission (SC)": fee, **names}),
         ]
+    elif record.status is PaymentStatus.AUTHORIZED:
+        rows += _failed_capture_rows(record, _last(modifications, CAPTURE_FAILED, status="processed"))
     elif record.status is PaymentStatus.FAILED and record.failure_reason != AUTHENTICATION_REQUIRED:
         rows.append((done, "Refused", {"Received (PC)": -a}))  # (a RedirectShopper never comes back: no row)
     elif record.status is PaymentStatus.CANCELED:
         kind = "Expired" if record.failure_reason == "expired" else "Cancelled"
         held = "Authorised (PC)" if record.authorized_at is not None else "Received (PC)"
-        rows.append((done, kind, {held: -a}))
+        names = _names(_last(modifications, "cancel", status="processed")) if kind == "Cancelled" else {}
+        rows.append((done, kind, {held: -a, **names}))
     for adj in adjustments:
         rows += _adjustment_rows(adj)
     return rows
+
+
+def _last(modifications: Sequence[Modification], did: str, *, status: str) -> Modification | None:
+    """The latest modification in ``status`` whose ``outcome`` is ``did`` (a reversal of an authorisation: cancel)."""
+    found = [m for m in modifications if m.outcome == did and m.status == status]
+    return found[-1] if found else None
+
+
+def _names(modification: Modification | None) -> dict[str, object]:
+    if modification is None:
+        return {}
+    return {"Modification Psp Reference": modification.id,
+            "Modification Merchant Reference": modification.reference or ""}
+
+
+def _failed_capture_rows(record: PaymentRecord,
+                         capture: Modification | None) -> list[tuple[datetime, str, dict[str, object]]]:
+    """A capture the scheme rejected after it was sent: SentForSettle when it was processed, CaptureFailed when it
+    failed (the payment authorised again); no rows without one."""
+    if capture is None:
+        return []
+    amount, names = capture.amount or record.amount, _names(capture)
+    return [
+        (capture.due_at, "SentForSettle", {"Main Amount": amount, "Authorised (PC)": -amount,
+                                           "Captured (PC)": amount, **names}),
+        (record.updated_at, "CaptureFailed", {"Main Amount": amount, "Captured (PC)": -amount,
+                                              "Authorised (PC)": amount, **names}),
+    ]
 
 
 def _adjustment_rows(adj: Adjustment) -> list[tuple[datetime, str, dict[str, object]]]:
@@ -154,15 +200,19 @@ def render(
     end: datetime,
     zone: tzinfo,
     company_account: str,
+    modifications: dict[str, list[Modification]] | None = None,
 ) -> str:
-    """The CSV text of the rows booked in ``[start, end)``: the header, then the rows in booking order."""
+    """The CSV text of the rows booked in ``[start, end)``: the header, then the rows in booking order
+    (``modifications``: the captures and cancels of the payments, by payment)."""
+    modifications = modifications or {}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
     booked = [
         (at, n, record, kind, moved)
         for n, record in enumerate(payments)
-        for at, kind, moved in journal(record, adjustments.get(record.psp_reference, []))
+        for at, kind, moved in journal(record, adjustments.get(record.psp_reference, []),
+                                       modifications.get(record.psp_reference, []))
         if start <= at < end
     ]
     booked.sort(key=lambda row: (row[0], row[1]))

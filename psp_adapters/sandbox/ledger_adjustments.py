@@ -15,6 +15,7 @@ from datetime import datetime
 
 from psp_adapters.sandbox.movements import (
     ADJUSTMENT_COLUMNS,
+    CAPTURE_FAILED,
     MODIFICATION_COLUMNS,
     REFUND_CANCELED,
     REFUND_FAILED,
@@ -175,6 +176,22 @@ class AdjustmentBooks:
             self._conn.execute(
                 "UPDATE modifications SET status = ?, outcome = ? WHERE id = ?", (status, outcome, modification_id)
             )
+
+    def fail_capture(self, modification_id: str, *, reason: str) -> None:
+        """A processed capture rejected after it was sent (``movements.CAPTURE_FAILED``), for ``reason``."""
+        with self._transaction():
+            self._conn.execute(
+                "UPDATE modifications SET outcome = ?, reason = ? WHERE id = ? AND status = 'processed'",
+                (CAPTURE_FAILED, reason, modification_id),
+            )
+
+    def get_modification(self, modification_id: str) -> Modification | None:
+        with self._lock:
+            row = self._conn.execute(
+                f"SELECT {MODIFICATION_COLUMNS} FROM modifications WHERE id = ?",  # nosec B608  # constant columns
+                (modification_id,),
+            ).fetchone()
+        return None if row is None else Modification._from_row(row)
 
     def modifications_of(self, psp_reference: str) -> list[Modification]:
         with self._lock:

@@ -32,6 +32,10 @@ DISPUTE_WON, DISPUTE_LOST = "won", "lost"
 #: the kinds of Adyen modifications (docs.adyen.com/online-payments/modify-payments): each is answered
 #: ``received`` at once and decided later, by a webhook
 MODIFICATION_KINDS = ("capture", "cancel", "refund", "reversal")
+#: a processed capture's ``outcome`` once the card scheme rejected it after it was sent (Adyen's CAPTURE_FAILED;
+#: the report's CaptureFailed row; its ``reason`` the scheme's): the payment is authorised again
+#: (``admin_movements.fail_capture``)
+CAPTURE_FAILED = "capture_failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,11 +112,12 @@ class Modification:
     amount: int | None  #: captures and refunds; None for cancels and reversals
     currency: str | None
     reference: str | None  #: the merchant's reference for it
-    reason: str | None  #: a refund's ``merchantRefundReason``
+    reason: str | None  #: a refund's ``merchantRefundReason``; a capture failed after it was sent: the scheme's
     created_at: datetime
     due_at: datetime
     status: str = "received"  #: "received", then "processed" or "refused"
     outcome: str | None = None  #: what processing did: "capture", "cancel", "refund" (a reversal: one of the two),
+    #: CAPTURE_FAILED (a capture the scheme rejected after it was sent),
     #: or why it was refused (the webhook's ``reason``)
 
     def _params(self) -> tuple[object, ...]:

@@ -28,7 +28,8 @@ class Change(NamedTuple):
     Stripe's confirm, at create or later; Adyen's /payments and /payments/details), "settled" (a pending payment
     reached its status), "status" (an admin settle, fail or cancel), "captured", "canceled", "expired" (an
     authorisation released, uncaptured), "refund" (a refund booked), "refund_updated" (its status changed),
-    "dispute", "modification_refused" (Adyen: a modification it could not do), and Stripe's document events,
+    "dispute", "modification_refused" (Adyen: a modification it could not do), "capture_failed" (Adyen: a
+    capture rejected after it was sent), and Stripe's document events,
     named as Stripe names them ("customer.created", "payment_method.attached", …) with ``document`` set.
     """
 

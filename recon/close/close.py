@@ -28,14 +28,14 @@ from typing import Any, TextIO
 
 import orjson
 
-from recon.close.match import MatchRules, decide
+from recon.close.match import MatchRules, decide, dispute_fees
 from recon.db.payout_store import PayoutStore
 from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException
 from recon.spreadsheet import safe_cell
 
 #: the order in which a payout's open exceptions name its category
 _PRECEDENCE = (ExceptionKind.PAYOUT_FAILED, ExceptionKind.LINES_DIFFER, ExceptionKind.AMOUNT_DIFFERS,
-               ExceptionKind.AMBIGUOUS, ExceptionKind.BANK_MISSING)
+               ExceptionKind.AMBIGUOUS, ExceptionKind.BANK_MISSING, ExceptionKind.DISPUTE_FEE_DIFFERS)
 EXPLAINED = ("matched", "resolved")
 CSV_COLUMNS = ("record", "payout_id", "category", "amount", "currency", "status", "arrival_date", "bank_reference",
                "kind", "merchant_reference", "psp_reference", "gross", "fee", "net", "line_category", "detail")
@@ -98,7 +98,8 @@ def run_close(store: PayoutStore, *, psp: str, since: date, until: date, rules: 
     stored = store.matches(payout_ids=payout_ids, entry_ids=entry_ids)
     decision = decide(payouts, credits, rules=rules, stored=stored, as_of=as_of, since=since, until=until,
                       exclusive_accounts=set(exclusive_accounts))
-    open_now = store.record_close(decision.matches, decision.findings, payout_ids=payout_ids, entry_ids=entry_ids)
+    findings = [*decision.findings, *dispute_fees(store.dispute_fees(payout_ids))]
+    open_now = store.record_close(decision.matches, findings, payout_ids=payout_ids, entry_ids=entry_ids)
     by_payout: dict[int, list[PayoutException]] = defaultdict(list)
     credit_exceptions = []
     for e in open_now:

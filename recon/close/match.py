@@ -23,6 +23,13 @@ before it left:
    one still inside it is ``awaiting_bank`` (no exception yet). A credit booked in ``[since, until)`` on an
    account that only this PSP pays into, explained by nothing, is ``unexplained_credit``.
 
+``dispute_fees(fees)`` is the close's other finding about lines: a dispute whose fee, as the PSP gave it
+(``disputes.fee``: Stripe's dispute balance transactions' fees, Adyen's Chargeback row's commission), is not what
+the payout lines linked to it carry (the sum of their fees in its currency, over every stored payout: a won
+dispute's reinstatement line may give a fee back later) is ``dispute_fee_differs`` on each payout of the close
+that has a line of it, one finding per payout naming every such dispute. A dispute with a line in another
+currency is not compared (the fees are not in one unit), nor one whose fee the PSP did not give.
+
 **Signs.** A positive payout reaches the bank as a credit; a negative one (Stripe's payout of a negative
 balance, an Adyen batch that owes) is taken from it as a debit. The bank entries come signed (``Credit.amount``:
 a debit negative) and each rule pairs only payouts and entries of one sign, with the same arithmetic: a bank fee
@@ -41,7 +48,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from itertools import combinations
 
-from recon.payout_rows import Credit, ExceptionKind, Finding, Match, Payout, PayoutStatus
+from recon.payout_rows import Credit, DisputeFee, ExceptionKind, Finding, Match, Payout, PayoutStatus
 
 #: bounds of the rules (config ``[close]``)
 WINDOW_DAYS_MAX = 31
@@ -112,6 +119,19 @@ def decide(payouts: Sequence[Payout], credits: Sequence[Credit], *, rules: Match
                                         f"credit {c.id} of {c.amount} {c.currency} (minor units) booked "
                                         f"{c.booking_date} on {c.account}: no payout explains it"))
     return out
+
+
+def dispute_fees(fees: Iterable[DisputeFee]) -> list[Finding]:
+    """``dispute_fee_differs`` findings (the module docstring): one per payout, naming each dispute whose fee its
+    lines do not carry, in the order given."""
+    differing: dict[int, list[str]] = defaultdict(list)
+    for f in fees:
+        if f.other_currency_lines == 0 and f.carried != f.fee:
+            differing[f.payout_id].append(
+                f"payout {f.payout_ref}: dispute {f.psp_dispute_id}'s fee is {f.fee} {f.currency}, its payout "
+                f"lines carry {f.carried} {f.currency} (minor units)")
+    return [Finding(ExceptionKind.DISPUTE_FEE_DIFFERS, payout_id, None, "; ".join(details))
+            for payout_id, details in differing.items()]
 
 
 def names_reference(credit: Credit, ref: str) -> bool:

@@ -139,6 +139,7 @@ def _sweep_disputes(app: App, psp: str | None, days: int) -> dict[str, Any]:
     """The open disputes (and those due soon), after reading the last ``days`` days of each PSP's dispute listing
     (``psp``, else every PSP that can be called as configured and lists disputes) when ``days`` > 0."""
     fetched: dict[str, Any] = {}
+    windows: dict[str, list[str]] = {}
     if days:
         until = app.db.clock.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         since, until = until - timedelta(days=days - 1), until + timedelta(days=1)
@@ -148,10 +149,13 @@ def _sweep_disputes(app: App, psp: str | None, days: int) -> dict[str, Any]:
                     continue
             except ConfigError:
                 continue
-            fetched[name] = app.fetch_disputes(name, since, until).to_dict()
+            result = app.fetch_disputes(name, since, until, rolling=True)  # reaches back: reach_back
+            fetched[name] = result.to_dict()
+            read = result.window or (since, until)
+            windows[name] = [read[0].date().isoformat(), read[1].date().isoformat()]
     doc = disputes_section(app.disputes.open_totals(soon=app.db.clock.now() + EVIDENCE_SOON), {})
-    return {"fetched": fetched, "open": doc["open"], "due_soon": doc["due_soon"], "due_soon_days": doc["due_soon_days"],
-            "withdrawn": doc["withdrawn"]}
+    return {"fetched": fetched, "windows": windows, "open": doc["open"], "due_soon": doc["due_soon"],
+            "due_soon_days": doc["due_soon_days"], "withdrawn": doc["withdrawn"]}
 
 
 def _record_failure(app: App, run_id: int, who: str) -> None:

@@ -10,13 +10,20 @@ DISPUTE_COLUMNS = ("id, payment_id, psp, psp_dispute_id, status, amount, currenc
 
 dispute_insert_if_new = Query(
     "dispute_insert_if_new",
-    "Run by the webhook job: the dispute the PSP tells of, once (unique on psp and its id; no row: known).",
-    sql="""INSERT INTO disputes (payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
-                                 evidence_due_by, opened_at, updated_at)
-           VALUES (:payment_id, :psp, :psp_dispute_id, :status, :amount, :currency, :fee, :reason, :psp_status,
-                   :evidence_due_by, {now}, {now})
-           ON CONFLICT (psp, psp_dispute_id) DO NOTHING
-           RETURNING id""",
+    "Run by the webhook job and the listing: the dispute the PSP tells of, once (unique on psp and its id; no "
+    "row: known); opened when the PSP says it was (a listing's creation), else now.",
+    postgresql="""INSERT INTO disputes (payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason,
+                                        psp_status, evidence_due_by, opened_at, updated_at)
+                  VALUES (:payment_id, :psp, :psp_dispute_id, :status, :amount, :currency, :fee, :reason,
+                          :psp_status, :evidence_due_by, coalesce(CAST(:opened_at AS timestamptz), {now}), {now})
+                  ON CONFLICT (psp, psp_dispute_id) DO NOTHING
+                  RETURNING id""",
+    sqlite="""INSERT INTO disputes (payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
+                                    evidence_due_by, opened_at, updated_at)
+              VALUES (:payment_id, :psp, :psp_dispute_id, :status, :amount, :currency, :fee, :reason, :psp_status,
+                      :evidence_due_by, coalesce(:opened_at, {now}), {now})
+              ON CONFLICT (psp, psp_dispute_id) DO NOTHING
+              RETURNING id""",
 )
 
 dispute_get_for_update = Query(
@@ -101,4 +108,29 @@ dispute_by_id = Query(
     sql="""SELECT id, payment_id, psp, psp_dispute_id, status, amount, currency, fee, reason, psp_status,
                   evidence_due_by, opened_at, updated_at
            FROM disputes WHERE id = :id""",
+)
+
+dispute_oldest_open = Query(
+    "dispute_oldest_open",
+    "Run by the `disputes` job and `recon sweep --disputes`: when the oldest dispute still open with a PSP opened "
+    "(its listing window reaches back to it: a dispute is listed by its creation and decided weeks later).",
+    sql="""SELECT min(opened_at) AS opened_at FROM disputes WHERE psp = :psp AND status = 'opened'""",
+)
+
+dispute_read_get = Query(
+    "dispute_read_get",
+    "Run by the `disputes` job and `recon sweep --disputes`: where the PSP's listing was last read to (no row: "
+    "never).",
+    sql="""SELECT read_until FROM dispute_reads WHERE psp = :psp""",
+)
+
+dispute_read_advance = Query(
+    "dispute_read_advance",
+    "Run by the `disputes` job and `recon sweep --disputes` after a listing read without an error: the cursor "
+    "moves to the window's end, never back (an older window read later leaves it).",
+    sql="""INSERT INTO dispute_reads (psp, read_until, read_at) VALUES (:psp, :read_until, {now})
+           ON CONFLICT (psp) DO UPDATE SET
+               read_until = CASE WHEN excluded.read_until > dispute_reads.read_until THEN excluded.read_until
+                                 ELSE dispute_reads.read_until END,
+               read_at = excluded.read_at""",
 )

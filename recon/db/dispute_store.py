@@ -41,7 +41,8 @@ class DisputeStore:
                           "status": str(word.status), "amount": word.amount, "currency": word.currency,
                           "fee": word.fee, "reason": word.reason, "psp_status": word.psp_status,
                           "evidence_due_by": self.db.to_db(word.evidence_due_by) if word.evidence_due_by else None,
-                          "now": self.db.now_param()}, keep=("psp_dispute_id",))
+                          "opened_at": self.db.to_db(word.opened_at), "now": self.db.now_param()},
+                         keep=("psp_dispute_id",))
         made = conn.execute(self._q(dq.dispute_insert_if_new), row).first()
         current = self._get(conn, word.psp, word.psp_dispute_id)
         if made is not None:
@@ -104,6 +105,20 @@ class DisputeStore:
             rows = conn.execute(self._q(dq.dispute_open_totals), {"soon": self.db.to_db(soon)}).mappings().all()
         return [OpenDisputes(currency=r["currency"] or "", count=int(r["n"]), withdrawn=int(r["withdrawn"]),
                              fees=int(r["fees"]), due_soon=int(r["due_soon"] or 0)) for r in rows]
+
+    def listing_reach(self, psp: str) -> tuple[datetime | None, datetime | None]:
+        """(where ``psp``'s dispute listing was last read to, when its oldest open dispute opened); None: never
+        read, none open."""
+        with self.db.begin() as conn:
+            read = conn.execute(self._q(dq.dispute_read_get), {"psp": psp}).scalar()
+            oldest = conn.execute(self._q(dq.dispute_oldest_open), {"psp": psp}).scalar()
+        return self.db.from_db(read), self.db.from_db(oldest)
+
+    def listing_read(self, psp: str, *, until: datetime) -> None:
+        """``psp``'s listing was read without an error up to ``until``: the cursor moves there (never back)."""
+        with self.db.begin() as conn:
+            conn.execute(self._q(dq.dispute_read_advance),
+                         {"psp": psp, "read_until": self.db.to_db(until), "now": self.db.now_param()})
 
     def status_counts(self) -> dict[str, dict[str, int]]:
         """PSP -> dispute status -> how many."""

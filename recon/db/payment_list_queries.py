@@ -2,15 +2,16 @@
 an id keyset, and the filter's totals per currency. Only ``recon.db.payment_list_store`` executes these.
 
 Every condition is "parameter NULL (or 0) or the condition holds", so one statement serves every combination;
-PostgreSQL plans each execution with its values (``plan_cache_mode = force_custom_plan``), so the conditions
-of the filters not set fold away and "unfinished" is the very predicate of the partial index
-``payments_at_risk``, which its totals read alone. The other filters' totals read ``payments_list_facets``
-(created_at, currency, amount, INCLUDE status, psp, merchant_reference), a third of the table's pages, never
-the table. The
-amount range is given in ten-thousandths of a major unit and compared in each currency's minor units
-(``review_queries.amount_within``), so "from 100 to 500" means major units in every currency; the reference prefix
-is matched case-insensitively (``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped),
-through the index ``payments_reference_lower`` on PostgreSQL.
+PostgreSQL plans each execution with its values (``plan_cache_mode = force_custom_plan``), so the conditions of the
+filters not set fold away and "unfinished" is the very predicate of the partial index ``payments_at_risk``, which
+its totals read alone. The other filters' totals read ``payments_list_facets`` (created_at, currency, amount,
+INCLUDE status, psp, merchant_reference), a third of the table's pages, never the table. The amount range is given
+in ten-thousandths of a major unit and compared in each currency's minor units (``review_queries.amount_within``),
+so "from 100 to 500" means major units in every currency; the reference prefix is matched case-insensitively
+(``lower(merchant_reference) LIKE``, the prefix's own ``%`` and ``_`` escaped), through the index
+``payments_reference_lower`` on PostgreSQL. ``dispute`` keeps the payments with an open dispute (``open``), or with
+one whose evidence is due before ``:evidence_before`` (``due_soon``): the overview's disputes figure links here
+(index ``disputes_payment``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status)
               AND created_at < :created_before AND created_at >= :created_after
               AND ((CAST(:min_scaled AS BIGINT) IS NULL AND CAST(:max_scaled AS BIGINT) IS NULL)
                    OR {amount_within(("min", ">="), ("max", "<="), open_ended=True)})
-              AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')"""
+              AND (CAST(:prefix AS TEXT) IS NULL OR lower(merchant_reference) LIKE :prefix ESCAPE '\\')
+              AND (CAST(:dispute AS TEXT) IS NULL OR EXISTS (
+                   SELECT 1 FROM disputes d WHERE d.payment_id = payments.id AND d.status = 'opened'
+                   AND (CAST(:dispute AS TEXT) = 'open'
+                        OR (d.evidence_due_by IS NOT NULL AND d.evidence_due_by < :evidence_before))))"""
 
 payment_list_filtered = Query(
     "payment_list_filtered",

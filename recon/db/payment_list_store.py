@@ -57,6 +57,7 @@ class PaymentListStore:
                 "created_before": self.db.to_db(where.created_before or _LATEST),
                 "created_after": self.db.to_db(where.created_after or _EARLIEST),
                 "min_scaled": where.min_scaled, "max_scaled": where.max_scaled, "prefix": prefix,
+                "dispute": where.dispute, "evidence_before": self.db.to_db(where.evidence_before or _EARLIEST),
                 **minor_thresholds("min", where.min_scaled, at_least=True),
                 **minor_thresholds("max", where.max_scaled, at_least=False),
                 **{name: list(exponents.get(name, ())) or [""] for name in FILTER_LISTS}}

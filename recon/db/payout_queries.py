@@ -81,6 +81,22 @@ refund_ids_by_psp_refund_id = Query(
     expanding=("refs",),
 )
 
+dispute_fees_of_payouts = Query(
+    "dispute_fees_of_payouts",
+    "Run by the close: each dispute with a fee that a line of the payouts :ids carries, and the fees all the "
+    "payout lines linked to it carry in its currency (any payout: a won dispute's reinstatement may come later).",
+    sql="""SELECT l.payout_id, p.payout_ref, d.id AS dispute_id, d.psp_dispute_id, d.fee, d.currency,
+                  (SELECT coalesce(sum(x.fee), 0) FROM payout_lines x
+                   WHERE x.dispute_id = d.id AND x.currency = d.currency) AS carried,
+                  (SELECT count(*) FROM payout_lines x
+                   WHERE x.dispute_id = d.id AND x.currency <> d.currency) AS other_currency_lines
+           FROM payout_lines l JOIN disputes d ON d.id = l.dispute_id JOIN payouts p ON p.id = l.payout_id
+           WHERE l.payout_id IN :ids AND d.fee IS NOT NULL AND d.currency IS NOT NULL
+           GROUP BY l.payout_id, p.payout_ref, d.id, d.psp_dispute_id, d.fee, d.currency
+           ORDER BY l.payout_id, d.id""",
+    expanding=("ids",),
+)
+
 dispute_ids_by_psp_dispute_id = Query(
     "dispute_ids_by_psp_dispute_id",
     "Run by the payouts job: our disputes of :psp whose PSP ids are among :refs (a line's movement, or, Adyen's "

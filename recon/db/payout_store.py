@@ -33,6 +33,7 @@ from recon.db.database import Database
 from recon.errors import ReviewRefused
 from recon.payout_rows import (
     Credit,
+    DisputeFee,
     ExceptionKind,
     ExceptionState,
     Finding,
@@ -347,6 +348,20 @@ class PayoutStore:
             if len(rows) < page:
                 return
             after = int(rows[-1]["id"])
+
+    def dispute_fees(self, payout_ids: Sequence[int]) -> list[DisputeFee]:
+        """The disputes with a fee that lines of these payouts carry, with what their lines carry
+        (``recon.close.match.dispute_fees`` decides)."""
+        found: list[DisputeFee] = []
+        with self.db.begin() as conn:
+            for start in range(0, len(payout_ids), PAGE):
+                rows = conn.execute(self._q(q.dispute_fees_of_payouts),
+                                    {"ids": list(payout_ids[start:start + PAGE])}).mappings()
+                found += [DisputeFee(payout_id=int(r["payout_id"]), payout_ref=r["payout_ref"],
+                                     dispute_id=int(r["dispute_id"]), psp_dispute_id=r["psp_dispute_id"],
+                                     fee=int(r["fee"]), currency=r["currency"], carried=int(r["carried"]),
+                                     other_currency_lines=int(r["other_currency_lines"])) for r in rows]
+        return found
 
     def exceptions_of(self, payout_id: int) -> list[PayoutException]:
         with self.db.begin() as conn:

@@ -444,7 +444,7 @@ bank_entries = sa.Table(
 PAYOUT_STATUSES = ("pending", "in_transit", "paid", "failed", "canceled")
 PAYOUT_LINE_KINDS = ("charge", "refund", "dispute", "dispute_reversal", "fee", "adjustment", "payout", "other")
 PAYOUT_EXCEPTION_KINDS = ("bank_missing", "amount_differs", "ambiguous", "unexplained_credit", "lines_differ",
-                          "payout_failed")
+                          "payout_failed", "dispute_fee_differs")  # dispute_fee_differs: migration 0029
 PAYOUT_EXCEPTION_STATES = ("open", "resolved", "cleared")
 
 payouts = sa.Table(
@@ -659,6 +659,16 @@ dispute_events = sa.Table(
     sa.CheckConstraint("source IN ('webhook', 'manual', 'listing')", name="dispute_events_source_valid"),  # 0022
     sa.Index("dispute_events_dispute", "dispute_id", "id"),
     sqlite_autoincrement=True,
+)
+
+# --- the dispute listings' cursor (migration 0028): each PSP's listing read up to ``read_until`` ----------------
+
+dispute_reads = sa.Table(
+    "dispute_reads",
+    metadata,
+    sa.Column("psp", sa.Text(), primary_key=True),
+    sa.Column("read_until", Timestamp, nullable=False),
+    sa.Column("read_at", Timestamp, nullable=False),
 )
 
 # --- operators, the audit trail and four-eyes approvals (migration 0019, issue 27) ---------------------------

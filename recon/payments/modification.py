@@ -64,7 +64,8 @@ def modification_request(mod: Modification, payment: Payment) -> ModificationReq
     """What the PSP is asked: the capture or cancel on the payment's PSP reference, in the payment's account."""
     return ModificationRequest(kind=mod.kind, payment_reference=payment.psp_reference or "",
                                modification_reference=mod.modification_reference, amount=mod.amount,
-                               currency=mod.currency, merchant_account=payment.merchant_account)
+                               currency=mod.currency, merchant_account=payment.merchant_account,
+                               modification_id=mod.psp_modification_id)
 
 
 def capturing_adapter(adapter_func: AdapterFunc, psp: str) -> CapturingAdapter:

@@ -21,6 +21,14 @@ webhook job records it (``recon.reconcile.webhook``), with the listing as eviden
 A listing read twice records nothing new the second time but notes (``same``). Job kind ``disputes`` runs it
 under a lease (payload ``{"psp": …, "since": "YYYY-MM-DD", "until": …}`` or ``"days_back": N``, as a
 ``[schedule.NAME] kind = "disputes"`` queues it); ``recon disputes fetch`` runs it in the foreground.
+
+The rolling window (``days_back``, and ``recon sweep --disputes DAYS``) extends itself (``reach_back``): Stripe lists
+a dispute by its creation, and a dispute changes weeks after it was opened (its evidence deadline moves, it is won
+or lost), so the window starts at the earliest of ``days_back`` days ago, where the PSP's listing was last read to
+without an error (the cursor ``dispute_reads.read_until``: a job that failed for longer than its window leaves no
+gap) and the oldest open dispute's opening (less ``OPENED_MARGIN``), at a UTC midnight, never more than
+``WINDOW_MAX_DAYS`` before its end. A read that ends without an error moves the cursor to the window's end. An
+explicit ``since``/``until`` is read as given and moves no cursor.
 """
 
 from __future__ import annotations
@@ -54,6 +62,10 @@ DISPUTES_KIND = "disputes"
 PAYLOAD_KEYS = {"psp", "since", "until", "days_back"}
 #: the most days one fetch reads (Stripe decides a dispute within about 75 days of its opening)
 WINDOW_MAX_DAYS = 120
+#: how far before the oldest open dispute's recorded opening a rolling window starts: a dispute a webhook told of
+#: was recorded when the webhook came, and Stripe retries a webhook for up to three days (docs.stripe.com/webhooks,
+#: "Retry behavior"); one the listing found first is recorded as opened when the PSP created it
+OPENED_MARGIN = timedelta(days=3)
 #: (psp, since, until) -> what was fetched: ``App.fetch_disputes``
 FetchFunc = Callable[[str, datetime, datetime], "DisputeFetch"]
 
@@ -68,6 +80,8 @@ class DisputeFetch:
     same: int = 0
     unknown: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    #: the window read, ``[since, until)`` (a rolling one as ``reach_back`` extended it); not in ``to_dict``
+    window: tuple[datetime, datetime] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,7 +114,7 @@ class DisputeRecorder:
     ) -> DisputeFetch:
         """Every dispute ``source`` lists in ``[since, until)``, recorded. PspError from the adapter: what was
         recorded before stays (each dispute is its own transaction; a second run notes it again)."""
-        result = DisputeFetch()
+        result = DisputeFetch(window=(since, until))
         for page in source.iter_disputes(since, until, merchant_accounts=merchant_accounts):
             for listed in page:
                 with self.db.begin() as conn:
@@ -136,6 +150,7 @@ class DisputeRecorder:
             reason=news.reason,
             psp_status=news.raw_status,
             evidence_due_by=news.due_by,
+            opened_at=listed.created_at,
         )
         job_id, attempt = (self.job.id, self.job.attempts) if self.job else (None, None)
         _, moved = self.disputes.record(
@@ -202,7 +217,7 @@ class DisputesJob:
 
     def __init__(
         self,
-        fetch_func: Callable[[str, datetime, datetime, Job], DisputeFetch],
+        fetch_func: Callable[[str, datetime, datetime, Job, bool], DisputeFetch],
         *,
         psp_names: tuple[str, ...],
         clock: Clock | None = None,
@@ -217,13 +232,15 @@ class DisputesJob:
             )
         except UsageError as exc:
             return Dead(error_kind="validation", error=str(exc))
+        rolling = "since" not in job.payload and "until" not in job.payload  # days_back: reach_back extends it
         try:
-            result = self.fetch_func(psp, since, until, job)
+            result = self.fetch_func(psp, since, until, job, rolling)
         except PspError as exc:
             return classify(exc)
         except (ConfigError, UsageError) as exc:
             return Dead(error_kind="config", error=f"{type(exc).__name__}: {exc}")
-        log.info("disputes of %s: %s", psp, result.to_dict())
+        read = result.window or (since, until)
+        log.info("disputes of %s from %s to %s: %s", psp, read[0].date(), read[1].date(), result.to_dict())
         return Complete()
 
 
@@ -245,6 +262,16 @@ def payload_window(
             raise UsageError(f"days_back: must be an integer from 1 to {WINDOW_MAX_DAYS}")
         since, until = today - timedelta(days=back), today + timedelta(days=1)
     return str(psp), *window(since, until)
+
+
+def reach_back(since: datetime, until: datetime, *, read_until: datetime | None,
+               oldest_open: datetime | None) -> datetime:
+    """The start of a rolling window ``[since, until)`` (the module docstring): the earliest of ``since``,
+    ``read_until`` (where the listing was last read to) and ``oldest_open`` (the oldest open dispute's opening) less
+    ``OPENED_MARGIN``, as a UTC midnight, and never more than ``WINDOW_MAX_DAYS`` before ``until``."""
+    reach = [since, *([read_until] if read_until else []), *([oldest_open - OPENED_MARGIN] if oldest_open else [])]
+    start = datetime.combine(min(reach).astimezone(UTC).date(), time(), tzinfo=UTC)
+    return max(start, until - timedelta(days=WINDOW_MAX_DAYS))
 
 
 def window(since: date, until: date) -> tuple[datetime, datetime]:

@@ -4,7 +4,7 @@ as the refund's reconcile job does (recon.reconcile.refund), by ``recon.reconcil
 | PSP says                                  | ours         | action                                            |
 | ----------------------------------------- | ------------ | ------------------------------------------------- |
 | succeeded, failed, another id             | unfinished   | ``decide.modification_heal``'s decision           |
-| pending / cannot say (Adyen: always)      | unfinished   | snooze on the schedule, then needs_review         |
+| pending / cannot say (Adyen: no report row) | unfinished | snooze on the schedule, then needs_review         |
 | not found, no PSP id ever recorded        | unfinished   | grace period, then failed: "never reached the PSP" |
 | not found, but we hold its PSP id         | unfinished   | needs_review (the PSP lost what it told us)       |
 | anything                                  | final        | nothing; on a recheck, ``decide.modification_recheck`` |
@@ -15,10 +15,10 @@ cancel, or another amount captured) goes to review, and so does its payment (suc
 the same reason): money recon counted may not be there. Any other answer joins its audit trail.
 
 Stripe's capture and cancel are read back from the PaymentIntent (``requires_capture``: neither happened yet);
-Adyen's only by its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and its reports, so an Adyen modification
-no webhook settled ends in review after the schedule. While the modification's own job is unfinished (it may
-still send), the modification is left to it. A failure gives its claim on the authorisation back, in the same
-transaction (``ModificationStore.apply``).
+Adyen's by its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and its Payment accounting reports' rows of it
+(``fetch_modification``), so an Adyen modification neither settled ends in review after the schedule. While the
+modification's own job is unfinished (it may still send), the modification is left to it. A failure gives its claim
+on the authorisation back, in the same transaction (``ModificationStore.apply``).
 """
 
 from __future__ import annotations

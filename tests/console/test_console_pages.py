@@ -4,6 +4,8 @@ function builds both), the listings, the 404 and 422 pages, and no planted secre
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,11 @@ import sqlalchemy as sa
 
 from recon.db import schema
 from recon.db.database import Database
+from recon.db.dispute_store import DisputeStore
 from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
-from recon.rows import EventSource, PaymentStatus, Transition
+from recon.dispute_rows import DisputeStatus, DisputeWord
+from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
 from tests.console import attribute, console, make_dead, stats
 from tests.operators import add_staff
@@ -170,3 +174,51 @@ def test_pages__an_unexpected_error_is_a_one_line_500_page(db_url: str, monkeypa
     assert "Traceback" not in r.text and "boom" not in r.text and CARD not in r.text
     [record] = [rec for rec in caplog.records if rec.name == "recon.console" and rec.levelname == "ERROR"]
     assert "RuntimeError" in record.getMessage() and "secret-form-value" not in record.getMessage()
+
+
+def _disputed(db: Database, ref: str, *, currency: str, amount: int, status: DisputeStatus,
+              due_in: timedelta | None) -> None:
+    """A succeeded payment ``ref`` with a dispute of ``amount`` withdrawn, in ``status``, evidence due in
+    ``due_in`` (None: not said), as a webhook records it."""
+    payments = PaymentStore(db)
+    [pid] = payments.create([NewPayment("acct", ref, 5000, currency, "stripe")], charge=False)
+    with db.begin() as conn:
+        assert payments.apply(conn, Transition(pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED,
+                                               EventSource.CHARGE, psp_reference=f"pi_{ref}"))
+        DisputeStore(db).record(conn, DisputeWord(
+            payment_id=pid, psp="stripe", psp_dispute_id=f"dp_{ref}", status=status, amount=amount,
+            currency=currency, fee=1500, reason="fraudulent", psp_status="needs_response",
+            evidence_due_by=datetime.now(UTC) + due_in if due_in else None), details={}, job_id=None, attempt=None)
+
+
+def _listed(html: str) -> set[str]:
+    return set(re.findall(r'<tr data-payment="([^"]+)"', html))
+
+
+def test_overview__the_disputes_figure_equals_recon_stats_json_and_leads_to_its_payments(
+        db: Database, db_url: str, recon: Runner) -> None:
+    _disputed(db, "dsp-soon", currency="EUR", amount=1000, status=DisputeStatus.OPENED, due_in=timedelta(days=2))
+    _disputed(db, "dsp-later", currency="EUR", amount=500, status=DisputeStatus.OPENED, due_in=timedelta(days=20))
+    _disputed(db, "dsp-usd", currency="USD", amount=700, status=DisputeStatus.OPENED, due_in=None)
+    _disputed(db, "dsp-won", currency="EUR", amount=900, status=DisputeStatus.WON, due_in=timedelta(days=1))
+    r = recon("stats", "--json", db_url=db_url)
+    assert r.returncode == 0, r.stderr
+    disputes = json.loads(r.stdout)["disputes"]
+    # the seed is what the document says, so the page is compared with something
+    assert (disputes["open"], disputes["withdrawn"], disputes["due_soon"]) == (3, {"EUR": 1500, "USD": 700}, 1)
+    with console(db_url) as client:
+        html = client.get("/").text
+        assert stats(html)["disputes-open"] == "3"
+        assert {c: int(attribute(html, f"disputes-withdrawn-{c}", "data-minor")) for c in ("EUR", "USD")} == {
+            "EUR": 1500, "USD": 700}
+        due = re.search(r'data-stat="disputes-due-soon">([^<]*)</a>', html)
+        assert due is not None and due.group(1).startswith("1 with evidence due within 7 days")
+        for link in ('href="/payments?dispute=open"', 'href="/payments?dispute=open&amp;currency=EUR"',
+                     'href="/payments?dispute=due_soon"'):
+            assert link in html
+        assert _listed(client.get("/payments?dispute=open").text) == {"dsp-soon", "dsp-later", "dsp-usd"}
+        assert _listed(client.get("/payments?dispute=open&currency=EUR").text) == {"dsp-soon", "dsp-later"}
+        assert _listed(client.get("/payments?dispute=due_soon").text) == {"dsp-soon"}
+        assert _listed(client.get("/payments").text) >= {"dsp-soon", "dsp-later", "dsp-usd", "dsp-won"}
+        bad = client.get("/payments?dispute=lost")
+        assert bad.status_code == 422 and "dispute: &#39;lost&#39; is not one of open, due_soon" in bad.text

@@ -19,8 +19,10 @@ from recon.app import App
 from recon.bank.formats import registry
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
 from recon.db.database import Database
+from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
+from recon.dispute_rows import DisputeStatus, DisputeWord
 from recon.operator_rows import Role
 from recon.payout_rows import ExceptionKind, Finding, LineKind, Match, NewPayout, NewPayoutLine, PayoutStatus
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
@@ -312,3 +314,55 @@ def test_payouts_show__outside_text_is_printed_literally(recon: Runner, db_url: 
     assert "[red]x[/red]\\x1b[31mred" in shown.stdout and "\x1b" not in shown.stdout
     machine = json.loads(recon("payouts", "show", "po_lit", "--json", db_url=db_url).stdout)
     assert machine["lines"][0]["merchant_reference"] == hostile  # exact in JSON
+
+
+def _disputed(db: Database, pid: int, dispute: str, *, fee: int | None) -> int:
+    """A dispute of payment ``pid`` as a webhook records it, with the fee the PSP gave."""
+    store = DisputeStore(db)
+    with db.begin() as conn:
+        made, _ = store.record(conn, DisputeWord(payment_id=pid, psp="stripe", psp_dispute_id=dispute,
+                                                 status=DisputeStatus.OPENED, amount=1000, currency="EUR", fee=fee,
+                                                 reason="fraudulent", psp_status="needs_response",
+                                                 evidence_due_by=None), details={}, job_id=None, attempt=None)
+    return made.id
+
+
+def test_close__a_dispute_fee_its_payout_lines_do_not_carry_is_an_exception_until_they_do(
+        recon: Runner, db_url: str, db: Database, config: Path) -> None:
+    """The dispute's fee (the webhook's: 15.00) against its payout lines: the withdrawal's line carries 20.00 (an
+    exception naming both, keeping the day open); a later payout's line gives 5.00 back, and the next close clears
+    it. A dispute whose lines carry its fee, or whose fee the PSP did not give, is no exception."""
+    pid = _paid(db, "order-d", "pi_D")
+    dispute = _disputed(db, pid, "dp_fee", fee=1500)
+    _disputed(db, _paid(db, "order-e", "pi_E"), "dp_ok", fee=1500)
+    _disputed(db, _paid(db, "order-f", "pi_F"), "dp_nofee", fee=None)
+    store = PayoutStore(db)
+    withdrawal = NewPayoutLine(line_ref="txn_dp", kind=LineKind.DISPUTE, psp_reference="pi_D", merchant_reference=None,
+                               gross=-1000, fee=2000, net=-3000, currency="EUR", movement_reference="dp_fee")
+    fine = NewPayoutLine(line_ref="txn_ok", kind=LineKind.DISPUTE, psp_reference="pi_E", merchant_reference=None,
+                         gross=-1000, fee=1500, net=-2500, currency="EUR", movement_reference="dp_ok")
+    unsaid = NewPayoutLine(line_ref="txn_nf", kind=LineKind.DISPUTE, psp_reference="pi_F", merchant_reference=None,
+                           gross=-1000, fee=1500, net=-2500, currency="EUR", movement_reference="dp_nofee")
+    first = store.store(new_payout("po_disp", 2000, lines=(
+        line("txn_c", LineKind.CHARGE, 10000, psp_ref="pi_X"), withdrawal, fine, unsaid,
+        line("txn_p", LineKind.PAYOUT, -2000))))
+    assert [ln.dispute_id for ln in store.lines(first.payout_id) if ln.line_ref == "txn_dp"] == [dispute]
+    code, doc = close(recon, db_url, config)
+    assert code == 1 and doc["closed"] is False
+    found = next(p for p in doc["payouts"] if p["payout_id"] == "po_disp")
+    assert found["category"] == "bank_missing"  # no statement here: the bank's exception names the category
+    assert [(e["kind"], e["detail"]) for e in found["exceptions"] if e["kind"] != "bank_missing"] == [
+        ("dispute_fee_differs",
+         "payout po_disp: dispute dp_fee's fee is 1500 EUR, its payout lines carry 2000 EUR (minor units)")]
+    assert close(recon, db_url, config)[1] == doc  # run twice: the same exception, once
+
+    reinstated = NewPayoutLine(line_ref="txn_dr", kind=LineKind.DISPUTE_REVERSAL, psp_reference="pi_D",
+                               merchant_reference=None, gross=0, fee=-500, net=500, currency="EUR",
+                               movement_reference="dp_fee")
+    store.store(new_payout("po_back", 500, day=date(2026, 11, 11), lines=(
+        reinstated, line("txn_p2", LineKind.PAYOUT, -500))))
+    _, after = close(recon, db_url, config)
+    cleared = next(p for p in after["payouts"] if p["payout_id"] == "po_disp")
+    assert [e["kind"] for e in cleared["exceptions"]] == ["bank_missing"]
+    assert {(e.kind.value, e.state.value) for e in store.exceptions_of(first.payout_id)} == {
+        ("bank_missing", "open"), ("dispute_fee_differs", "cleared")}

@@ -699,6 +699,9 @@ COLUMNS: dict[str, Entry] = {
     "payout_exceptions.resolution": Masked(plant_payouts),
     "close_runs.psp": Exempt("the PSP `recon close --psp` names, one of psp_adapters.registry's (checked before "
                              "any work: App.close_day)"),
+    "dispute_reads.psp": Exempt("the PSP whose listing was read, one of the configured PSPs (App.fetch_disputes "
+                                "checks it with require_psps before any read; the disputes job's payload_window "
+                                "before that)"),
     "jobs.queue": Refused(config_refused('[webhooks]\nqueue = "wh-4242424242424242"\n', "webhooks.queue")),
     "jobs.kind": Refused(config_refused('[schedule.s]\nkind = "k 4242 4242 4242 4242"\nevery = "1h"\n',
                                         "schedule.s.kind")),

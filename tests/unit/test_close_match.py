@@ -7,8 +7,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from recon.close.match import MatchRules, decide, names_reference
-from recon.payout_rows import Credit, ExceptionKind, Match, Payout, PayoutStatus
+from recon.close.match import MatchRules, decide, dispute_fees, names_reference
+from recon.payout_rows import Credit, DisputeFee, ExceptionKind, Finding, Match, Payout, PayoutStatus
 
 DAY = date(2026, 11, 10)
 AT = datetime(2026, 11, 10, tzinfo=UTC)
@@ -162,9 +162,10 @@ def test_match_rules__bounded(field: str, value: object) -> None:
         MatchRules(**{field: value}).validate("close")  # type: ignore[arg-type]
 
 
-def test_exception_kinds__all_six_are_decided_here() -> None:
+def test_exception_kinds__all_seven_are_decided_here() -> None:
+    """Six by ``decide``, ``dispute_fee_differs`` by ``dispute_fees``."""
     assert {k.value for k in ExceptionKind} == {"bank_missing", "amount_differs", "ambiguous", "unexplained_credit",
-                                                "lines_differ", "payout_failed"}
+                                                "lines_differ", "payout_failed", "dispute_fee_differs"}
 
 
 def test_match__a_batch_number_counts_only_with_its_merchant_account_when_the_text_names_one() -> None:
@@ -213,3 +214,29 @@ def test_match__negative_payouts_pair_with_debits(payouts: list[Payout], entries
     matches, findings, _ = run(payouts, entries, rules=rules, as_of=LATE)
     assert matches == expected_matches
     assert findings == expected_findings
+
+
+def fee(payout_id: int, dispute: str, given: int, carried: int, *, other: int = 0) -> DisputeFee:
+    return DisputeFee(payout_id=payout_id, payout_ref=f"po_{payout_id}", dispute_id=hash(dispute) % 1000,
+                      psp_dispute_id=dispute, fee=given, currency="EUR", carried=carried, other_currency_lines=other)
+
+
+@pytest.mark.parametrize(("fees", "found"), [
+    ([fee(1, "dp_a", 1500, 1500)], []),  # the lines carry the fee the PSP gave
+    ([fee(1, "dp_a", 1500, 2000)],
+     [Finding(ExceptionKind.DISPUTE_FEE_DIFFERS, 1, None,
+              "payout po_1: dispute dp_a's fee is 1500 EUR, its payout lines carry 2000 EUR (minor units)")]),
+    ([fee(1, "dp_a", 0, 1500)],  # a won dispute's fee given back, its reinstatement line not paid out yet
+     [Finding(ExceptionKind.DISPUTE_FEE_DIFFERS, 1, None,
+              "payout po_1: dispute dp_a's fee is 0 EUR, its payout lines carry 1500 EUR (minor units)")]),
+    ([fee(1, "dp_a", 1500, 2000, other=1)], []),  # a line in another currency: not comparable
+    ([fee(2, "dp_a", 1500, 1000), fee(2, "dp_b", 1500, 1500), fee(2, "dp_c", 700, 0), fee(3, "dp_a", 1500, 1000)],
+     [Finding(ExceptionKind.DISPUTE_FEE_DIFFERS, 2, None,
+              "payout po_2: dispute dp_a's fee is 1500 EUR, its payout lines carry 1000 EUR (minor units); "
+              "payout po_2: dispute dp_c's fee is 700 EUR, its payout lines carry 0 EUR (minor units)"),
+      Finding(ExceptionKind.DISPUTE_FEE_DIFFERS, 3, None,
+              "payout po_3: dispute dp_a's fee is 1500 EUR, its payout lines carry 1000 EUR (minor units)")]),
+])
+def test_dispute_fees__a_fee_its_lines_do_not_carry_is_one_finding_per_payout(fees: list[DisputeFee],
+                                                                            found: list[Finding]) -> None:
+    assert dispute_fees(fees) == found

@@ -53,6 +53,8 @@ def figures(doc: dict[str, Any]) -> dict[str, Any]:
         "utilisation": doc["workers"]["utilisation"],
         "psps_paused": sum(1 for p in psps if p["paused"]),
         "psps_unhealthy": sum(1 for p in psps if p["cooling_down"] or p["breaker_state"] != "closed"),
+        "disputes_open": doc["disputes"]["open"],
+        "disputes_due_soon": doc["disputes"]["due_soon"],
     }
 
 

@@ -1,6 +1,7 @@
 """``/payments``: every payment through filters (status or "unfinished", PSP, currency, age, amount range in
-major units, reference prefix, case-insensitive), newest first, paged by id, with the filter's totals and a CSV
-export. The overview's figures link here, so every number leads to the payments behind it."""
+major units, reference prefix, case-insensitive, an open dispute or one whose evidence is due soon), newest first,
+paged by id, with the filter's totals and a CSV export. The overview's figures link here, so every number leads to
+the payments behind it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from recon.db.payment_list_store import PaymentListStore, age_bounds
 from recon.db.schema import PAYMENT_STATUSES
 from recon.durations import parse_duration
 from recon.errors import UsageError
+from recon.overview import EVIDENCE_SOON
 from recon.payments.money import MINOR_UNITS, check_currency, format_amount
 from recon.review_config import SCALE
 from recon.rows import Payment
@@ -26,7 +28,9 @@ from recon.rows import Payment
 PAGE_SIZE = 100
 #: a CSV export holds at most this many payments (narrow the filter for more)
 CSV_MAX = 10_000
-FILTERS = ("status", "psp", "currency", "age", "older_than", "min_amount", "max_amount", "reference")
+FILTERS = ("status", "psp", "currency", "age", "older_than", "min_amount", "max_amount", "reference", "dispute")
+#: the dispute filter: payments with an open dispute, or with one whose evidence is due within EVIDENCE_SOON
+DISPUTES = {"open": "an open dispute", "due_soon": "evidence due soon"}
 AGES = {"lt_1h": "under 1 hour", "1h_1d": "1 hour to 1 day", "1d_7d": "1 to 7 days", "gt_7d": "over 7 days"}
 CSV_COLUMNS = ("merchant_reference", "merchant_account", "psp", "psp_reference", "amount", "currency", "status",
                "created_at", "updated_at", "review_reason", "failure_reason")
@@ -56,10 +60,14 @@ def read_filter(request: Request, typed: dict[str, str]) -> PaymentListFilter:
     if typed["older_than"]:
         older = now - parse_duration(typed["older_than"], what="older than")
         before = min(before, older) if before else older
+    dispute = typed["dispute"] or None
+    if dispute is not None and dispute not in DISPUTES:
+        raise UsageError(f"dispute: {dispute!r} is not one of {', '.join(DISPUTES)}")
     return PaymentListFilter(status=status, psp=psp, currency=currency, created_before=before, created_after=after,
                              min_scaled=_scaled(typed["min_amount"], "from amount"),
                              max_scaled=_scaled(typed["max_amount"], "to amount"),
-                             reference_prefix=typed["reference"] or None)
+                             reference_prefix=typed["reference"] or None, dispute=dispute,
+                             evidence_before=now + EVIDENCE_SOON if dispute == "due_soon" else None)
 
 
 def payments_page(request: Request) -> Response:
@@ -67,6 +75,7 @@ def payments_page(request: Request) -> Response:
     typed = {name: fields.raw(name).strip()[:100] for name in FILTERS}
     app = recon_app(request)
     context: dict[str, Any] = {"filters": typed, "statuses": ["unfinished", *PAYMENT_STATUSES], "ages": AGES,
+                               "disputes": DISPUTES,
                                "psps": app.psp_names(), "query": urlencode({k: v for k, v in typed.items() if v})}
     store = PaymentListStore(app.db, app.payments)
     try:
