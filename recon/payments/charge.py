@@ -19,8 +19,12 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | connect error, 429, 409, auth, bug       | unchanged                        | retry / dead as classified |
 | the PSP's settings are missing           | unchanged (never processing)     | dead (replay after fixing)  |
 
-Before anything changes, the PSP guard (``recon.payments.guard``) may snooze the job, no attempt spent:
-the PSP is paused, cooling down after a 429, its circuit breaker is open, or its rate limit has no token.
+Before anything changes, the PSP guard (``recon.payments.guard``, ``check``) may snooze the job, no attempt
+spent: the PSP is paused, cooling down after a 429, or its circuit breaker is open. The rate-limit token is
+taken right before the request (``admit``), after the payment is marked processing: a wait in between (a
+pooled connection, SQLite's write lock) holds no token, so it never releases a crowd of admitted calls at
+once. When no token comes within ``rate_wait_seconds`` (or a pause came in between) the job snoozes there,
+the payment left processing, and its next attempt re-sends under the same key.
 
 **Key generations.** A PSP keeps an idempotency key's saved answer for a limited time
 (``PspAdapter.idempotency_retention``: Stripe 24 h). A re-send of a key that old could charge a second time
@@ -65,17 +69,9 @@ _MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKin
                   ErrorKind.CONFLICT}
 
 
-
-
-
-
 def config_dead(exc: ConfigError) -> Dead:
     """The outcome of a job whose PSP cannot be called as configured: dead, to replay once fixed."""
     return Dead(error_kind="config", error=f"ConfigError: {exc}")
-
-
-
-
 
 
 class ChargeHandler:
@@ -104,18 +100,24 @@ class ChargeHandler:
         except ConfigError as exc:  # that cannot be called as configured
             return config_dead(exc)
         # the PSP guard before anything changes: a paused or cooling PSP leaves the payment as it is
-        permit = self.guard.admit(payment.psp, lease=lease)
-        if isinstance(permit, Snooze):
-            return permit
+        held = self.guard.check(payment.psp, lease=lease)
+        if held is not None:
+            return held
         if payment.status is PaymentStatus.CREATED:
             marked = self._mark_processing(payment, job, lease)
             if marked is None:
                 return Complete()  # reconciliation decided it first (e.g. "never reached the PSP"): never send
             payment = marked
         elif self._key_may_be_forgotten(payment, adapter):
-            return self._look_before_resending(payment, job, lease, adapter, permit)
+            return self._look_before_resending(payment, job, lease, adapter)
         elif not self._still_unfinished(payment, job, lease):
             return Complete()  # healed by reconciliation since we read it: nothing to send
+        # the rate token right before the request: a stall above (a pooled connection, SQLite's write lock) held
+        # no token, so it cannot release admitted calls in a crowd. A snooze here (the bucket stayed empty, or a
+        # pause came since the check) leaves the payment processing: the next attempt re-sends the same key
+        permit = self.guard.admit(payment.psp, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         lease.check()
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
                                 currency=payment.currency, merchant_account=payment.merchant_account,
@@ -135,9 +137,11 @@ class ChargeHandler:
             return False
         return self.clock.now() - payment.key_sent_at >= retention - min(KEY_RETENTION_MARGIN, retention / 10)
 
-    def _look_before_resending(self, payment: Payment, job: Job, lease: Lease, adapter: PspAdapter,
-                               permit: Any) -> Outcome:
+    def _look_before_resending(self, payment: Payment, job: Job, lease: Lease, adapter: PspAdapter) -> Outcome:
         """The key may be forgotten by the PSP: ask for the payment instead of re-sending the key."""
+        permit = self.guard.admit(payment.psp, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         lease.check()
         ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference,
                      merchant_account=payment.merchant_account)

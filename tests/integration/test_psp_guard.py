@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from random import Random
@@ -31,7 +33,7 @@ from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Permit, PspGuard
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.rows import PaymentStatus
-from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter
+from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter, unfinished
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MISSING = PspRef(psp_reference="psp_missing")  # the sandbox answers 404: NotFound, a good answer
@@ -315,6 +317,80 @@ def test_guard__many_threads_in_two_guards_never_pass_the_limit(db: Database) ->
     stamps.sort()
     assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 20 + cap + 2 * (cap - 1)
     assert sum(g.counts["snoozed_rate"] for g in guards) == 0
+
+
+class StalledBegin:
+    """The handlers' Database while ``release`` is not set: every write transaction (``begin``) waits for it
+    first, as a handler waits for a pooled connection or SQLite's write lock under load; everything else is
+    the real database's. ``arrivals`` counts the transactions held."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.release = threading.Event()
+        self.arrivals = 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+    @contextmanager
+    def begin(self) -> Iterator[object]:
+        if not self.release.is_set():
+            with self._lock:
+                self.arrivals += 1
+            assert self.release.wait(60)
+        with self._db.begin() as conn:
+            yield conn
+
+
+def test_guard__a_stall_before_the_call_releases_no_crowd_at_the_psp(db: Database, sandbox: SandboxServer) -> None:
+    """40 charge jobs on 40 threads at 20 requests/s with a burst of 2, while every handler's transaction stalls
+    (a database under load) and then all are released at once. The calls reach the PSP within the rate: at most
+    20 + 2 in any second, and the sandbox (20/s, a bucket of 20) never answers 429. Before, each handler took
+    its rate token, then waited in the stall holding it, and the release sent 40 calls in the same instant."""
+    rate, burst, n = 20, 2, 40
+    sandbox.set_faults(Faults(rate_limit=rate, decline_amount_suffix=None))
+    stamps: list[float] = []
+
+    class Stamping(SandboxAdapter):
+        def create_payment(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            stamps.append(time.monotonic())  # list.append is atomic: every thread's call is counted
+            return super().create_payment(*args, **kwargs)
+
+    adapter = Stamping(sandbox.url)
+    stalled = StalledBegin(db)
+    guard = guard_for(db, rate_limit=rate, rate_burst=burst, rate_wait_seconds=30)
+    handlers = Handlers()
+    handlers.register("charge", ChargeHandler(PaymentStore(stalled), lambda _name: adapter,  # type: ignore[arg-type]
+                                              guard=guard))
+    ids = create(db, n)
+    settings = fast_settings()
+    engine = replace(settings.engine, autosize=False, concurrency=n, claim_batch_size=n, prefetch=0)
+    store = JobStore(db)
+    worker = Worker(store, handlers, config=engine, policy=RetryPolicy(settings.retry), queues=["charges"],
+                    classify_func=classify)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + n / rate + 5
+        while stalled.arrivals < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stalled.arrivals == n
+        time.sleep(1.0)  # the stall goes on: the guard's bucket refills, to its capacity at most
+        stalled.release.set()
+        deadline = time.monotonic() + 30
+        while unfinished(store, ["charges"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stalled.release.set()
+        worker.request_stop()
+        thread.join(30)
+        adapter.close()
+    ledger = PaymentStore(db)
+    assert [ledger.get(i).status for i in ids] == [PaymentStatus.SUCCEEDED] * n  # type: ignore[union-attr]
+    assert len(stamps) == n  # one call each: no 429 to retry
+    stamps.sort()
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= rate + burst
 
 
 def test_guard__unlimited_psp_costs_one_statement_per_batch_of_calls(db: Database) -> None:
