@@ -8,6 +8,9 @@ SET expressions on the latest version; SQLite runs each statement under ``BEGIN 
 The rate-limit bucket lives in the same row: ``tokens`` as of ``tokens_at``, refilled at ``:rate`` per second
 up to ``:cap``. An admission takes ``:k`` tokens at once (the caller's batch) or none, and says how many it
 took in ``last_grant`` (RETURNING sees only the new row, and SET expressions see only the old one).
+``tokens_at`` never moves back: a statement whose ``now`` is older than the row's (stamped before it waited
+for SQLite's write lock or the row's lock behind a later one) refills nothing, where moving it back would
+let the next statement refill, and grant again, the tokens of the time in between.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def _admit(d: dict[str, str]) -> str:
     return f"""
         UPDATE psp_controls SET
             tokens = CASE WHEN {d['rate']} IS NULL THEN 0 ELSE {avail} - {grant} END,
-            tokens_at = {{now}},
+            tokens_at = CASE WHEN tokens_at IS NULL OR tokens_at < {{now}} THEN {{now}} ELSE tokens_at END,
             last_grant = {grant}
         WHERE psp = :psp
         RETURNING paused, cooldown_until, breaker_state, probe_at, failures, last_grant, tokens, {{now}} AS db_now

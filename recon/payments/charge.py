@@ -19,12 +19,12 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 | connect error, 429, 409, auth, bug       | unchanged                        | retry / dead as classified |
 | the PSP's settings are missing           | unchanged (never processing)     | dead (replay after fixing)  |
 
-Before anything changes, the PSP guard (``recon.payments.guard``, ``check``) may snooze the job, no attempt
-spent: the PSP is paused, cooling down after a 429, or its circuit breaker is open. The rate-limit token is
-taken right before the request (``admit``), after the payment is marked processing: a wait in between (a
-pooled connection, SQLite's write lock) holds no token, so it never releases a crowd of admitted calls at
-once. When no token comes within ``rate_wait_seconds`` (or a pause came in between) the job snoozes there,
-the payment left processing, and its next attempt re-sends under the same key.
+Before anything changes, the PSP guard (``recon.payments.guard``) may snooze the job, no attempt spent:
+the PSP is paused, cooling down after a 429, its circuit breaker is open, or its rate limit has no token.
+A permit older than the guard's PERMIT_SECONDS when the request is about to go (marking the payment
+processing waited for a pooled connection or SQLite's write lock) is admitted again
+(``PspGuard.refresh``): the calls a stall held back never reach the PSP in one crowd. If that admission
+snoozes, the payment stays processing and the next attempt re-sends under the same key.
 
 **Key generations.** A PSP keeps an idempotency key's saved answer for a limited time
 (``PspAdapter.idempotency_retention``: Stripe 24 h). A re-send of a key that old could charge a second time
@@ -100,22 +100,22 @@ class ChargeHandler:
         except ConfigError as exc:  # that cannot be called as configured
             return config_dead(exc)
         # the PSP guard before anything changes: a paused or cooling PSP leaves the payment as it is
-        held = self.guard.check(payment.psp, lease=lease)
-        if held is not None:
-            return held
+        permit = self.guard.admit(payment.psp, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         if payment.status is PaymentStatus.CREATED:
             marked = self._mark_processing(payment, job, lease)
             if marked is None:
                 return Complete()  # reconciliation decided it first (e.g. "never reached the PSP"): never send
             payment = marked
         elif self._key_may_be_forgotten(payment, adapter):
-            return self._look_before_resending(payment, job, lease, adapter)
+            return self._look_before_resending(payment, job, lease, adapter, permit)
         elif not self._still_unfinished(payment, job, lease):
             return Complete()  # healed by reconciliation since we read it: nothing to send
-        # the rate token right before the request: a stall above (a pooled connection, SQLite's write lock) held
-        # no token, so it cannot release admitted calls in a crowd. A snooze here (the bucket stayed empty, or a
-        # pause came since the check) leaves the payment processing: the next attempt re-sends the same key
-        permit = self.guard.admit(payment.psp, lease=lease)
+        # the write above may have waited (a pooled connection, SQLite's write lock): a permit that old is admitted
+        # again, so a stall never releases a crowd of calls at once. A snooze here leaves the payment
+        # processing: the next attempt re-sends the same key
+        permit = self.guard.refresh(permit, lease=lease)
         if isinstance(permit, Snooze):
             return permit
         lease.check()
@@ -137,11 +137,9 @@ class ChargeHandler:
             return False
         return self.clock.now() - payment.key_sent_at >= retention - min(KEY_RETENTION_MARGIN, retention / 10)
 
-    def _look_before_resending(self, payment: Payment, job: Job, lease: Lease, adapter: PspAdapter) -> Outcome:
+    def _look_before_resending(self, payment: Payment, job: Job, lease: Lease, adapter: PspAdapter,
+                               permit: Any) -> Outcome:
         """The key may be forgotten by the PSP: ask for the payment instead of re-sending the key."""
-        permit = self.guard.admit(payment.psp, lease=lease)
-        if isinstance(permit, Snooze):
-            return permit
         lease.check()
         ref = PspRef(psp_reference=payment.psp_reference, merchant_reference=payment.merchant_reference,
                      merchant_account=payment.merchant_account)

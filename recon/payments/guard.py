@@ -1,13 +1,13 @@
 """PspGuard: what stands between a job handler and a PSP call.
 
-The PSP-calling handlers ask ``guard.admit(psp, lease=lease)`` right before the call and make the call
-through the ``Permit`` it returns, which records how it went. A handler that changes something before its
-call (the charge marks its payment processing) first asks ``guard.check(psp, lease=lease)``, which snoozes a
-paused, cooling or broken PSP's job before anything changes and takes no rate token: the token is taken by
-``admit`` after the change, right before the request, so a stall in between (a wait for a pooled connection,
-SQLite's write lock) holds no admitted call back to release it in a crowd with the others. The state is
-PSP-wide, in the PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every host obeys
-it:
+The PSP-calling handlers ask ``guard.admit(psp, lease=lease)`` before anything changes and make the call
+through the ``Permit`` it returns, which records how it went. A handler that writes between the two (the
+charge marks its payment processing) asks ``guard.refresh(permit, lease=lease)`` right before the call: a
+permit admitted longer than PERMIT_SECONDS ago (the write waited for a pooled connection, for SQLite's write
+lock) is admitted again, so a stall there never releases the calls admitted before it in one crowd: the
+calls stay within the bucket's rate however long the handlers waited (the old token is spent unused). The
+state is PSP-wide, in the PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every
+host obeys it:
 
 | before the call                                     | the handler gets                                   |
 | --------------------------------------------------- | -------------------------------------------------- |
@@ -38,14 +38,9 @@ worth, at most the burst), which this process's threads then share as local perm
 PERMIT_SECONDS). So a rate-limited PSP costs at most rate/batch statements per second per process, an
 unlimited one at most one per UNLIMITED_BATCH calls; a success costs nothing unless failures were counted.
 The price of the batch: a pause or an open breaker decided elsewhere reaches this process after at most
-``batch`` calls or PERMIT_SECONDS. ``check`` reads the state the last admission statement of this process
-saw while it is younger than PERMIT_SECONDS (this process's own 429s and breaker openings are written into
-it at once), else runs an admission statement that takes no token (one thread at a time; the others read
-the state last seen meanwhile); a pause that comes between a handler's ``check`` and its ``admit`` snoozes
-the job at ``admit``, after its change (the charge then re-sends under the same key when it wakes).
-Across processes nothing changes: every permit is a token taken from the shared bucket, so in any second
-the calls stay within the rate, the bucket's capacity and the permits each process held from before (fewer
-than a batch each).
+``batch`` calls or PERMIT_SECONDS. Across processes nothing changes: every permit is a token taken from the
+shared bucket, so in any second the calls stay within the rate, the bucket's capacity and the permits each
+process held from before (fewer than a batch each).
 
 Threads: the per-PSP gate's lock is held only to hand out a local permit, never across a statement or a
 sleep. One thread at a time (the refiller) runs the admission statement, and waits for the bucket's next
@@ -66,7 +61,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -128,10 +123,6 @@ class _Gate:
         self.known = False  #: the PSP's row exists
         self.call_seconds: float | None = None  #: moving average of a call's duration (``PspGuard.pressure``)
         self.statement_seconds: float | None = None  #: moving average of an admission statement's duration
-        #: the PSP's state as the last admission statement saw it, and when (monotonic, after it): ``check``
-        #: reads it (replaced whole, never changed in place, so a reader needs no lock)
-        self.seen: tuple[Admission, float] | None = None
-        self.checking = False  #: a thread runs ``check``'s statement (guarded by ``cond``)
 
     def take(self, now: float) -> bool:
         if self.permits > 0 and now < self.permits_until:
@@ -146,11 +137,13 @@ class _Gate:
 @dataclass(slots=True)
 class Permit:
     """Leave to call the PSP once. ``call(func)`` runs the call and tells the guard how it went; a
-    ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token)."""
+    ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token); ``admitted``
+    when its rate token was taken (the guard's monotonic clock: ``PspGuard.refresh``)."""
 
     guard: PspGuard | None
     psp: str
     probe: datetime | None = None
+    admitted: float = 0.0
 
     def call(self, func: Callable[[], T]) -> T:
         """``func()``; PspErrors are recorded and re-raised. Recording never raises (a database problem is
@@ -172,11 +165,11 @@ class Permit:
 class Unguarded:
     """The guard of handlers built without one (tests, the demo): every call admitted, nothing recorded."""
 
-    def check(self, psp: str, *, lease: Lease | None = None) -> Snooze | None:
-        return None
-
     def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
         return Permit(None, psp)
+
+    def refresh(self, permit: Permit, *, lease: Lease | None = None) -> Permit | Snooze:
+        return permit
 
 
 class PspGuard:
@@ -187,8 +180,8 @@ class PspGuard:
                  sleep_func: Callable[[float], Any] = time.sleep) -> None:
         self.store = store
         self.config = config
-        #: what the guard did, by name (admitted, gate_waits, rate_waits, snoozed_WHY, cooldowns, probes...);
-        #: incremented from many threads, so only under ``_counts_lock`` (``_count``); read it as it is
+        #: what the guard did, by name (admitted, readmitted, gate_waits, rate_waits, snoozed_WHY, cooldowns,
+        #: probes...); incremented from many threads, so only under ``_counts_lock`` (``_count``)
         self.counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
         self._rng = rng or random.Random()  # nosec B311  # jitter and simulation, not security
@@ -203,32 +196,18 @@ class PspGuard:
 
     # --- before the call ------------------------------------------------------------------------------
 
-    def check(self, psp: str, *, lease: Lease | None = None) -> Snooze | None:
-        """Before a handler changes anything: the Snooze when ``psp`` is paused, cooling down after a 429, or
-        its breaker is open or half-open with the probe time not come; None otherwise (the probe time come:
-        ``admit`` decides who probes). Takes no rate token: ``admit`` does, right before the call.
-
-        Reads the state the last admission statement of this process saw when it is younger than
-        PERMIT_SECONDS; else one thread runs an admission statement that takes no token, and the others read
-        the state last seen meanwhile (when none was seen yet, each runs its own)."""
-        limits = self.config.for_psp(psp)
-        gate = self._gate(psp)
-        seen = gate.seen
-        if seen is None or self._monotonic() - seen[1] >= PERMIT_SECONDS:
-            with gate.cond:
-                mine = not gate.checking
-                gate.checking = True
-            if mine or seen is None:
-                try:
-                    self._admission(psp, limits, gate, 0)
-                finally:
-                    if mine:
-                        with gate.cond:
-                            gate.checking = False
-                seen = gate.seen
-            assert seen is not None  # nosec B101  # type narrowing, not a check
-        state, at = seen
-        return self._blocked(psp, limits, state, age=self._monotonic() - at)
+    def refresh(self, permit: Permit, *, lease: Lease | None = None) -> Permit | Snooze:
+        """Right before the call, after the handler's own writes: ``permit`` itself when it was admitted within
+        PERMIT_SECONDS (or is the breaker's probe), else a new admission (``admit``: a Permit, or the Snooze
+        the job should return). A permit held across a stall (a pooled connection, SQLite's write lock) is not
+        spent late: the calls of every thread the stall held would reach the PSP together, beyond the
+        bucket's rate, and its 429s cool every worker down."""
+        if permit.guard is None or permit.probe is not None:
+            return permit
+        if self._monotonic() - permit.admitted <= PERMIT_SECONDS:
+            return permit
+        self._count("readmitted")
+        return self.admit(permit.psp, lease=lease)
 
     def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
         """A Permit to call ``psp`` now, or the Snooze the job should return. May wait up to the PSP's
@@ -263,7 +242,7 @@ class PspGuard:
             now = self._monotonic()
             if gate.take(now):
                 self._count("admitted")
-                return Permit(self, psp), deadline
+                return Permit(self, psp, admitted=now), deadline
             if not gate.refilling:
                 gate.refilling = True
                 return None, deadline
@@ -293,11 +272,12 @@ class PspGuard:
             if held is not None:
                 return held
             if admission.granted:
+                now = self._monotonic()
                 with gate.cond:
                     gate.permits = admission.granted - 1
-                    gate.permits_until = self._monotonic() + PERMIT_SECONDS
+                    gate.permits_until = now + PERMIT_SECONDS
                 self._count("admitted")
-                return Permit(self, psp)
+                return Permit(self, psp, admitted=now)
             assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
             wait = max((batch - admission.tokens) / limits.rate_limit, 0.001)
             now = self._monotonic()
@@ -324,11 +304,9 @@ class PspGuard:
             self.store.ensure(psp)
             admission = self.store.admit(psp, rate=rate, capacity=capacity, batch=batch)
         assert admission is not None  # nosec B101  # type narrowing, not a check
-        ended = self._monotonic()
-        seconds, last = ended - started, gate.statement_seconds
+        seconds, last = self._monotonic() - started, gate.statement_seconds
         gate.statement_seconds = seconds if last is None else last + STATEMENT_SECONDS_WEIGHT * (seconds - last)
         gate.failures = admission.failures
-        gate.seen = (admission, ended)
         return admission
 
     @staticmethod
@@ -344,42 +322,25 @@ class PspGuard:
 
     def _held(self, psp: str, limits: PspLimits, a: Admission) -> Permit | Snooze | None:
         """The Snooze (or the probe Permit) when the PSP is paused, cooling down or its breaker not closed."""
-        blocked = self._blocked(psp, limits, a, age=0.0)
-        if blocked is not None or a.breaker_state == "closed":
-            return blocked
-        # the probe time has come (or a probe's slot expired): one worker wins it
-        token = self.store.claim_probe(psp, probe_for=limits.breaker_open_seconds)
-        if token is not None:
-            log.warning("psp %s: circuit half-open, one probe call goes out", psp)
-            self._count("probes")
-            return Permit(self, psp, probe=token)
-        return self._snooze(psp, HALF_OPEN_RECHECK_SECONDS, f"psp {psp} circuit half-open: a probe is out", "breaker")
-
-    def _blocked(self, psp: str, limits: PspLimits, a: Admission, *, age: float) -> Snooze | None:
-        """The Snooze when the state ``a`` (seen ``age`` seconds ago) says the PSP is paused, cooling down, or its
-        breaker open or half-open before the probe time; None when closed or the probe time has come."""
-        now = a.now + timedelta(seconds=max(age, 0.0))
         if a.paused:
             return self._snooze(psp, limits.pause_snooze_seconds, pause_reason(psp), "paused")
-        if a.cooldown_until is not None and a.cooldown_until > now:
-            return self._snooze(psp, (a.cooldown_until - now).total_seconds(),
+        if a.cooldown_until is not None and a.cooldown_until > a.now:
+            return self._snooze(psp, (a.cooldown_until - a.now).total_seconds(),
                                 f"psp {psp} cooling down after a 429", "cooldown")
         if a.breaker_state == "closed":
             return None
-        left = (a.probe_at - now).total_seconds() if a.probe_at is not None else 0.0
-        if left <= 0:
-            return None
+        half_open = f"psp {psp} circuit half-open: a probe is out"
+        left = (a.probe_at - a.now).total_seconds() if a.probe_at is not None else 0.0
+        if left <= 0:  # the probe time has come (or a probe's slot expired): one worker wins it
+            token = self.store.claim_probe(psp, probe_for=limits.breaker_open_seconds)
+            if token is not None:
+                log.warning("psp %s: circuit half-open, one probe call goes out", psp)
+                self._count("probes")
+                return Permit(self, psp, probe=token)
+            return self._snooze(psp, HALF_OPEN_RECHECK_SECONDS, half_open, "breaker")
         if a.breaker_state == "half_open":
-            return self._snooze(psp, min(left, HALF_OPEN_RECHECK_SECONDS),
-                                f"psp {psp} circuit half-open: a probe is out", "breaker")
+            return self._snooze(psp, min(left, HALF_OPEN_RECHECK_SECONDS), half_open, "breaker")
         return self._snooze(psp, left, f"psp {psp} circuit open", "breaker")
-
-    @staticmethod
-    def _saw(gate: _Gate, **changes: Any) -> None:
-        """This process changed the PSP's row (a cool-down, the breaker): ``check`` sees it at once."""
-        seen = gate.seen
-        if seen is not None:
-            gate.seen = (replace(seen[0], **changes), seen[1])
 
     def _snooze(self, psp: str, seconds: float, reason: str, why: str) -> Snooze:
         # jitter, so that the jobs held back together do not all come back at the same instant
@@ -456,7 +417,6 @@ class PspGuard:
                 if self.store.close_if_probe(permit.psp, token=permit.probe):
                     log.warning("psp %s: probe succeeded, circuit closed", permit.psp)
                     gate.failures = 0
-                    self._saw(gate, breaker_state="closed", failures=0)
                 return
             if gate.failures > 0:
                 gate.failures = 0
@@ -475,14 +435,12 @@ class PspGuard:
                 log.warning("psp %s: probe failed (%s), circuit open again until %s", permit.psp, reason,
                             again.isoformat())
                 gate.clear()
-                self._saw(gate, breaker_state="open", probe_at=again)
                 return
         record = self.store.record_failure(permit.psp, threshold=limits.breaker_failures, force=force,
                                            open_for=limits.breaker_open_seconds, reason=reason)
         gate.failures = record.failures
         if record.breaker_state != "closed":
             gate.clear()
-            self._saw(gate, breaker_state=record.breaker_state, probe_at=record.probe_at)
         if record.opened:
             self._count("breaker_opened")
             log.warning("psp %s: circuit open after %d failures in a row (%s); next probe at %s", permit.psp,
@@ -496,10 +454,6 @@ class PspGuard:
         if seconds <= 0:
             return
         until = self.store.cool_down(psp, seconds=seconds)
-        gate = self._gate(psp)
-        seen = gate.seen
-        if seen is not None and (seen[0].cooldown_until is None or seen[0].cooldown_until < until):
-            self._saw(gate, cooldown_until=until)
         self._count("cooldowns")
         log.warning("psp %s answered 429: every worker backs off until %s", psp, until.isoformat())
 

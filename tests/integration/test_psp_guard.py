@@ -317,6 +317,31 @@ def test_guard__many_threads_in_two_guards_never_pass_the_limit(db: Database) ->
     stamps.sort()
     assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 20 + cap + 2 * (cap - 1)
     assert sum(g.counts["snoozed_rate"] for g in guards) == 0
+    assert sum(g.counts["admitted"] for g in guards) == 60  # counted from 16 threads each: none lost
+
+
+def test_guard__the_bucket_time_never_moves_back(db_url: str) -> None:
+    """An admission statement stamped earlier than the last one (it waited for the write lock or the row behind
+    it) refills nothing: 10 tokens/s, a bucket of 10, three statements stamped T0+1, T0+0.5 and T0+1 again. The
+    second and third find the 0.5 s between them already granted by the first (the bucket refills by rate x
+    elapsed from the latest time it was stamped)."""
+    fdb = connect(db_url, clock=FixedClock(T0))
+    try:
+        store = ControlStore(fdb)
+        store.ensure("sandbox")
+        first = store.admit("sandbox", rate=10, capacity=10, batch=10)  # the bucket starts full
+        assert first is not None and first.granted == 10
+        fdb.clock = FixedClock(T0 + timedelta(seconds=1))
+        second = store.admit("sandbox", rate=10, capacity=10, batch=10)  # 1 s x 10/s
+        assert second is not None and second.granted == 10
+        fdb.clock = FixedClock(T0 + timedelta(seconds=0.5))
+        late = store.admit("sandbox", rate=10, capacity=10, batch=1)
+        assert late is not None and late.granted == 0
+        fdb.clock = FixedClock(T0 + timedelta(seconds=1))
+        third = store.admit("sandbox", rate=10, capacity=10, batch=5)
+        assert third is not None and third.granted == 0  # 20 in one second already: the rate and the bucket
+    finally:
+        fdb.dispose()
 
 
 class StalledBegin:
@@ -347,7 +372,8 @@ def test_guard__a_stall_before_the_call_releases_no_crowd_at_the_psp(db: Databas
     """40 charge jobs on 40 threads at 20 requests/s with a burst of 2, while every handler's transaction stalls
     (a database under load) and then all are released at once. The calls reach the PSP within the rate: at most
     20 + 2 in any second, and the sandbox (20/s, a bucket of 20) never answers 429. Before, each handler took
-    its rate token, then waited in the stall holding it, and the release sent 40 calls in the same instant."""
+    its rate token, then waited in the stall holding it, and the release sent 40 calls in the same instant
+    (56 calls, 16 of them 429s); now a permit older than PERMIT_SECONDS is admitted again before the call."""
     rate, burst, n = 20, 2, 40
     sandbox.set_faults(Faults(rate_limit=rate, decline_amount_suffix=None))
     stamps: list[float] = []
