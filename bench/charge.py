@@ -106,6 +106,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=int, default=200, help="the sandbox's median latency")
     parser.add_argument("--jitter", type=float, default=0.5, help="latency x uniform(1 - J, 1 + J)")
     parser.add_argument("--rate", type=float, default=100.0, help="the PSP's rate limit, requests/s")
+    parser.add_argument("--rate-burst", type=float, help="recon's [psp.sandbox] rate_burst (default: not set)")
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--cases", default="shipped,tuned", help="comma-separated: shipped, tuned, fixed8")
     parser.add_argument("--noop", action="store_true", help="also the no-op drain, shipped against tuned")
@@ -152,6 +153,8 @@ def _run_case(backend: str, case: str, args: argparse.Namespace) -> dict[str, An
 
 def _config(case: str, args: argparse.Namespace) -> str:
     text = f"[psp.sandbox]\nrate_limit = {args.rate:g}\n"
+    if args.rate_burst is not None:
+        text += f"rate_burst = {args.rate_burst:g}\n"
     if case == "tuned":
         threads = math.ceil(1.25 * args.rate * args.latency_ms / 1000)
         text += f"\n[engine]\nautosize = false\nconcurrency = {threads}\nprefetch = 0\n"

@@ -44,10 +44,12 @@ process held from before (fewer than a batch each).
 
 Threads: the per-PSP gate's lock is held only to hand out a local permit, never across a statement or a
 sleep. One thread at a time (the refiller) runs the admission statement, and waits for the bucket's next
-tokens if it is empty; the others wait on the gate and are handed the batch it brings. A job snoozes for
-the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another thread's statement
-(a slow database, many threads) is this process's own contention: it never snoozes a job and is not
-reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
+tokens if it is empty; the others wait on the gate and are handed the batch it brings. When a statement
+takes longer than a full bucket lasts (capacity / rate: 0.1 s by default), up to MAX_REFILLERS run at once
+(one would cap the process at capacity / statement seconds; the shared bucket still bounds every second).
+A job snoozes for the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another
+thread's statement (a slow database, many threads) is this process's own contention: it never snoozes a job
+and is not reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
 
 Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the config file).
 """
@@ -90,6 +92,10 @@ HALF_OPEN_RECHECK_SECONDS = 5.0
 STATEMENT_SECONDS_WEIGHT = 0.2
 #: an admission statement takes the tokens of this many of its own durations (``PspGuard._batch``)
 STATEMENT_HEADROOM = 2.0
+#: admission statements one process may have in flight for one PSP when they are slow (``PspGuard._refillers``)
+MAX_REFILLERS = 8
+#: that many statements in flight per full bucket a statement's duration lets in (they need not be evenly spread)
+REFILLERS_HEADROOM = 2.0
 #: weight of the newest call in a PSP's call-seconds average (``PspGuard.pressure``)
 CALL_SECONDS_WEIGHT = 0.05
 #: failures of these kinds feed the breaker (the PSP is unreachable or failing), others mean it answered
@@ -109,14 +115,15 @@ class _Gate:
     """This process's view of one PSP: local permits, the refill in progress and the failure count last seen.
 
     ``cond`` guards the fields and is never held across a database statement or a sleep: one thread at a time
-    (``refilling``) runs the admission statement or waits for the bucket's next tokens, outside it; the others
-    wait on ``cond`` and are handed the permits it brings (``notify``, first come first served)."""
+    (``refilling``; more while the statements are slow: ``PspGuard._refillers``) runs the admission statement
+    or waits for the bucket's next tokens, outside it; the others wait on ``cond`` and are handed the permits
+    it brings (``notify``, first come first served)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
         self.permits = 0
         self.permits_until = 0.0
-        self.refilling = False
+        self.refilling = 0  #: threads in ``PspGuard._refill``
         #: the refiller is waiting for the bucket's next tokens (not in a statement) until this instant
         self.empty_until = 0.0
         self.failures = 0
@@ -227,8 +234,9 @@ class PspGuard:
             return self._refill(psp, limits, gate, deadline, lease)
         finally:
             with gate.cond:
-                gate.refilling = False
-                gate.empty_until = 0.0
+                gate.refilling -= 1
+                if not gate.refilling:
+                    gate.empty_until = 0.0
                 gate.cond.notify(max(gate.permits, 1))  # the permits brought, or the next refiller
 
     def _take_or_wait(self, psp: str, limits: PspLimits, gate: _Gate,
@@ -243,8 +251,8 @@ class PspGuard:
             if gate.take(now):
                 self._count("admitted")
                 return Permit(self, psp, admitted=now), deadline
-            if not gate.refilling:
-                gate.refilling = True
+            if gate.refilling < self._refillers(limits, gate) and not gate.empty_until:
+                gate.refilling += 1
                 return None, deadline
             if gate.empty_until > 0:  # the bucket is empty: the refiller waits for its next tokens
                 if deadline is None:
@@ -274,12 +282,14 @@ class PspGuard:
             if admission.granted:
                 now = self._monotonic()
                 with gate.cond:
-                    gate.permits = admission.granted - 1
+                    gate.permits = (gate.permits if now < gate.permits_until else 0) + admission.granted - 1
                     gate.permits_until = now + PERMIT_SECONDS
                 self._count("admitted")
                 return Permit(self, psp, admitted=now)
             assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
-            wait = max((batch - admission.tokens) / limits.rate_limit, 0.001)
+            # for this refiller's share of a batch: with several in flight, each takes what came since the last
+            wanted = max(1.0, batch / self._refillers(limits, gate))
+            wait = max((wanted - admission.tokens) / limits.rate_limit, 0.001)
             now = self._monotonic()
             if deadline is None:  # the wait for tokens begins now
                 deadline = now + limits.rate_wait_seconds
@@ -308,6 +318,18 @@ class PspGuard:
         gate.statement_seconds = seconds if last is None else last + STATEMENT_SECONDS_WEIGHT * (seconds - last)
         gate.failures = admission.failures
         return admission
+
+    @staticmethod
+    def _refillers(limits: PspLimits, gate: _Gate) -> int:
+        """Admission statements this process may have in flight for one PSP at once: one while a statement takes
+        less than a full bucket lasts (capacity / rate), more when it takes longer (a loaded machine: a pool
+        wait, SQLite's write lock, a busy interpreter), since one at a time then caps the process at capacity /
+        statement seconds, below the rate. At most MAX_REFILLERS. Safe for the limit: every grant comes from
+        the shared bucket, which never gives more than the rate plus its capacity in any second."""
+        if limits.rate_limit is None or gate.statement_seconds is None:
+            return 1
+        behind = limits.rate_limit * gate.statement_seconds / limits.capacity
+        return max(1, min(MAX_REFILLERS, 1 + math.ceil(REFILLERS_HEADROOM * behind) if behind > 1 else 1))
 
     @staticmethod
     def _batch(limits: PspLimits, gate: _Gate) -> int:

@@ -320,6 +320,47 @@ def test_guard__many_threads_in_two_guards_never_pass_the_limit(db: Database) ->
     assert sum(g.counts["admitted"] for g in guards) == 60  # counted from 16 threads each: none lost
 
 
+class SlowAdmissions(ControlStore):
+    """A ControlStore whose admission statements each take 0.2 s more (a loaded machine: a wait for a pooled
+    connection, for SQLite's write lock, for the interpreter)."""
+
+    def admit(self, psp: str, *, rate: float | None, capacity: float, batch: int) -> Admission | None:
+        time.sleep(0.2)
+        return super().admit(psp, rate=rate, capacity=capacity, batch=batch)
+
+
+def test_guard__slow_admission_statements_still_admit_at_the_rate(db: Database) -> None:
+    """100 requests/s with a bucket of 10, admission statements of 0.2 s: one statement at a time brings at most
+    10 tokens per 0.2 s, 50/s whatever the threads (200 permits: at most (200 - 1) / ((200 - 10 - 5) / 50 s),
+    54/s). With several statements in flight 24 threads take them faster than one statement at a time could
+    (88/s on a quiet machine, 61-79/s at load 15), and no second holds more than the rate and the bucket."""
+    guard = PspGuard(SlowAdmissions(db), GuardConfig(per_psp={"sandbox": PspLimits(
+        rate_limit=100, rate_burst=10, rate_wait_seconds=30)}), rng=Random(7))
+    stamps: list[float] = []
+    tickets = iter(range(200))
+    lock = threading.Lock()
+
+    def run() -> None:
+        while True:
+            with lock:
+                if next(tickets, None) is None:
+                    return
+            assert isinstance(guard.admit("sandbox"), Permit)
+            with lock:
+                stamps.append(time.monotonic())
+
+    threads = [threading.Thread(target=run) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(stamps) == 200
+    stamps.sort()
+    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    assert rate >= 58, rate
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 100 + 10
+
+
 def test_guard__the_bucket_time_never_moves_back(db_url: str) -> None:
     """An admission statement stamped earlier than the last one (it waited for the write lock or the row behind
     it) refills nothing: 10 tokens/s, a bucket of 10, three statements stamped T0+1, T0+0.5 and T0+1 again. The
