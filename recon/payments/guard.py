@@ -271,8 +271,8 @@ class PspGuard:
     def _refill(self, psp: str, limits: PspLimits, gate: _Gate, deadline: float | None,
                 lease: Lease | None) -> Permit | Snooze:
         """The refiller's part: admission statements (waiting for the bucket's next tokens, within the deadline,
-        between them) until a batch is granted: this thread's Permit (the rest of the batch left in the gate
-        for the others), or a Snooze."""
+        between them) until tokens are granted (the batch, or the whole tokens the bucket held): this thread's
+        Permit (the rest left in the gate for the others), or a Snooze."""
         while True:
             batch = self._batch(limits, gate)
             admission = self._admission(psp, limits, gate, batch)
@@ -334,8 +334,8 @@ class PspGuard:
     @staticmethod
     def _batch(limits: PspLimits, gate: _Gate) -> int:
         """Tokens the next admission statement takes: ``limits.batch`` (50 ms worth), more when the statement
-        itself takes longer than a batch lasts (one statement at a time per process: tokens per second <= batch
-        / statement seconds), so that a slow database does not cap a process below the rate; at most the
+        itself takes longer than a batch lasts (tokens per second <= batch x statements in flight / statement
+        seconds: ``_refillers``), so that a slow database does not cap a process below the rate; at most the
         bucket's capacity, which bounds every process's burst anyway."""
         if limits.rate_limit is None or gate.statement_seconds is None:
             return limits.batch
