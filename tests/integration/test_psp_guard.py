@@ -460,6 +460,57 @@ def test_guard__a_stall_before_the_call_releases_no_crowd_at_the_psp(db: Databas
     assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= rate + burst
 
 
+def test_guard__a_permit_gone_stale_that_finds_no_token_snoozes_and_the_next_attempt_charges_once(
+        db: Database, sandbox: SandboxServer) -> None:
+    """1 request/s, a bucket of 1, a wait for tokens of at most 0.1 s: the charge takes the only token, marking
+    the payment processing stalls 0.6 s (past PERMIT_SECONDS), the permit is admitted again and no token
+    comes within 0.1 s: the job snoozes (no attempt spent) with the payment processing, nothing sent. Its
+    next attempt re-sends the same key: one charge at the PSP, the payment succeeded."""
+    calls: list[str] = []
+
+    class Counting(SandboxAdapter):
+        def create_payment(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(kwargs["idempotency_key"])
+            return super().create_payment(*args, **kwargs)
+
+    adapter = Counting(sandbox.url)
+    stalled = StalledBegin(db)
+    guard = guard_for(db, rate_limit=1, rate_burst=1, rate_wait_seconds=0.1)
+    handlers = Handlers()
+    handlers.register("charge", ChargeHandler(PaymentStore(stalled), lambda _name: adapter,  # type: ignore[arg-type]
+                                              guard=guard))
+    [payment_id] = create(db, 1)
+    settings = fast_settings()
+    engine = replace(settings.engine, autosize=False, concurrency=1, prefetch=0)
+    store = JobStore(db)
+    worker = Worker(store, handlers, config=engine, policy=RetryPolicy(settings.retry), queues=["charges"],
+                    classify_func=classify)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while stalled.arrivals < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.6)
+        stalled.release.set()
+        deadline = time.monotonic() + 30
+        while unfinished(store, ["charges"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stalled.release.set()
+        worker.request_stop()
+        thread.join(30)
+        adapter.close()
+    [job] = store.list_jobs(kind="charge")
+    outcomes = [(a.outcome, a.error) for a in store.attempts(job.id)]
+    assert outcomes[0] == ("snoozed", "psp sandbox rate limit") and outcomes[-1][0] == "succeeded", outcomes
+    assert guard.counts["readmitted"] >= 1
+    payment = PaymentStore(db).get(payment_id)
+    assert payment is not None and payment.status is PaymentStatus.SUCCEEDED
+    assert calls == [payment.charge_key]  # sent once, after the snooze, under the payment's one key
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 1
+
+
 def test_guard__unlimited_psp_costs_one_statement_per_batch_of_calls(db: Database) -> None:
     guard = guard_for(db)  # no rate limit: one admission statement serves UNLIMITED_BATCH calls
     for _ in range(100):
