@@ -23,7 +23,9 @@ One JSON line per backend and case:
 - ``double_charges``: from the sandbox's ledger (``GET /_admin/charges``): charges beyond one per idempotency
   key; ``max_charges_per_key`` its worst key.
 - ``peak_rss_mb``: the worker process's peak RSS (``wait4``). ``sizing``: the worker's row at the end (its
-  threads, claim batch, prefetch and why: ``recon stats`` shows the same).
+  threads, claim batch, prefetch and why: ``recon stats`` shows the same); ``database_waits``: its
+  transactions' waits for a pooled connection and (SQLite) the write lock, as last published (every few
+  seconds: ``recon.db.database.Waits``).
 - goals (shipped only): ``rate_over_limit`` >= 0.95 (>= 0.90 from 2 s latency on), no double charge, RSS < 300 MB.
 
 ``--noop`` adds the no-op drain (bench/engine.py's, 20,000 jobs, one process) at the shipped defaults and tuned
@@ -104,6 +106,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=int, default=200, help="the sandbox's median latency")
     parser.add_argument("--jitter", type=float, default=0.5, help="latency x uniform(1 - J, 1 + J)")
     parser.add_argument("--rate", type=float, default=100.0, help="the PSP's rate limit, requests/s")
+    parser.add_argument("--rate-burst", type=float, help="recon's [psp.sandbox] rate_burst (default: not set)")
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     parser.add_argument("--cases", default="shipped,tuned", help="comma-separated: shipped, tuned, fixed8")
     parser.add_argument("--noop", action="store_true", help="also the no-op drain, shipped against tuned")
@@ -150,6 +153,8 @@ def _run_case(backend: str, case: str, args: argparse.Namespace) -> dict[str, An
 
 def _config(case: str, args: argparse.Namespace) -> str:
     text = f"[psp.sandbox]\nrate_limit = {args.rate:g}\n"
+    if args.rate_burst is not None:
+        text += f"rate_burst = {args.rate_burst:g}\n"
     if case == "tuned":
         threads = math.ceil(1.25 * args.rate * args.latency_ms / 1000)
         text += f"\n[engine]\nautosize = false\nconcurrency = {threads}\nprefetch = 0\n"
@@ -229,12 +234,12 @@ def _charge(db: Database, url: str, config: Path, sandbox: str, args: argparse.N
             charged = _charged(db)
             samples.append((time.perf_counter() - started, charged))
         seconds = time.perf_counter() - started
-        sizing = _sizing(db)
+        sizing, waits = _sizing(db)
         proc.send_signal(signal.SIGTERM)
         status, rusage = _wait4(proc, time.perf_counter() + 60)
     warnings = [line for line in err.read_text().splitlines() if " WARNING " in line or " ERROR " in line]
     return {"seconds": round(seconds, 2), "timed_out": charged < n, "exit_code": os.waitstatus_to_exitcode(status),
-            "charged_now": charged, "steady_rate": _steady(samples, n), "sizing": sizing,
+            "charged_now": charged, "steady_rate": _steady(samples, n), "sizing": sizing, "database_waits": waits,
             "peak_rss_mb": round(rusage.ru_maxrss / 1024, 1),
             "cpu_seconds": round(rusage.ru_utime + rusage.ru_stime, 1),
             "worker_log_warnings": len(warnings), "first_warning": warnings[0][:200] if warnings else None}
@@ -245,13 +250,14 @@ def _charged(db: Database) -> int:
         return int(conn.execute(sa.text("SELECT count(*) FROM payments WHERE status = 'succeeded'")).scalar_one())
 
 
-def _sizing(db: Database) -> Any:
+def _sizing(db: Database) -> tuple[Any, Any]:
+    """The worker's sizing at the end, and its waits for a pooled connection or SQLite's write lock."""
     with db.begin() as conn:
         row = conn.execute(sa.text("SELECT slots, counters FROM workers ORDER BY last_seen_at DESC")).first()
     if row is None:
-        return None
+        return None, None
     counters = row[1] if isinstance(row[1], dict) else json.loads(row[1] or "{}")
-    return counters.get("sizing") or {"concurrency": row[0]}
+    return counters.get("sizing") or {"concurrency": row[0]}, counters.get("database_waits")
 
 
 def _steady(samples: list[tuple[float, int]], n: int) -> float | None:

@@ -16,7 +16,7 @@ class Admission:
     breaker_state: str  #: closed | open | half_open
     probe_at: datetime | None
     failures: int
-    granted: int  #: tokens taken (0 when blocked or when fewer than the batch were available)
+    granted: int  #: tokens taken: the batch, the whole tokens the bucket held when fewer, 0 when blocked or empty
     tokens: float  #: tokens left in the bucket
     now: datetime
 

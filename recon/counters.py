@@ -12,6 +12,7 @@ How the numbers travel
 
        {"v": 1, "claimed": n, "released": n, "stale_finishes": n, "leases_lost": n, "lease_expirations": n,
         "database_outages": n, "database_outage_seconds": s,
+        "database_waits": {"checkout" | "write_lock": {"waits": n, "seconds": s, "longest": s}},
         "attempts": [[queue, kind, outcome, error_kind or "", n], ...],
         "job_duration_seconds" | "attempts_per_success" | "psp_request_duration_seconds":
             {"le": [bounds...], "series": [[[label values...], [count per bucket, +Inf last], sum], ...]},

@@ -6,8 +6,13 @@ workers on many hosts can race on it safely: PostgreSQL locks the row for the UP
 SET expressions on the latest version; SQLite runs each statement under ``BEGIN IMMEDIATE``.
 
 The rate-limit bucket lives in the same row: ``tokens`` as of ``tokens_at``, refilled at ``:rate`` per second
-up to ``:cap``. An admission takes ``:k`` tokens at once (the caller's batch) or none, and says how many it
-took in ``last_grant`` (RETURNING sees only the new row, and SET expressions see only the old one).
+up to ``:cap``. An admission takes ``:k`` tokens (the caller's batch), or as many whole tokens as the bucket
+holds when fewer (several statements of one process in flight each take what has come since the last: all
+or nothing, each found less than its batch and took none), and says how many it took in ``last_grant``
+(RETURNING sees only the new row, and SET expressions see only the old one).
+``tokens_at`` never moves back: a statement whose ``now`` is older than the row's (stamped before it waited
+for SQLite's write lock or the row's lock behind a later one) refills nothing, where moving it back would
+let the next statement refill, and grant again, the tokens of the time in between.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ _PG = {
     "elapsed": "CAST(extract(epoch FROM ({now} - tokens_at)) AS double precision)",
     "least": "least",
     "greatest": "greatest",
+    "whole": "CAST(floor({}) AS integer)",
 }
 _LITE = {
     "rate": ":rate",
@@ -35,6 +41,7 @@ _LITE = {
     "elapsed": "((:now - tokens_at) / 1000000.0)",
     "least": "min",
     "greatest": "max",
+    "whole": "CAST({} AS INTEGER)",  # truncates: the tokens available are never negative
 }
 _BLOCKED = "(paused OR breaker_state <> 'closed' OR (cooldown_until IS NOT NULL AND cooldown_until > {now}))"
 
@@ -43,11 +50,11 @@ def _admit(d: dict[str, str]) -> str:
     avail = (f"(CASE WHEN tokens_at IS NULL THEN {d['cap']} ELSE {d['least']}({d['cap']}, "
              f"tokens + {d['greatest']}(0, {d['elapsed']}) * {d['rate']}) END)")
     grant = (f"(CASE WHEN {_BLOCKED} THEN 0 WHEN {d['rate']} IS NULL THEN {d['k']} "
-             f"WHEN {avail} >= {d['k']} THEN {d['k']} ELSE 0 END)")
+             f"WHEN {avail} >= {d['k']} THEN {d['k']} ELSE {d['whole'].format(avail)} END)")
     return f"""
         UPDATE psp_controls SET
             tokens = CASE WHEN {d['rate']} IS NULL THEN 0 ELSE {avail} - {grant} END,
-            tokens_at = {{now}},
+            tokens_at = CASE WHEN tokens_at IS NULL OR tokens_at < {{now}} THEN {{now}} ELSE tokens_at END,
             last_grant = {grant}
         WHERE psp = :psp
         RETURNING paused, cooldown_until, breaker_state, probe_at, failures, last_grant, tokens, {{now}} AS db_now

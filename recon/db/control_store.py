@@ -45,7 +45,7 @@ class ControlStore:
 
     def admit(self, psp: str, *, rate: float | None, capacity: float, batch: int) -> Admission | None:
         """Read the PSP's state and, unless it is paused, cooling down or its breaker is not closed, take
-        ``batch`` tokens (or none when fewer are available; ``rate=None``: no limit, always ``batch``).
+        ``batch`` tokens (the whole tokens available when fewer; ``rate=None``: no limit, always ``batch``).
         None when the PSP has no row (call ``ensure``)."""
         row = self._run(lambda conn: conn.execute(self._q(cq.psp_control_admit), self._p(
             psp=psp, rate=rate, cap=capacity, k=batch)).first())

@@ -71,6 +71,40 @@ def parse_url(raw: str) -> URL:
     raise ConfigError(f"database URL: backend {backend!r} is not supported; use postgresql or sqlite")
 
 
+#: a wait to start a transaction shorter than this is not counted (``Waits``): a free pooled connection is taken
+#: in microseconds, a new PostgreSQL connection in milliseconds
+WAIT_NOTED_SECONDS = 0.001
+
+
+class Waits:
+    """How long this process's threads waited to start a transaction: ``checkout`` for a connection of the
+    pool (all in use: the pool's size and overflow bound them; or a new one being opened), and ``write_lock``
+    on SQLite for the write lock (``BEGIN IMMEDIATE``). Only waits of at least WAIT_NOTED_SECONDS are counted,
+    under a lock taken only then; ``snapshot()`` for the worker's counters (recon.engine.presence)."""
+
+    KINDS = ("checkout", "write_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = dict.fromkeys(self.KINDS, 0)
+        self._seconds = dict.fromkeys(self.KINDS, 0.0)
+        self._longest = dict.fromkeys(self.KINDS, 0.0)
+
+    def note(self, kind: str, seconds: float) -> None:
+        if seconds < WAIT_NOTED_SECONDS:
+            return
+        with self._lock:
+            self._count[kind] += 1
+            self._seconds[kind] += seconds
+            self._longest[kind] = max(self._longest[kind], seconds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per kind: waits counted, their seconds summed, the longest (cumulative)."""
+        with self._lock:
+            return {kind: {"waits": self._count[kind], "seconds": round(self._seconds[kind], 3),
+                           "longest": round(self._longest[kind], 3)} for kind in self.KINDS}
+
+
 class Database:
     """An engine plus what every statement needs: the dialect name and the clock.
 
@@ -98,6 +132,8 @@ class Database:
         self.hot_lock = threading.Lock()
         #: this process's view of the database's availability (recon.db.availability): one log line an outage
         self.outage = Outage()
+        #: how long transactions waited for a pooled connection or SQLite's write lock (``Waits``)
+        self.waits = Waits()
         self._stale_epoch = 0  # the outage whose start made the pools' older connections stale
         #: (time.monotonic) the pools give out no connection opened before this: the server it reaches failed
         self._stale_before = 0.0
@@ -134,8 +170,15 @@ class Database:
     @contextlib.contextmanager
     def begin(self) -> Iterator[sa.Connection]:
         epoch = self.outage.epoch
-        with translate_errors(self.unavailable), self.engine.begin() as conn:
-            yield conn
+        with translate_errors(self.unavailable):
+            asked = time.monotonic()
+            with self.engine.connect() as conn:  # what Engine.begin does, with the waits measured
+                given = time.monotonic()
+                self.waits.note("checkout", given - asked)
+                with conn.begin():
+                    if self.dialect == "sqlite":
+                        self.waits.note("write_lock", time.monotonic() - given)
+                    yield conn
         self.outage.succeeded(epoch)
 
     @contextlib.contextmanager
@@ -148,7 +191,9 @@ class Database:
                 yield conn
             return
         epoch = self.outage.epoch
+        asked = time.monotonic()
         with translate_errors(self.unavailable), self.engine.connect() as conn:
+            self.waits.note("checkout", time.monotonic() - asked)
             conn = conn.execution_options(recon_read_only=True)
             with conn.begin():
                 yield conn
@@ -163,7 +208,9 @@ class Database:
                 yield conn
             return
         epoch = self.outage.epoch
+        asked = time.monotonic()
         with translate_errors(self.unavailable), self._autocommit.connect() as conn:
+            self.waits.note("checkout", time.monotonic() - asked)
             yield conn
         self.outage.succeeded(epoch)
 

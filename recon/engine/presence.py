@@ -3,7 +3,8 @@
 
 The row carries the process's slots and busy slots, its queues, and cumulative counters: the worker's own
 (claimed, released, stale finishes, leases lost to the heartbeat, expirations the watcher rescued, database
-outages and their seconds: recon.db.availability; written once the database is back) over
+outages and their seconds: recon.db.availability; written once the database is back; waits for a pooled
+connection or SQLite's write lock: ``Database.waits``) over
 its observer's ``snapshot()`` (the finisher tells the observer of every committed finish, in memory).
 It is published when the worker starts (after forgetting workers unseen for ``WORKER_RETENTION``), every
 ``interval`` seconds by the worker's ``presence`` loop (``run_once``, recon.engine.periodic), and once more,
@@ -59,7 +60,8 @@ class Presence:
         counters: dict[str, Any] = {
             "claimed": stats.claimed, "released": stats.released, "stale_finishes": stats.stale_finishes,
             "leases_lost": self._heartbeater.lost, "lease_expirations": self._watcher.lease_expirations,
-            "database_outages": outage.count, "database_outage_seconds": round(outage.seconds, 3)}
+            "database_outages": outage.count, "database_outage_seconds": round(outage.seconds, 3),
+            "database_waits": self._pool.db.waits.snapshot()}
         if self._observer is not None:
             counters = self._observer.snapshot() | counters
         sizing = self._sizing()

@@ -21,6 +21,10 @@ committed with the fenced job finish (``Outcome.write``): a worker that lost its
 
 Before anything changes, the PSP guard (``recon.payments.guard``) may snooze the job, no attempt spent:
 the PSP is paused, cooling down after a 429, its circuit breaker is open, or its rate limit has no token.
+A permit older than the guard's PERMIT_SECONDS when the request is about to go (marking the payment
+processing waited for a pooled connection or SQLite's write lock) is admitted again
+(``PspGuard.refresh``): the calls a stall held back never reach the PSP in one crowd. If that admission
+snoozes, the payment stays processing and the next attempt re-sends under the same key.
 
 **Key generations.** A PSP keeps an idempotency key's saved answer for a limited time
 (``PspAdapter.idempotency_retention``: Stripe 24 h). A re-send of a key that old could charge a second time
@@ -65,17 +69,9 @@ _MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKin
                   ErrorKind.CONFLICT}
 
 
-
-
-
-
 def config_dead(exc: ConfigError) -> Dead:
     """The outcome of a job whose PSP cannot be called as configured: dead, to replay once fixed."""
     return Dead(error_kind="config", error=f"ConfigError: {exc}")
-
-
-
-
 
 
 class ChargeHandler:
@@ -116,6 +112,12 @@ class ChargeHandler:
             return self._look_before_resending(payment, job, lease, adapter, permit)
         elif not self._still_unfinished(payment, job, lease):
             return Complete()  # healed by reconciliation since we read it: nothing to send
+        # the write above may have waited (a pooled connection, SQLite's write lock): a permit that old is admitted
+        # again, so a stall never releases a crowd of calls at once. A snooze here leaves the payment
+        # processing: the next attempt re-sends the same key
+        permit = self.guard.refresh(permit, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         lease.check()
         request = ChargeRequest(merchant_reference=payment.merchant_reference, amount=payment.amount,
                                 currency=payment.currency, merchant_account=payment.merchant_account,

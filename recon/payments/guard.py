@@ -1,8 +1,13 @@
 """PspGuard: what stands between a job handler and a PSP call.
 
-Both PSP-calling handlers (charge, reconcile) ask ``guard.admit(psp, lease=lease)`` before the call and
-make the call through the ``Permit`` it returns, which records how it went. The state is PSP-wide, in the
-PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every host obeys it:
+The PSP-calling handlers ask ``guard.admit(psp, lease=lease)`` before anything changes and make the call
+through the ``Permit`` it returns, which records how it went. A handler that writes between the two (the
+charge marks its payment processing) asks ``guard.refresh(permit, lease=lease)`` right before the call: a
+permit admitted longer than PERMIT_SECONDS ago (the write waited for a pooled connection, for SQLite's write
+lock) is admitted again, so a stall there never releases the calls admitted before it in one crowd: the
+calls stay within the bucket's rate however long the handlers waited (the old token is spent unused). The
+state is PSP-wide, in the PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every
+host obeys it:
 
 | before the call                                     | the handler gets                                   |
 | --------------------------------------------------- | -------------------------------------------------- |
@@ -39,10 +44,12 @@ process held from before (fewer than a batch each).
 
 Threads: the per-PSP gate's lock is held only to hand out a local permit, never across a statement or a
 sleep. One thread at a time (the refiller) runs the admission statement, and waits for the bucket's next
-tokens if it is empty; the others wait on the gate and are handed the batch it brings. A job snoozes for
-the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another thread's statement
-(a slow database, many threads) is this process's own contention: it never snoozes a job and is not
-reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
+tokens if it is empty; the others wait on the gate and are handed the batch it brings. When a statement
+takes longer than a full bucket lasts (capacity / rate: 0.1 s by default), up to MAX_REFILLERS run at once
+(one would cap the process at capacity / statement seconds; the shared bucket still bounds every second).
+A job snoozes for the rate only when the bucket stayed empty for ``rate_wait_seconds``; waiting for another
+thread's statement (a slow database, many threads) is this process's own contention: it never snoozes a job
+and is not reported to the sizer as the PSP throttling (``pressure``, ``counts["gate_waits"]``).
 
 Configuration: ``recon.payments.psp_limits`` (the ``[psp.NAME]`` tables of the config file).
 """
@@ -85,6 +92,10 @@ HALF_OPEN_RECHECK_SECONDS = 5.0
 STATEMENT_SECONDS_WEIGHT = 0.2
 #: an admission statement takes the tokens of this many of its own durations (``PspGuard._batch``)
 STATEMENT_HEADROOM = 2.0
+#: admission statements one process may have in flight for one PSP when they are slow (``PspGuard._refillers``)
+MAX_REFILLERS = 8
+#: that many statements in flight per full bucket a statement's duration lets in (they need not be evenly spread)
+REFILLERS_HEADROOM = 2.0
 #: weight of the newest call in a PSP's call-seconds average (``PspGuard.pressure``)
 CALL_SECONDS_WEIGHT = 0.05
 #: failures of these kinds feed the breaker (the PSP is unreachable or failing), others mean it answered
@@ -104,14 +115,15 @@ class _Gate:
     """This process's view of one PSP: local permits, the refill in progress and the failure count last seen.
 
     ``cond`` guards the fields and is never held across a database statement or a sleep: one thread at a time
-    (``refilling``) runs the admission statement or waits for the bucket's next tokens, outside it; the others
-    wait on ``cond`` and are handed the permits it brings (``notify``, first come first served)."""
+    (``refilling``; more while the statements are slow: ``PspGuard._refillers``) runs the admission statement
+    or waits for the bucket's next tokens, outside it; the others wait on ``cond`` and are handed the permits
+    it brings (``notify``, first come first served)."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
         self.permits = 0
         self.permits_until = 0.0
-        self.refilling = False
+        self.refilling = 0  #: threads in ``PspGuard._refill``
         #: the refiller is waiting for the bucket's next tokens (not in a statement) until this instant
         self.empty_until = 0.0
         self.failures = 0
@@ -132,11 +144,13 @@ class _Gate:
 @dataclass(slots=True)
 class Permit:
     """Leave to call the PSP once. ``call(func)`` runs the call and tells the guard how it went; a
-    ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token)."""
+    ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token); ``admitted``
+    when its rate token was taken (the guard's monotonic clock: ``PspGuard.refresh``)."""
 
     guard: PspGuard | None
     psp: str
     probe: datetime | None = None
+    admitted: float = 0.0
 
     def call(self, func: Callable[[], T]) -> T:
         """``func()``; PspErrors are recorded and re-raised. Recording never raises (a database problem is
@@ -161,6 +175,9 @@ class Unguarded:
     def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
         return Permit(None, psp)
 
+    def refresh(self, permit: Permit, *, lease: Lease | None = None) -> Permit | Snooze:
+        return permit
+
 
 class PspGuard:
     """Thread-safe; one per worker process, shared by its handlers (``recon.app.App.guard``)."""
@@ -170,14 +187,34 @@ class PspGuard:
                  sleep_func: Callable[[float], Any] = time.sleep) -> None:
         self.store = store
         self.config = config
+        #: what the guard did, by name (admitted, readmitted, gate_waits, rate_waits, snoozed_WHY, cooldowns,
+        #: probes...); incremented from many threads, so only under ``_counts_lock`` (``_count``)
         self.counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
         self._rng = rng or random.Random()  # nosec B311  # jitter and simulation, not security
         self._monotonic = monotonic_func
         self._sleep = sleep_func
         self._gates: dict[str, _Gate] = {}
         self._gates_lock = threading.Lock()
 
+    def _count(self, name: str) -> None:
+        with self._counts_lock:  # Counter's += is a read and a write: two threads could lose one
+            self.counts[name] += 1
+
     # --- before the call ------------------------------------------------------------------------------
+
+    def refresh(self, permit: Permit, *, lease: Lease | None = None) -> Permit | Snooze:
+        """Right before the call, after the handler's own writes: ``permit`` itself when it was admitted within
+        PERMIT_SECONDS (or is the breaker's probe), else a new admission (``admit``: a Permit, or the Snooze
+        the job should return). A permit held across a stall (a pooled connection, SQLite's write lock) is not
+        spent late: the calls of every thread the stall held would reach the PSP together, beyond the
+        bucket's rate, and its 429s cool every worker down."""
+        if permit.guard is None or permit.probe is not None:
+            return permit
+        if self._monotonic() - permit.admitted <= PERMIT_SECONDS:
+            return permit
+        self._count("readmitted")
+        return self.admit(permit.psp, lease=lease)
 
     def admit(self, psp: str, *, lease: Lease | None = None) -> Permit | Snooze:
         """A Permit to call ``psp`` now, or the Snooze the job should return. May wait up to the PSP's
@@ -197,8 +234,9 @@ class PspGuard:
             return self._refill(psp, limits, gate, deadline, lease)
         finally:
             with gate.cond:
-                gate.refilling = False
-                gate.empty_until = 0.0
+                gate.refilling -= 1
+                if not gate.refilling:
+                    gate.empty_until = 0.0
                 gate.cond.notify(max(gate.permits, 1))  # the permits brought, or the next refiller
 
     def _take_or_wait(self, psp: str, limits: PspLimits, gate: _Gate,
@@ -211,10 +249,10 @@ class PspGuard:
         while True:
             now = self._monotonic()
             if gate.take(now):
-                self.counts["admitted"] += 1
-                return Permit(self, psp), deadline
-            if not gate.refilling:
-                gate.refilling = True
+                self._count("admitted")
+                return Permit(self, psp, admitted=now), deadline
+            if gate.refilling < self._refillers(limits, gate) and not gate.empty_until:
+                gate.refilling += 1
                 return None, deadline
             if gate.empty_until > 0:  # the bucket is empty: the refiller waits for its next tokens
                 if deadline is None:
@@ -225,7 +263,7 @@ class PspGuard:
                                         f"psp {psp} rate limit", "rate"), deadline
             if not waited:
                 waited = True
-                self.counts["gate_waits"] += 1
+                self._count("gate_waits")
             gate.cond.wait(GATE_POLL_SECONDS)
             if lease is not None:
                 lease.check()  # lost while waiting: LeaseLost, the handler writes nothing
@@ -233,8 +271,8 @@ class PspGuard:
     def _refill(self, psp: str, limits: PspLimits, gate: _Gate, deadline: float | None,
                 lease: Lease | None) -> Permit | Snooze:
         """The refiller's part: admission statements (waiting for the bucket's next tokens, within the deadline,
-        between them) until a batch is granted: this thread's Permit (the rest of the batch left in the gate
-        for the others), or a Snooze."""
+        between them) until tokens are granted (the batch, or the whole tokens the bucket held): this thread's
+        Permit (the rest left in the gate for the others), or a Snooze."""
         while True:
             batch = self._batch(limits, gate)
             admission = self._admission(psp, limits, gate, batch)
@@ -242,13 +280,16 @@ class PspGuard:
             if held is not None:
                 return held
             if admission.granted:
+                now = self._monotonic()
                 with gate.cond:
-                    gate.permits = admission.granted - 1
-                    gate.permits_until = self._monotonic() + PERMIT_SECONDS
-                self.counts["admitted"] += 1
-                return Permit(self, psp)
+                    gate.permits = (gate.permits if now < gate.permits_until else 0) + admission.granted - 1
+                    gate.permits_until = now + PERMIT_SECONDS
+                self._count("admitted")
+                return Permit(self, psp, admitted=now)
             assert limits.rate_limit is not None  # nosec B101  # type narrowing, not a check
-            wait = max((batch - admission.tokens) / limits.rate_limit, 0.001)
+            # for this refiller's share of a batch: with several in flight, each takes what came since the last
+            wanted = max(1.0, batch / self._refillers(limits, gate))
+            wait = max((wanted - admission.tokens) / limits.rate_limit, 0.001)
             now = self._monotonic()
             if deadline is None:  # the wait for tokens begins now
                 deadline = now + limits.rate_wait_seconds
@@ -256,7 +297,7 @@ class PspGuard:
                 return self._snooze(psp, wait, f"psp {psp} rate limit", "rate")
             with gate.cond:
                 gate.empty_until = now + wait
-            self.counts["rate_waits"] += 1
+            self._count("rate_waits")
             if self._wait(lease, wait):
                 return Snooze(timedelta(0), reason="cancel requested while waiting for a PSP token")
             with gate.cond:
@@ -279,10 +320,22 @@ class PspGuard:
         return admission
 
     @staticmethod
+    def _refillers(limits: PspLimits, gate: _Gate) -> int:
+        """Admission statements this process may have in flight for one PSP at once: one while a statement takes
+        less than a full bucket lasts (capacity / rate), more when it takes longer (a loaded machine: a pool
+        wait, SQLite's write lock, a busy interpreter), since one at a time then caps the process at capacity /
+        statement seconds, below the rate. At most MAX_REFILLERS. Safe for the limit: every grant comes from
+        the shared bucket, which never gives more than the rate plus its capacity in any second."""
+        if limits.rate_limit is None or gate.statement_seconds is None:
+            return 1
+        behind = limits.rate_limit * gate.statement_seconds / limits.capacity
+        return max(1, min(MAX_REFILLERS, 1 + math.ceil(REFILLERS_HEADROOM * behind) if behind > 1 else 1))
+
+    @staticmethod
     def _batch(limits: PspLimits, gate: _Gate) -> int:
         """Tokens the next admission statement takes: ``limits.batch`` (50 ms worth), more when the statement
-        itself takes longer than a batch lasts (one statement at a time per process: tokens per second <= batch
-        / statement seconds), so that a slow database does not cap a process below the rate; at most the
+        itself takes longer than a batch lasts (tokens per second <= batch x statements in flight / statement
+        seconds: ``_refillers``), so that a slow database does not cap a process below the rate; at most the
         bucket's capacity, which bounds every process's burst anyway."""
         if limits.rate_limit is None or gate.statement_seconds is None:
             return limits.batch
@@ -304,7 +357,7 @@ class PspGuard:
             token = self.store.claim_probe(psp, probe_for=limits.breaker_open_seconds)
             if token is not None:
                 log.warning("psp %s: circuit half-open, one probe call goes out", psp)
-                self.counts["probes"] += 1
+                self._count("probes")
                 return Permit(self, psp, probe=token)
             return self._snooze(psp, HALF_OPEN_RECHECK_SECONDS, half_open, "breaker")
         if a.breaker_state == "half_open":
@@ -314,7 +367,7 @@ class PspGuard:
     def _snooze(self, psp: str, seconds: float, reason: str, why: str) -> Snooze:
         # jitter, so that the jobs held back together do not all come back at the same instant
         seconds = max(seconds, 0.0)
-        self.counts[f"snoozed_{why}"] += 1
+        self._count(f"snoozed_{why}")
         return Snooze(timedelta(seconds=seconds + self._rng.uniform(0.0, min(0.1 * seconds, 5.0) + 0.05)),
                       reason=reason)
 
@@ -348,7 +401,9 @@ class PspGuard:
             rate = self.config.for_psp(psp).rate_limit
             if rate is not None and gate.call_seconds is not None:
                 demand = (demand or 0.0) + rate * gate.call_seconds
-        return Pressure(demand=demand, throttles=self.counts["cooldowns"], saturated=self.counts["snoozed_rate"])
+        with self._counts_lock:
+            throttles, saturated = self.counts["cooldowns"], self.counts["snoozed_rate"]
+        return Pressure(demand=demand, throttles=throttles, saturated=saturated)
 
     # --- after the call -------------------------------------------------------------------------------
 
@@ -409,7 +464,7 @@ class PspGuard:
         if record.breaker_state != "closed":
             gate.clear()
         if record.opened:
-            self.counts["breaker_opened"] += 1
+            self._count("breaker_opened")
             log.warning("psp %s: circuit open after %d failures in a row (%s); next probe at %s", permit.psp,
                         record.failures, reason, record.probe_at.isoformat() if record.probe_at else "?")
 
@@ -421,7 +476,7 @@ class PspGuard:
         if seconds <= 0:
             return
         until = self.store.cool_down(psp, seconds=seconds)
-        self.counts["cooldowns"] += 1
+        self._count("cooldowns")
         log.warning("psp %s answered 429: every worker backs off until %s", psp, until.isoformat())
 
 

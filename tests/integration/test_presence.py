@@ -69,6 +69,8 @@ def test_presence__the_row_shows_slots_busy_slots_and_counters(db: Database) -> 
         socket.gethostname(), os.getpid(), ("charges", "default"), 4, 1)
     assert row.stopped_at is None
     outage_seconds = row.counters.pop("database_outage_seconds")
+    waits = row.counters.pop("database_waits")  # tests/integration/test_database_waits.py tests the figures
+    assert set(waits) == {"checkout", "write_lock"} and waits["write_lock"]["waits"] >= 0
     assert row.counters == {"finished": {"k": 3}, "claimed": 7, "released": 2, "stale_finishes": 1,
                             "leases_lost": 4, "lease_expirations": 5, "database_outages": 1,
                             "sizing": {"concurrency": 4, "claim_batch": 4, "prefetch": 0, "reason": "start",

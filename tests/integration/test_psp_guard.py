@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from random import Random
@@ -31,7 +33,7 @@ from recon.payments.charge import ChargeHandler
 from recon.payments.guard import Permit, PspGuard
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.rows import PaymentStatus
-from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter
+from tests.integration.payment_flow import admin, create, fast_settings, sandbox_adapter, unfinished
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MISSING = PspRef(psp_reference="psp_missing")  # the sandbox answers 404: NotFound, a good answer
@@ -314,6 +316,198 @@ def test_guard__many_threads_in_two_guards_never_pass_the_limit(db: Database) ->
     stamps.sort()
     assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 20 + cap + 2 * (cap - 1)
     assert sum(g.counts["snoozed_rate"] for g in guards) == 0
+    assert sum(g.counts["admitted"] for g in guards) == 60  # counted from 16 threads each: none lost
+
+
+class SlowAdmissions(ControlStore):
+    """A ControlStore whose admission statements each take 0.2 s more (a loaded machine: a wait for a pooled
+    connection, for SQLite's write lock, for the interpreter)."""
+
+    def admit(self, psp: str, *, rate: float | None, capacity: float, batch: int) -> Admission | None:
+        time.sleep(0.2)
+        return super().admit(psp, rate=rate, capacity=capacity, batch=batch)
+
+
+def test_guard__slow_admission_statements_still_admit_at_the_rate(db: Database) -> None:
+    """100 requests/s with a bucket of 10, admission statements of 0.2 s: one statement at a time brings at most
+    10 tokens per 0.2 s, 50/s whatever the threads (200 permits: at most (200 - 1) / ((200 - 10 - 5) / 50 s),
+    54/s). With several statements in flight 24 threads take them faster than one statement at a time could
+    (88/s on a quiet machine, 61-79/s at load 15), and no second holds more than the rate and the bucket."""
+    guard = PspGuard(SlowAdmissions(db), GuardConfig(per_psp={"sandbox": PspLimits(
+        rate_limit=100, rate_burst=10, rate_wait_seconds=30)}), rng=Random(7))
+    stamps: list[float] = []
+    tickets = iter(range(200))
+    lock = threading.Lock()
+
+    def run() -> None:
+        while True:
+            with lock:
+                if next(tickets, None) is None:
+                    return
+            assert isinstance(guard.admit("sandbox"), Permit)
+            with lock:
+                stamps.append(time.monotonic())
+
+    threads = [threading.Thread(target=run) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(stamps) == 200
+    stamps.sort()
+    rate = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    assert rate >= 58, rate
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= 100 + 10
+
+
+def test_guard__the_bucket_time_never_moves_back(db_url: str) -> None:
+    """An admission statement stamped earlier than the last one (it waited for the write lock or the row behind
+    it) refills nothing: 10 tokens/s, a bucket of 10, three statements stamped T0+1, T0+0.5 and T0+1 again. The
+    second and third find the 0.5 s between them already granted by the first (the bucket refills by rate x
+    elapsed from the latest time it was stamped)."""
+    fdb = connect(db_url, clock=FixedClock(T0))
+    try:
+        store = ControlStore(fdb)
+        store.ensure("sandbox")
+        first = store.admit("sandbox", rate=10, capacity=10, batch=10)  # the bucket starts full
+        assert first is not None and first.granted == 10
+        fdb.clock = FixedClock(T0 + timedelta(seconds=1))
+        second = store.admit("sandbox", rate=10, capacity=10, batch=10)  # 1 s x 10/s
+        assert second is not None and second.granted == 10
+        fdb.clock = FixedClock(T0 + timedelta(seconds=0.5))
+        late = store.admit("sandbox", rate=10, capacity=10, batch=1)
+        assert late is not None and late.granted == 0
+        fdb.clock = FixedClock(T0 + timedelta(seconds=1))
+        third = store.admit("sandbox", rate=10, capacity=10, batch=5)
+        assert third is not None and third.granted == 0  # 20 in one second already: the rate and the bucket
+    finally:
+        fdb.dispose()
+
+
+class StalledBegin:
+    """The handlers' Database while ``release`` is not set: every write transaction (``begin``) waits for it
+    first, as a handler waits for a pooled connection or SQLite's write lock under load; everything else is
+    the real database's. ``arrivals`` counts the transactions held."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.release = threading.Event()
+        self.arrivals = 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+    @contextmanager
+    def begin(self) -> Iterator[object]:
+        if not self.release.is_set():
+            with self._lock:
+                self.arrivals += 1
+            assert self.release.wait(60)
+        with self._db.begin() as conn:
+            yield conn
+
+
+def test_guard__a_stall_before_the_call_releases_no_crowd_at_the_psp(db: Database, sandbox: SandboxServer) -> None:
+    """40 charge jobs on 40 threads at 20 requests/s with a burst of 2, while every handler's transaction stalls
+    (a database under load) and then all are released at once. The calls reach the PSP within the rate: at most
+    20 + 2 in any second, and the sandbox (20/s, a bucket of 20) never answers 429. Before, each handler took
+    its rate token, then waited in the stall holding it, and the release sent 40 calls in the same instant
+    (56 calls, 16 of them 429s); now a permit older than PERMIT_SECONDS is admitted again before the call."""
+    rate, burst, n = 20, 2, 40
+    sandbox.set_faults(Faults(rate_limit=rate, decline_amount_suffix=None))
+    stamps: list[float] = []
+
+    class Stamping(SandboxAdapter):
+        def create_payment(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            stamps.append(time.monotonic())  # list.append is atomic: every thread's call is counted
+            return super().create_payment(*args, **kwargs)
+
+    adapter = Stamping(sandbox.url)
+    stalled = StalledBegin(db)
+    guard = guard_for(db, rate_limit=rate, rate_burst=burst, rate_wait_seconds=30)
+    handlers = Handlers()
+    handlers.register("charge", ChargeHandler(PaymentStore(stalled), lambda _name: adapter,  # type: ignore[arg-type]
+                                              guard=guard))
+    ids = create(db, n)
+    settings = fast_settings()
+    engine = replace(settings.engine, autosize=False, concurrency=n, claim_batch_size=n, prefetch=0)
+    store = JobStore(db)
+    worker = Worker(store, handlers, config=engine, policy=RetryPolicy(settings.retry), queues=["charges"],
+                    classify_func=classify)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + n / rate + 5
+        while stalled.arrivals < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert stalled.arrivals == n
+        time.sleep(1.0)  # the stall goes on: the guard's bucket refills, to its capacity at most
+        stalled.release.set()
+        deadline = time.monotonic() + 30
+        while unfinished(store, ["charges"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stalled.release.set()
+        worker.request_stop()
+        thread.join(30)
+        adapter.close()
+    ledger = PaymentStore(db)
+    assert [ledger.get(i).status for i in ids] == [PaymentStatus.SUCCEEDED] * n  # type: ignore[union-attr]
+    assert len(stamps) == n  # one call each: no 429 to retry
+    stamps.sort()
+    assert max(sum(1 for s in stamps if t0 <= s < t0 + 1.0) for t0 in stamps) <= rate + burst
+
+
+def test_guard__a_permit_gone_stale_that_finds_no_token_snoozes_and_the_next_attempt_charges_once(
+        db: Database, sandbox: SandboxServer) -> None:
+    """1 request/s, a bucket of 1, a wait for tokens of at most 0.1 s: the charge takes the only token, marking
+    the payment processing stalls 0.6 s (past PERMIT_SECONDS), the permit is admitted again and no token
+    comes within 0.1 s: the job snoozes (no attempt spent) with the payment processing, nothing sent. Its
+    next attempt re-sends the same key: one charge at the PSP, the payment succeeded."""
+    calls: list[str] = []
+
+    class Counting(SandboxAdapter):
+        def create_payment(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(kwargs["idempotency_key"])
+            return super().create_payment(*args, **kwargs)
+
+    adapter = Counting(sandbox.url)
+    stalled = StalledBegin(db)
+    guard = guard_for(db, rate_limit=1, rate_burst=1, rate_wait_seconds=0.1)
+    handlers = Handlers()
+    handlers.register("charge", ChargeHandler(PaymentStore(stalled), lambda _name: adapter,  # type: ignore[arg-type]
+                                              guard=guard))
+    [payment_id] = create(db, 1)
+    settings = fast_settings()
+    engine = replace(settings.engine, autosize=False, concurrency=1, prefetch=0)
+    store = JobStore(db)
+    worker = Worker(store, handlers, config=engine, policy=RetryPolicy(settings.retry), queues=["charges"],
+                    classify_func=classify)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while stalled.arrivals < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.6)
+        stalled.release.set()
+        deadline = time.monotonic() + 30
+        while unfinished(store, ["charges"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stalled.release.set()
+        worker.request_stop()
+        thread.join(30)
+        adapter.close()
+    [job] = store.list_jobs(kind="charge")
+    outcomes = [(a.outcome, a.error) for a in store.attempts(job.id)]
+    assert outcomes[0] == ("snoozed", "psp sandbox rate limit") and outcomes[-1][0] == "succeeded", outcomes
+    assert guard.counts["readmitted"] >= 1
+    payment = PaymentStore(db).get(payment_id)
+    assert payment is not None and payment.status is PaymentStatus.SUCCEEDED
+    assert calls == [payment.charge_key]  # sent once, after the snooze, under the payment's one key
+    assert admin(sandbox.url, "/_admin/charges")["charges"] == 1
 
 
 def test_guard__unlimited_psp_costs_one_statement_per_batch_of_calls(db: Database) -> None:
