@@ -4,7 +4,9 @@ its audit events, a new one and a compare-and-set transition. A leaf, like ``rec
 A manual-capture payment is *authorised* by its charge (``PaymentStatus.AUTHORISED``); a capture takes the money
 (all of it, or part: the rest is released) and a cancel releases it. Each is a modification with the states of a
 refund (``recon.refund_rows.REFUND_TRANSITIONS``: a charge's, failed being the end), its own job, its own
-idempotency key and its own audit trail. What a modification's state means for its payment is the store's:
+idempotency key and its own audit trail, and one move more (``MODIFICATION_TRANSITIONS``): failed ->
+needs_review, when the PSP says a capture we hold as failed succeeded (``recon.reconcile.decide``: money moved
+that we think did not). What a modification's state means for its payment is the store's:
 
 | the modification        | its payment                                                                |
 | ----------------------- | -------------------------------------------------------------------------- |
@@ -14,6 +16,9 @@ idempotency key and its own audit trail. What a modification's state means for i
 | capture succeeded       | authorised -> succeeded, ``captured_amount`` = the capture's amount        |
 | cancel succeeded        | authorised -> failed ("cancelled: ...")                                    |
 | failed                  | its claim given back: the payment may be captured or cancelled again       |
+| succeeded or failed ->  | needs_review too, the same reason (from any status but needs_review)       |
+| needs_review (the PSP   |                                                                            |
+| contradicts it)         |                                                                            |
 """
 
 from __future__ import annotations
@@ -33,8 +38,14 @@ CANCEL = "cancel"
 MODIFICATION_KINDS = (CAPTURE, CANCEL)
 
 
+#: a refund's state machine, and failed -> needs_review: the PSP says a capture we hold as failed succeeded (a
+#: person looks; its claim was given back when it failed, and its payment goes to review with it)
+MODIFICATION_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
+    **REFUND_TRANSITIONS, PaymentStatus.FAILED: frozenset({PaymentStatus.NEEDS_REVIEW})}
+
+
 def check_modification_transition(current: PaymentStatus, target: PaymentStatus) -> None:
-    if target not in REFUND_TRANSITIONS.get(current, frozenset()):
+    if target not in MODIFICATION_TRANSITIONS.get(current, frozenset()):
         raise IllegalTransition(f"modification cannot go from {current} to {target}")
 
 

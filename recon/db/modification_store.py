@@ -232,9 +232,13 @@ class ModificationStore:
         if t.to_status is PaymentStatus.FAILED:
             conn.execute(self._q(mq.payment_release_claim), {"payment_id": m["payment_id"], "amount": m["amount"]})
             return
+        source = _PAYMENT_SOURCE[t.source]
+        if t.to_status is PaymentStatus.NEEDS_REVIEW and t.from_status in (PaymentStatus.SUCCEEDED,
+                                                                          PaymentStatus.FAILED):
+            self._review_payment(conn, m, t, source)
+            return
         if t.to_status is not PaymentStatus.SUCCEEDED:
             return
-        source = _PAYMENT_SOURCE[t.source]
         what = {"modification": m["modification_reference"], "kind": m["kind"], "by": m["requested_by"]}
         if m["kind"] == CAPTURE:
             captured = t.captured if t.captured is not None else int(m["amount"])
@@ -247,6 +251,19 @@ class ModificationStore:
                                              job_id=t.job_id, attempt=t.attempt, details=what,
                                              failure_reason=f"cancelled: {m['modification_reference']} by "
                                                             f"{m['requested_by']}"))
+
+    def _review_payment(self, conn: sa.Connection, m: dict[str, Any], t: ModificationTransition,
+                        source: EventSource) -> None:
+        """A final modification the PSP contradicts (a capture it undid, a failed capture it says succeeded): the
+        money recon counted for its payment may not be what moved, so the payment goes to review with the same
+        reason and evidence, from whatever status it holds (one in review already keeps it)."""
+        payment = self.payments.get(int(m["payment_id"]), conn)
+        if payment is None or payment.status is PaymentStatus.NEEDS_REVIEW:
+            return
+        self.payments.apply(conn, Transition(
+            payment.id, payment.status, PaymentStatus.NEEDS_REVIEW, source,
+            details={**(t.details or {}), "modification": m["modification_reference"]}, job_id=t.job_id,
+            attempt=t.attempt, review_reason=t.review_reason))
 
     def note(self, conn: sa.Connection, *, modification_id: int, status: PaymentStatus, source: ModificationSource,
              details: dict[str, Any], job_id: int | None = None, attempt: int | None = None) -> bool:

@@ -11,8 +11,9 @@ as the refund's reconcile job does (recon.reconcile.refund), by ``recon.reconcil
 
 A recheck (``recon review recheck MOD_REF``, payload ``"recheck": true``) asks about a final capture or cancel:
 a succeeded one the PSP now contradicts (Stripe: the PaymentIntent canceled after our capture, captured after our
-cancel, or another amount captured) goes to review, and so does its payment (succeeded or failed -> needs_review,
-the same reason): money recon counted may not be there. Any other answer joins its audit trail.
+cancel, or another amount captured) goes to review, and so does its payment (to needs_review, the same reason):
+money recon counted may not be there. So does a failed capture the PSP says succeeded (``decide.late_capture``:
+money moved that we think did not). Any other answer joins its audit trail.
 
 Stripe's capture and cancel are read back from the PaymentIntent (``requires_capture``: neither happened yet);
 Adyen's only by its CAPTURE / CAPTURE_FAILED / CANCELLATION webhooks and its reports, so an Adyen modification
@@ -45,7 +46,7 @@ from recon.payments.guard import Guard, Unguarded
 from recon.payments.modification import capturing_adapter, modification_request
 from recon.reconcile.config import ReconcileConfig
 from recon.reconcile.decide import modification_heal, modification_recheck, outcome_details
-from recon.rows import EnqueueRow, EventSource, Job, Payment, PaymentStatus, Transition
+from recon.rows import EnqueueRow, Job, Payment, PaymentStatus
 
 MODIFICATION_RECONCILE_KIND = "reconcile_modification"
 #: how long the reconcile job waits while the modification's own job is unfinished (it decides first)
@@ -123,21 +124,9 @@ class ModificationReconcileHandler:
             return Complete(write=lambda conn: self.modifications.note(
                 conn, modification_id=mod.id, status=mod.status, source=ModificationSource.RECONCILE,
                 details=details, job_id=job.id, attempt=job.attempts))
-        transition = ModificationTransition(mod.id, mod.status, decision.target, ModificationSource.RECONCILE,
-                                            details=details, job_id=job.id, attempt=job.attempts,
-                                            review_reason=decision.review_reason)
-
-        def write(conn: sa.Connection) -> None:
-            if not self.modifications.apply(conn, transition):
-                return  # changed since we read it: the next recheck asks again
-            current = self.payments.get(payment.id, conn)
-            if current is not None and current.status in (PaymentStatus.SUCCEEDED, PaymentStatus.FAILED):
-                self.payments.apply(conn, Transition(
-                    payment.id, current.status, PaymentStatus.NEEDS_REVIEW, EventSource.RECONCILE,
-                    details={**details, "modification": mod.modification_reference}, job_id=job.id,
-                    attempt=job.attempts, review_reason=decision.review_reason))
-
-        return Complete(write=write)
+        # its payment follows it to review in the same transaction (ModificationStore.apply); changed since we
+        # read it: nothing written, the next recheck asks again
+        return self._move(mod, job, decision.target, details, **decision.fields())
 
     def _decide(self, mod: Modification, job: Job, lease: Lease, answer: PaymentOutcome) -> Outcome:
         details = outcome_details(answer)

@@ -10,8 +10,13 @@ applied by the webhook job (recon.reconcile.webhook) inside its finish, one even
 A PSP that tells the end of a capture or cancel only as news of the payment (Stripe: ``payment_intent.succeeded``
 after a capture, ``payment_intent.canceled`` after a cancel) reaches its one unfinished capture or cancel the
 same way (``apply_payment_news``): succeeded ends a capture (a cancel: failed, it was captured), canceled ends a
-cancel (a capture: failed, and the payment ends failed as any cancellation). Without one unfinished, the news is
-its payment's as any other.
+cancel (a capture: failed, and the payment ends failed as any cancellation). Without one unfinished, succeeded
+reaches the payment's last capture when we hold it as failed (``decide.late_capture``: it and its payment go to
+review); otherwise the news is its payment's as any other.
+
+A failed capture the PSP says succeeded (Adyen's CAPTURE after our "never reached the PSP", Stripe's
+payment_intent.succeeded after a failed capture) goes to review with its payment, as a failed charge the PSP
+says succeeded does: money moved that we think did not.
 
 A modification moved here acts on its payment in the same transaction (``ModificationStore.apply``): a capture
 succeeded makes it succeeded with the captured amount, a cancel failed, a failure gives its claim back.
@@ -74,7 +79,11 @@ class ModificationNewsApplier:
                            news: PaymentOutcome, job: Job, details: dict[str, Any]) -> bool:
         """News of an authorised payment applied to its one unfinished capture or cancel (module docstring);
         False when it has none (the news is then the payment's)."""
-        live = [m for m in self.modifications.for_payment(payment.id, conn) if not m.status.final]
+        mods = self.modifications.for_payment(payment.id, conn)
+        live = [m for m in mods if not m.status.final]
+        if not live and mods and mods[-1].kind == "capture" and mods[-1].status is PaymentStatus.FAILED \
+                and isinstance(news, Succeeded):
+            live = mods[-1:]  # the PSP captured what we hold as failed: decide.late_capture
         if len(live) != 1:
             return False
         mod = live[0]
@@ -86,7 +95,7 @@ class ModificationNewsApplier:
                                 reason=None if done else (getattr(news, "reason", None) or news.raw_status))
         for _ in range(ROUNDS):
             current = self.modifications.get(mod.id, conn)
-            if current is None or current.status.final:
+            if current is None or (current.status.final and current.status is not mod.status):
                 return False
             if self._write(conn, record, current, said, {**details, "payment_news": True}, job):
                 # a capture the PSP canceled instead (Stripe: expired, canceled elsewhere): the payment ends too
