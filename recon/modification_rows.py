@@ -28,7 +28,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from recon.errors import IllegalTransition
+from recon.movement_rows import MovementKind, row_dict
 from recon.refund_rows import REFUND_TRANSITIONS
 from recon.rows import PaymentStatus
 
@@ -43,10 +43,13 @@ MODIFICATION_KINDS = (CAPTURE, CANCEL)
 MODIFICATION_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
     **REFUND_TRANSITIONS, PaymentStatus.FAILED: frozenset({PaymentStatus.NEEDS_REVIEW})}
 
-
-def check_modification_transition(current: PaymentStatus, target: PaymentStatus) -> None:
-    if target not in MODIFICATION_TRANSITIONS.get(current, frozenset()):
-        raise IllegalTransition(f"modification cannot go from {current} to {target}")
+#: a capture or cancel as a movement (recon.movement_rows): its table, columns, jobs and state machine
+MODIFICATION = MovementKind(
+    noun="modification", table="modifications", events_table="modification_events", id_field="modification_id",
+    reference_field="modification_reference", psp_id_field="psp_modification_id",
+    columns=("id, payment_id, kind, modification_reference, amount, currency, psp, status, psp_modification_id, "
+             "idempotency_key, requested_by, failure_reason, review_reason, created_at, updated_at, sent_at"),
+    job_key="modification", reconcile_kind="reconcile_modification", transitions=MODIFICATION_TRANSITIONS)
 
 
 class ModificationSource(StrEnum):
@@ -75,13 +78,16 @@ class Modification:
     review_reason: str | None = None
     sent_at: datetime | None = None  #: when the request first went out
 
+    @property
+    def reference(self) -> str:
+        return self.modification_reference
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_modification_id
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
-                value, StrEnum) else value
-        return out
+        return row_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +130,11 @@ class ModificationTransition:
     failure_reason: str | None = None
     review_reason: str | None = None
     captured: int | None = None  #: a capture that succeeded: what the PSP captured (None: its amount)
+
+    @property
+    def movement_id(self) -> int:
+        return self.modification_id
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_modification_id

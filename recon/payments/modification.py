@@ -141,7 +141,7 @@ class ModificationHandler:
                     mod.id, PaymentStatus.CREATED, PaymentStatus.PROCESSING, ModificationSource.MODIFICATION,
                     job_id=job.id, attempt=job.attempts)):
                 return False
-            return self.modifications.mark_sent(conn, modification_id=mod.id) is not None
+            return self.modifications.mark_sent(conn, mod.id) is not None
 
     def _write_answer(self, mod: Modification, job: Job, answer: PaymentOutcome) -> Callable[[sa.Connection], Any]:
         details = outcome_details(answer)
@@ -176,9 +176,9 @@ class ModificationHandler:
                 return  # a webhook or reconciliation decided meanwhile: its answer stands
             if current.status is PaymentStatus.PENDING:
                 if psp_id:
-                    self.modifications.remember_psp_id(conn, modification_id=mod.id, status=PaymentStatus.PENDING,
+                    self.modifications.remember_psp_id(conn, mod.id, status=PaymentStatus.PENDING,
                                                        psp_id=psp_id)
-                self.modifications.note(conn, modification_id=mod.id, status=PaymentStatus.PENDING,
+                self.modifications.note(conn, mod.id, status=PaymentStatus.PENDING,
                                         source=ModificationSource.MODIFICATION, details=details, job_id=job.id,
                                         attempt=job.attempts)
                 return

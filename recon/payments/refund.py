@@ -143,7 +143,7 @@ class RefundHandler:
                     refund.id, PaymentStatus.CREATED, PaymentStatus.PROCESSING, RefundSource.REFUND,
                     job_id=job.id, attempt=job.attempts)):
                 return False
-            return self.refunds.mark_sent(conn, refund_id=refund.id) is not None
+            return self.refunds.mark_sent(conn, refund.id) is not None
 
     def _write_answer(self, refund: Refund, job: Job, answer: PaymentOutcome) -> Callable[[sa.Connection], Any]:
         details = outcome_details(answer)
@@ -178,9 +178,9 @@ class RefundHandler:
                 return  # a webhook or reconciliation decided meanwhile: its answer stands
             if current.status is PaymentStatus.PENDING:
                 if psp_refund_id:
-                    self.refunds.remember_psp_refund_id(conn, refund_id=refund.id, status=PaymentStatus.PENDING,
-                                                        psp_refund_id=psp_refund_id)
-                self.refunds.note(conn, refund_id=refund.id, status=PaymentStatus.PENDING, source=RefundSource.REFUND,
+                    self.refunds.remember_psp_id(conn, refund.id, status=PaymentStatus.PENDING,
+                                                        psp_id=psp_refund_id)
+                self.refunds.note(conn, refund.id, status=PaymentStatus.PENDING, source=RefundSource.REFUND,
                                   details=details, job_id=job.id, attempt=job.attempts)
                 return
             self.refunds.apply(conn, RefundTransition(refund.id, current.status, PaymentStatus.PENDING,

@@ -126,9 +126,9 @@ class ModificationNewsApplier:
             state = WebhookState.STALE  # a redelivery, or older news than its end
         else:
             if news.modification_id and not mod.psp_modification_id:
-                self.modifications.remember_psp_id(conn, modification_id=mod.id, status=mod.status,
+                self.modifications.remember_psp_id(conn, mod.id, status=mod.status,
                                                    psp_id=news.modification_id)
-            if not self.modifications.note(conn, modification_id=mod.id, status=mod.status,
+            if not self.modifications.note(conn, mod.id, status=mod.status,
                                            source=ModificationSource.WEBHOOK, details=details, job_id=job.id,
                                            attempt=job.attempts):
                 return False

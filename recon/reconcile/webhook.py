@@ -272,7 +272,7 @@ class WebhookHandler:
     def _our_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews) -> Refund | None:
         if self.refunds is None:
             return None
-        found = self.refunds.by_psp_refund_id(conn, psp=record.psp, psp_refund_id=news.refund_id) \
+        found = self.refunds.by_psp_id(conn, psp=record.psp, psp_id=news.refund_id) \
             if news.refund_id else None
         if found is None and news.merchant_reference:
             found = self.refunds.by_reference(news.merchant_reference, conn)
@@ -295,9 +295,9 @@ class WebhookHandler:
             state = WebhookState.STALE  # a redelivery, or older news than the refund's end
         else:
             if news.refund_id and not refund.psp_refund_id:
-                self.refunds.remember_psp_refund_id(conn, refund_id=refund.id, status=refund.status,
-                                                    psp_refund_id=news.refund_id)
-            if not self.refunds.note(conn, refund_id=refund.id, status=refund.status, source=RefundSource.WEBHOOK,
+                self.refunds.remember_psp_id(conn, refund.id, status=refund.status,
+                                                    psp_id=news.refund_id)
+            if not self.refunds.note(conn, refund.id, status=refund.status, source=RefundSource.WEBHOOK,
                                      details=details, job_id=job.id, attempt=job.attempts):
                 return False
         self.webhooks.mark(conn, record.id, state, payment_id=refund.payment_id)
