@@ -7,8 +7,6 @@ still ends its payment."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from recon.app import App
@@ -17,18 +15,16 @@ from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.modification_rows import ModificationSource, ModificationTransition, NewModification
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
-from recon.webhooks.server import create_app
 from tests.adapters.stripe_oracle import canonical
 from tests.console import TestClient
 from tests.integration.test_webhooks import (
     ADYEN_ACCOUNT,
-    ADYEN_KEY,
-    STRIPE_NEW,
-    STRIPE_OLD,
     adyen_body,
     adyen_item,
     post_stripe,
     stripe_event,
+    webhook_app,
+    webhook_client,
     work,
 )
 
@@ -37,21 +33,8 @@ PAYMENT_REF = "8815208516304269"
 CAPTURE_REF = "993617894906488A"
 
 
-@pytest.fixture
-def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
-    monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", f"{STRIPE_OLD},{STRIPE_NEW}")
-    monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
-    monkeypatch.delenv("RECON_CONFIG", raising=False)
-    application = App(database_url=db_url)
-    yield application
-    application.close()
-    application.db.dispose()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_app(app), base_url="http://127.0.0.1") as c:
-        yield c
+app = pytest.fixture(webhook_app, name="app")
+client = pytest.fixture(webhook_client, name="client")
 
 
 def manual(db: Database, ref: str, *, psp: str, to: PaymentStatus, psp_reference: str | None,
