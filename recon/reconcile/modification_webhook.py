@@ -36,6 +36,7 @@ from recon.db.webhook_store import WebhookStore
 from recon.errors import PaymentKeptMoving
 from recon.modification_rows import Modification, ModificationSource, ModificationTransition
 from recon.reconcile.decide import accounts_agree, modification_heal
+from recon.reconcile.movement_webhook import find_ours, write_news
 from recon.rows import Job, Payment, PaymentStatus
 from recon.webhook_rows import WebhookRecord, WebhookState
 
@@ -104,36 +105,23 @@ class ModificationNewsApplier:
                                 "decisions; retrying")
 
     def _ours(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews) -> Modification | None:
-        found = self.modifications.by_psp_id(conn, psp=record.psp, psp_id=news.modification_id) \
-            if news.modification_id else None
-        if found is None and news.merchant_reference:
-            found = self.modifications.by_reference(news.merchant_reference, conn)
-        if found is None or found.psp != record.psp or found.kind != news.kind:
-            return None
-        return found
+        found = find_ours(self.modifications, conn, record, psp_id=news.modification_id,
+                          reference=news.merchant_reference)
+        return found if found is not None and found.kind == news.kind else None
 
     def _write(self, conn: sa.Connection, record: WebhookRecord, mod: Modification, news: ModificationNews,
                details: dict[str, Any], job: Job) -> bool:
-        """The decision for our modification as read, written; False when it changed meanwhile."""
-        decision = modification_heal(mod, news_outcome(news))
-        state = WebhookState.APPLIED
-        if decision is not None:
-            if not self.modifications.apply(conn, ModificationTransition(
-                    mod.id, mod.status, decision.target, ModificationSource.WEBHOOK, details=details, job_id=job.id,
-                    attempt=job.attempts, **decision.fields())):
-                return False
-        elif mod.status.final and mod.status is not PaymentStatus.NEEDS_REVIEW:
-            state = WebhookState.STALE  # a redelivery, or older news than its end
-        else:
-            if news.modification_id and not mod.psp_modification_id:
-                self.modifications.remember_psp_id(conn, mod.id, status=mod.status,
-                                                   psp_id=news.modification_id)
-            if not self.modifications.note(conn, mod.id, status=mod.status,
-                                           source=ModificationSource.WEBHOOK, details=details, job_id=job.id,
-                                           attempt=job.attempts):
-                return False
-        self.webhooks.mark(conn, record.id, state, payment_id=mod.payment_id)
-        return True
+        """The decision for our modification as read, written (recon.reconcile.movement_webhook); False when it
+        changed meanwhile."""
+        return write_news(
+            self.modifications, self.webhooks, conn, record, mod, modification_heal(mod, news_outcome(news)),
+            transition_func=lambda d: ModificationTransition(mod.id, mod.status, d.target, ModificationSource.WEBHOOK,
+                                                             details=details, job_id=job.id, attempt=job.attempts,
+                                                             **d.fields()),
+            note_func=lambda: self.modifications.note(conn, mod.id, status=mod.status,
+                                                      source=ModificationSource.WEBHOOK, details=details,
+                                                      job_id=job.id, attempt=job.attempts),
+            psp_id=news.modification_id)
 
     def _not_ours(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews, job: Job, *,
                   apply_func: ApplyFunc) -> None:
