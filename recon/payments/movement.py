@@ -25,7 +25,7 @@ kind reads as found is recorded, anything else is sent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -151,7 +151,7 @@ class MovementJob(Generic[M, T]):
 
     def _key_may_be_forgotten(self, m: M, adapter: Any) -> bool:
         retention: timedelta | None = getattr(adapter, "idempotency_retention", None)
-        sent_at = getattr(m, "sent_at", None)
+        sent_at: datetime | None = getattr(m, "sent_at", None)  # when the request first went out
         if retention is None or sent_at is None:
             return False
         return self.clock.now() - sent_at >= retention - min(KEY_RETENTION_MARGIN, retention / 10)
