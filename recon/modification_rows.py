@@ -4,7 +4,9 @@ its audit events, a new one and a compare-and-set transition. A leaf, like ``rec
 A manual-capture payment is *authorised* by its charge (``PaymentStatus.AUTHORISED``); a capture takes the money
 (all of it, or part: the rest is released) and a cancel releases it. Each is a modification with the states of a
 refund (``recon.refund_rows.REFUND_TRANSITIONS``: a charge's, failed being the end), its own job, its own
-idempotency key and its own audit trail. What a modification's state means for its payment is the store's:
+idempotency key and its own audit trail, and one move more (``MODIFICATION_TRANSITIONS``): failed ->
+needs_review, when the PSP says a capture we hold as failed succeeded (``recon.reconcile.decide``: money moved
+that we think did not). What a modification's state means for its payment is the store's:
 
 | the modification        | its payment                                                                |
 | ----------------------- | -------------------------------------------------------------------------- |
@@ -14,6 +16,9 @@ idempotency key and its own audit trail. What a modification's state means for i
 | capture succeeded       | authorised -> succeeded, ``captured_amount`` = the capture's amount        |
 | cancel succeeded        | authorised -> failed ("cancelled: ...")                                    |
 | failed                  | its claim given back: the payment may be captured or cancelled again       |
+| succeeded or failed ->  | needs_review too, the same reason (from any status but needs_review)       |
+| needs_review (the PSP   |                                                                            |
+| contradicts it)         |                                                                            |
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from recon.errors import IllegalTransition
+from recon.movement_rows import MovementKind, row_dict
 from recon.refund_rows import REFUND_TRANSITIONS
 from recon.rows import PaymentStatus
 
@@ -33,9 +38,18 @@ CANCEL = "cancel"
 MODIFICATION_KINDS = (CAPTURE, CANCEL)
 
 
-def check_modification_transition(current: PaymentStatus, target: PaymentStatus) -> None:
-    if target not in REFUND_TRANSITIONS.get(current, frozenset()):
-        raise IllegalTransition(f"modification cannot go from {current} to {target}")
+#: a refund's state machine, and failed -> needs_review: the PSP says a capture we hold as failed succeeded (a
+#: person looks; its claim was given back when it failed, and its payment goes to review with it)
+MODIFICATION_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
+    **REFUND_TRANSITIONS, PaymentStatus.FAILED: frozenset({PaymentStatus.NEEDS_REVIEW})}
+
+#: a capture or cancel as a movement (recon.movement_rows): its table, columns, jobs and state machine
+MODIFICATION = MovementKind(
+    noun="modification", table="modifications", events_table="modification_events", id_field="modification_id",
+    reference_field="modification_reference", psp_id_field="psp_modification_id",
+    columns=("id, payment_id, kind, modification_reference, amount, currency, psp, status, psp_modification_id, "
+             "idempotency_key, requested_by, failure_reason, review_reason, created_at, updated_at, sent_at"),
+    job_key="modification", reconcile_kind="reconcile_modification", transitions=MODIFICATION_TRANSITIONS)
 
 
 class ModificationSource(StrEnum):
@@ -64,13 +78,16 @@ class Modification:
     review_reason: str | None = None
     sent_at: datetime | None = None  #: when the request first went out
 
+    @property
+    def reference(self) -> str:
+        return self.modification_reference
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_modification_id
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
-                value, StrEnum) else value
-        return out
+        return row_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +130,11 @@ class ModificationTransition:
     failure_reason: str | None = None
     review_reason: str | None = None
     captured: int | None = None  #: a capture that succeeded: what the PSP captured (None: its amount)
+
+    @property
+    def movement_id(self) -> int:
+        return self.modification_id
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_modification_id

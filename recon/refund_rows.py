@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from recon.errors import IllegalTransition
+from recon.movement_rows import MovementKind, row_dict
 from recon.rows import TRANSITIONS, PaymentStatus
 
 #: a refund's states are a charge's
@@ -27,9 +27,13 @@ REFUND_TRANSITIONS: dict[PaymentStatus, frozenset[PaymentStatus]] = {
 REFUND_TRANSITIONS[PaymentStatus.FAILED] = frozenset()
 
 
-def check_refund_transition(current: PaymentStatus, target: PaymentStatus) -> None:
-    if target not in REFUND_TRANSITIONS[current]:
-        raise IllegalTransition(f"refund cannot go from {current} to {target}")
+#: a refund as a movement (recon.movement_rows): its table, columns, jobs and state machine
+REFUND = MovementKind(
+    noun="refund", table="refunds", events_table="refund_events", id_field="refund_id",
+    reference_field="refund_reference", psp_id_field="psp_refund_id",
+    columns=("id, payment_id, refund_reference, amount, currency, reason, psp, status, psp_refund_id, "
+             "idempotency_key, requested_by, failure_reason, review_reason, created_at, updated_at, sent_at"),
+    job_key="refund", reconcile_kind="reconcile_refund", transitions=REFUND_TRANSITIONS)
 
 
 class RefundSource(StrEnum):
@@ -58,13 +62,16 @@ class Refund:
     review_reason: str | None = None
     sent_at: datetime | None = None  #: when the request first went out
 
+    @property
+    def reference(self) -> str:
+        return self.refund_reference
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_refund_id
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name in self.__slots__:
-            value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else str(value) if isinstance(
-                value, StrEnum) else value
-        return out
+        return row_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +113,11 @@ class RefundTransition:
     psp_refund_id: str | None = None
     failure_reason: str | None = None
     review_reason: str | None = None
+
+    @property
+    def movement_id(self) -> int:
+        return self.refund_id
+
+    @property
+    def psp_id(self) -> str | None:
+        return self.psp_refund_id

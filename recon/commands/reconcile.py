@@ -28,14 +28,9 @@ from recon.params import (
 )
 from recon.reconcile import settlement as st
 from recon.reconcile import sweep as sw
-from recon.reconcile.capture_sweep import (
-    captures_exit_code,
-    check_authorisations,
-    enqueue_modifications,
-    summarise_modifications,
-)
+from recon.reconcile.capture_sweep import captures_exit_code, check_authorisations
 from recon.reconcile.disputes import WINDOW_MAX_DAYS, dispute_source
-from recon.reconcile.refund_sweep import enqueue_refunds, refunds_exit_code, summarise_refunds
+from recon.reconcile.movement_sweep import enqueue_movements, movements_exit_code, summarise_movements
 from recon.reconcile.sweep import ReportWriter, Selection
 from recon.reconcile.window import WindowHandler
 from recon.render.output import progress_while
@@ -96,8 +91,8 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
     try:
         selection = sw.enqueue(app.payments, app.client(), options, queue=rc.queue,
                                bulk_psps={name for name, m in modes.items() if m == "bulk"}, config=rc)
-        refund_selection = enqueue_refunds(app.refunds, app.client(), options, queue=rc.queue)
-        mod_selection = enqueue_modifications(app.modifications, app.client(), options, queue=rc.queue)
+        refund_selection = enqueue_movements(app.refunds, app.client(), options, queue=rc.queue)
+        mod_selection = enqueue_movements(app.modifications, app.client(), options, queue=rc.queue)
         authorisations = check_authorisations(app.modifications, app.client(), app.capture_config,
                                               {psp} if psp else set(app.psp_names()), now=app.db.clock.now(),
                                               queue=rc.queue)
@@ -105,8 +100,8 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
         if not enqueue_only and (len(selection) or extra):
             _run_reconcile_worker(app, selection, concurrency=concurrency, show_progress=not as_json, extra=extra)
         summary = sw.summarise(app.payments, app.jobs, selection, on_item=writer.item if writer else None)
-        refund_summary = summarise_refunds(app.refunds, app.jobs, refund_selection)
-        capture_summary = summarise_modifications(app.modifications, app.jobs, mod_selection)
+        refund_summary = summarise_movements(app.refunds, app.jobs, refund_selection)
+        capture_summary = summarise_movements(app.modifications, app.jobs, mod_selection)
         dispute_summary = _sweep_disputes(app, psp, dispute_days if not enqueue_only else 0)
     except BaseException:
         if writer:
@@ -123,7 +118,7 @@ def sweep(ctx: click.Context, older_than: timedelta, psp: str | None, limit: int
            "authorisations": {k: v for k, v in authorisations.items() if k != "job_ids"},
            "disputes": dispute_summary}
     disputes_off = any(r["unknown"] or r["conflicts"] for r in dispute_summary["fetched"].values())
-    exit_code = max(summary.exit_code, refunds_exit_code(refund_summary),
+    exit_code = max(summary.exit_code, movements_exit_code(refund_summary),
                     captures_exit_code(capture_summary, authorisations), EXIT_REVIEW if disputes_off else 0)
     app.sweeps.finish(run_id, outcome="finished", exit_code=exit_code, summary=doc)
     app.actions.batch_done(who, "sweep", f"sweep run {run_id}", "done" if exit_code == EXIT_OK else "review",

@@ -1,7 +1,8 @@
-"""Every SQL statement about captures and cancels: their creation with the authorisation's bound, lookups,
-compare-and-set transitions, notes and the audit trail, the sweep's and the stats' reads, and the payment's side
-of a confirmed capture. Named ``<table>_<verb>[_<guard>]``, with who runs it and why; only
-``recon.db.modification_store`` executes these. Placeholders as in ``recon.db.sql``.
+"""The SQL statements of captures and cancels alone: their creation with the authorisation's bound, the payment's
+side of a confirmed capture, the stats' and the authorisations' reads. Named ``<table>_<verb>[_<guard>]``, with
+who runs it and why; only ``recon.db.modification_store`` executes these. What captures and cancels share with
+refunds (lookups, compare-and-set transitions, notes and the audit trail, the sweep's reads) is
+``recon.db.movement_queries``. Placeholders as in ``recon.db.sql``.
 
 **The bound.** ``payments.authorisation_claimed`` is what the payment's captures and cancels that have not failed
 claim of its authorisation, and never exceeds its amount: ``payment_claim_capture`` claims a capture's amount and
@@ -15,15 +16,7 @@ fails gives its claim back (``payment_release_claim``) in the transaction of tha
 
 from __future__ import annotations
 
-# Bandit: every "nosec B608" here marks an f-string that interpolates module constants only (column
-# lists, state predicates); values always travel as bound parameters.
 from recon.db.sql import Query
-
-MODIFICATION_COLUMNS = (
-    "id, payment_id, kind, modification_reference, amount, currency, psp, status, psp_modification_id, "
-    "idempotency_key, requested_by, failure_reason, review_reason, created_at, updated_at, sent_at"
-)
-UNFINISHED = "status IN ('created', 'processing', 'pending')"
 
 payment_claim_capture = Query(
     "payment_claim_capture",
@@ -79,91 +72,6 @@ modification_insert = Query(
            RETURNING id""",
 )
 
-modification_event_insert = Query(
-    "modification_event_insert",
-    "Run with every modification change: the audit trail, one row per change or note.",
-    sql="""INSERT INTO modification_events (modification_id, from_status, to_status, source, job_id, attempt,
-                                            details, at)
-           VALUES (:modification_id, :from_status, :to_status, :source, :job_id, :attempt, {json:details}, {now})""",
-)
-
-modification_existing_references = Query(
-    "modification_existing_references",
-    "Run by `recon capture` / `recon cancel` before inserting: which references are taken already.",
-    sql="SELECT modification_reference FROM modifications WHERE modification_reference IN :refs",
-    expanding=("refs",),
-)
-
-modification_get = Query("modification_get", "Run by the capture and cancel handlers: one modification.",
-                         sql=f"SELECT {MODIFICATION_COLUMNS} FROM modifications WHERE id = :id")  # nosec B608
-
-modification_get_by_reference = Query(
-    "modification_get_by_reference", "Run by webhooks naming our reference and by `recon capture` output.",
-    sql=f"SELECT {MODIFICATION_COLUMNS} FROM modifications WHERE modification_reference = :ref",  # nosec B608
-)
-
-modification_get_by_psp_id = Query(
-    "modification_get_by_psp_id", "Run by the webhook job: the modification an event names by the PSP's id.",
-    sql=f"""SELECT {MODIFICATION_COLUMNS} FROM modifications WHERE psp = :psp AND psp_modification_id = :psp_id
-            ORDER BY id LIMIT 1""",  # nosec B608
-)
-
-modification_list_for_payment = Query(
-    "modification_list_for_payment", "Run by `recon payments show`: a payment's captures and cancels.",
-    sql=f"SELECT {MODIFICATION_COLUMNS} FROM modifications WHERE payment_id = :payment_id ORDER BY id",  # nosec B608
-)
-
-modification_events_for = Query(
-    "modification_events_for", "Run by `recon payments show --json` and the tests: a modification's audit trail.",
-    sql="""SELECT id, modification_id, from_status, to_status, source, job_id, attempt, details, at
-           FROM modification_events WHERE modification_id = :id ORDER BY id""",
-)
-
-modification_transition_if_status = Query(
-    "modification_transition_if_status",
-    "Run by the capture/cancel, reconcile and webhook jobs: compare-and-set of a modification's status (no row: "
-    "it changed, or the transition names another PSP id than the one stored, which is never replaced).",
-    sql="""
-        UPDATE modifications SET status = :to_status, updated_at = {now},
-            psp_modification_id = coalesce(psp_modification_id, :psp_modification_id),
-            failure_reason = coalesce(:failure_reason, failure_reason),
-            review_reason = coalesce(:review_reason, review_reason)
-        WHERE id = :id AND status = :from_status
-          AND (psp_modification_id IS NULL OR CAST(:psp_modification_id AS TEXT) IS NULL
-               OR psp_modification_id = :psp_modification_id)
-        RETURNING id, payment_id, kind, amount, modification_reference, requested_by
-    """,
-)
-
-modification_touch_if_status = Query(
-    "modification_touch_if_status",
-    "Run before an audit event without a status change: proves the status is still :status (and locks the row).",
-    sql="UPDATE modifications SET updated_at = {now} WHERE id = :id AND status = :status RETURNING id",
-)
-
-modification_set_psp_id_if_null = Query(
-    "modification_set_psp_id_if_null",
-    "Run by the modification's job the moment the PSP names its id (a pending answer): stored where none is.",
-    sql="""UPDATE modifications SET psp_modification_id = :psp_id, updated_at = {now}
-           WHERE id = :id AND status = :status AND psp_modification_id IS NULL RETURNING id""",
-)
-
-modification_mark_sent_if_unfinished = Query(
-    "modification_mark_sent_if_unfinished",
-    "Run by the capture/cancel job right before each send: locks the row, proves it is still unfinished (so a "
-    "'never reached the PSP' heal and a send cannot both happen) and stamps when the request first went out.",
-    sql=f"""UPDATE modifications SET updated_at = {{now}}, sent_at = coalesce(sent_at, {{now}})
-            WHERE id = :id AND {UNFINISHED} RETURNING status""",  # nosec B608  # constant SQL, values bound
-)
-
-modification_list_stale = Query(
-    "modification_list_stale",
-    "Run by `recon sweep`: unfinished captures and cancels not changed since :cutoff, a page after an id cursor.",
-    sql=f"""SELECT {MODIFICATION_COLUMNS} FROM modifications
-            WHERE {UNFINISHED} AND updated_at < :cutoff AND (CAST(:psp AS TEXT) IS NULL OR psp = :psp)
-              AND id > :after_id
-            ORDER BY id LIMIT :n""",  # nosec B608  # constant SQL, values bound
-)
 
 modification_counts = Query(
     "modification_counts",
@@ -187,10 +95,4 @@ payment_list_authorised = Query(
     sql="""SELECT id, merchant_reference, psp, amount, currency, authorised_at FROM payments
            WHERE status = 'authorised' AND psp = :psp AND authorised_at < :cutoff AND id > :after_id
            ORDER BY id LIMIT :n""",
-)
-
-modification_job_unfinished = Query(
-    "modification_job_unfinished",
-    "Run by the modification's reconcile job before 'never reached the PSP': may its own job still send?",
-    sql="SELECT id FROM jobs WHERE unique_key = :key AND state NOT IN ('succeeded', 'dead', 'canceled')",
 )

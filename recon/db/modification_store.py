@@ -1,54 +1,54 @@
 """ModificationStore: captures and cancels of authorised payments, the only code that executes
 ``recon.db.modification_queries``: creation (the modification, its claim on the payment's authorisation, its
-creation event and its job in one transaction), lookups, compare-and-set transitions with their effect on the
-payment (``recon.modification_rows``), notes with their audit events, and the sweep's and the stats' reads.
+creation event and its job in one transaction), what a transition does to the payment
+(``recon.modification_rows``' table), the stats' and the authorisations' reads. Lookups, compare-and-set
+transitions, notes with their audit events and the sweep's reads are every movement's
+(``recon.db.movement_store``).
 
-The storage boundary (``recon.redact``): a new modification's texts (``_create_one``), a transition's reasons
-(``_transition_row``), every audit event (``_event``). A PSP modification id is stored exactly as the PSP gave
-it, as a PSP reference is, and is never replaced once stored.
+The storage boundary (``recon.redact``): a new modification's texts (``_create_one``); the rest as
+``recon.db.movement_store`` says.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from recon.db import modification_queries as mq
-from recon.db.database import Database, json_from_db
+from recon.db.database import Database
 from recon.db.jobs_store import JobStore
+from recon.db.movement_queries import movement_queries
+from recon.db.movement_store import MovementStore
 from recon.db.payment_store import PaymentStore
-from recon.errors import ModificationRefused, PspReferenceConflict, StoreError
+from recon.errors import ModificationRefused, StoreError
 from recon.modification_rows import (
     CAPTURE,
+    MODIFICATION,
     Modification,
     ModificationEvent,
     ModificationSource,
     ModificationTransition,
     NewModification,
-    check_modification_transition,
 )
 from recon.redact import grouped, redact_row
 from recon.rows import EnqueueRow, EventSource, PaymentStatus, Transition
-
-
-def modification_key(modification_id: int) -> str:
-    """The unique key of a modification's own job (kind ``capture`` or ``cancel``)."""
-    return f"modification:{modification_id}"
-
 
 #: the columns a new modification's row keeps exactly: its idempotency key, made here (``recon.redact.grouped``),
 #: sent to the PSP on every attempt; redacting it would have masked a Luhn-valid run of its hex digits
 KEPT = ("idempotency_key",)
 
 
-class ModificationStore:
+class ModificationStore(MovementStore[Modification, ModificationEvent, ModificationTransition]):
+    kind = MODIFICATION
+    queries = movement_queries(MODIFICATION)
+
     def __init__(self, db: Database, payments: PaymentStore | None = None) -> None:
-        self.db = db
+        super().__init__(db)
         self.payments = payments or PaymentStore(db)
 
     # --- creation ------------------------------------------------------------------------------------------
@@ -67,9 +67,9 @@ class ModificationStore:
                 mid = self._create_one(conn, new)
                 row = EnqueueRow(queue=queue, kind=new.kind, payload_json=json.dumps({"modification_id": mid}),
                                  priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
-                                 unique_key=modification_key(mid), tenant=None)
+                                 unique_key=MODIFICATION.job_unique_key(mid), tenant=None)
                 [job_id] = JobStore(self.db).enqueue([row], max_depth=max_depth or {}, conn=conn)
-                self._event(conn, modification_id=mid, from_status=None, to_status=PaymentStatus.CREATED,
+                self._event(conn, mid, from_status=None, to_status=PaymentStatus.CREATED,
                             source=ModificationSource.MANUAL, job_id=job_id, attempt=None,
                             details={"requested_by": new.requested_by, "kind": new.kind})
                 return mid
@@ -119,60 +119,6 @@ class ModificationStore:
         return (f"{what}: {amount} is more than the {int(m['amount'])} (minor units of {m['currency']}) the payment "
                 "authorised; nothing written")
 
-    def existing_references(self, refs: Sequence[str]) -> set[str]:
-        with self.db.begin() as conn:
-            return {ref for (ref,) in conn.execute(self._q(mq.modification_existing_references), {"refs": list(refs)})}
-
-    # --- reads ---------------------------------------------------------------------------------------------
-
-    def get(self, modification_id: int, conn: sa.Connection | None = None) -> Modification | None:
-        if conn is not None:
-            row = conn.execute(self._q(mq.modification_get), {"id": modification_id}).first()
-            return self._modification(row) if row else None
-        with self.db.begin() as own:
-            return self.get(modification_id, own)
-
-    def by_reference(self, ref: str, conn: sa.Connection | None = None) -> Modification | None:
-        if conn is not None:
-            row = conn.execute(self._q(mq.modification_get_by_reference), {"ref": ref}).first()
-            return self._modification(row) if row else None
-        with self.db.begin() as own:
-            return self.by_reference(ref, own)
-
-    def by_psp_id(self, conn: sa.Connection, *, psp: str, psp_id: str) -> Modification | None:
-        row = conn.execute(self._q(mq.modification_get_by_psp_id), {"psp": psp, "psp_id": psp_id}).first()
-        return self._modification(row) if row else None
-
-    def for_payment(self, payment_id: int, conn: sa.Connection | None = None) -> list[Modification]:
-        if conn is not None:
-            return [self._modification(r) for r in conn.execute(self._q(mq.modification_list_for_payment),
-                                                                {"payment_id": payment_id})]
-        with self.db.begin() as own:
-            return self.for_payment(payment_id, own)
-
-    def events(self, modification_id: int) -> list[ModificationEvent]:
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(mq.modification_events_for), {"id": modification_id}).all()
-        return [ModificationEvent(id=int(m["id"]), modification_id=int(m["modification_id"]),
-                                  from_status=m["from_status"], to_status=m["to_status"], source=m["source"],
-                                  at=self.db.from_db(m["at"]), job_id=m["job_id"],  # type: ignore[arg-type]
-                                  attempt=m["attempt"], details=json_from_db(m["details"]))
-                for m in (r._mapping for r in rows)]
-
-    def iter_stale(self, *, older_than: timedelta, psp: str | None = None, page: int = 1000) -> Iterator[Modification]:
-        """Unfinished captures and cancels not changed for ``older_than``, oldest id first, a page per
-        transaction."""
-        cutoff = self.db.to_db(self.db.clock.now() - older_than)
-        after = 0
-        while True:
-            with self.db.begin() as conn:
-                rows = conn.execute(self._q(mq.modification_list_stale),
-                                    {"cutoff": cutoff, "psp": psp, "after_id": after, "n": page}).all()
-            yield from (self._modification(r) for r in rows)
-            if len(rows) < page:
-                return
-            after = int(rows[-1]._mapping["id"])
-
     def iter_authorised_before(self, *, psp: str, cutoff: datetime, page: int = 1000) -> Iterator[dict[str, Any]]:
         """Authorised payments of ``psp`` authorised before ``cutoff``: id, merchant_reference, amount, currency,
         authorised_at (aware UTC)."""
@@ -190,11 +136,6 @@ class ModificationStore:
                 return
             after = int(rows[-1]._mapping["id"])
 
-    def job_unfinished(self, modification_id: int, conn: sa.Connection) -> bool:
-        """Is the modification's own job unfinished (running, or waiting to retry): may it still send?"""
-        return conn.execute(self._q(mq.modification_job_unfinished),
-                            {"key": modification_key(modification_id)}).first() is not None
-
     def counts(self) -> list[dict[str, Any]]:
         """Captures and cancels per kind, status and currency: how many, and their sum in minor units."""
         with self.db.begin() as conn:
@@ -209,37 +150,20 @@ class ModificationStore:
         return [{"currency": m["currency"], "count": int(m["n"]), "amount": int(m["amount"])}
                 for m in (r._mapping for r in rows)]
 
-    # --- changes -------------------------------------------------------------------------------------------
+    # --- what a capture or cancel says (recon.db.movement_store) --------------------------------------------
 
-    def apply(self, conn: sa.Connection, t: ModificationTransition) -> bool:
-        """Compare-and-set inside the caller's transaction, with its audit event and its effect on the payment
-        (``recon.modification_rows``' table), all in the caller's transaction; False when the status was no
-        longer ``from_status``. Raises IllegalTransition for a move the state machine forbids, and
-        PspReferenceConflict (nothing written) when ``t.psp_modification_id`` is not the PSP id stored."""
-        check_modification_transition(t.from_status, t.to_status)
-        row = conn.execute(self._q(mq.modification_transition_if_status),
-                           {**_transition_row(t), "now": self.db.now_param()}).first()
-        if row is None:
-            current = self.get(t.modification_id, conn)
-            if (current is not None and current.status is t.from_status and current.psp_modification_id
-                    and t.psp_modification_id and current.psp_modification_id != t.psp_modification_id):
-                raise PspReferenceConflict(
-                    f"modification {t.modification_id}: a {t.source} transition to {t.to_status} names PSP id "
-                    f"{t.psp_modification_id!r}, it holds {current.psp_modification_id!r}; never replaced: not moved")
-            return False
-        self._event(conn, modification_id=t.modification_id, from_status=t.from_status, to_status=t.to_status,
-                    source=t.source, job_id=t.job_id, attempt=t.attempt, details=t.details)
-        self._effect(conn, dict(row._mapping), t)
-        return True
-
-    def _effect(self, conn: sa.Connection, m: dict[str, Any], t: ModificationTransition) -> None:
+    def _effect(self, conn: sa.Connection, m: Mapping[Any, Any], t: ModificationTransition) -> None:
         """What the modification's new status does to its payment, in the same transaction."""
         if t.to_status is PaymentStatus.FAILED:
             conn.execute(self._q(mq.payment_release_claim), {"payment_id": m["payment_id"], "amount": m["amount"]})
             return
+        source = _PAYMENT_SOURCE[t.source]
+        if t.to_status is PaymentStatus.NEEDS_REVIEW and t.from_status in (PaymentStatus.SUCCEEDED,
+                                                                          PaymentStatus.FAILED):
+            self._review_payment(conn, m, t, source)
+            return
         if t.to_status is not PaymentStatus.SUCCEEDED:
             return
-        source = _PAYMENT_SOURCE[t.source]
         what = {"modification": m["modification_reference"], "kind": m["kind"], "by": m["requested_by"]}
         if m["kind"] == CAPTURE:
             captured = t.captured if t.captured is not None else int(m["amount"])
@@ -253,47 +177,24 @@ class ModificationStore:
                                              failure_reason=f"cancelled: {m['modification_reference']} by "
                                                             f"{m['requested_by']}"))
 
-    def note(self, conn: sa.Connection, *, modification_id: int, status: PaymentStatus, source: ModificationSource,
-             details: dict[str, Any], job_id: int | None = None, attempt: int | None = None) -> bool:
-        """An audit event without a status change; compare-and-set on the status (False: it changed)."""
-        if conn.execute(self._q(mq.modification_touch_if_status),
-                        {"id": modification_id, "status": str(status), "now": self.db.now_param()}).first() is None:
-            return False
-        self._event(conn, modification_id=modification_id, from_status=status, to_status=status, source=source,
-                    job_id=job_id, attempt=attempt, details=details)
-        return True
+    def _review_payment(self, conn: sa.Connection, m: Mapping[Any, Any], t: ModificationTransition,
+                        source: EventSource) -> None:
+        """A final modification the PSP contradicts (a capture it undid, a failed capture it says succeeded): the
+        money recon counted for its payment may not be what moved, so the payment goes to review with the same
+        reason and evidence, from whatever status it holds (one in review already keeps it)."""
+        payment = self.payments.get(int(m["payment_id"]), conn)
+        if payment is None or payment.status is PaymentStatus.NEEDS_REVIEW:
+            return
+        self.payments.apply(conn, Transition(
+            payment.id, payment.status, PaymentStatus.NEEDS_REVIEW, source,
+            details={**(t.details or {}), "modification": m["modification_reference"]}, job_id=t.job_id,
+            attempt=t.attempt, review_reason=t.review_reason))
 
-    def remember_psp_id(self, conn: sa.Connection, *, modification_id: int, status: PaymentStatus,
-                        psp_id: str) -> bool:
-        """Store the PSP's id of the modification the moment it is known, where none is stored (never replaced)."""
-        return conn.execute(self._q(mq.modification_set_psp_id_if_null),
-                            {"id": modification_id, "status": str(status), "psp_id": psp_id,
-                             "now": self.db.now_param()}).first() is not None
+    def _event_row(self, m: Mapping[Any, Any]) -> ModificationEvent:
+        return ModificationEvent(modification_id=int(m["movement_id"]), **self._event_fields(m))
 
-    def mark_sent(self, conn: sa.Connection, *, modification_id: int) -> PaymentStatus | None:
-        """Lock the row if it is still unfinished (its status; stamps ``sent_at``), else None."""
-        row = conn.execute(self._q(mq.modification_mark_sent_if_unfinished),
-                           {"id": modification_id, "now": self.db.now_param()}).first()
-        return PaymentStatus(row._mapping["status"]) if row else None
-
-    # --- plumbing ------------------------------------------------------------------------------------------
-
-    def _event(self, conn: sa.Connection, *, modification_id: int, from_status: PaymentStatus | None,
-               to_status: PaymentStatus, source: ModificationSource, job_id: int | None, attempt: int | None,
-               details: dict[str, Any] | None) -> None:
-        # the storage boundary of PSP evidence and operators' notes: details quote PSP texts
-        row = redact_row({"details": details})
-        conn.execute(self._q(mq.modification_event_insert), {
-            "modification_id": modification_id, "from_status": None if from_status is None else str(from_status),
-            "to_status": str(to_status), "source": str(source), "job_id": job_id, "attempt": attempt,
-            "details": None if row["details"] is None else json.dumps(row["details"]), "now": self.db.now_param()})
-
-    def _q(self, query: Any) -> sa.TextClause:
-        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
-
-    def _modification(self, r: Any) -> Modification:
-        """A ``Modification`` from a row of ``MODIFICATION_COLUMNS``, read by name."""
-        m, t = r._mapping, self.db.from_db
+    def _row(self, m: Mapping[Any, Any]) -> Modification:
+        t = self.db.from_db
         return Modification(id=int(m["id"]), payment_id=int(m["payment_id"]), kind=m["kind"],
                             modification_reference=m["modification_reference"], amount=int(m["amount"]),
                             currency=m["currency"], psp=m["psp"], status=PaymentStatus(m["status"]),
@@ -308,9 +209,3 @@ _PAYMENT_SOURCE = {ModificationSource.MODIFICATION: EventSource.CHARGE,
                    ModificationSource.RECONCILE: EventSource.RECONCILE,
                    ModificationSource.WEBHOOK: EventSource.WEBHOOK, ModificationSource.MANUAL: EventSource.MANUAL}
 
-
-def _transition_row(t: ModificationTransition) -> dict[str, Any]:
-    """A transition's parameters at the storage boundary: its reasons redacted; the PSP's id exactly."""
-    return redact_row({"id": t.modification_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-                       "psp_modification_id": t.psp_modification_id, "failure_reason": t.failure_reason,
-                       "review_reason": t.review_reason}, keep=("psp_modification_id",))

@@ -1,35 +1,28 @@
 """RefundStore: refunds, the only code that executes ``recon.db.refund_queries``: their creation (the payment's
-bound, the refund, its creation event and its refund job in one transaction), lookups, compare-and-set
-transitions and notes with their audit events, and the sweep's and the stats' reads.
+bound, the refund, its creation event and its refund job in one transaction), what a refund's transition does to
+its payment (a failed refund gives its amount back) and the stats' read. Lookups, compare-and-set transitions,
+notes with their audit events and the sweep's reads are every movement's (``recon.db.movement_store``).
 
-The storage boundary (``recon.redact``): a new refund's texts (``create``), a transition's reasons
-(``_transition_row``), every audit event (``_event``). A PSP refund id is stored exactly as the PSP gave it, as a
-PSP reference is (``recon.db.payment_store``), and is never replaced once stored.
+The storage boundary (``recon.redact``): a new refund's texts (``_create_one``); the rest as
+``recon.db.movement_store`` says.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from recon.db import refund_queries as rq
-from recon.db.database import Database, json_from_db
 from recon.db.jobs_store import JobStore
-from recon.errors import PspReferenceConflict, RefundRefused, StoreError
+from recon.db.movement_queries import movement_queries
+from recon.db.movement_store import MovementStore
+from recon.errors import RefundRefused, StoreError
 from recon.redact import grouped, redact_row
-from recon.refund_rows import (
-    NewRefund,
-    Refund,
-    RefundEvent,
-    RefundSource,
-    RefundTransition,
-    check_refund_transition,
-)
+from recon.refund_rows import REFUND, NewRefund, Refund, RefundEvent, RefundSource, RefundTransition
 from recon.rows import EnqueueRow, PaymentStatus
 
 #: the refund job's kind (``recon.payments.refund.RefundHandler.kind``): created here, with its refund
@@ -39,14 +32,9 @@ REFUND_KIND = "refund"
 KEPT = ("idempotency_key",)
 
 
-def refund_key(refund_id: int) -> str:
-    """The unique key of a refund's refund job."""
-    return f"refund:{refund_id}"
-
-
-class RefundStore:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+class RefundStore(MovementStore[Refund, RefundEvent, RefundTransition]):
+    kind = REFUND
+    queries = movement_queries(REFUND)
 
     # --- creation ------------------------------------------------------------------------------------------
 
@@ -66,10 +54,10 @@ class RefundStore:
                 ids = [self._create_one(conn, r) for r in refunds]
                 rows = [EnqueueRow(queue=queue, kind=REFUND_KIND, payload_json=json.dumps({"refund_id": i}),
                                    priority=0, run_at=None, delay=0.0, max_attempts=max_attempts,
-                                   unique_key=refund_key(i), tenant=None) for i in ids]
+                                   unique_key=REFUND.job_unique_key(i), tenant=None) for i in ids]
                 job_ids = JobStore(self.db).enqueue(rows, max_depth=max_depth or {}, conn=conn)
                 for r, i, j in zip(refunds, ids, job_ids, strict=True):  # the creation event names the job
-                    self._event(conn, refund_id=i, from_status=None, to_status=PaymentStatus.CREATED,
+                    self._event(conn, i, from_status=None, to_status=PaymentStatus.CREATED,
                                 source=RefundSource.MANUAL, job_id=j, attempt=None,
                                 details={"requested_by": r.requested_by, "reason": r.reason})
                 return ids
@@ -109,65 +97,6 @@ class RefundStore:
         return (f"{what}: {r.amount} is more than the {max(left, 0)} (minor units of {m['currency']}) the payment "
                 "has captured and not refunded; nothing written")
 
-    def existing_references(self, refs: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        with self.db.begin() as conn:
-            for start in range(0, len(refs), 1000):
-                found.update(ref for (ref,) in conn.execute(self._q(rq.refund_existing_references),
-                                                        {"refs": list(refs[start:start + 1000])}))
-        return found
-
-    # --- reads ---------------------------------------------------------------------------------------------
-
-    def get(self, refund_id: int, conn: sa.Connection | None = None) -> Refund | None:
-        if conn is not None:
-            row = conn.execute(self._q(rq.refund_get), {"id": refund_id}).first()
-            return self._refund(row) if row else None
-        with self.db.begin() as own:
-            return self.get(refund_id, own)
-
-    def by_reference(self, ref: str, conn: sa.Connection | None = None) -> Refund | None:
-        if conn is not None:
-            row = conn.execute(self._q(rq.refund_get_by_reference), {"ref": ref}).first()
-            return self._refund(row) if row else None
-        with self.db.begin() as own:
-            return self.by_reference(ref, own)
-
-    def by_psp_refund_id(self, conn: sa.Connection, *, psp: str, psp_refund_id: str) -> Refund | None:
-        row = conn.execute(self._q(rq.refund_get_by_psp_refund_id), {"psp": psp, "psp_refund_id": psp_refund_id}
-                           ).first()
-        return self._refund(row) if row else None
-
-    def for_payment(self, payment_id: int) -> list[Refund]:
-        with self.db.begin() as conn:
-            return [self._refund(r) for r in conn.execute(self._q(rq.refund_list_for_payment),
-                                                          {"payment_id": payment_id})]
-
-    def events(self, refund_id: int) -> list[RefundEvent]:
-        with self.db.begin() as conn:
-            rows = conn.execute(self._q(rq.refund_events_for), {"id": refund_id}).all()
-        return [RefundEvent(id=int(m["id"]), refund_id=int(m["refund_id"]), from_status=m["from_status"],
-                            to_status=m["to_status"], source=m["source"], at=self.db.from_db(m["at"]),  # type: ignore[arg-type]
-                            job_id=m["job_id"], attempt=m["attempt"], details=json_from_db(m["details"]))
-                for m in (r._mapping for r in rows)]
-
-    def iter_stale(self, *, older_than: timedelta, psp: str | None = None, page: int = 1000) -> Iterator[Refund]:
-        """Unfinished refunds not changed for ``older_than``, oldest id first, a page per transaction."""
-        cutoff = self.db.to_db(self.db.clock.now() - older_than)
-        after = 0
-        while True:
-            with self.db.begin() as conn:
-                rows = conn.execute(self._q(rq.refund_list_stale),
-                                    {"cutoff": cutoff, "psp": psp, "after_id": after, "n": page}).all()
-            yield from (self._refund(r) for r in rows)
-            if len(rows) < page:
-                return
-            after = int(rows[-1]._mapping["id"])
-
-    def refund_job_unfinished(self, refund_id: int, conn: sa.Connection) -> bool:
-        """Is the refund's refund job unfinished (running, or waiting to retry): may it still send?"""
-        return conn.execute(self._q(rq.refund_job_unfinished), {"key": refund_key(refund_id)}).first() is not None
-
     def counts(self) -> list[dict[str, Any]]:
         """Refunds per status and currency: how many, and their sum in minor units."""
         with self.db.begin() as conn:
@@ -175,72 +104,15 @@ class RefundStore:
         return [{"status": m["status"], "currency": m["currency"], "count": int(m["n"]), "amount": int(m["amount"])}
                 for m in (r._mapping for r in rows)]
 
-    # --- changes -------------------------------------------------------------------------------------------
+    # --- what a refund says (recon.db.movement_store) --------------------------------------------------------
 
-    def apply(self, conn: sa.Connection, t: RefundTransition) -> bool:
-        """Compare-and-set inside the caller's transaction, with its audit event; False when the status was no
-        longer ``from_status``. A move to failed gives the refund's amount back to the payment's captured amount
-        in the same transaction. Raises IllegalTransition for a move the refund state machine forbids, and
-        PspReferenceConflict (nothing written) when ``t.psp_refund_id`` is not the PSP refund id stored."""
-        check_refund_transition(t.from_status, t.to_status)
-        row = conn.execute(self._q(rq.refund_transition_if_status), {**_transition_row(t), "now": self.db.now_param()}
-                           ).first()
-        if row is None:
-            current = self.get(t.refund_id, conn)
-            if (current is not None and current.status is t.from_status and current.psp_refund_id
-                    and t.psp_refund_id and current.psp_refund_id != t.psp_refund_id):
-                raise PspReferenceConflict(
-                    f"refund {t.refund_id}: a {t.source} transition to {t.to_status} names PSP refund id "
-                    f"{t.psp_refund_id!r}, the refund holds {current.psp_refund_id!r}; never replaced: not moved")
-            return False
-        m = row._mapping
+    def _effect(self, conn: sa.Connection, m: Mapping[Any, Any], t: RefundTransition) -> None:
+        """A move to failed gives the refund's amount back to the payment's captured amount."""
         if t.to_status is PaymentStatus.FAILED:
             conn.execute(self._q(rq.payment_release_refund), {"payment_id": m["payment_id"], "amount": m["amount"]})
-        self._event(conn, refund_id=t.refund_id, from_status=t.from_status, to_status=t.to_status, source=t.source,
-                    job_id=t.job_id, attempt=t.attempt, details=t.details)
-        return True
 
-    def note(self, conn: sa.Connection, *, refund_id: int, status: PaymentStatus, source: RefundSource,
-             details: dict[str, Any], job_id: int | None = None, attempt: int | None = None) -> bool:
-        """An audit event without a status change; compare-and-set on the status (False: it changed)."""
-        if conn.execute(self._q(rq.refund_touch_if_status), {"id": refund_id, "status": str(status),
-                                                             "now": self.db.now_param()}).first() is None:
-            return False
-        self._event(conn, refund_id=refund_id, from_status=status, to_status=status, source=source, job_id=job_id,
-                    attempt=attempt, details=details)
-        return True
-
-    def remember_psp_refund_id(self, conn: sa.Connection, *, refund_id: int, status: PaymentStatus,
-                               psp_refund_id: str) -> bool:
-        """Store the PSP's refund id the moment it is known, where none is stored (never replaced)."""
-        return conn.execute(self._q(rq.refund_set_psp_refund_id_if_null),
-                            {"id": refund_id, "status": str(status), "psp_refund_id": psp_refund_id,
-                             "now": self.db.now_param()}).first() is not None
-
-    def mark_sent(self, conn: sa.Connection, *, refund_id: int) -> PaymentStatus | None:
-        """Lock the refund row if it is still unfinished (its status; stamps ``sent_at``), else None."""
-        row = conn.execute(self._q(rq.refund_mark_sent_if_unfinished),
-                           {"id": refund_id, "now": self.db.now_param()}).first()
-        return PaymentStatus(row._mapping["status"]) if row else None
-
-    # --- plumbing ------------------------------------------------------------------------------------------
-
-    def _event(self, conn: sa.Connection, *, refund_id: int, from_status: PaymentStatus | None,
-               to_status: PaymentStatus, source: RefundSource, job_id: int | None, attempt: int | None,
-               details: dict[str, Any] | None) -> None:
-        # the storage boundary of PSP evidence and operators' notes: details quote PSP texts
-        row = redact_row({"details": details})
-        conn.execute(self._q(rq.refund_event_insert), {
-            "refund_id": refund_id, "from_status": None if from_status is None else str(from_status),
-            "to_status": str(to_status), "source": str(source), "job_id": job_id, "attempt": attempt,
-            "details": None if row["details"] is None else json.dumps(row["details"]), "now": self.db.now_param()})
-
-    def _q(self, query: Any) -> sa.TextClause:
-        return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]
-
-    def _refund(self, r: Any) -> Refund:
-        """A ``Refund`` from a row of ``REFUND_COLUMNS``, read by name."""
-        m, t = r._mapping, self.db.from_db
+    def _row(self, m: Mapping[Any, Any]) -> Refund:
+        t = self.db.from_db
         return Refund(id=int(m["id"]), payment_id=int(m["payment_id"]), refund_reference=m["refund_reference"],
                       amount=int(m["amount"]), currency=m["currency"], psp=m["psp"], status=PaymentStatus(m["status"]),
                       idempotency_key=m["idempotency_key"], requested_by=m["requested_by"],
@@ -248,9 +120,5 @@ class RefundStore:
                       reason=m["reason"], psp_refund_id=m["psp_refund_id"], failure_reason=m["failure_reason"],
                       review_reason=m["review_reason"], sent_at=t(m["sent_at"]))
 
-
-def _transition_row(t: RefundTransition) -> dict[str, Any]:
-    """A transition's parameters at the storage boundary: its reasons redacted; the PSP's refund id exactly."""
-    return redact_row({"id": t.refund_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-                       "psp_refund_id": t.psp_refund_id, "failure_reason": t.failure_reason,
-                       "review_reason": t.review_reason}, keep=("psp_refund_id",))
+    def _event_row(self, m: Mapping[Any, Any]) -> RefundEvent:
+        return RefundEvent(refund_id=int(m["movement_id"]), **self._event_fields(m))

@@ -453,7 +453,8 @@ def modification_sent(mod: Modification, answer: PaymentOutcome) -> Modification
     | succeeded, a cancel                            | unfinished   | succeeded                                |
     | failed                                         | unfinished   | failed ("declined: " answering us, else "psp: ") |
     | anything else                                  | unfinished   | pending (answering us); nothing (later)  |
-    | anything                                       | final        | nothing (a redelivery, older news)       |
+    | succeeded, a capture, later (``late_capture``) | failed       | needs_review (status_mismatch)           |
+    | anything else                                  | final        | nothing (a redelivery, older news)       |
 
     Stripe captures once, at most what was asked: a captured amount below ours is what the PSP took, and the
     payment's captured amount follows it."""
@@ -469,11 +470,31 @@ def modification_sent(mod: Modification, answer: PaymentOutcome) -> Modification
     return ModificationHeal(PaymentStatus.PENDING, psp_modification_id=answer.psp_reference)
 
 
+def late_capture(mod: Modification, answer: PaymentOutcome) -> ModificationHeal | None:
+    """A capture we hold as failed that the PSP says succeeded (a CAPTURE webhook after our "never reached the
+    PSP", Stripe's payment_intent.succeeded after a failed capture, a recheck): money moved that we think did not.
+    It goes to review, as a charge we hold as failed does (``late_news``), never to succeeded: evidence never
+    overwrites a final state we hold (its payment follows it to review: ``ModificationStore.apply``). None for
+    anything else. A PSP id other than the one stored is a reference_conflict, and the stored id stays."""
+    if mod.kind != "capture" or mod.status is not PaymentStatus.FAILED or not isinstance(answer, Succeeded):
+        return None
+    named = answer.psp_reference
+    if mod.psp_modification_id and named and named != mod.psp_modification_id:
+        return ModificationHeal(PaymentStatus.NEEDS_REVIEW, review_reason=(
+            f"reference_conflict: ours is {mod.psp_modification_id}, the PSP names {named} for our capture "
+            f"{mod.modification_reference} (a second capture, or not ours: a person looks)"))
+    took = (f" {format_amount(answer.amount, answer.currency)}" if answer.amount is not None and answer.currency
+            else "")
+    return ModificationHeal(PaymentStatus.NEEDS_REVIEW, psp_modification_id=named, review_reason=(
+        f"status_mismatch: ours failed ({mod.failure_reason or 'no reason'}), the PSP says "
+        f"{answer.raw_status or 'succeeded'}{took} for capture {mod.modification_reference}"))
+
+
 def modification_heal(mod: Modification, answer: PaymentOutcome) -> ModificationHeal | None:
     """What the PSP's later word about a capture or cancel changes (``modification_sent``'s table); None:
     nothing."""
     if mod.status.final:
-        return None
+        return late_capture(mod, answer)
     clash = _modification_conflict(mod, answer.psp_reference)
     if clash is not None:
         return clash
@@ -490,8 +511,8 @@ def modification_recheck(mod: Modification, answer: PaymentOutcome, *, captured:
     """What the PSP's word, asked again about a *final* capture or cancel (``recon review recheck MOD_REF``),
     changes; None: nothing (the answer joins its audit trail). ``captured``: what its payment holds as captured
     (the amount a capture is compared with).
-    Only a succeeded modification can move (a failed one is past changing: ``REFUND_TRANSITIONS``); it moves to
-    review, never to another final status, and never takes a PSP id other than the one stored.
+    Only a succeeded modification, or a failed capture (``late_capture``), can move; it moves to review, never to
+    another final status, and never takes a PSP id other than the one stored.
 
     | the PSP says                                             | ours         | becomes                             |
     | -------------------------------------------------------- | ------------ | ----------------------------------- |
@@ -499,8 +520,11 @@ def modification_recheck(mod: Modification, answer: PaymentOutcome, *, captured:
     | failed (a capture: canceled; a cancel: captured)         | succeeded    | needs_review (status_mismatch)      |
     | succeeded, a capture of another amount or currency       | succeeded    | needs_review (amount_mismatch, …)   |
     | anything else (agreeing, pending, cannot say, not found) | succeeded    | nothing                             |
-    | anything                                                 | failed, needs_review | nothing                     |
+    | succeeded, a capture (``late_capture``)                  | failed       | needs_review (status_mismatch)      |
+    | anything else                                            | failed, needs_review | nothing                     |
     """
+    if mod.status is PaymentStatus.FAILED:
+        return late_capture(mod, answer)
     if mod.status is not PaymentStatus.SUCCEEDED:
         return None
     named = answer.psp_reference

@@ -10,8 +10,13 @@ applied by the webhook job (recon.reconcile.webhook) inside its finish, one even
 A PSP that tells the end of a capture or cancel only as news of the payment (Stripe: ``payment_intent.succeeded``
 after a capture, ``payment_intent.canceled`` after a cancel) reaches its one unfinished capture or cancel the
 same way (``apply_payment_news``): succeeded ends a capture (a cancel: failed, it was captured), canceled ends a
-cancel (a capture: failed, and the payment ends failed as any cancellation). Without one unfinished, the news is
-its payment's as any other.
+cancel (a capture: failed, and the payment ends failed as any cancellation). Without one unfinished, succeeded
+reaches the payment's last capture when we hold it as failed (``decide.late_capture``: it and its payment go to
+review); otherwise the news is its payment's as any other.
+
+A failed capture the PSP says succeeded (Adyen's CAPTURE after our "never reached the PSP", Stripe's
+payment_intent.succeeded after a failed capture) goes to review with its payment, as a failed charge the PSP
+says succeeded does: money moved that we think did not.
 
 A modification moved here acts on its payment in the same transaction (``ModificationStore.apply``): a capture
 succeeded makes it succeeded with the captured amount, a cancel failed, a failure gives its claim back.
@@ -31,6 +36,7 @@ from recon.db.webhook_store import WebhookStore
 from recon.errors import PaymentKeptMoving
 from recon.modification_rows import Modification, ModificationSource, ModificationTransition
 from recon.reconcile.decide import accounts_agree, modification_heal
+from recon.reconcile.movement_webhook import find_ours, write_news
 from recon.rows import Job, Payment, PaymentStatus
 from recon.webhook_rows import WebhookRecord, WebhookState
 
@@ -74,7 +80,11 @@ class ModificationNewsApplier:
                            news: PaymentOutcome, job: Job, details: dict[str, Any]) -> bool:
         """News of an authorised payment applied to its one unfinished capture or cancel (module docstring);
         False when it has none (the news is then the payment's)."""
-        live = [m for m in self.modifications.for_payment(payment.id, conn) if not m.status.final]
+        mods = self.modifications.for_payment(payment.id, conn)
+        live = [m for m in mods if not m.status.final]
+        if not live and mods and mods[-1].kind == "capture" and mods[-1].status is PaymentStatus.FAILED \
+                and isinstance(news, Succeeded):
+            live = mods[-1:]  # the PSP captured what we hold as failed: decide.late_capture
         if len(live) != 1:
             return False
         mod = live[0]
@@ -86,7 +96,7 @@ class ModificationNewsApplier:
                                 reason=None if done else (getattr(news, "reason", None) or news.raw_status))
         for _ in range(ROUNDS):
             current = self.modifications.get(mod.id, conn)
-            if current is None or current.status.final:
+            if current is None or (current.status.final and current.status is not mod.status):
                 return False
             if self._write(conn, record, current, said, {**details, "payment_news": True}, job):
                 # a capture the PSP canceled instead (Stripe: expired, canceled elsewhere): the payment ends too
@@ -95,36 +105,23 @@ class ModificationNewsApplier:
                                 "decisions; retrying")
 
     def _ours(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews) -> Modification | None:
-        found = self.modifications.by_psp_id(conn, psp=record.psp, psp_id=news.modification_id) \
-            if news.modification_id else None
-        if found is None and news.merchant_reference:
-            found = self.modifications.by_reference(news.merchant_reference, conn)
-        if found is None or found.psp != record.psp or found.kind != news.kind:
-            return None
-        return found
+        found = find_ours(self.modifications, conn, record, psp_id=news.modification_id,
+                          reference=news.merchant_reference)
+        return found if found is not None and found.kind == news.kind else None
 
     def _write(self, conn: sa.Connection, record: WebhookRecord, mod: Modification, news: ModificationNews,
                details: dict[str, Any], job: Job) -> bool:
-        """The decision for our modification as read, written; False when it changed meanwhile."""
-        decision = modification_heal(mod, news_outcome(news))
-        state = WebhookState.APPLIED
-        if decision is not None:
-            if not self.modifications.apply(conn, ModificationTransition(
-                    mod.id, mod.status, decision.target, ModificationSource.WEBHOOK, details=details, job_id=job.id,
-                    attempt=job.attempts, **decision.fields())):
-                return False
-        elif mod.status.final and mod.status is not PaymentStatus.NEEDS_REVIEW:
-            state = WebhookState.STALE  # a redelivery, or older news than its end
-        else:
-            if news.modification_id and not mod.psp_modification_id:
-                self.modifications.remember_psp_id(conn, modification_id=mod.id, status=mod.status,
-                                                   psp_id=news.modification_id)
-            if not self.modifications.note(conn, modification_id=mod.id, status=mod.status,
-                                           source=ModificationSource.WEBHOOK, details=details, job_id=job.id,
-                                           attempt=job.attempts):
-                return False
-        self.webhooks.mark(conn, record.id, state, payment_id=mod.payment_id)
-        return True
+        """The decision for our modification as read, written (recon.reconcile.movement_webhook); False when it
+        changed meanwhile."""
+        return write_news(
+            self.modifications, self.webhooks, conn, record, mod, modification_heal(mod, news_outcome(news)),
+            transition_func=lambda d: ModificationTransition(mod.id, mod.status, d.target, ModificationSource.WEBHOOK,
+                                                             details=details, job_id=job.id, attempt=job.attempts,
+                                                             **d.fields()),
+            note_func=lambda: self.modifications.note(conn, mod.id, status=mod.status,
+                                                      source=ModificationSource.WEBHOOK, details=details,
+                                                      job_id=job.id, attempt=job.attempts),
+            psp_id=news.modification_id)
 
     def _not_ours(self, conn: sa.Connection, record: WebhookRecord, news: ModificationNews, job: Job, *,
                   apply_func: ApplyFunc) -> None:

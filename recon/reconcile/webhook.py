@@ -81,6 +81,7 @@ from recon.reconcile.decide import (
 )
 from recon.reconcile.handler import reconcile_row
 from recon.reconcile.modification_webhook import ModificationNewsApplier
+from recon.reconcile.movement_webhook import find_ours, write_news
 from recon.refund_rows import Refund, RefundSource, RefundTransition
 from recon.rows import EventSource, Job, Note, Payment, PaymentStatus, Transition
 from recon.webhook_rows import WebhookRecord, WebhookState
@@ -272,36 +273,23 @@ class WebhookHandler:
     def _our_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews) -> Refund | None:
         if self.refunds is None:
             return None
-        found = self.refunds.by_psp_refund_id(conn, psp=record.psp, psp_refund_id=news.refund_id) \
-            if news.refund_id else None
-        if found is None and news.merchant_reference:
-            found = self.refunds.by_reference(news.merchant_reference, conn)
-        return found if found is not None and found.psp == record.psp else None
+        return find_ours(self.refunds, conn, record, psp_id=news.refund_id, reference=news.merchant_reference)
 
     def _write_refund(self, conn: sa.Connection, record: WebhookRecord, refund: Refund, news: RefundNews,
                       details: dict[str, Any], job: Job) -> bool:
-        """The decision for our refund as read, written; False when the refund changed meanwhile."""
-        assert self.refunds is not None  # nosec B101  # _our_refund found it: type narrowing
+        """The decision for our refund as read, written (recon.reconcile.movement_webhook); False when the refund
+        changed meanwhile."""
+        refunds = self.refunds
+        assert refunds is not None  # nosec B101  # _our_refund found it: type narrowing
         answer, reversed_ = refund_news_outcome(news)
-        decision = refund_heal(refund, answer, reversed_=reversed_)
-        state = WebhookState.APPLIED
-        if decision is not None:
-            moved = self.refunds.apply(conn, RefundTransition(
-                refund.id, refund.status, decision.target, RefundSource.WEBHOOK, details=details, job_id=job.id,
-                attempt=job.attempts, **decision.fields()))
-            if not moved:
-                return False
-        elif refund.status.final and refund.status is not PaymentStatus.NEEDS_REVIEW:
-            state = WebhookState.STALE  # a redelivery, or older news than the refund's end
-        else:
-            if news.refund_id and not refund.psp_refund_id:
-                self.refunds.remember_psp_refund_id(conn, refund_id=refund.id, status=refund.status,
-                                                    psp_refund_id=news.refund_id)
-            if not self.refunds.note(conn, refund_id=refund.id, status=refund.status, source=RefundSource.WEBHOOK,
-                                     details=details, job_id=job.id, attempt=job.attempts):
-                return False
-        self.webhooks.mark(conn, record.id, state, payment_id=refund.payment_id)
-        return True
+        return write_news(
+            refunds, self.webhooks, conn, record, refund, refund_heal(refund, answer, reversed_=reversed_),
+            transition_func=lambda d: RefundTransition(refund.id, refund.status, d.target, RefundSource.WEBHOOK,
+                                                       details=details, job_id=job.id, attempt=job.attempts,
+                                                       **d.fields()),
+            note_func=lambda: refunds.note(conn, refund.id, status=refund.status, source=RefundSource.WEBHOOK,
+                                           details=details, job_id=job.id, attempt=job.attempts),
+            psp_id=news.refund_id)
 
     def _not_our_refund(self, conn: sa.Connection, record: WebhookRecord, news: RefundNews, job: Job) -> None:
         """A refund we did not ask for: for its payment, a succeeded one is a reversal; the rest is stale."""

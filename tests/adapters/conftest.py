@@ -243,3 +243,13 @@ def router() -> Iterator[respx.MockRouter]:
     """A respx router that mocks every httpx request made inside the test (unmatched requests fail)."""
     with respx.mock(assert_all_called=False, assert_all_mocked=True) as mock:
         yield mock
+
+
+@pytest.fixture
+def stripe() -> Iterator[Any]:
+    """The Stripe adapter on the movement tests' mocked host (tests/adapters/movement_oracle.py), closed after the
+    test; a module that builds its own names a fixture of its own."""
+    from tests.adapters.movement_oracle import stripe_adapter
+
+    with stripe_adapter() as adapter:
+        yield adapter

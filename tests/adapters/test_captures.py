@@ -13,7 +13,6 @@ answers are Adyen's documented examples (``status: received``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -35,29 +34,13 @@ from psp_adapters.protocol import (
 )
 from psp_adapters.stripe.adapter import StripeAdapter
 from tests.adapters import adyen_schema
+from tests.adapters.movement_oracle import ADYEN, ADYEN_KEY, PI, STRIPE, STRIPE_KEY, adyen
 from tests.adapters.stripe_oracle import Sent, canonical, sdk_request
 
-STRIPE_KEY = "sk_test_51NotARealKeyButLooksLikeOne0000"
-STRIPE = "https://stripe.test"
-ADYEN_KEY = "AQEyhmfxNotARealKeyButLooksLikeOne0000qwerty"
-ADYEN = "https://checkout.adyen.test"
-PI = "pi_1PgafyB7WZ01zgkWSjxsAJo3"
 CAPTURE = ModificationRequest(kind="capture", payment_reference=PI, modification_reference="order-7-capture1",
                               amount=700, currency="USD")
 CANCEL = ModificationRequest(kind="cancel", payment_reference=PI, modification_reference="order-7-cancel1",
                              amount=1099, currency="USD")
-
-
-@pytest.fixture
-def router() -> Iterator[respx.MockRouter]:
-    with respx.mock(assert_all_called=False) as mock:
-        yield mock
-
-
-@pytest.fixture
-def stripe() -> Iterator[StripeAdapter]:
-    with StripeAdapter(STRIPE, api_key=Secret(STRIPE_KEY)) as adapter:
-        yield adapter
 
 
 def intent(**changes: Any) -> dict[str, Any]:
@@ -147,16 +130,6 @@ def test_stripe_capture__a_refusal_a_lost_answer_and_a_missing_intent(stripe: St
     assert isinstance(stripe.fetch_modification(CAPTURE), NotFound)
 
 
-def adyen_example(name: str) -> Any:
-    value = adyen_schema.checkout_document()["components"]["examples"][name]["value"]
-    return json.loads(json.dumps(value))
-
-
-def adyen(version: str) -> AdyenAdapter:
-    return AdyenAdapter(ADYEN, api_key=Secret(ADYEN_KEY), merchant_account="YOUR_MERCHANT_ACCOUNT",
-                        api_version=version, report_api_key=Secret("AQEreport"))
-
-
 @pytest.mark.parametrize("version", ["v71", "v72"])
 def test_adyen_charge__manual_capture_is_valid_and_authorised_is_authorised(router: respx.MockRouter,
                                                                            version: str) -> None:
@@ -180,40 +153,3 @@ def test_adyen_charge__manual_capture_is_valid_and_authorised_is_authorised(rout
     adapter.close()
 
 
-@pytest.mark.parametrize("version", ["v71", "v72"])
-def test_adyen_capture__a_valid_request_and_received_is_pending(router: respx.MockRouter, version: str) -> None:
-    request_example = adyen_example("post-payments-paymentPspReference-captures-capture")
-    answer_example = adyen_example("post-payments-paymentPspReference-captures-capture-201")
-    adyen_schema.validate("PaymentCaptureResponse", answer_example, version=version)
-    route = router.post(f"{ADYEN}/{version}/payments/993617894903480A/captures").mock(
-        return_value=httpx.Response(201, json=answer_example))
-    adapter = adyen(version)
-    answer = adapter.modify_payment(ModificationRequest(
-        kind="capture", payment_reference="993617894903480A", modification_reference="YOUR_UNIQUE_REFERENCE",
-        amount=2000, currency="EUR"), idempotency_key="recon-capture-abc")
-    body = json.loads(route.calls.last.request.content)
-    adyen_schema.validate("PaymentCaptureRequest", body, version=version)
-    assert body == request_example  # Adyen's own example, field for field
-    assert route.calls.last.request.headers["Idempotency-Key"] == "recon-capture-abc"
-    assert answer == Pending(psp_reference="993617894906488A", amount=2000, currency="EUR", raw_status="received",
-                             merchant_reference="YOUR_UNIQUE_REFERENCE")
-    adapter.close()
-
-
-@pytest.mark.parametrize("version", ["v71", "v72"])
-def test_adyen_cancel__a_valid_request_and_received_is_pending(router: respx.MockRouter, version: str) -> None:
-    request_example = adyen_example("post-payments-paymentPspReference-cancels-cancel-with-psp-reference")
-    answer_example = adyen_example("post-payments-paymentPspReference-cancels-cancel-with-psp-reference-201")
-    adyen_schema.validate("PaymentCancelResponse", answer_example, version=version)
-    route = router.post(f"{ADYEN}/{version}/payments/993617894903480A/cancels").mock(
-        return_value=httpx.Response(201, json=answer_example))
-    adapter = adyen(version)
-    answer = adapter.modify_payment(ModificationRequest(
-        kind="cancel", payment_reference="993617894903480A", modification_reference="YOUR_UNIQUE_REFERENCE",
-        amount=2000, currency="EUR"), idempotency_key="recon-cancel-abc")
-    body = json.loads(route.calls.last.request.content)
-    adyen_schema.validate("PaymentCancelRequest", body, version=version)
-    assert body == request_example
-    assert answer == Pending(psp_reference="993617894906488A", raw_status="received",
-                             merchant_reference="YOUR_UNIQUE_REFERENCE")
-    adapter.close()

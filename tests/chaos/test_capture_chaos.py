@@ -22,8 +22,6 @@ Then, against the sandbox's own books (each PaymentIntent, read through its API)
 from __future__ import annotations
 
 import random
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,30 +30,28 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from recon.db.database import Database, connect
+from recon.db.database import Database
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.errors import ModificationRefused, StoreError
 from recon.modification_rows import CANCEL, CAPTURE, NewModification
-from recon.rows import NewPayment, PaymentStatus
-from tests.chaos.harness import PSP_API_KEYS, Sandbox, WorkerProcess, base_env, psp_env, recon, write_config
+from recon.rows import NewPayment, Payment, PaymentStatus
+from tests.chaos.harness import PSP_API_KEYS
+from tests.chaos.movement_harness import NEVER_REACHED, MovementChaos, emptied, run, unfinished
 
 pytestmark = pytest.mark.chaos
 FAULTS = ("--rate-429", "0.03", "--retry-after", "1", "--rate-500", "0.05", "--rate-hang", "0.08",
           "--hang-seconds", "1.5", "--settle-after", "2", "--decline-suffix", "off")
 PAYMENTS = 40
-NEVER_REACHED = "never reached the PSP (not found after the grace period)"
+JOB_KINDS = ("charge", "capture", "cancel")
 P = PaymentStatus
 
 
 @pytest.fixture
 def pg(pg_migrated: str) -> Iterator[Database]:
-    db = connect(pg_migrated)
-    with db.begin() as conn:
-        conn.execute(sa.text("TRUNCATE modification_events, modifications, refund_events, refunds, payment_events, "
-                             "payments, job_attempts, jobs, webhook_events RESTART IDENTITY CASCADE"))
-    yield db
-    db.dispose()
+    with emptied(pg_migrated, ("modification_events", "modifications", "refund_events", "refunds", "payment_events",
+                               "payments", "job_attempts", "jobs", "webhook_events")) as db:
+        yield db
 
 
 def intent(url: str, intent_id: str) -> dict[str, Any]:
@@ -64,91 +60,30 @@ def intent(url: str, intent_id: str) -> dict[str, Any]:
                      headers={"Authorization": f"Bearer {PSP_API_KEYS['stripe']}"}).json()
 
 
-def unfinished(db: Database) -> tuple[int, int]:
-    with db.begin() as conn:
-        mods = conn.execute(sa.text(
-            "SELECT count(*) FROM modifications WHERE status IN ('created', 'processing', 'pending')")).scalar_one()
-        jobs = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE kind IN ('charge', 'capture', 'cancel') "
-                                    "AND state NOT IN ('succeeded', 'dead', 'canceled')")).scalar_one()
-    return int(mods), int(jobs)
+def payments(rng: random.Random) -> list[NewPayment]:
+    return [NewPayment("chaos-shop", f"auth-{i:03d}", rng.randint(500, 5000), "EUR", "stripe",
+                       payment_method="pm_card_visa", customer_reference=f"cus_a{i:03d}", capture_mode="manual")
+            for i in range(PAYMENTS)]
+
+
+def ask(pg: Database, mine: random.Random, p: Payment, ref: str) -> None:
+    """A capture of a random part, or a cancel, of an authorised payment, racing the other writer."""
+    kind = CANCEL if mine.random() < 0.25 else CAPTURE
+    amount = mine.randint(1, p.amount) if kind == CAPTURE else None
+    ModificationStore(pg).create(NewModification(p.id, kind, f"m-{ref}", "chaos", amount=amount), queue="charges")
+
+
+CHAOS = MovementChaos(FAULTS, 13, payments, "authorised", ask, (ModificationRefused, StoreError), "modifications",
+                      JOB_KINDS)
 
 
 def test_capture_chaos__one_per_authorisation_never_more_never_twice(pg: Database, pg_migrated: str, tmp_path: Path,
                                                                      request: pytest.FixtureRequest) -> None:
-    rng = random.Random(20261205)
-    sandbox = Sandbox(tmp_path / "psp.db", *FAULTS, "--seed", "13", psp="stripe")
-    sandbox.start()
-    request.addfinalizer(sandbox.stop)
-    env = base_env(write_config(tmp_path / "recon.toml"), sandbox.url, **psp_env("stripe", sandbox.url))
-    env.pop("RECON_STRIPE_WEBHOOK_SECRET", None)
-    workers = [WorkerProcess(pg_migrated, env, tmp_path / f"worker-{i}.log", module="tests.chaos.compressed")
-               for i in range(3)]
-    for w in workers:
-        request.addfinalizer(w.stop)
-        w.start()
-    PaymentStore(pg).create([NewPayment("chaos-shop", f"auth-{i:03d}", rng.randint(500, 5000), "EUR", "stripe",
-                                        payment_method="pm_card_visa", customer_reference=f"cus_a{i:03d}",
-                                        capture_mode="manual") for i in range(PAYMENTS)])
-    deadline = time.monotonic() + 60  # the authorisations first (through the same faults)
-    while time.monotonic() < deadline and sum(1 for _ in PaymentStore(pg).iter_payments(status="authorised")) < 30:
-        time.sleep(0.5)
-    stop = threading.Event()
-    asked: dict[str, Any] = {"created": 0, "refused": 0, "errors": []}
-
-    def writer(seed: int) -> None:
-        """Captures of random parts, or cancels, of authorised payments, racing the other writer."""
-        mine = random.Random(seed)
-        n = 0
-        while not stop.is_set():
-            try:
-                held = list(PaymentStore(pg).iter_payments(status="authorised"))
-            except Exception as exc:  # recorded: the assertion below shows it
-                asked["errors"].append(repr(exc)[:200])
-                held = []
-            if held:
-                p = mine.choice(held)
-                kind = CANCEL if mine.random() < 0.25 else CAPTURE
-                amount = mine.randint(1, p.amount) if kind == CAPTURE else None
-                try:
-                    ModificationStore(pg).create(NewModification(p.id, kind, f"m-{seed}-{n}", "chaos", amount=amount),
-                                                 queue="charges")
-                    asked["created"] += 1
-                except (ModificationRefused, StoreError):
-                    asked["refused"] += 1
-                n += 1
-            stop.wait(0.05)
-
-    threads = [threading.Thread(target=writer, args=(s,)) for s in (1, 2)]
-    for t in threads:
-        t.start()
-    started = time.monotonic()
-    frozen = False
-    try:
-        while time.monotonic() - started < 25:
-            if not frozen and time.monotonic() - started > 8:
-                frozen = True
-                workers[0].freeze()
-                time.sleep(4.5)  # past the 2 s lease: its jobs are rescued and run elsewhere
-                workers[0].thaw()
-            else:
-                victim = rng.choice(workers[1:])
-                victim.kill()
-                victim.start()
-            time.sleep(rng.uniform(0.5, 1.5))
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
-    sandbox.set_faults(rate_429=0, rate_500=0, rate_hang=0)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and unfinished(pg) != (0, 0):
-        recon(pg_migrated, env, "sweep", "--older-than", "1s", "--json", timeout=60, module="tests.chaos.compressed")
-        time.sleep(0.5)
-    for w in workers:
-        w.stop()
-
+    done = run(CHAOS, pg, pg_migrated, tmp_path, request, rng=random.Random(20261205))
+    asked = done.asked
     assert asked["created"] > 20 and asked["refused"] > 0, asked  # the writers raced for the authorisations
-    assert unfinished(pg) == (0, 0), "every capture and cancel final or in review, every job finished"
+    assert unfinished(pg, table="modifications", job_kinds=JOB_KINDS) == (0, 0), (
+        "every capture and cancel final or in review, every job finished")
     problems: list[str] = []
     mods = ModificationStore(pg)
     for payment in PaymentStore(pg).iter_payments():
@@ -160,7 +95,7 @@ def test_capture_chaos__one_per_authorisation_never_more_never_twice(pg: Databas
                             f"{[(m.kind, m.amount, str(m.status)) for m in live]}")
         if not payment.psp_reference or payment.status not in (P.AUTHORISED, P.SUCCEEDED, P.FAILED):
             continue
-        pi = intent(sandbox.url, payment.psp_reference)
+        pi = intent(done.sandbox.url, payment.psp_reference)
         received = int(pi.get("amount_received") or 0)
         captures = [m for m in ours if m.kind == CAPTURE and m.status is not P.FAILED]
         if received and (not captures or received > captures[0].amount):
@@ -182,5 +117,5 @@ def test_capture_chaos__one_per_authorisation_never_more_never_twice(pg: Databas
                                              "GROUP BY kind, status")).all())
         paid = dict(conn.execute(sa.text("SELECT status, count(*) FROM payments GROUP BY status")).all())
     print(f"\ncapture chaos: asked {asked}, modifications {statuses}, payments {paid}, "
-          f"kills {sum(w.kills for w in workers)}")
+          f"kills {done.kills}")
     assert not problems, "\n".join(problems[:20])

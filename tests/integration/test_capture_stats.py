@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from recon.db.database import Database
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
-from recon.metrics import serve
 from recon.modification_rows import ModificationSource, ModificationTransition, NewModification
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
+from tests.integration.test_metrics import served_samples
 
 P = PaymentStatus
 
@@ -52,14 +49,7 @@ def test_stats__captures_in_flight_and_money_authorised_not_captured(db: Databas
 
 def test_metrics__captures_and_authorised_money(db: Database) -> None:
     workload(db)
-    server = serve(db, port=0, refresh=0)
-    assert server is not None
-    try:
-        text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
-    finally:
-        server.close()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    samples = served_samples(db)
     assert samples[("recon_modifications", (("currency", "EUR"), ("kind", "capture"), ("status", "pending")))] == 1
     assert samples[("recon_captures_in_flight_minor_units", (("currency", "EUR"),))] == 3000
     assert samples[("recon_authorised_not_captured_minor_units", (("currency", "EUR"),))] == 6500

@@ -7,8 +7,6 @@ still ends its payment."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from recon.app import App
@@ -17,18 +15,16 @@ from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
 from recon.modification_rows import ModificationSource, ModificationTransition, NewModification
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
-from recon.webhooks.server import create_app
 from tests.adapters.stripe_oracle import canonical
 from tests.console import TestClient
 from tests.integration.test_webhooks import (
     ADYEN_ACCOUNT,
-    ADYEN_KEY,
-    STRIPE_NEW,
-    STRIPE_OLD,
     adyen_body,
     adyen_item,
     post_stripe,
     stripe_event,
+    webhook_app,
+    webhook_client,
     work,
 )
 
@@ -37,21 +33,8 @@ PAYMENT_REF = "8815208516304269"
 CAPTURE_REF = "993617894906488A"
 
 
-@pytest.fixture
-def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
-    monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", f"{STRIPE_OLD},{STRIPE_NEW}")
-    monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
-    monkeypatch.delenv("RECON_CONFIG", raising=False)
-    application = App(database_url=db_url)
-    yield application
-    application.close()
-    application.db.dispose()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_app(app), base_url="http://127.0.0.1") as c:
-        yield c
+app = pytest.fixture(webhook_app, name="app")
+client = pytest.fixture(webhook_client, name="client")
 
 
 def manual(db: Database, ref: str, *, psp: str, to: PaymentStatus, psp_reference: str | None,
@@ -187,3 +170,102 @@ def test_stripe__canceled_after_our_cancel_ends_it_as_ours(app: App, client: Tes
     ended = PaymentStore(db).get(pid)
     assert ended is not None and ended.status is P.FAILED
     assert ended.failure_reason == "cancelled: order-w-cancel1 by alice"
+
+
+NEVER_REACHED = "never reached the PSP (not found after the grace period)"
+
+
+def failed(db: Database, pid: int, ref: str, *, amount: int, why: str = NEVER_REACHED,
+           psp_id: str | None = None) -> int:
+    """Our capture, failed: healed as never having reached the PSP (no PSP id), or refused with ``psp_id``."""
+    store = ModificationStore(db)
+    mid = store.create(NewModification(pid, "capture", ref, "alice", amount=amount), queue="charges")
+    with db.begin() as conn:
+        assert store.apply(conn, ModificationTransition(mid, P.CREATED, P.PROCESSING, ModificationSource.MODIFICATION))
+        assert store.apply(conn, ModificationTransition(mid, P.PROCESSING, P.FAILED, ModificationSource.RECONCILE,
+                                                        psp_modification_id=psp_id, failure_reason=why))
+    return mid
+
+
+def test_adyen__capture_after_our_never_reached_the_psp_sends_the_capture_and_its_payment_to_review(
+        app: App, client: TestClient, db: Database) -> None:
+    pid = manual(db, "order-f", psp="adyen", to=P.AUTHORISED, psp_reference=PAYMENT_REF)
+    mid = failed(db, pid, "order-f-capture1", amount=3000)
+    claimed = PaymentStore(db).get(pid)
+    assert claimed is not None and claimed.authorisation_claimed == 0  # its claim was given back
+    body = adyen_body(adyen_item("CAPTURE", CAPTURE_REF, "order-f-capture1", value=3000, original=PAYMENT_REF))
+    assert client.post("/webhooks/adyen", json=body).text == "[accepted]"
+    assert client.post("/webhooks/adyen", json=body).text == "[accepted]"  # a redelivery: stored once
+    work(app)
+    reason = ("status_mismatch: ours failed (never reached the PSP (not found after the grace period)), the PSP "
+              "says CAPTURE 30.00 EUR for capture order-f-capture1")
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and (mod.status, mod.review_reason) == (P.NEEDS_REVIEW, reason)
+    assert mod.psp_modification_id == CAPTURE_REF and mod.failure_reason == NEVER_REACHED  # kept, never overwritten
+    [event] = [e for e in ModificationStore(db).events(mid) if e.to_status == "needs_review"]
+    assert (event.from_status, event.source) == ("failed", "webhook")
+    assert (event.details or {})["psp_status"] == "CAPTURE" and (event.details or {})["psp_amount"] == 3000
+    held = PaymentStore(db).get(pid)
+    assert held is not None and (held.status, held.review_reason) == (P.NEEDS_REVIEW, reason)
+    assert (held.captured_amount, held.psp_reference) == (0, PAYMENT_REF)  # what moved is for a person to say
+    [moved] = [e for e in PaymentStore(db).events(pid) if e.to_status == "needs_review"]
+    assert (moved.from_status, moved.source) == ("authorised", "webhook")
+    assert (moved.details or {})["modification"] == "order-f-capture1"
+
+
+def test_adyen__capture_of_a_capture_failed_earlier_reviews_a_payment_a_second_capture_succeeded(
+        app: App, client: TestClient, db: Database) -> None:
+    pid = manual(db, "order-g", psp="adyen", to=P.AUTHORISED, psp_reference=PAYMENT_REF)
+    first = sent(db, pid, "capture", "order-g-capture1", amount=3000, pending_as=CAPTURE_REF)
+    client.post("/webhooks/adyen", json=adyen_body(adyen_item(
+        "CAPTURE_FAILED", CAPTURE_REF, "order-g-capture1", value=3000, original=PAYMENT_REF, reason="Insufficient")))
+    work(app)
+    second = sent(db, pid, "capture", "order-g-capture2", amount=2000, pending_as="993617894906490A")
+    client.post("/webhooks/adyen", json=adyen_body(adyen_item(
+        "CAPTURE", "993617894906490A", "order-g-capture2", value=2000, original=PAYMENT_REF)))
+    work(app)
+    paid = PaymentStore(db).get(pid)
+    assert paid is not None and (paid.status, paid.captured_amount) == (P.SUCCEEDED, 2000)
+    # the first capture's CAPTURE, after its CAPTURE_FAILED: the PSP captured 30.00 more than we count
+    client.post("/webhooks/adyen", json=adyen_body(adyen_item(
+        "CAPTURE", CAPTURE_REF, "order-g-capture1", value=3000, original=PAYMENT_REF)))
+    work(app)
+    reason = ("status_mismatch: ours failed (psp: Insufficient), the PSP says CAPTURE 30.00 EUR for capture "
+              "order-g-capture1")
+    mod = ModificationStore(db).get(first)
+    assert mod is not None and (mod.status, mod.review_reason) == (P.NEEDS_REVIEW, reason)
+    other = ModificationStore(db).get(second)
+    assert other is not None and other.status is P.SUCCEEDED
+    held = PaymentStore(db).get(pid)
+    assert held is not None and (held.status, held.review_reason, held.captured_amount) == (
+        P.NEEDS_REVIEW, reason, 2000)
+
+
+def test_adyen__capture_failed_redelivered_leaves_a_failed_capture_failed(app: App, client: TestClient,
+                                                                         db: Database) -> None:
+    pid = manual(db, "order-h", psp="adyen", to=P.AUTHORISED, psp_reference=PAYMENT_REF)
+    mid = failed(db, pid, "order-h-capture1", amount=3000, why="psp: Insufficient", psp_id=CAPTURE_REF)
+    client.post("/webhooks/adyen", json=adyen_body(adyen_item(
+        "CAPTURE_FAILED", CAPTURE_REF, "order-h-capture1", value=3000, original=PAYMENT_REF, reason="Insufficient")))
+    work(app)  # a redelivered failure: older news
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and mod.status is P.FAILED
+    held = PaymentStore(db).get(pid)
+    assert held is not None and held.status is P.AUTHORISED
+
+
+def test_stripe__succeeded_after_our_capture_failed_sends_it_and_its_payment_to_review(
+        app: App, client: TestClient, db: Database) -> None:
+    pid = manual(db, "order-w", psp="stripe", to=P.AUTHORISED, psp_reference="pi_w")
+    mid = failed(db, pid, "order-w-capture1", amount=3000, why="declined: card_declined", psp_id="pi_w")
+    post_stripe(client, stripe_event("payment_intent.succeeded", stripe_intent(
+        "succeeded", amount_received=3000, amount_capturable=0)))
+    work(app)
+    reason = ("status_mismatch: ours failed (declined: card_declined), the PSP says succeeded 30.00 EUR for capture "
+              "order-w-capture1")
+    mod = ModificationStore(db).get(mid)
+    assert mod is not None and (mod.status, mod.review_reason, mod.psp_modification_id) == (
+        P.NEEDS_REVIEW, reason, "pi_w")
+    held = PaymentStore(db).get(pid)
+    assert held is not None and (held.status, held.review_reason, held.captured_amount) == (
+        P.NEEDS_REVIEW, reason, 0)

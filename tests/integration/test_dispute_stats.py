@@ -6,16 +6,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
 from recon.dispute_rows import DisputeStatus, DisputeWord
-from recon.metrics import serve
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
+from tests.integration.test_metrics import served_samples
 
 D = DisputeStatus
 
@@ -66,17 +63,7 @@ def test_stats__disputes_by_status_open_withdrawn_and_due_soon(db: Database, db_
 
 def test_metrics__disputes(db: Database) -> None:
     workload(db)
-    server = serve(db, port=0, refresh=0)
-    assert server is not None
-    try:
-        text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
-    finally:
-        server.close()
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    samples = served_samples(db)
     assert samples[("recon_disputes", (("psp", "stripe"), ("status", "opened")))] == 2
     assert samples[("recon_disputes", (("psp", "adyen"), ("status", "lost")))] == 1
     assert samples[("recon_disputes_open_withdrawn_minor_units", (("currency", "EUR"),))] == 3000

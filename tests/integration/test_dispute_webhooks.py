@@ -9,7 +9,6 @@ the desk shows the deadline; a redelivery changes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -21,19 +20,17 @@ from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
 from recon.dispute_rows import DisputeStatus
 from recon.rows import PaymentStatus
-from recon.webhooks.server import create_app
 from tests.adapters.stripe_oracle import canonical
 from tests.cli import Runner
 from tests.console import TestClient
 from tests.integration.test_webhooks import (
-    ADYEN_KEY,
-    STRIPE_NEW,
-    STRIPE_OLD,
     adyen_body,
     adyen_item,
     payment,
     post_stripe,
     stripe_event,
+    webhook_app,
+    webhook_client,
     work,
 )
 
@@ -42,21 +39,8 @@ D = DisputeStatus
 DUE = 1723679999  # fixtures3.json's Dispute: evidence_details.due_by
 
 
-@pytest.fixture
-def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
-    monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", f"{STRIPE_OLD},{STRIPE_NEW}")
-    monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
-    monkeypatch.delenv("RECON_CONFIG", raising=False)
-    application = App(database_url=db_url)
-    yield application
-    application.close()
-    application.db.dispose()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_app(app), base_url="http://127.0.0.1") as c:
-        yield c
+app = pytest.fixture(webhook_app, name="app")
+client = pytest.fixture(webhook_client, name="client")
 
 
 def stripe_dispute(status: str, **more: object) -> dict[str, object]:

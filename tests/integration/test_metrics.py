@@ -36,6 +36,17 @@ def scrape(port: int) -> Samples:
             for family in text_string_to_metric_families(response.text) for s in family.samples}
 
 
+def served_samples(db: Database) -> Samples:
+    """The pool's metrics endpoint on ``db``, started, scraped once and closed (the stats tests of refunds,
+    captures and disputes)."""
+    server = serve(db, port=0, refresh=0)
+    assert server is not None
+    try:
+        return scrape(server.port)
+    finally:
+        server.close()
+
+
 def value(samples: Samples, name: str, **labels: str) -> float:
     """The sum of the samples of ``name`` whose labels include ``labels`` (e.g. over every worker)."""
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from recon.modification_rows import Modification
+from psp_adapters.protocol import Succeeded
+from recon.modification_rows import Modification, ModificationSource, ModificationTransition
 from recon.operator_rows import Role
+from recon.payments.modification import capturing_adapter, modification_request
 from recon.rows import NewPayment, PaymentStatus
 from tests.cli import Runner
 from tests.integration.sandbox_flow import ACCOUNT, Flow, open_flow
@@ -163,6 +165,40 @@ def test_recheck__another_psp_id_than_the_stored_one_is_a_conflict_and_never_rep
         "order-r1-capture1 (a second capture, or not ours: a person looks)"
     )
     assert flow.payment(pid).status is P.NEEDS_REVIEW
+
+
+def test_recheck__a_failed_capture_the_psp_captured_goes_to_review_with_its_payment(
+    flow: Flow, db_url: str, recon: Runner, staff: dict[str, Role]
+) -> None:
+    pid = authorised(flow, "order-f1")
+    made = flow.app.actions.capture("order-f1", amount="30.00", by="ann")
+    never = "never reached the PSP (not found after the grace period)"
+    with flow.app.db.begin() as conn:  # healed as never sent while its request was on the way
+        assert flow.app.modifications.apply(
+            conn,
+            ModificationTransition(made.id, P.CREATED, P.FAILED, ModificationSource.RECONCILE, failure_reason=never),
+        )
+    # the request reached Stripe after all: the PaymentIntent is succeeded with amount_received 3000
+    adapter = capturing_adapter(flow.app.adapter, "stripe")
+    answer = adapter.modify_payment(modification_request(made, flow.payment(pid)), idempotency_key=made.idempotency_key)
+    assert isinstance(answer, Succeeded) and answer.amount == 3000
+    assert "payment_intent.succeeded" in flow.deliver(drop=True)  # lost: recon still says failed
+    assert flow.payment(pid).status is P.AUTHORISED
+    recheck(flow, recon, db_url, "order-f1-capture1")
+    found = flow.app.modifications.get(made.id)
+    reason = (
+        "status_mismatch: ours failed (never reached the PSP (not found after the grace period)), the PSP says "
+        "succeeded 30.00 EUR for capture order-f1-capture1"
+    )
+    assert found is not None and (found.status, found.review_reason) == (P.NEEDS_REVIEW, reason)
+    assert found.psp_modification_id == flow.payment(pid).psp_reference and found.failure_reason == never
+    [event] = [e for e in flow.app.modifications.events(made.id) if e.to_status == "needs_review"]
+    assert (event.from_status, event.source) == ("failed", "reconcile")
+    assert (event.details or {}).get("recheck") is True and (event.details or {}).get("psp_amount") == 3000
+    payment = flow.payment(pid)
+    assert (payment.status, payment.review_reason, payment.captured_amount) == (P.NEEDS_REVIEW, reason, 0)
+    listed = json.loads(recon("review", "list", "--json", db_url=db_url).stdout)
+    assert [(i["merchant_reference"], i["kind"]) for i in listed["payments"]] == [("order-f1", "status_mismatch")]
 
 
 def test_recheck__an_unknown_reference_exits_2_naming_it(db_url: str, recon: Runner, staff: dict[str, Role]) -> None:

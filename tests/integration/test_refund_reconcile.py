@@ -129,7 +129,7 @@ def test_refund_reconcile__a_send_between_its_read_and_its_heal_keeps_the_refund
     outcome = handler(heal, Lease(jobs, heal.id, heal.attempts, "w1"))
     assert isinstance(outcome, Complete) and callable(outcome.write)  # about to fail it: not found, grace over
     with db.begin() as conn:  # meanwhile the refund is sent again
-        assert store.mark_sent(conn, refund_id=rid) is P.PROCESSING
+        assert store.mark_sent(conn, rid) is P.PROCESSING
     with pytest.raises(ChargeInFlight), db.begin() as conn:
         outcome.write(conn)
     kept = store.get(rid)

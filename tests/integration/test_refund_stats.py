@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
-from recon.metrics import serve
 from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
+from tests.integration.test_metrics import served_samples
 
 P = PaymentStatus
 
@@ -52,14 +49,7 @@ def test_stats__refunds_by_status_and_in_flight_in_the_money_at_risk(db: Databas
 
 def test_metrics__refunds_and_money_at_risk(db: Database) -> None:
     workload(db)
-    server = serve(db, port=0, refresh=0)
-    assert server is not None
-    try:
-        text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
-    finally:
-        server.close()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    samples = served_samples(db)
     assert samples[("recon_refunds", (("currency", "EUR"), ("status", "pending")))] == 1
     assert samples[("recon_refunds", (("currency", "EUR"), ("status", "failed")))] == 1
     assert samples[("recon_refunds_in_flight_minor_units", (("currency", "EUR"),))] == 1000

@@ -178,6 +178,6 @@ def test_refund_apply__a_stored_psp_refund_id_is_never_replaced(db: Database) ->
     made = store.get(rid)
     assert made is not None and (made.status, made.psp_refund_id) == (P.PENDING, "re_1")
     with db.begin() as conn:
-        assert not store.remember_psp_refund_id(conn, refund_id=rid, status=P.PENDING, psp_refund_id="re_3")
+        assert not store.remember_psp_id(conn, rid, status=P.PENDING, psp_id="re_3")
         assert store.apply(conn, RefundTransition(rid, P.PENDING, P.SUCCEEDED, RefundSource.WEBHOOK,
                                                   psp_refund_id="re_1"))

@@ -8,7 +8,6 @@ refunds is no surprise.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,40 +18,25 @@ from recon.db.payment_store import PaymentStore
 from recon.db.refund_store import RefundStore
 from recon.refund_rows import NewRefund, RefundSource, RefundTransition
 from recon.rows import PaymentStatus
-from recon.webhooks.server import create_app
 from tests.adapters.stripe_oracle import canonical
 from tests.console import TestClient
 from tests.integration.test_webhooks import (
     ADYEN_ACCOUNT,
-    ADYEN_KEY,
-    STRIPE_NEW,
-    STRIPE_OLD,
     adyen_body,
     adyen_item,
     payment,
     post_stripe,
     stripe_event,
+    webhook_app,
+    webhook_client,
     work,
 )
 
 P = PaymentStatus
 
 
-@pytest.fixture
-def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
-    monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", f"{STRIPE_OLD},{STRIPE_NEW}")
-    monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
-    monkeypatch.delenv("RECON_CONFIG", raising=False)
-    application = App(database_url=db_url)
-    yield application
-    application.close()
-    application.db.dispose()
-
-
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
-    with TestClient(create_app(app), base_url="http://127.0.0.1") as c:
-        yield c
+app = pytest.fixture(webhook_app, name="app")
+client = pytest.fixture(webhook_client, name="client")
 
 
 def refund_of(db: Database, pid: int, ref: str, amount: int, *, pending_as: str | None = None) -> int:

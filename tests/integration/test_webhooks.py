@@ -35,8 +35,9 @@ CARD = "4242424242424242"
 ADYEN_ACCOUNT = "ShopECOM"
 
 
-@pytest.fixture
-def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
+def webhook_app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
+    """The App of `recon serve` with this module's Stripe secrets (old and new) and Adyen HMAC key: the ``app``
+    fixture of every webhook test module (``app = pytest.fixture(webhook_app, name="app")``)."""
     monkeypatch.setenv("RECON_STRIPE_WEBHOOK_SECRET", f"{STRIPE_OLD},{STRIPE_NEW}")
     monkeypatch.setenv("RECON_ADYEN_HMAC_KEY", ADYEN_KEY)
     monkeypatch.delenv("RECON_CONFIG", raising=False)
@@ -46,10 +47,14 @@ def app(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
     application.db.dispose()
 
 
-@pytest.fixture
-def client(app: App) -> Iterator[TestClient]:
+def webhook_client(app: App) -> Iterator[TestClient]:
+    """A client of `recon serve`'s application on ``app``: the ``client`` fixture of every webhook test module."""
     with TestClient(create_app(app), base_url="http://127.0.0.1") as c:
         yield c
+
+
+app = pytest.fixture(webhook_app, name="app")
+client = pytest.fixture(webhook_client, name="client")
 
 
 def payment(db: Database, ref: str, *, psp: str, amount: int = 1000, currency: str = "EUR",

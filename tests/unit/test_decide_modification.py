@@ -31,6 +31,8 @@ CAPTURED_LESS = Succeeded(psp_reference="pi_A", amount=500, currency="EUR", raw_
 CAPTURED_MORE = Succeeded(psp_reference="pi_A", amount=700, currency="EUR", raw_status="succeeded")
 CAPTURED_USD = Succeeded(psp_reference="pi_A", amount=600, currency="usd", raw_status="succeeded")
 REFUSED = Failed(psp_reference="8815", raw_status="CAPTURE_FAILED", reason="Insufficient balance")
+#: a failed capture (no failure reason stored) the PSP says captured 6.00 EUR
+LATE = "status_mismatch: ours failed (no reason), the PSP says succeeded 6.00 EUR for capture order-7-capture1"
 CONFLICT = ("reference_conflict: ours is 8815, the PSP names 8816 for our capture order-7-capture1 (a second "
             "capture, or not ours: a person looks)")
 
@@ -68,10 +70,19 @@ TABLE: list[tuple[str, Callable[[], Any], Any]] = [
     ("anything else | unfinished", lambda: modification_heal(mod(P.PENDING), NotFound()), None),
     ("anything else | unfinished", lambda: modification_heal(mod(P.PENDING), Authorised(psp_reference="pi_A")),
      None),
-    ("anything | final", lambda: modification_heal(mod(P.SUCCEEDED, psp_id="pi_A"), REFUSED), None),
-    ("anything | final", lambda: modification_heal(mod(P.FAILED), CAPTURED), None),
-    ("anything | final", lambda: modification_heal(mod(P.NEEDS_REVIEW, psp_id="8815"), Succeeded(psp_reference="9")),
+    ("succeeded, a capture, later (``late_capture``) | failed",
+     lambda: modification_heal(mod(P.FAILED), CAPTURED),
+     MH(P.NEEDS_REVIEW, psp_modification_id="pi_A", review_reason=LATE)),
+    ("succeeded, a capture, later (``late_capture``) | failed",
+     lambda: modification_heal(mod(P.FAILED, psp_id="8815"), Succeeded(psp_reference="8816")),
+     MH(P.NEEDS_REVIEW, review_reason=CONFLICT)),
+    ("anything else | final", lambda: modification_heal(mod(P.SUCCEEDED, psp_id="pi_A"), REFUSED), None),
+    ("anything else | final", lambda: modification_heal(mod(P.FAILED, psp_id="8815"), REFUSED), None),
+    ("anything else | final",
+     lambda: modification_heal(mod(P.FAILED, "cancel"), Succeeded(psp_reference="pi_A", raw_status="canceled")),
      None),
+    ("anything else | final",
+     lambda: modification_heal(mod(P.NEEDS_REVIEW, psp_id="8815"), Succeeded(psp_reference="9")), None),
 ]
 
 
@@ -87,7 +98,7 @@ def docstring_rows(func: Callable[..., Any] = modification_sent) -> list[str]:
 
 def test_decide__the_modification_table_and_its_cases_match_row_for_row() -> None:
     rows = docstring_rows()
-    assert len(rows) == 7 and len(set(rows)) == len(rows)
+    assert len(rows) == 8 and len(set(rows)) == len(rows)
     assert sorted({row for row, _, _ in TABLE}) == sorted(rows)
 
 
@@ -126,15 +137,21 @@ RECHECK: list[tuple[str, Callable[[], Any], Any]] = [
      lambda: modification_recheck(mod(P.SUCCEEDED), Pending(raw_status="[received]"), captured=600), None),
     ("anything else (agreeing, pending, cannot say, not found) | succeeded",
      lambda: modification_recheck(mod(P.SUCCEEDED, psp_id="pi_A"), NotFound(), captured=600), None),
-    ("anything | failed, needs_review", lambda: modification_recheck(mod(P.FAILED), CAPTURED, captured=0), None),
-    ("anything | failed, needs_review",
+    ("succeeded, a capture (``late_capture``) | failed",
+     lambda: modification_recheck(mod(P.FAILED), CAPTURED, captured=0),
+     MH(P.NEEDS_REVIEW, psp_modification_id="pi_A", review_reason=LATE)),
+    ("anything else | failed, needs_review",
+     lambda: modification_recheck(mod(P.FAILED, psp_id="pi_A"), CANCELED, captured=0), None),
+    ("anything else | failed, needs_review",
+     lambda: modification_recheck(mod(P.FAILED, "cancel"), Succeeded(psp_reference="pi_A"), captured=0), None),
+    ("anything else | failed, needs_review",
      lambda: modification_recheck(mod(P.NEEDS_REVIEW, psp_id="8815"), CANCELED, captured=0), None),
 ]
 
 
 def test_decide__the_recheck_table_and_its_cases_match_row_for_row() -> None:
     rows = docstring_rows(modification_recheck)
-    assert len(rows) == 5 and len(set(rows)) == len(rows)
+    assert len(rows) == 6 and len(set(rows)) == len(rows)
     assert sorted({row for row, _, _ in RECHECK}) == sorted(rows)
 
 

@@ -255,3 +255,23 @@ def submit(page: Page, button: Locator, *, expect: int = 200) -> None:
     if status != expect:
         said = " / ".join(page.locator("main .error").all_inner_texts()) or page.inner_text("main")[:300]
         raise AssertionError(f"POST {answer.value.url} answered {status}, not {expect}: {said}")
+
+
+def paid(db: Database, ref: str, *, status: PaymentStatus, capture_mode: str = "automatic") -> None:
+    """A 50.00 EUR Stripe payment of ours at ``status`` (succeeded: a refund may be asked; authorised, with
+    ``capture_mode="manual"``: a capture or a cancel)."""
+    store = PaymentStore(db)
+    [pid] = store.create([NewPayment("shop", ref, 5000, "EUR", "stripe", capture_mode=capture_mode)], charge=False)
+    with db.begin() as conn:
+        assert store.apply(conn, Transition(pid, PaymentStatus.CREATED, status, EventSource.CHARGE,
+                                            psp_reference="pi_browser"))
+
+
+def assert_fits(page: Page, width: int) -> None:
+    """At 390 px, nothing in the page is wider than the screen (the first five that are, named on failure)."""
+    if width != 390:
+        return
+    wide = page.evaluate("""[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()
+        .right > 391 && getComputedStyle(e).position !== 'absolute').map(e => e.tagName + '.' + e.className)
+        .slice(0, 5)""")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide

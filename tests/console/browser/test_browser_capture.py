@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from recon.db.database import Database
-from recon.db.payment_store import PaymentStore
-from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
+from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.console.browser.conftest import Console, recon_json, sign_in, submit
+from tests.console.browser.conftest import Console, assert_fits, paid, recon_json, sign_in, submit
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -22,23 +21,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
-def authorised(db: Database, ref: str) -> None:
-    store = PaymentStore(db)
-    [pid] = store.create([NewPayment("shop", ref, 5000, "EUR", "stripe", capture_mode="manual")], charge=False)
-    with db.begin() as conn:
-        assert store.apply(
-            conn,
-            Transition(
-                pid, PaymentStatus.CREATED, PaymentStatus.AUTHORISED, EventSource.CHARGE, psp_reference="pi_browser"
-            ),
-        )
-
-
 @pytest.mark.parametrize("width", [1366, 390])
 def test_browser_capture__refused_next_to_the_form_cancel_needs_its_confirmation_then_captured(
     db: Database, db_url: str, console: Console, page: Page, recon: Runner, tmp_path: Path, width: int
 ) -> None:
-    authorised(db, "order-66")
+    paid(db, "order-66", status=PaymentStatus.AUTHORISED, capture_mode="manual")
     sign_in(console, page, "ann")
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(console.at("/payments/order-66"))
@@ -69,8 +56,4 @@ def test_browser_capture__refused_next_to_the_form_cancel_needs_its_confirmation
     assert page.locator("[data-stat='modification-under-way']").is_visible()
     [made] = recon_json(recon, db_url, "payments", "show", "order-66")["modifications"]
     assert (made["kind"], made["amount"], made["requested_by"]) == ("capture", 3000, "ann")
-    if width == 390:
-        wide = page.evaluate("""[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()
-            .right > 391 && getComputedStyle(e).position !== 'absolute').map(e => e.tagName + '.' + e.className)
-            .slice(0, 5)""")
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    assert_fits(page, width)

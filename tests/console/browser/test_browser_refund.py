@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from recon.db.database import Database
-from recon.db.payment_store import PaymentStore
-from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
+from recon.rows import PaymentStatus
 from tests.cli import Runner
-from tests.console.browser.conftest import Console, recon_json, sign_in, submit
+from tests.console.browser.conftest import Console, assert_fits, paid, recon_json, sign_in, submit
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -22,23 +21,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
-def succeeded(db: Database, ref: str) -> None:
-    store = PaymentStore(db)
-    [pid] = store.create([NewPayment("shop", ref, 5000, "EUR", "stripe")], charge=False)
-    with db.begin() as conn:
-        assert store.apply(
-            conn,
-            Transition(
-                pid, PaymentStatus.CREATED, PaymentStatus.SUCCEEDED, EventSource.CHARGE, psp_reference="pi_browser"
-            ),
-        )
-
-
 @pytest.mark.parametrize("width", [1366, 390])
 def test_browser_refund__refused_next_to_the_form_then_queued_by_the_operator(
     db: Database, db_url: str, console: Console, page: Page, recon: Runner, tmp_path: Path, width: int
 ) -> None:
-    succeeded(db, "order-55")
+    paid(db, "order-55", status=PaymentStatus.SUCCEEDED)
     sign_in(console, page, "ann")
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(console.at("/payments/order-55"))
@@ -64,8 +51,4 @@ def test_browser_refund__refused_next_to_the_form_then_queued_by_the_operator(
     assert row.locator("[data-refund-status]").inner_text() == "created" and "12.50 EUR" in row.inner_text()
     [made] = recon_json(recon, db_url, "payments", "show", "order-55")["refunds"]
     assert (made["amount"], made["requested_by"], made["reason"]) == (1250, "ann", "requested_by_customer")
-    if width == 390:
-        wide = page.evaluate("""[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()
-            .right > 391 && getComputedStyle(e).position !== 'absolute').map(e => e.tagName + '.' + e.className)
-            .slice(0, 5)""")
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390, wide
+    assert_fits(page, width)
