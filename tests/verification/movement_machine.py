@@ -7,12 +7,12 @@ stuck-watcher pass; and the plumbing that runs one job as the worker runs it (cl
 the fenced finish carrying ``Outcome.write``), with one scripted PSP answer, or with a stale worker (its lease
 rescued before its finish: its finish matches nothing and writes nothing).
 
-The shared invariants, checked after every step: every movement's events chain (``None -> created``, each
-``from`` the previous ``to``, the last ``to`` its status) through its kind's state machine only
-(``MovementKind.transitions``); its PSP id, once stored, never changes; one failed as "never reached the PSP"
-was never sent; one idempotency key per movement, for every attempt; and none was sent after it was final.
-Each machine adds its kind's rules (asking for one, running its job and its reconcile job) and its money
-invariant (the refund bound, the authorisation's claim).
+The shared invariants, checked after every step: every movement's events chain (``None -> created``, each ``from``
+the previous ``to``, the last ``to`` its status) through its kind's state machine only
+(``MovementKind.transitions``); its PSP id, once stored, never changes; one failed as "never reached the PSP" left
+nothing at the PSP (every request about it, if any, answered "not found"); one idempotency key per movement, for
+every attempt; and none was sent after it was final. Each machine adds its kind's rules (asking for one, running
+its job and its reconcile job) and its money invariant (the refund bound, the authorisation's claim).
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class ScriptedPsp:
     def __init__(self, first: Callable[[int], Answer]) -> None:
         self.answer = first
         self.sent: list[tuple[str, str]] = []  #: (movement reference, idempotency key) per request
+        self.held: set[str] = set()  #: the movements a request may have left at the PSP (any answer but not found)
 
     def create_payment(self, *_: Any, **__: Any) -> PaymentOutcome:
         raise AssertionError("no charge in this machine")
@@ -91,7 +92,12 @@ class ScriptedPsp:
 
     def _sent(self, reference: str, key: str, amount: int) -> PaymentOutcome:
         self.sent.append((reference, key))
-        return self._answer(amount)
+        answer = self.answer(amount)
+        if not isinstance(answer, NotFound):  # a send answered "not found" left nothing of it at the PSP
+            self.held.add(reference)
+        if isinstance(answer, PspError):
+            raise answer
+        return answer
 
     def _answer(self, amount: int) -> PaymentOutcome:
         answer = self.answer(amount)
@@ -161,10 +167,9 @@ class MovementMachine(RuleBasedStateMachine):
 
     @invariant()
     def never_reached_means_never_sent_and_final_means_never_sent_again(self) -> None:
-        sent = {ref for ref, _ in self.psp.sent}
         for movement in self._movements():
-            if movement.failure_reason == NEVER_REACHED:
-                assert movement.reference not in sent
+            if movement.failure_reason == NEVER_REACHED:  # the PSP holds nothing of it: no money moved
+                assert movement.reference not in self.psp.held
             keys = {key for ref, key in self.psp.sent if ref == movement.reference}
             assert keys <= {movement.idempotency_key}, "one key per movement, for every attempt"
             if movement.status.final:
