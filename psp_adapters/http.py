@@ -16,8 +16,10 @@ echo part of a key back, e.g. Stripe's "Invalid API Key provided: sk_test_…").
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -45,6 +47,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=10.0, pool=5.0)
 #: PSP's rate limit, so the pool must not be a tighter bound: httpx's default (100, 20 kept alive) held a worker
 #: at 100 calls in flight, 50 calls/s at 2 s a call, and reconnected for most calls
 MAX_CONNECTIONS = 1024
+#: the client's connections are split among this many pools (``ShardedTransport``), MAX_CONNECTIONS // SHARDS each
+SHARDS = 16
 #: the longest PSP text quoted in an error message
 MESSAGE_LIMIT = 300
 
@@ -70,15 +74,41 @@ def make_client(
     missing = [name for name in ("connect", "read", "write", "pool") if getattr(timeout, name) is None]
     if missing:
         raise ValueError(f"timeout must set every phase; unset: {', '.join(missing)}")
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     return httpx.Client(
         base_url=base_url,
         headers=dict(headers),
         timeout=timeout,
-        transport=transport,
+        transport=transport if transport is not None else ShardedTransport(SHARDS, MAX_CONNECTIONS // SHARDS),
         follow_redirects=False,
-        limits=limits,
     )
+
+
+class ShardedTransport(httpx.BaseTransport):
+    """httpx's transport split into ``shards`` connection pools of ``per_shard`` connections each, every thread
+    sending through one pool (handed out in turn at its first request), so that a pool serves a few threads.
+
+    Why: httpcore's pool, under one lock, walks all its connections at every request it starts and ends, and for
+    each idle one counts the others (quadratic) and polls its socket; with a worker's 200-250 threads each holding
+    a connection through a 2 s call, that walk was 60 % of the worker's GIL time and the worker's CPU the bound on
+    its charge rate (docs/benchmarks.md, issue 29: "the PSP client's pool, sharded"). With ``shards`` pools a
+    walk covers a sixteenth of the connections. Threads are spread evenly, so as long as a process has at most
+    ``shards * per_shard`` threads no pool is ever short of a connection that another one has idle."""
+
+    def __init__(self, shards: int, per_shard: int) -> None:
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        self._pools = [httpx.HTTPTransport(limits=limits) for _ in range(shards)]
+        self._turn = itertools.count()
+        self._local = threading.local()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        pool: httpx.HTTPTransport | None = getattr(self._local, "pool", None)
+        if pool is None:
+            pool = self._local.pool = self._pools[next(self._turn) % len(self._pools)]
+        return pool.handle_request(request)
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
 
 
 def timeout_from_seconds(

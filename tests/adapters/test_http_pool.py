@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from psp_adapters.http import make_client, timeout_from_seconds
+from psp_adapters.http import ShardedTransport, make_client, timeout_from_seconds
 
 #: more calls in flight than httpx's default pool (100 connections) lets out at once
 IN_FLIGHT = 150
@@ -74,3 +74,33 @@ def test_make_client__holds_more_calls_in_flight_than_httpx_default_pool(held_se
     finally:
         client.close()
     assert statuses == [200] * IN_FLIGHT
+
+
+def test_make_client__each_thread_keeps_to_one_of_sixteen_pools_so_no_pool_walks_more_than_its_share(
+        held_server: str) -> None:
+    """httpcore walks every connection of a pool (and, for each idle one, every other) at each request it starts
+    and ends: the client splits its connections into SHARDS pools and each thread keeps to one, so 150 threads
+    leave 9 or 10 connections in each of 16 pools (150 = 16 x 9 + 6), never 150 in one."""
+    client = make_client(held_server, headers={}, timeout=timeout_from_seconds(pool=20.0, read=30.0))
+    transport = client._transport  # the client's own transport: what this test is about
+    assert isinstance(transport, ShardedTransport)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        for _ in range(2):  # the second call reuses the thread's connection, in the thread's pool
+            status = client.get("/charge").status_code
+            with lock:
+                statuses.append(status)
+
+    threads = [threading.Thread(target=call) for _ in range(IN_FLIGHT)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        held = sorted(len(pool._pool.connections) for pool in transport._pools)
+    finally:
+        client.close()
+    assert statuses == [200] * (2 * IN_FLIGHT)
+    assert held == [9] * 10 + [10] * 6
