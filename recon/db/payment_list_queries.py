@@ -32,7 +32,7 @@ LIST_FILTER = f"""(CAST(:status AS TEXT) IS NULL OR status = :status)
               AND (CAST(:dispute AS TEXT) IS NULL OR EXISTS (
                    SELECT 1 FROM disputes d WHERE d.payment_id = payments.id AND d.status = 'opened'
                    AND (CAST(:dispute AS TEXT) = 'open'
-                        OR (d.evidence_due_by IS NOT NULL AND d.evidence_due_by < :evidence_before))))"""
+                        OR (d.evidence_due_by IS NOT NULL AND d.evidence_due_by < :evidence_before))))"""  # nosec B608
 
 payment_list_filtered = Query(
     "payment_list_filtered",
