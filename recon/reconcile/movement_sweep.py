@@ -16,8 +16,7 @@ from recon.engine.client import Client
 from recon.engine.jobs import JobSpec
 from recon.movement_rows import Movement
 from recon.reconcile.movement import MAX_ATTEMPTS
-from recon.reconcile.sweep import CATEGORIES, SweepOptions
-from recon.rows import Job, JobState, PaymentStatus
+from recon.reconcile.sweep import CATEGORIES, SweepOptions, categorise
 
 PAGE = 1000
 
@@ -57,21 +56,6 @@ def enqueue_movements(store: MovementStore[Any, Any, Any], client: Client, optio
     return selection
 
 
-def categorise(movement: Movement, job: Job | None) -> str:
-    """What the sweep did for one movement, judged after the run (the payments' categories)."""
-    if movement.status is PaymentStatus.SUCCEEDED:
-        return "healed_succeeded"
-    if movement.status is PaymentStatus.FAILED:
-        return "healed_failed"
-    if movement.status is PaymentStatus.NEEDS_REVIEW:
-        return "needs_review"
-    if job is not None and job.state is JobState.DEAD:
-        return "dead"
-    if job is not None and job.state is JobState.RETRYABLE:
-        return "errors"
-    return "still_pending"
-
-
 def summarise_movements(store: MovementStore[Any, Any, Any], jobs: JobStore,
                         selection: MovementSelection) -> dict[str, Any]:
     """One kind's part of the sweep's summary: how many were checked, and each category's count."""
@@ -80,7 +64,7 @@ def summarise_movements(store: MovementStore[Any, Any, Any], jobs: JobStore,
     for movement_id, job_id in zip(selection.movement_ids, selection.job_ids, strict=True):
         movement = store.get(movement_id)
         if movement is not None:
-            counts[categorise(movement, by_job.get(job_id))] += 1
+            counts[categorise(movement.status, by_job.get(job_id))] += 1
     return {"checked": sum(counts.values()), **{c: counts[c] for c in CATEGORIES if c != "consistent"}}
 
 

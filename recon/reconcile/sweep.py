@@ -174,13 +174,14 @@ def _enqueue_windows(client: Client, selection: Selection, psp: str, plan: _Wind
 CATEGORIES = ("healed_succeeded", "healed_failed", "needs_review", "still_pending", "errors", "dead", "consistent")
 
 
-def categorise(payment: Payment, job: Job | None) -> str:
-    """What the sweep did for one payment, judged after the run."""
-    if payment.status is PaymentStatus.SUCCEEDED:
+def categorise(status: PaymentStatus, job: Job | None) -> str:
+    """What the sweep did for one payment or movement (refund, capture, cancel) in ``status`` after the run,
+    its reconcile job ``job``."""
+    if status is PaymentStatus.SUCCEEDED:
         return "healed_succeeded"
-    if payment.status is PaymentStatus.FAILED:
+    if status is PaymentStatus.FAILED:
         return "healed_failed"
-    if payment.status is PaymentStatus.NEEDS_REVIEW:
+    if status is PaymentStatus.NEEDS_REVIEW:
         return "needs_review"
     if job is not None and job.state is JobState.DEAD:
         return "dead"
@@ -227,7 +228,7 @@ def summarise(ledger: PaymentStore, jobs: JobStore, selection: Selection,
         for payment_id, job_id in zip(ids, job_ids, strict=True):
             payment = payments[payment_id]
             job = by_job.get(job_id)
-            category = categorise(payment, job)
+            category = categorise(payment.status, job)
             summary.counts[category] += 1
             if on_item is not None:
                 on_item(payment, job, category)
