@@ -136,6 +136,32 @@ def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
     return out
 
 
+#: the keys of recon's evidence (an event's details) whose values are a PSP's own identifiers, kept exactly as
+#: the ``psp_reference`` columns are: Adyen's references are 16 digits, one in ten Luhn-valid, and a masked one
+#: no longer says which payment the PSP meant (``conflict_details`` names both sides of a conflict by them)
+EVIDENCE_IDENTIFIERS = frozenset({"psp_reference", "psp_reference_conflict"})
+
+
+def redact_evidence(details: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An event's details at the storage boundary: ``redact_value`` of each, except the PSP's identifiers
+    (``EVIDENCE_IDENTIFIERS``), kept exactly when they are text or texts (anything else is redacted)."""
+    if details is None:
+        return None
+    return {k: v if k in EVIDENCE_IDENTIFIERS and _identifiers(v) else redact_value(v) for k, v in details.items()}
+
+
+def _identifiers(value: Any) -> bool:
+    """Whether ``value`` is an identifier, a list of them or a dict of those (a conflict's two sides)."""
+    if isinstance(value, str):
+        return True
+    if isinstance(value, list | tuple):
+        return all(isinstance(v, str) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(v, str) or (isinstance(v, list | tuple) and all(isinstance(i, str) for i in v))
+                   for v in value.values())
+    return False
+
+
 def redact_json(text: str) -> str:
     """A JSON document's text with ``redact_value`` applied to what it holds; returned as it is when nothing in
     it could need masking (one search). A number is never masked: only strings and secret-named fields are."""

@@ -24,7 +24,7 @@ from recon.dispute_rows import (
     DisputeWord,
     OpenDisputes,
 )
-from recon.redact import redact_row
+from recon.redact import redact_evidence, redact_row
 
 
 class DisputeStore:
@@ -135,7 +135,7 @@ class DisputeStore:
     def _event(self, conn: sa.Connection, dispute_id: int, from_status: DisputeStatus | None,
                to_status: DisputeStatus, details: dict[str, Any], *, job_id: int | None, attempt: int | None,
                source: DisputeSource) -> None:
-        clean = redact_row({"details": details})["details"]
+        clean = redact_evidence(details)  # the PSP's identifiers in them exactly
         conn.execute(self._q(dq.dispute_event_insert), {
             "dispute_id": dispute_id, "from_status": None if from_status is None else str(from_status),
             "to_status": str(to_status), "source": str(source), "job_id": job_id, "attempt": attempt,

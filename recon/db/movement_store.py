@@ -23,7 +23,7 @@ from recon.db.database import Database, json_from_db
 from recon.db.movement_queries import MovementQueries
 from recon.errors import IllegalTransition, PspReferenceConflict
 from recon.movement_rows import Movement, MovementKind, MovementTransition
-from recon.redact import redact_row
+from recon.redact import redact_evidence, redact_row
 from recon.rows import PaymentStatus
 
 M = TypeVar("M", bound=Movement)
@@ -167,11 +167,11 @@ class MovementStore(Generic[M, E, T]):
                to_status: PaymentStatus, source: str, job_id: int | None, attempt: int | None,
                details: dict[str, Any] | None) -> None:
         # the storage boundary of PSP evidence and operators' notes: details quote PSP texts
-        row = redact_row({"details": details})
+        clean = redact_evidence(details)  # the PSP's identifiers in them exactly
         conn.execute(self._q(self.queries.event_insert), {
             "movement_id": movement_id, "from_status": None if from_status is None else str(from_status),
             "to_status": str(to_status), "source": str(source), "job_id": job_id, "attempt": attempt,
-            "details": None if row["details"] is None else json.dumps(row["details"]), "now": self.db.now_param()})
+            "details": None if clean is None else json.dumps(clean), "now": self.db.now_param()})
 
     def _event_fields(self, m: Mapping[Any, Any]) -> dict[str, Any]:
         """The fields every audit event has, from a row of ``events_for`` (its movement's id aside)."""

@@ -22,7 +22,7 @@ from recon.db import transition_queries as tq
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.errors import PspReferenceConflict
-from recon.redact import redact_row
+from recon.redact import redact_evidence, redact_row
 from recon.rows import EnqueueRow, EventSource, Note, Payment, PaymentStatus, Transition, check_transition
 
 
@@ -124,8 +124,8 @@ class TransitionStore:
 
     def _events(self, conn: sa.Connection, events: list[dict[str, Any]]) -> None:
         # the storage boundary of PSP evidence and operators' notes: details quote PSP texts, which may carry
-        # card data or keys
-        events = [redact_row(e) for e in events]
+        # card data or keys; the PSP's identifiers in them are kept exactly (``redact_evidence``)
+        events = [{**redact_row(e, keep=("details",)), "details": redact_evidence(e.get("details"))} for e in events]
         for start in range(0, len(events), 5000):
             self.db.run_in(conn, tq.payment_event_insert_many,
                            {"rows": _dumps(events[start:start + 5000]), "now": self.db.now_param()})

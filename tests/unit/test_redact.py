@@ -145,3 +145,18 @@ def test_grouped__recon_made_hex_with_a_luhn_valid_run_is_left_alone_where_dashe
     assert r.redact(dashed) != dashed
     digits = "".join(str(i % 10) for i in range(64))  # 64 decimal digits, grouped: no run reaches 13
     assert r.redact(r.grouped(digits)) == r.grouped(digits)
+
+
+def test_redact_evidence__the_psps_identifiers_exactly_the_rest_redacted() -> None:
+    # Adyen's own example reference, Luhn-valid in this variant (tests/integration/test_stored_text.py)
+    ref, other, card = "8515208516304268", "8815208516304265", "4242424242424242"
+    assert r.is_luhn_valid(ref) and r.is_luhn_valid(other)
+    details = {"psp_reference": ref, "psp_status": f"declined {card}", "reason": f"card {card}",
+               "psp_reference_conflict": {"ours": ref, "theirs": [other]}, "nested": {"psp_reference": card}}
+    clean = r.redact_evidence(details)
+    assert clean == {"psp_reference": ref, "psp_status": "declined [card]", "reason": "card [card]",
+                     "psp_reference_conflict": {"ours": ref, "theirs": [other]},
+                     "nested": {"psp_reference": "[card]"}}  # kept only where recon's evidence names it
+    # a value that is no identifier under an identifier's key is redacted as any other
+    assert r.redact_evidence({"psp_reference": {"x": {"y": card}}}) == {"psp_reference": {"x": {"y": "[card]"}}}
+    assert r.redact_evidence(None) is None
