@@ -244,3 +244,14 @@ def test_rotate_totp_key__reseals_every_seed_all_or_nothing(db: Database, db_url
         == SEED_UNREADABLE  # the config still names the old key
     monkeypatch.setenv(ENV_VARIABLE, new.path)
     assert Operators(db).login("bob", PASSWORD, pyotp.TOTP(str(seeds["bob"])).now(), source="t").operator
+
+
+def test_console__an_unusable_configured_key_exits_2_at_its_start(db_url: str, recon: Runner, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "totp.key"
+    path.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    path.chmod(0o640)
+    monkeypatch.setenv(ENV_VARIABLE, str(path))
+    r = recon("console", "--port", "0", db_url=db_url)
+    assert r.returncode == 2 and r.stderr.strip() == (f"recon: {path}: TOTP key file is open to its group or "
+                                                      "others (mode 0640); chmod 600 it"), r.stderr
