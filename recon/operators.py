@@ -337,7 +337,13 @@ class Operators:
     def _seed(self, creds: Credentials) -> tuple[str | None, str | None]:
         """(the operator's TOTP seed, None), or (None, why it cannot be read); (None, None) when not enrolled."""
         stored = creds.totp_secret
-        if stored is None or not is_sealed(stored):
+        if stored is None:
+            return None, None
+        if not is_sealed(stored):
+            try:
+                pyotp.TOTP(stored).byte_secret()
+            except ValueError:  # binascii.Error: e.g. a sealed value whose "v1." was cut off
+                return None, f"operator {creds.operator.name!r}: the stored TOTP seed is neither sealed nor base32"
             return stored, None
         try:
             return self.totp_key.key(action="console login").open(stored, operator=creds.operator.name), None

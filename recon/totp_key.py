@@ -98,22 +98,27 @@ def load_key(path: str | os.PathLike[str]) -> TotpKey:
     """The key in the file at ``path``; TotpKeyError, one line naming the file and what is wrong."""
     where = str(path)
     try:
-        with open(path, "rb") as fh:  # a file handle, so the mode is that of the file read
-            mode = os.fstat(fh.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise TotpKeyError(f"{where}: TOTP key file is not a regular file")
-            if mode & 0o077:
-                raise TotpKeyError(f"{where}: TOTP key file is open to its group or others (mode "
-                                   f"{stat.S_IMODE(mode):04o}); chmod 600 it")
-            raw = fh.read(_FILE_MAX + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # non-blocking: a FIFO is refused, not waited on
     except FileNotFoundError:
         raise TotpKeyError(f"{where}: TOTP key file not found (recon operators totp-key new PATH makes one)") from None
-    except IsADirectoryError:
-        raise TotpKeyError(f"{where}: TOTP key file is a directory") from None
     except PermissionError:
         raise TotpKeyError(f"{where}: TOTP key file is not readable by this user") from None
     except OSError as exc:
         raise TotpKeyError(f"{where}: TOTP key file cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        mode = os.fstat(fd).st_mode  # of the file opened, not of a name that may change meanwhile
+        if stat.S_ISDIR(mode):
+            raise TotpKeyError(f"{where}: TOTP key file is a directory")
+        if not stat.S_ISREG(mode):
+            raise TotpKeyError(f"{where}: TOTP key file is not a regular file")
+        if mode & 0o077:
+            raise TotpKeyError(f"{where}: TOTP key file is open to its group or others (mode "
+                               f"{stat.S_IMODE(mode):04o}); chmod 600 it")
+    except TotpKeyError:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(_FILE_MAX + 1)
     try:
         if len(raw) > _FILE_MAX:
             raise ValueError("too long")

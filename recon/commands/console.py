@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 import click
@@ -12,8 +11,6 @@ from recon.params import say
 
 #: the access token's environment variable: never a file, never printed, never logged
 TOKEN_VARIABLE = "RECON_CONSOLE_TOKEN"  # nosec B105  # the variable's name, not a secret
-
-log = logging.getLogger("recon.console")
 
 
 @click.command()
@@ -38,6 +35,4 @@ def console(ctx: click.Context, host: str, port: int) -> None:
                                "leading or trailing spaces", ctx=ctx)
     app: App = ctx.obj
     app.db  # noqa: B018  # the schema is checked before the socket is bound: a wrong database fails at once
-    for line in app.operators.totp_warnings():  # a configured TOTP key that is unusable: exit 2 here, not later
-        log.warning("console: %s", line)
     run(app, host=host, port=port, token=token, on_ready_func=lambda url: say(f"console on {url}"))

@@ -109,7 +109,7 @@ def test_enrol__without_a_key_exits_2_naming_the_setting(db: Database, db_url: s
     assert not Operators(db).get("bob").has_totp  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("problem", ["missing", "short", "mode 0644", "not base64", "a directory"])
+@pytest.mark.parametrize("problem", ["missing", "short", "mode 0644", "not base64", "a directory", "a fifo"])
 def test_key_file__a_bad_one_exits_2_with_one_line_naming_it(db_url: str, staff: dict[str, Role], recon: Runner,
                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             problem: str) -> None:
@@ -122,6 +122,8 @@ def test_key_file__a_bad_one_exits_2_with_one_line_naming_it(db_url: str, staff:
         path.write_text("this is not base64 at all!\n")
     elif problem == "a directory":
         path.mkdir()
+    elif problem == "a fifo":
+        os.mkfifo(path, 0o600)  # refused, not waited on
     if path.is_file():
         path.chmod(0o644 if problem == "mode 0644" else 0o600)
     monkeypatch.setenv(ENV_VARIABLE, str(path))
@@ -131,7 +133,8 @@ def test_key_file__a_bad_one_exits_2_with_one_line_naming_it(db_url: str, staff:
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     expected = {"missing": "TOTP key file not found", "short": "holds 16 bytes, not 32",
                 "mode 0644": "open to its group or others (mode 0644); chmod 600 it",
-                "not base64": "does not hold one line of base64", "a directory": "is a directory"}[problem]
+                "not base64": "does not hold one line of base64", "a directory": "is a directory",
+                "a fifo": "is not a regular file"}[problem]
     assert f"{path}: " in r.stderr and expected in r.stderr, r.stderr
 
 
@@ -182,6 +185,10 @@ def test_login__a_ciphertext_moved_to_another_operator_does_not_open(db: Databas
     tampered = stored[:-2] + ("A" if stored[-2] != "A" else "B") + stored[-1]
     set_stored_seed(db, "bob", tampered)
     assert ops.login("bob", PASSWORD, pyotp.TOTP(bobs).now(), source="t").message == SEED_UNREADABLE
+    assert "does not open with key" in last_refusal(db)
+    set_stored_seed(db, "bob", stored.removeprefix("v1."))  # no longer sealed, and not a plain seed either
+    assert ops.login("bob", PASSWORD, pyotp.TOTP(bobs).now(), source="t").message == SEED_UNREADABLE
+    assert "neither sealed nor base32" in last_refusal(db)
 
 
 def test_seal_totp__seals_plain_seeds_once_audited(db: Database, db_url: str, staff: dict[str, Role],
