@@ -84,6 +84,7 @@ from recon.review import ReviewDesk
 from recon.review_config import ReviewConfig
 from recon.rows import Job
 from recon.scheduler import TICK_SECONDS, Schedule, Scheduler, load_schedules
+from recon.totp_key import TotpKeyConfig
 from recon.webhook_rows import WebhookRecord
 from recon.webhooks.config import WebhookConfig
 from recon.webhooks.config import check as check_webhooks
@@ -136,6 +137,7 @@ class App:
             BankConfig.from_table(settings.extra.get("bank"), source=settings.source)
             AuditConfig.load(settings.extra.get("audit"), source=settings.source)
             FourEyesConfig.load(settings.extra.get("four_eyes"), source=settings.source)
+            TotpKeyConfig.load(settings.extra.get("operators"), source=settings.source)
             self._settings = settings
             self.schedules  # noqa: B018  # checked with the rest of the file
         return self._settings
@@ -291,7 +293,12 @@ class App:
     @cached_property
     def operators(self) -> Operators:
         """The named operators, their roles, logins and lockout (recon.operators)."""
-        return Operators(self.db)
+        return Operators(self.db, totp_key=self.totp_key_config)
+
+    @property
+    def totp_key_config(self) -> TotpKeyConfig:
+        """``[operators] totp_key_file`` or ``RECON_TOTP_KEY_FILE``: the TOTP key's file (recon.totp_key)."""
+        return TotpKeyConfig.load(self.settings.extra.get("operators"), source=self.settings.source)
 
     @cached_property
     def audit(self) -> AuditStore:

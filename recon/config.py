@@ -7,10 +7,10 @@ message names the file, the key and what is wrong, in one line, suggesting the n
 What is enforced:
 - sections: ``database``, ``engine``, ``queues.NAME``, ``retry.KIND``, ``reconcile``, ``payments``,
   ``webhooks``, ``schedule.NAME``, ``psp.NAME``, ``console``, ``bank``, ``review``, ``close``, ``audit``,
-  ``four_eyes`` (the last eleven are checked by their readers: ``recon.reconcile.config``,
+  ``four_eyes``, ``operators`` (the last twelve are checked by their readers: ``recon.reconcile.config``,
   ``recon.payments.config``, ``recon.webhooks.config``, ``recon.scheduler``, the composition root,
   ``recon.console.config``, ``recon.bank.config``, ``recon.review_config``, ``recon.close.config``,
-  ``recon.audit`` and ``recon.four_eyes``); anything else is an error;
+  ``recon.audit``, ``recon.four_eyes`` and ``recon.totp_key``); anything else is an error;
 - keys: only the known keys of each section; retry kinds: only those of ``RETRY_KINDS``;
 - numbers: of the declared type, finite, positive where they must be, and at most ``MAXIMA`` (seconds or count);
 - no name or text holds a card number (``recon.redact``): a queue, schedule or account would be stored and
@@ -235,7 +235,7 @@ class Settings:
 _KNOWN_SECTIONS = {"database", "engine", "queues", "retry"}
 #: sections other parts of recon read and check (``Settings.extra``)
 _EXTRA_SECTIONS = {"reconcile", "payments", "psp", "webhooks", "schedule", "console", "bank", "review", "close",
-                   "audit", "four_eyes"}
+                   "audit", "four_eyes", "operators"}
 
 
 def mask_url(url: str) -> str:

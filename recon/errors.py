@@ -3,6 +3,9 @@
 ```
 ReconError
 ├── ConfigError             bad configuration file, key, value or database URL (CLI exit 2)
+│   ├── TotpKeyError        the TOTP key file missing, unreadable, open to others, not 32 bytes, or not set
+│   └── TotpSealError       a stored TOTP seed does not open with the configured key (another key, altered,
+│                           or another operator's)
 ├── UsageError              bad input from a user: a duration, a file row, a filter (CLI exit 2)
 │   ├── DuplicateReference  a merchant reference of the new payments exists already: nothing written
 │   ├── ReviewRefused       the PSP's answer contradicts a resolution by hand (or it could not be asked)
@@ -46,6 +49,14 @@ class ReconError(Exception):
 
 class ConfigError(ReconError):
     """The configuration is invalid."""
+
+
+class TotpKeyError(ConfigError):
+    """The TOTP key file is not usable."""
+
+
+class TotpSealError(ConfigError):
+    """A stored TOTP seed does not open with the configured key."""
 
 
 class UsageError(ReconError):

@@ -27,13 +27,15 @@ class Role(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Operator:
-    """One row of ``operators``, without its password hash and TOTP secret (``has_password``, ``has_totp``)."""
+    """One row of ``operators``, without its password hash and TOTP seed (``has_password``, ``has_totp``;
+    ``totp_sealed``: the seed is sealed with the TOTP key, not plain from before sealing)."""
 
     id: int
     name: str
     role: Role
     has_password: bool
     has_totp: bool
+    totp_sealed: bool
     disabled_at: datetime | None
     failed_logins: int
     locked_until: datetime | None
@@ -44,16 +46,24 @@ class Operator:
     def enabled(self) -> bool:
         return self.disabled_at is None
 
+    @property
+    def totp_at_rest(self) -> str | None:
+        """How the TOTP seed is stored: "sealed", "plain" (written before sealing: recon operators seal-totp), or
+        None when not enrolled."""
+        return None if not self.has_totp else "sealed" if self.totp_sealed else "plain"
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "role": str(self.role), "enabled": self.enabled,
-                "totp": self.has_totp, "disabled_at": _iso(self.disabled_at), "failed_logins": self.failed_logins,
+                "totp": self.has_totp, "totp_at_rest": self.totp_at_rest, "disabled_at": _iso(self.disabled_at),
+                "failed_logins": self.failed_logins,
                 "locked_until": _iso(self.locked_until), "created_at": _iso(self.created_at),
                 "updated_at": _iso(self.updated_at)}
 
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """What a login checks: the operator, their argon2id hash and TOTP secret, and the database's time."""
+    """What a login checks: the operator, their argon2id hash and stored TOTP seed (sealed, or plain from before
+    sealing: recon.totp_key), and the database's time."""
 
     operator: Operator
     password_hash: str | None

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 
 from recon.db.database import Database, connect, upgrade
 from recon.operator_rows import Role
+from recon.totp_key import ENV_VARIABLE, TotpKey, write_new_key
 from tests import cli
 from tests.operators import add_staff
 
@@ -165,6 +166,14 @@ def staff(db_url: str) -> dict[str, Role]:
     """One operator of each role in the test's database (tests/operators.py): ann operator, bob and amy
     approvers, root admin, vic viewer; every password ``tests.operators.PASSWORD``."""
     return add_staff(db_url)
+
+
+@pytest.fixture
+def totp_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TotpKey:
+    """A TOTP key file (recon.totp_key) named by RECON_TOTP_KEY_FILE for the test: enrolments seal with it."""
+    key = write_new_key(tmp_path / "totp.key")
+    monkeypatch.setenv(ENV_VARIABLE, key.path)
+    return key
 
 
 @pytest.fixture

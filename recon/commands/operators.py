@@ -1,5 +1,6 @@
 """`recon operators add|list|disable|enable|reset-password`: the people (and the console's token) who act, and their
-roles (recon.operators). Passwords come from a prompt or stdin, never an argument."""
+roles (recon.operators). Passwords come from a prompt or stdin, never an argument. `recon operators totp-key new`,
+`seal-totp` and `rotate-totp-key`: the key that seals TOTP seeds at rest (recon.totp_key)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from recon.errors import UsageError
 from recon.operator_rows import Role
 from recon.params import by_option, operator_name, say
 from recon.render.desk import operators_table
+from recon.totp_key import SETTING, load_key, write_new_key
 
 
 @click.group()
@@ -49,7 +51,7 @@ def operators_add(app: App, name: str, role: str, totp: bool, password_stdin: bo
     """Add operator NAME with a role; the password is asked for (twice) unless --password-stdin."""
     if no_password and (totp or password_stdin):
         raise UsageError("--no-password: not with --totp or --password-stdin")
-    app.operators.check_add(name, role=Role(role), by=by)  # before the prompt
+    app.operators.check_add(name, role=Role(role), by=by, totp=totp)  # before the prompt
     password = None if no_password else _password(password_stdin)
     added, secret = app.operators.add(name, role=Role(role), password=password, by=by,
                                       bootstrap_actor=operator_name(), totp=totp)
@@ -61,12 +63,52 @@ def operators_add(app: App, name: str, role: str, totp: bool, password_stdin: bo
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def operators_list(app: App, as_json: bool) -> None:
-    """Every operator: role, enabled, TOTP, lockout (never a password or a TOTP key)."""
+    """Every operator: role, enabled, TOTP (sealed, or plain from before sealing), lockout (never a password or a
+    TOTP seed); a last line counts the seeds still plain."""
     found = app.operators.list()
+    plain = sum(o.totp_at_rest == "plain" for o in found)
     if as_json:
-        click.echo(json.dumps({"operators": [o.to_dict() for o in found]}))
+        click.echo(json.dumps({"operators": [o.to_dict() for o in found], "totp_plain": plain}))
         return
     operators_table(found)
+    if plain:
+        say(f"{plain} TOTP seeds are stored in plain text (written before sealing): recon operators seal-totp")
+
+
+@operators.group("totp-key")
+def totp_key() -> None:
+    """The key file that seals TOTP seeds at rest (AES-256-GCM; docs/operations.md, "Operators and audit")."""
+
+
+@totp_key.command("new")
+@click.argument("path", type=click.Path(dir_okay=False))
+def totp_key_new(path: str) -> None:
+    """Write a new TOTP key to PATH: 32 random bytes in base64, mode 0600; never over an existing file."""
+    key = write_new_key(path)
+    say(f"TOTP key {key.id} written to {path} (mode 0600): back it up apart from the database; name it in "
+        f"{SETTING}")
+
+
+@operators.command("seal-totp")
+@by_option("The admin who seals them.")
+@click.pass_obj
+def operators_seal_totp(app: App, by: str | None) -> None:
+    """Seal every TOTP seed stored in plain text (before sealing) with the configured key, in one transaction."""
+    sealed = app.operators.seal_totp(by=by)
+    say(f"{len(sealed)} TOTP seeds sealed ({', '.join(sealed)})" if sealed else "no TOTP seed is stored in plain text")
+
+
+@operators.command("rotate-totp-key")
+@click.option("--new-key-file", required=True, type=click.Path(dir_okay=False),
+              help="The new key (recon operators totp-key new PATH); name it in the config afterwards.")
+@by_option("The admin who rotates it.")
+@click.pass_obj
+def operators_rotate_totp_key(app: App, new_key_file: str, by: str | None) -> None:
+    """Re-seal every TOTP seed under a new key, in one transaction (all or nothing); then point the config at it."""
+    key = load_key(new_key_file)
+    count = app.operators.rotate_totp_key(key, by=by)
+    say(f"{count} TOTP seeds sealed under key {key.id}: now set {SETTING} to {new_key_file} and restart the "
+        "console (until then its logins with a TOTP code are refused)")
 
 
 @operators.command("disable")
@@ -98,7 +140,7 @@ def operators_enable(app: App, name: str, by: str | None) -> None:
 def operators_reset_password(app: App, name: str, totp: bool, password_stdin: bool, by: str | None) -> None:
     """A new password for NAME (asked for twice unless --password-stdin); the lockout cleared, their console
     sessions ended."""
-    app.operators.check_reset(name, by=by)  # before the prompt
+    app.operators.check_reset(name, by=by, totp=totp)  # before the prompt
     secret = app.operators.reset_password(name, password=_password(password_stdin), by=by, totp=totp)
     say(f"operator {name}: password reset; their console sessions are ended")
     _totp_line(name, secret)

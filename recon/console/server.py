@@ -50,6 +50,8 @@ def create_app(app: App, *, token: str | None = None, secret: bytes | None = Non
     csrf = Csrf(key, max_age=config.absolute_timeout, now_func=lambda: app.db.clock.now())
     if token:  # the token's own operator, created or brought to its configured role
         app.operators.ensure_token_operator(config.token_operator, config.token_role)
+    for line in app.operators.totp_warnings():  # a configured TOTP key that is unusable: TotpKeyError (exit 2) now
+        log.warning("console: %s", line)
 
     def token_actor() -> Actor | None:
         """The token's operator as it is now: None when disabled (the token then opens nothing)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from recon.db.sql import Query
 
+#: ``totp_sealed``: the seed is in recon.totp_key's sealed form (``v1.``...), not plain base32 written before it
 _COLUMNS = """id, name, role, password_hash IS NOT NULL AS has_password, totp_secret IS NOT NULL AS has_totp,
+              CASE WHEN substr(totp_secret, 1, 3) = 'v1.' THEN 1 ELSE 0 END AS totp_sealed,
               disabled_at, failed_logins, locked_until, created_at, updated_at"""
 
 operator_insert = Query(
@@ -98,4 +100,19 @@ operator_login_succeeded = Query(
     "operator_login_succeeded",
     "Run by a console login that succeeded: the failures are forgotten.",
     sql="UPDATE operators SET failed_logins = 0, locked_until = NULL WHERE id = :id AND failed_logins <> 0",
+)
+
+operator_totp_secrets = Query(
+    "operator_totp_secrets",
+    "Run by `recon operators seal-totp` and `rotate-totp-key`, in their one transaction: every stored TOTP seed "
+    "(sealed or plain) with its operator's name, which the seal binds.",
+    sql="SELECT id, name, totp_secret FROM operators WHERE totp_secret IS NOT NULL ORDER BY id",
+)
+
+operator_replace_totp_secret = Query(
+    "operator_replace_totp_secret",
+    "Run by `recon operators seal-totp` and `rotate-totp-key`: one seed's new stored form, only if the row still "
+    "holds the one read (a compare-and-set: an enrolment or reset meanwhile makes the command fail, not lose it).",
+    sql="""UPDATE operators SET totp_secret = :new, updated_at = {now}
+           WHERE id = :id AND totp_secret = :old""",
 )

@@ -3,12 +3,14 @@ how passwords are hashed and when a login locks are decided in ``recon.operators
 
 Writes take the caller's connection, so that the audit row of the change (``recon.db.audit_store``) commits in
 the same transaction. The storage boundary: a name is refused at its entry when redaction would change it
-(``recon.operators.check_name``), so the stored name is the one compared; the hash and the TOTP secret are
-recon's own (argon2's encoding, base32), never outside text.
+(``recon.operators.check_name``), so the stored name is the one compared; the hash and the TOTP seed are
+recon's own (argon2's encoding; the seed sealed by ``recon.totp_key``, or plain base32 from before sealing),
+never outside text. The store never seals or opens a seed: it keeps what ``recon.operators`` gives it.
 """
 
 from __future__ import annotations
 
+import builtins
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -105,6 +107,16 @@ class OperatorStore:
     def login_succeeded(self, conn: sa.Connection, operator: Operator) -> None:
         conn.execute(self._q(q.operator_login_succeeded), {"id": operator.id})
 
+    def totp_secrets(self, conn: sa.Connection) -> builtins.list[tuple[int, str, str]]:
+        """Every stored TOTP seed as (operator id, name, stored form), in the caller's transaction."""
+        return [(int(r.id), str(r.name), str(r.totp_secret))
+                for r in conn.execute(self._q(q.operator_totp_secrets))]
+
+    def replace_totp_secret(self, conn: sa.Connection, operator_id: int, *, old: str, new: str) -> bool:
+        """The row's seed ``old`` replaced by ``new``; False when the row no longer holds ``old``."""
+        return conn.execute(self._q(q.operator_replace_totp_secret), {
+            "id": operator_id, "old": old, "new": new, "now": self.db.now_param()}).rowcount == 1
+
     def _find(self, conn: sa.Connection, name: str) -> Operator | None:
         row = conn.execute(self._q(q.operator_by_name), {"name": name}).first()
         return self._operator(row._mapping) if row is not None else None
@@ -113,7 +125,8 @@ class OperatorStore:
         t = self.db.from_db
         created, updated = _at(t(m["created_at"])), _at(t(m["updated_at"]))
         return Operator(id=int(m["id"]), name=m["name"], role=Role(m["role"]), has_password=bool(m["has_password"]),
-                        has_totp=bool(m["has_totp"]), disabled_at=t(m["disabled_at"]),
+                        has_totp=bool(m["has_totp"]), totp_sealed=bool(m["totp_sealed"]),
+                        disabled_at=t(m["disabled_at"]),
                         failed_logins=int(m["failed_logins"]), locked_until=t(m["locked_until"]),
                         created_at=created, updated_at=updated)
 

@@ -683,7 +683,8 @@ operators = sa.Table(
     sa.Column("name", sa.Text(), nullable=False),
     sa.Column("role", sa.Text(), nullable=False),
     sa.Column("password_hash", sa.Text(), nullable=True),  #: argon2id (recon.operators); NULL: the token operator
-    sa.Column("totp_secret", sa.Text(), nullable=True),  #: base32, never printed after enrolment
+    #: sealed by recon.totp_key (v1.<key id>.<nonce>.<ciphertext>), or plain base32 written before sealing
+    sa.Column("totp_secret", sa.Text(), nullable=True),
     #: (migration 0024) the RFC 6238 time step of the last accepted code: that step and earlier ones are refused
     sa.Column("totp_last_step", sa.BigInteger(), nullable=True),
     sa.Column("disabled_at", Timestamp, nullable=True),

@@ -20,7 +20,7 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) ->
 
 def operators_table(found: Sequence[Operator]) -> None:
     _table(f"{len(found)} operators", ["name", "role", "state", "totp", "failed logins", "locked until", "since"],
-           [[o.name, str(o.role), "enabled" if o.enabled else "disabled", "yes" if o.has_totp else "-",
+           [[o.name, str(o.role), "enabled" if o.enabled else "disabled", o.totp_at_rest or "-",
              str(o.failed_logins), timestamp(o.locked_until) if o.locked_until else "-", timestamp(o.created_at)]
             for o in found])
 

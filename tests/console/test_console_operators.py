@@ -3,12 +3,16 @@ a disabled operator's session dying at its next request, roles refused on POST, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyotp
+import pytest
 import sqlalchemy as sa
 
 from recon.app import App
 from recon.db.database import Database
-from recon.operators import Operators
+from recon.operators import SEED_UNREADABLE, Operators
+from recon.totp_key import ENV_VARIABLE, TotpKey, write_new_key
 from tests.console import TestClient, console, csrf_token
 from tests.operators import PASSWORD
 
@@ -43,12 +47,26 @@ def test_login__by_name_and_password_lockout_after_ten_failures(db: Database, db
     assert ("unknown:nobody", "login.failed") in actions and actions[-1] == ("bob", "login.succeeded")
 
 
-def test_login__totp_code_when_enrolled(db: Database, db_url: str, staff: object) -> None:
+def test_login__totp_code_when_enrolled(db: Database, db_url: str, staff: object, totp_key: TotpKey) -> None:
     secret = Operators(db).reset_password("amy", password=PASSWORD, by="root", totp=True)
     assert secret
     with console(db_url, login=None) as client:
         assert try_login(client, "amy", PASSWORD) == 401
         assert try_login(client, "amy", PASSWORD, pyotp.TOTP(secret).now()) == 303
+
+
+def test_login__a_seed_the_key_cannot_open_says_the_second_factor_cannot_be_checked(
+        db: Database, db_url: str, staff: object, totp_key: TotpKey, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = Operators(db).reset_password("amy", password=PASSWORD, by="root", totp=True)
+    assert secret
+    monkeypatch.setenv(ENV_VARIABLE, write_new_key(tmp_path / "other.key").path)  # the wrong key
+    with console(db_url, login=None) as client:
+        r = client.post("/login", data={"operator": "amy", "password": PASSWORD, "totp": pyotp.TOTP(secret).now(),
+                                        "csrf": csrf_token(client, "/login")})
+        assert r.status_code == 401 and SEED_UNREADABLE in r.text and secret not in r.text
+        assert client.get("/").status_code == 401
+    assert audit_actions(db)[-1] == ("amy", "login.failed")
 
 
 def test_disable__the_operators_session_dies_at_its_next_request(db: Database, db_url: str, staff: object) -> None:

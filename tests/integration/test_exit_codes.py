@@ -35,7 +35,9 @@ ARGS = {
     ("bank", "import"): ["{statement}"], ("bank", "list"): [], ("bank", "show"): ["R1"],
     ("operators", "add"): ["ann", "--role", "admin"], ("operators", "list"): [],
     ("operators", "disable"): ["ann", "--by", "root"], ("operators", "enable"): ["ann", "--by", "root"],
-    ("operators", "reset-password"): ["ann", "--by", "root"],
+    ("operators", "reset-password"): ["ann", "--by", "root"], ("operators", "seal-totp"): ["--by", "root"],
+    ("operators", "rotate-totp-key"): ["--new-key-file", "new.key", "--by", "root"],
+    ("operators", "totp-key", "new"): ["new.key"],
     ("approvals", "list"): [], ("approvals", "show"): ["1"], ("approvals", "approve"): ["1", "--by", "bob"],
     ("approvals", "reject"): ["1", "--by", "bob"],
     ("audit", "seal"): [], ("audit", "verify"): [], ("audit", "export"): ["--since", "1d"],
@@ -60,7 +62,7 @@ IBAN = "NL91ABNA0417164300"
 # (every command that has one), the demo's story and the sandbox server.
 PLANT = """
 import contextlib, io, json, os, sys
-import recon.app, recon.cli, recon.commands.psp, recon.commands.sandbox_statement, recon.demo
+import recon.app, recon.cli, recon.commands.operators, recon.commands.psp, recon.commands.sandbox_statement, recon.demo
 
 os.environ["RECON_STRIPE_WEBHOOK_SECRET"] = "whsec_planted"  # recon serve gets past its own check
 
@@ -71,6 +73,8 @@ recon.app.connect = crash
 recon.demo.run_demo = crash
 recon.commands.psp.serve_forever = crash  # the sandbox server, as `recon psp-sandbox` starts it
 recon.commands.sandbox_statement.fetch = crash  # the sandbox's bank credits, as the statement asks for them
+recon.commands.operators.write_new_key = crash  # the TOTP key file, as `totp-key new` writes it
+recon.commands.operators.load_key = crash  # the new TOTP key file, as `rotate-totp-key` reads it before the DB
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
     err = io.StringIO()

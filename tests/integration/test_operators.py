@@ -18,6 +18,7 @@ from recon.db.operator_store import OperatorStore
 from recon.errors import NotAllowed
 from recon.operator_rows import Role
 from recon.operators import Operators
+from recon.totp_key import TotpKey
 from tests.cli import Runner
 from tests.operators import PASSWORD, STAFF
 
@@ -57,7 +58,8 @@ def test_operators__bootstrap_roles_and_audit(db: Database, db_url: str, recon: 
 
 
 def test_operators_cli__password_from_stdin_disable_and_reset(db: Database, db_url: str, recon: Runner,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              totp_key: TotpKey) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
     r = recon("operators", "add", "root", "--role", "admin", "--password-stdin", db_url=db_url)
     assert r.returncode == 0, r.stderr
@@ -108,7 +110,7 @@ def test_login__lockout_after_ten_failures_for_thirty_minutes_audited(db: Databa
     assert audit_rows(db)[-1] == ("unknown:nobody", "login.failed", "nobody", "refused")
 
 
-def test_login__totp_code_required_when_enrolled(db: Database, staff: dict[str, Role]) -> None:
+def test_login__totp_code_required_when_enrolled(db: Database, staff: dict[str, Role], totp_key: TotpKey) -> None:
     ops = Operators(db)
     secret = ops.reset_password("bob", password=PASSWORD, by="root", totp=True)
     assert secret
@@ -125,7 +127,7 @@ def why_refused(db: Database) -> str:
     return str((json.loads(evidence) if isinstance(evidence, str) else evidence)["why"])
 
 
-def test_login__a_totp_code_is_used_once(db: Database, staff: dict[str, Role]) -> None:
+def test_login__a_totp_code_is_used_once(db: Database, staff: dict[str, Role], totp_key: TotpKey) -> None:
     at = datetime(2026, 12, 5, 9, 0, 10, tzinfo=UTC)
     db.clock = FixedClock(at)
     ops = Operators(db)
@@ -153,7 +155,8 @@ def test_login__a_totp_code_is_used_once(db: Database, staff: dict[str, Role]) -
     assert ops.login("bob", PASSWORD, pyotp.TOTP(fresh).at(at + timedelta(seconds=60)), source="t").operator
 
 
-def test_login__two_logins_with_one_totp_code_one_wins(db: Database, staff: dict[str, Role]) -> None:
+def test_login__two_logins_with_one_totp_code_one_wins(db: Database, staff: dict[str, Role],
+                                                        totp_key: TotpKey) -> None:
     at = datetime(2026, 12, 5, 9, 0, 10, tzinfo=UTC)
     db.clock = FixedClock(at)
     secret = Operators(db).reset_password("bob", password=PASSWORD, by="root", totp=True)

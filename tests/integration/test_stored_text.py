@@ -829,7 +829,9 @@ COLUMNS: dict[str, Entry] = {
     "operators.role": Exempt(CHECKED),
     "operators.password_hash": Exempt("argon2id's own encoding of a hash recon made ($argon2id$v=19$...), never "
                                       "the password"),
-    "operators.totp_secret": Exempt("pyotp.random_base32(): 32 base32 letters recon drew, never outside text"),
+    "operators.totp_secret": Exempt("recon.totp_key's sealed form (v1.<key id>.<nonce>.<ciphertext>, base64url) of "
+                                    "a seed pyotp.random_base32() drew (or, from before sealing, that seed plain): "
+                                    "recon-made, never outside text"),
     "audit_log.actor": Masked(plant_login),
     "audit_log.action": Exempt("recon's own action names (review.resolve, login.failed, ...), constants in code"),
     "audit_log.subject": Masked(plant_login),

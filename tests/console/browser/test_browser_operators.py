@@ -1,14 +1,19 @@
 """Operators in a browser: ten wrong passwords lock the operator out (the right one is then refused too, and the
-form says why), and a viewer's write is refused with the reason beside nothing done."""
+form says why), a viewer's write is refused with the reason beside nothing done, and a TOTP-enrolled operator
+logs in with a code, their sealed seed refused clearly when the console has another key."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyotp
 import pytest
+import sqlalchemy as sa
 
 from recon.db.database import Database
+from recon.operators import SEED_UNREADABLE, Operators
+from recon.totp_key import TotpKey, write_new_key
 from tests.cli import Runner
 from tests.console.browser.conftest import Console, recon_json, sign_in, submit
 from tests.operators import PASSWORD
@@ -45,3 +50,27 @@ def test_browser_roles__a_viewer_reads_but_cannot_pause(console: Console, page: 
     assert "vic has the role viewer; this takes operator or above" in page.inner_text("main")
     assert recon_json(recon, db_url, "approvals", "list")["approvals"] == []
     assert not any(p["paused"] for p in recon_json(recon, db_url, "psp", "status")["psps"])
+
+
+def test_browser_login__a_totp_code_opens_a_session_a_foreign_key_is_named(
+        totp_key: TotpKey, token_console: Console, page: Page, db: Database, tmp_path: Path) -> None:
+    # totp_key before token_console: the console reads RECON_TOTP_KEY_FILE once, when it starts
+    seed = Operators(db).reset_password("amy", password=PASSWORD, by="root", totp=True)
+    assert seed
+
+    def with_code(code: str, *, expect: int) -> None:
+        page.goto(token_console.at("/login"))
+        page.get_by_label("Operator").fill("amy")
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_label("Code").fill(code)
+        submit(page, page.get_by_role("button", name="Log in", exact=True), expect=expect)
+
+    with_code(pyotp.TOTP(seed).now(), expect=303)
+    assert "amy (approver)" in page.inner_text("header")
+    other = write_new_key(tmp_path / "other.key")  # amy's seed sealed under a key the console does not have
+    with db.begin() as conn:
+        conn.execute(sa.text("UPDATE operators SET totp_secret = :v WHERE name = 'amy'"),
+                     {"v": other.seal(seed, operator="amy")})
+    with_code(pyotp.TOTP(seed).now(), expect=401)
+    page.screenshot(path=tmp_path / "totp-unreadable.png", full_page=True)
+    assert SEED_UNREADABLE in page.get_by_role("alert").inner_text()
