@@ -14,7 +14,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -44,6 +46,10 @@ log = logging.getLogger("recon.console")
 TEXT_MAX = 500
 #: form limits: no files, a few fields
 FORM_MAX_FIELDS = 30
+#: the longest typed value a refusal's redirect keeps for its form (longer ones are cut)
+TYPED_MAX = 1000
+#: a refused POST's statuses, shown next to its form after a redirect (FormAt); any other is a page of its own
+REFUSALS = frozenset({403, 409, 422})
 
 Endpoint = Callable[[Request], Any]
 
@@ -55,6 +61,35 @@ class PageError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FormAt:
+    """Where a POST's form is, for its refusals (``action(..., at=...)``): the page (and anchor) a refusal
+    redirects to, the form's name on that page (``form_error``'s), the words every refusal of it starts with
+    ("not resolved"), the values typed into it that the form shows again, and the desk's wording of a field
+    (a command-line option, "--as") replaced by the form's ("resolve as"), in order."""
+
+    url: str
+    form: str
+    failed: str
+    typed: Mapping[str, str] = field(default_factory=dict)
+    words: tuple[tuple[str, str], ...] = ()
+
+    def message(self, text: str) -> str:
+        """``text`` (an exception's) as the form shows it: its own words, no command-line option left."""
+        text = text.removeprefix("refused: ")
+        for cli, form in self.words:
+            text = text.replace(cli, form)
+        return f"{self.failed}: {formless(text)}"
+
+
+def formless(text: str) -> str:
+    """A desk message without the command line's option dashes (``--older-than`` -> ``older than``)."""
+    return _OPTION.sub(lambda m: m.group(1).replace("-", " "), text)
+
+
+_OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 
 class Fields:
@@ -154,7 +189,7 @@ def refused(request: Request, url: str, form: str, message: str, **typed: str) -
     form); the page shows the message next to that form (``refusal_of``), and reloading it repeats nothing.
     Message and values are redacted first: they travel in the address bar and the browser's history."""
     message = redact(message)[:500]
-    values = {name: redact(value)[:100] for name, value in sorted(typed.items())}
+    values = {name: redact(value)[:TYPED_MAX] for name, value in sorted(typed.items())}
     query = {"refused": form, "refusal": message, **{f"typed_{k}": v for k, v in values.items()},
              "rs": _notice_sig(request, _refusal_text(form, message, values))}
     return _see_other(url, query)
@@ -227,10 +262,17 @@ def page(func: Callable[[Request], Response]) -> Endpoint:
     return endpoint
 
 
-def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
+def action(func: Callable[[Request, Fields], Response], *,
+           at: Callable[[Request, Fields], FormAt] | None = None) -> Endpoint:
     """A POST endpoint: the form is read (no files, few fields), its CSRF field checked against the token the
     request is bound to (its session's, else the pre-session cookie's: ``recon.console.security``; 403 and
-    nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool."""
+    nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool.
+
+    ``at`` says where the form is (``FormAt``; its own 404 page when that page does not exist): a refusal of
+    ``func`` (bad input, a role or state that does not allow it, the desk's refusals: ``UsageError`` and its
+    kinds, ``InvalidJobState``, a ``PageError`` of 403, 409 or 422) answers with a redirect to that page, which
+    shows the message next to the form, the typed values kept (``refused``: POST -> redirect -> GET, so a reload
+    or the back button repeats nothing). Without ``at`` (login, logout) a refusal is a page of its own."""
     async def endpoint(request: Request) -> Response:
         async def run() -> Response:
             form = await request.form(max_files=0, max_fields=FORM_MAX_FIELDS, max_part_size=64 * 1024)
@@ -241,7 +283,19 @@ def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
                 raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
                                      f"submit it again{hint}")
             try:
-                return await run_in_threadpool(func, request, fields)
+                if at is None:
+                    return await run_in_threadpool(func, request, fields)
+                where = await run_in_threadpool(at, request, fields)
+                try:
+                    return await run_in_threadpool(func, request, fields)
+                except (UsageError, InvalidJobState) as exc:
+                    message = str(exc)
+                except PageError as exc:
+                    if exc.status not in REFUSALS:
+                        raise
+                    message = exc.message
+                log.info("console: %s %s refused: %s", request.method, request.url.path, redact(message)[:200])
+                return refused(request, where.url, where.form, where.message(message), **where.typed)
             finally:  # a write may have been made: the kept totals are stale (recon.console.totals)
                 totals_cache(request).clear()
 

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from recon.app import App
 from recon.db.database import Database
 from recon.operators import Operators
-from tests.console import TestClient, console, csrf_token
+from tests.console import TestClient, console, csrf_token, refusal
 from tests.operators import PASSWORD
 
 
@@ -74,10 +74,12 @@ def test_roles__a_viewer_reads_but_every_write_is_refused(db_url: str, staff: ob
         with console(db_url, login="vic") as client:
             assert client.get("/psps").status_code == 200 and client.get("/approvals").status_code == 200
             csrf = csrf_token(client)
-            for path, form in (("/psps/stripe/pause", {"reason": "x"}), ("/psps/stripe/resume", {}),
-                               ("/dead/replay", {}), ("/approvals/1", {"verdict": "approve"})):
-                r = client.post(path, data={**form, "csrf": csrf})
-                assert r.status_code == 403 and "vic has the role viewer" in r.text, path
+            for path, form, page, name in (("/psps/stripe/pause", {"reason": "x"}, "/psps?", "stripe"),
+                                           ("/psps/stripe/resume", {}, "/psps?", "stripe"),
+                                           ("/dead/replay", {}, "/dead/preview?", "replay"),
+                                           ("/approvals/1", {"verdict": "approve"}, "/approvals?", "approval")):
+                r = client.post(path, data={**form, "csrf": csrf}, follow_redirects=False)
+                assert "vic has the role viewer" in refusal(client, r, to=page, form=name), path
         assert app.four_eyes.in_state() == []
     finally:
         app.close()

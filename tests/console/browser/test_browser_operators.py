@@ -40,7 +40,7 @@ def test_browser_roles__a_viewer_reads_but_cannot_pause(console: Console, page: 
     page.goto(console.at("/psps"))
     form = page.locator("form[action='/psps/stripe/pause']")
     form.locator("input[name=reason]").fill("I should not")
-    submit(page, form.get_by_role("button"), expect=403)
+    submit(page, form.get_by_role("button"), refused=True)
     page.screenshot(path=tmp_path / "refused.png", full_page=True)
     assert "vic has the role viewer; this takes operator or above" in page.inner_text("main")
     assert recon_json(recon, db_url, "approvals", "list")["approvals"] == []
