@@ -4,7 +4,9 @@ endpoint (``page`` for a GET, ``action`` for a POST), which turn every error int
 Templates are autoescaped, and every value a template prints passes through ``recon.redact.redact`` on its
 way out (the environment's ``finalize``), so a card number or a key that reached the database some other
 way is masked on the page too: a last line of defence behind the stores' own redaction. Only values marked
-safe by the console itself (its SVG charts, its stylesheet, its hidden CSRF field) skip it.
+safe by the console itself (its SVG charts, its stylesheet, its hidden CSRF field) skip it, and a PSP's own
+identifiers where a page shows them as such (the ``ident`` filter: ``recon.redact.Identifier``), which are
+escaped but never masked: a Luhn-valid Adyen reference reads as itself, not as ``[card]``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
 from recon.evidence import options_facts, sweep_facts
 from recon.operator_rows import Role
 from recon.payments.money import format_amount, group_digits
-from recon.redact import redact, redact_value
+from recon.redact import Identifier, identifier, redact, redact_value
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -140,7 +142,7 @@ class Pages:
         self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
         self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
         self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
-                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts)
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts, ident=_ident)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
@@ -332,10 +334,17 @@ def _state(request: Request, name: str) -> Any:
 
 
 def _redacted(value: Any) -> Any:
-    """Every printed value but the console's own markup, redacted (see the module docstring)."""
-    if isinstance(value, Markup) or not isinstance(value, str):
+    """Every printed value but the console's own markup and a PSP's identifiers, redacted (see the module
+    docstring); autoescaping still escapes an identifier."""
+    if isinstance(value, Markup | Identifier) or not isinstance(value, str):
         return "" if value is None else value
     return redact(value)
+
+
+def _ident(value: str | None, default: str = "") -> str:
+    """``{{ payment.psp_reference | ident("-") }}``: a PSP's identifier, shown exactly (``recon.redact.
+    identifier``); ``default`` when there is none."""
+    return identifier(value) if value else default
 
 
 def _money(minor: int, currency: str) -> str:

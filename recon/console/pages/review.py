@@ -38,6 +38,7 @@ from recon.errors import UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
 from recon.operator_rows import Approval, Role
 from recon.payments.money import format_amount
+from recon.redact import identifier
 from recon.review import LIST_MAX, Difference, ReviewItem
 from recon.review_rows import QueueFilter, ReviewKind, Severity
 from recon.rows import Payment
@@ -314,7 +315,8 @@ def _base36(n: int) -> str:
 
 def _csv_row(item: ReviewItem) -> list[Any]:
     p, answer = item.payment, item.psp_answer or {}
-    return [p.merchant_reference, p.psp, p.psp_reference, _major(p.amount, p.currency), p.currency,
+    return [p.merchant_reference, p.psp, identifier(p.psp_reference) if p.psp_reference else None,
+            _major(p.amount, p.currency), p.currency,
             _major(answer["psp_amount"], p.currency) if isinstance(answer.get("psp_amount"), int) else None,
             _major(item.difference, p.currency) if item.difference is not None else None, str(item.kind),
             str(item.severity), item.since.isoformat(), item.due_at.isoformat() if item.due_at else None,
