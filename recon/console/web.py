@@ -156,7 +156,7 @@ class Pages:
 
     def error(self, request: Request, status: int, message: str) -> HTMLResponse:
         if status == 401:
-            return self.render(request, "login.html", status=401, error=message)
+            return self.render(request, "login.html", status=401, error=message, errors={}, form={})
         return self.render(request, "error.html", status=status, status_code=status, message=message)
 
 

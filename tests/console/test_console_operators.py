@@ -14,9 +14,16 @@ from tests.operators import PASSWORD
 
 
 def try_login(client: TestClient, name: str, password: str, code: str = "") -> int:
+    """303 when the login opened a session (a redirect to the overview); 401 when it was refused, which is a
+    redirect to the form saying why (``refusal``: POST -> redirect -> GET, the name kept, nothing else)."""
     r = client.post("/login", data={"operator": name, "password": password, "totp": code,
                                     "csrf": csrf_token(client, "/login")}, follow_redirects=False)
-    return r.status_code
+    if r.status_code == 303 and r.headers["location"] == "/":
+        return 303
+    said = refusal(client, r, to="/login?", form="login")
+    assert said and password not in r.headers["location"] and f'value="{name}"' in client.get(
+        r.headers["location"]).text
+    return 401
 
 
 def audit_actions(db: Database) -> list[tuple[str, str]]:
@@ -32,8 +39,9 @@ def test_login__by_name_and_password_lockout_after_ten_failures(db: Database, db
         for _ in range(9):
             assert try_login(client, "ann", "not the password") == 401
         r = client.post("/login", data={"operator": "ann", "password": PASSWORD,
-                                        "csrf": csrf_token(client, "/login")})
-        assert r.status_code == 401 and "locked for 30 minutes" in r.text  # 10 failures: the password is not tried
+                                        "csrf": csrf_token(client, "/login")}, follow_redirects=False)
+        assert "locked for 30 minutes" in refusal(client, r, to="/login?", form="login")  # the password not tried
+        client.get(r.headers["location"])  # a reload of the refusal: a GET, no failure counted
         assert client.get("/").status_code == 401
         assert try_login(client, "bob", PASSWORD) == 303
         page = client.get("/")

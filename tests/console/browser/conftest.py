@@ -164,12 +164,13 @@ def token_console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cons
         yield running
 
 
-def sign_in(console: Console, page: Page, name: str, *, password: str = PASSWORD, expect: int = 303) -> None:
-    """Log in on the login form as operator ``name`` (a session already open is replaced)."""
+def sign_in(console: Console, page: Page, name: str, *, password: str = PASSWORD, refused: bool = False) -> None:
+    """Log in on the login form as operator ``name`` (a session already open is replaced); ``refused``: the
+    login is refused (a redirect to the form, which says why)."""
     page.goto(console.at("/login"))
     page.get_by_label("Operator").fill(name)
     page.get_by_label("Password").fill(password)
-    submit(page, page.get_by_role("button", name="Log in", exact=True), expect=expect)
+    submit(page, page.get_by_role("button", name="Log in", exact=True), refused=refused)
 
 
 @pytest.fixture

@@ -22,12 +22,20 @@ pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_browser_login__ten_failures_lock_the_operator_out(token_console: Console, page: Page, tmp_path: Path,
                                                            db: Database) -> None:
     for _ in range(10):
-        sign_in(token_console, page, "ann", password="not the password", expect=401)
+        sign_in(token_console, page, "ann", password="not the password", refused=True)
         assert "wrong operator name, password or code" in page.get_by_role("alert").inner_text() or \
             "locked" in page.get_by_role("alert").inner_text()
-    sign_in(token_console, page, "ann", expect=401)  # the right password, but locked
+    sign_in(token_console, page, "ann", refused=True)  # the right password, but locked
     page.screenshot(path=tmp_path / "locked.png", full_page=True)
     assert "too many failed logins: locked for 30 minutes" in page.get_by_role("alert").inner_text()
+    assert page.get_by_label("Operator").input_value() == "ann" and page.get_by_label("Password").input_value() == ""
+    failed = "SELECT count(*) FROM audit_log WHERE action = 'login.failed'"
+    with db.begin() as conn:
+        before = conn.exec_driver_sql(failed).scalar()
+    page.reload()  # a GET: the password is not posted again, no failure counted
+    assert "locked for 30 minutes" in page.get_by_role("alert").inner_text()
+    with db.begin() as conn:
+        assert conn.exec_driver_sql(failed).scalar() == before == 11
     sign_in(token_console, page, "bob", password=PASSWORD)  # another operator is not locked
     assert "bob (approver)" in page.inner_text("header")
     with db.begin() as conn:
