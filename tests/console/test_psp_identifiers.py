@@ -1,14 +1,16 @@
 """A PSP's own identifiers are shown exactly where they are shown as such, on both databases: an Adyen
 pspReference of 16 digits that passes the Luhn check (one in ten do) on the payment page, the payments list, the
-review queue, both CSV exports and ``recon payments show`` / ``recon review show``, with the refund's and the
-dispute's PSP ids beside it, while a card number planted in a free text next to them (as if it reached the
-database some other way than the stores, which redact it) is still masked at every one of those outputs."""
+review queue, both CSV exports, a payout's lines and ``recon payments show`` / ``review show`` /
+``payouts show``, with the refund's and the dispute's PSP ids beside it, while a card number planted in a free
+text next to them (as if it reached the database some other way than the stores, which redact it) is still
+masked at every one of those outputs."""
 
 from __future__ import annotations
 
 import csv
 import io
 import re
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
@@ -16,8 +18,10 @@ from recon.db import schema
 from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
+from recon.db.payout_store import PayoutStore
 from recon.db.refund_store import RefundStore
 from recon.dispute_rows import DisputeStatus, DisputeWord
+from recon.payout_rows import LineKind, NewPayout, NewPayoutLine, PayoutStatus
 from recon.redact import CARD_MASK, identifier, is_luhn_valid, redact
 from recon.refund_rows import NewRefund
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
@@ -31,9 +35,10 @@ REFERENCE, REFUND_ID, DISPUTE_ID = "8515208516304268", "9912345678901239", "8816
 CARD = "4111 1111 1111 1111"
 
 
-def seed(db: Database) -> None:
-    """order-a1: succeeded at Adyen, refunded and disputed; order-a2: in review with the same PSP reference
-    shape; a card number planted in their free texts past the stores (a direct UPDATE)."""
+def seed(db: Database) -> int:
+    """order-a1: succeeded at Adyen, refunded, disputed and paid out (the payout's id returned); order-a2: in
+    review with the same PSP reference; a card number planted in their free texts past the stores (a direct
+    UPDATE)."""
     store = PaymentStore(db)
     [paid, held] = store.create([NewPayment("shop", "order-a1", 5000, "EUR", "adyen"),
                                  NewPayment("shop", "order-a2", 7000, "EUR", "adyen")], charge=False)
@@ -53,6 +58,9 @@ def seed(db: Database) -> None:
                      .values(failure_reason=f"the customer read out {CARD} on the phone"))
         conn.execute(sa.update(schema.payments).where(schema.payments.c.id == held)
                      .values(review_reason=f"amount_mismatch: card {CARD} per ticket 7"))
+    line = NewPayoutLine("row-1", LineKind.CHARGE, REFERENCE, "order-a1", 5000, 30, 4970, "EUR")
+    return PayoutStore(db).store(NewPayout("adyen", "ShopEU", "ShopEU/42", 4970, "EUR", PayoutStatus.PAID,
+                                           datetime.now(UTC).date(), None, None, (line,))).payout_id
 
 
 def test_the_references_are_luhn_valid_and_redact_alone_would_mask_them() -> None:
@@ -64,7 +72,7 @@ def test_the_references_are_luhn_valid_and_redact_alone_would_mask_them() -> Non
 
 
 def test_console__the_psp_identifiers_exactly_a_card_in_free_text_beside_them_masked(db: Database, db_url: str) -> None:
-    seed(db)
+    payout = seed(db)
     with console(db_url, login="ann") as client:
         page = client.get("/payments/order-a1").text
         assert re.search(rf'data-stat="psp-reference">{REFERENCE}<', page)
@@ -89,10 +97,13 @@ def test_console__the_psp_identifiers_exactly_a_card_in_free_text_beside_them_ma
         [row] = csv.DictReader(io.StringIO(client.get("/review?format=csv").text))
         assert row["psp_reference"] == REFERENCE and row["review_reason"] == "amount_mismatch: card [card] per ticket 7"
 
+        lines = client.get(f"/payouts/{payout}").text  # a payout's lines: the PSP reference of each
+        assert f"<td>{REFERENCE}</td>" in lines and CARD_MASK not in lines
+
 
 def test_cli__payments_show_and_review_show_print_the_psp_identifiers_exactly(db: Database, db_url: str,
                                                                               recon: Runner) -> None:
-    seed(db)
+    payout = seed(db)
     shown = recon("payments", "show", "order-a1", db_url=db_url)
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
@@ -103,3 +114,6 @@ def test_cli__payments_show_and_review_show_print_the_psp_identifiers_exactly(db
     assert review.returncode == 0, review.stderr
     assert re.search(rf"psp_reference\s+│\s+{REFERENCE}\s", review.stdout), review.stdout
     assert "card [card] per ticket 7" in review.stdout and "4111" not in review.stdout
+    lines = recon("payouts", "show", str(payout), db_url=db_url)
+    assert lines.returncode == 0, lines.stderr
+    assert re.search(rf"charge\s+{REFERENCE}\s+order-a1\s+gross 5000", lines.stdout), lines.stdout
