@@ -93,3 +93,29 @@ def test_payouts_pages__the_resolve_goes_through_actions_a_viewer_is_refused_and
                                       schema.audit_log.c.outcome).where(
             schema.audit_log.c.action == "payouts.resolve")).all()
     assert [tuple(r) for r in rows] == [("ann", f"payout exception {exception_id}", "done")]
+
+
+def test_payouts_pages__a_credits_exception_is_resolved_from_the_exceptions_page_refusals_beside_it(
+        db: Database, db_url: str) -> None:
+    """An exception with no payout (a credit nothing explains) has its form on the open exceptions' page: a
+    refusal redirects there, shown in its row; once resolved (gone from the list) a second try is refused above
+    the list."""
+    store = PayoutStore(db)
+    store.record_close([], [Finding(ExceptionKind.UNEXPLAINED_CREDIT, None, None,
+                                    "a credit of 12.00 EUR nobody explains")], payout_ids=[], entry_ids=[])
+    [found] = list(store.iter_exceptions(state="open"))
+    assert found.payout_id is None
+    form = f"exception-{found.id}"
+    with console(db_url, login="ann") as client:
+        csrf = csrf_token(client, "/payouts/exceptions")
+        refused = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": " "},
+                              follow_redirects=False)
+        assert refusal(client, refused, to="/payouts/exceptions?", form=form) == "not resolved: reason is required"
+        assert refused.headers["location"].endswith(f"#{form}")
+        done = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": "interest"},
+                           follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith("/payouts/exceptions?")
+        assert f"exception {found.id} (unexplained_credit) resolved by ann" in client.get(done.headers["location"]).text
+        again = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": "twice"},
+                            follow_redirects=False)
+        assert refusal(client, again, to="/payouts/exceptions?", form=form).startswith("not resolved: ")
