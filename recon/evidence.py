@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recon.payments.money import MINOR_UNITS, format_amount
+from recon.redact import EVIDENCE_IDENTIFIERS, identifier
 
 #: "ours 61570 EUR, PSP 55413": the amounts a review reason writes in minor units
 _REASON_AMOUNTS = re.compile(r"ours (\d+) ([A-Z]{3}), PSP (\d+)(?: ([A-Z]{3}))?")
@@ -85,13 +86,13 @@ def event_facts(details: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     amount = money(d.get("psp_amount"), str(d.get("psp_currency") or "").upper())
     for key, label in _LABELS:
         if d.get(key) not in (None, ""):
-            facts.append((label, _plain(d[key])))
+            facts.append((label, _identifier_or_plain(key, d[key])))
     if amount:
         facts.append(("the PSP's amount", amount))
     shown = {k for k, _ in _LABELS} | {"psp_amount", "psp_currency"}
     for key in sorted(k for k in d if k not in shown):
         if d[key] not in (None, "", [], {}):
-            facts.append((key.replace("_", " "), _plain(d[key])))
+            facts.append((key.replace("_", " "), _identifier_or_plain(key, d[key])))
     return facts
 
 
@@ -118,6 +119,14 @@ def options_facts(options: Mapping[str, Any] | None) -> str:
     if not options:
         return ""
     return ", ".join(f"{k.replace('_', ' ')} {_plain(v)}" for k, v in sorted(options.items()) if v not in (None, ""))
+
+
+def _identifier_or_plain(key: str, value: Any) -> str:
+    """A fact's value: a PSP's identifier (``EVIDENCE_IDENTIFIERS``, kept exactly by the stores) as an
+    ``Identifier``, which the outputs show exactly; anything else as plain text, redacted where it is shown."""
+    if key in EVIDENCE_IDENTIFIERS and isinstance(value, str):
+        return identifier(value)
+    return _plain(value)
 
 
 def _plain(value: Any) -> str:

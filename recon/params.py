@@ -22,7 +22,7 @@ import click
 from recon.clock import parse_instant
 from recon.durations import parse_duration
 from recon.errors import UsageError
-from recon.redact import redact
+from recon.redact import Identifier, redact
 from recon.terminal import shown
 
 #: the exit-code contract (docs/design.md): done and consistent; done, with items that need review; bad usage,
@@ -89,10 +89,12 @@ def check_output_path(path: str, *, option: str) -> None:
         raise UsageError(f"{option} {path!r}: the file is not writable")
 
 
-def say(text: str, *, err: bool = False) -> None:
+def say(*parts: str, err: bool = False) -> None:
     """One human line on stdout (stderr with ``err``), as ``recon.render`` prints: literally (control
-    characters escaped, ``recon.terminal.shown``), card numbers and keys masked (``recon.redact``)."""
-    click.echo(shown(redact(text)), err=err)
+    characters escaped, ``recon.terminal.shown``), card numbers and keys masked (``recon.redact``). A line made
+    of ``parts`` is their concatenation, each part redacted on its own but for a PSP's identifier shown as such
+    (``recon.redact.Identifier``: made by ``identifier``, shown exactly)."""
+    click.echo(shown("".join(p if isinstance(p, Identifier) else redact(p) for p in parts)), err=err)
 
 
 def operator_name() -> str:

@@ -21,6 +21,11 @@ is redacted unless the store names it in ``keep``, a column that must hold exact
 own identifier, a key recon made); tests/integration/test_stored_text.py walks the schema and plants a card
 number into the source of every text column.
 
+A PSP's own identifiers (its payment reference, its refund, capture, dispute and webhook event ids) are kept
+exactly by the stores and shown exactly by the output boundaries: ``identifier`` marks one as an ``Identifier``,
+which the console's templates, its CSV export and the command line's tables show unmasked (one in ten of Adyen's
+16-digit references passes the Luhn check), while every other text around it is still redacted.
+
 recon's own identifiers made of hex digits (digests, the bank's fallback entry keys, idempotency keys) are
 written by ``grouped``: groups of at most eight hex digits joined by dots. A plain digest holds a Luhn-valid
 run of 13 or more digits now and then (SHA-256's first 32 hex digits: about one in a thousand), which any of
@@ -160,6 +165,36 @@ def _identifiers(value: Any) -> bool:
         return all(isinstance(v, str) or (isinstance(v, list | tuple) and all(isinstance(i, str) for i in v))
                    for v in value.values())
     return False
+
+
+#: the fields that hold a PSP's own identifier (its payment reference, its ids of a refund, a capture or cancel,
+#: a dispute, a webhook event): kept exactly by the stores, shown exactly by the output boundaries (``Identifier``)
+PSP_IDENTIFIER_FIELDS = frozenset({"psp_reference", "psp_refund_id", "psp_modification_id", "psp_dispute_id",
+                                   "event_id", "psp_id"})
+#: what an identifier looks like: one token of at most 200 letters, digits and ``_ . : / + = -``, no space
+_IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+=-]{0,199}")
+
+
+class Identifier(str):
+    """A PSP's own identifier where an output shows it as such (a payment's PSP reference, a refund's PSP id, a
+    dispute's id: ``PSP_IDENTIFIER_FIELDS``), made by ``identifier``. The output boundaries redact every text but
+    this one: the console's templates (``finalize``), its CSV export and the command line's tables
+    (``recon.render.output``) show it exactly, so a 16-digit Adyen reference that happens to pass the Luhn check
+    (one in ten) reads as itself, not as ``[card]``, and can be looked up at the PSP. Escaping still applies (it
+    is no markup), and it is still text for every other purpose."""
+
+    __slots__ = ()
+
+
+def identifier(value: str) -> Identifier:
+    """``value``, a PSP's identifier, to be shown exactly (``Identifier``): a single token (``_IDENTIFIER``) is
+    exempt from the card-number mask only (a key pattern is still masked: no PSP names its ids ``sk_live_…``);
+    anything else (spaces, a sentence, 200+ characters) is no identifier and is redacted as every text is."""
+    if _IDENTIFIER.fullmatch(value) is None:
+        return Identifier(redact(value))
+    for pattern, replacement in _CREDENTIALS:
+        value = pattern.sub(replacement, value)
+    return Identifier(value)
 
 
 def redact_json(text: str) -> str:

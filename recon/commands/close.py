@@ -17,6 +17,7 @@ from recon.close import close as closing
 from recon.errors import UsageError
 from recon.params import EXIT_FAILED, EXIT_OK, EXIT_REVIEW, LIMIT, by_option, check_output_path, say
 from recon.payout_rows import ExceptionKind, PayoutStatus
+from recon.redact import identifier
 from recon.review import REASON_MAX
 
 
@@ -170,8 +171,10 @@ def payouts_show(app: App, word: str, psp: str | None, as_json: bool) -> None:
         moved = f" {line['movement_reference']}" if line["movement_reference"] else ""
         moved += f" (our refund {line['refund']})" if line.get("refund") else ""
         moved += f" (our dispute {line['dispute']})" if line.get("dispute") else ""
-        say(f"  {line['kind']:<16} {line['psp_reference'] or '-':<28} {line['merchant_reference'] or '-':<24} "
-            f"gross {line['gross']} fee {line['fee']} net {line['net']} {line['currency']} {line['category']}{moved}")
+        ref = line["psp_reference"]  # the PSP's own reference, shown exactly (recon.redact.identifier)
+        say(f"  {line['kind']:<16} ", identifier(ref) if ref else "-", " " * max(0, 28 - len(ref or "-")),
+            f" {line['merchant_reference'] or '-':<24} gross {line['gross']} fee {line['fee']} net {line['net']} "
+            f"{line['currency']} {line['category']}{moved}")
     for ev in doc["events"]:
         say(f"  {ev['at']} {ev['kind']}: {ev['detail']}")
 

@@ -4,7 +4,9 @@ endpoint (``page`` for a GET, ``action`` for a POST), which turn every error int
 Templates are autoescaped, and every value a template prints passes through ``recon.redact.redact`` on its
 way out (the environment's ``finalize``), so a card number or a key that reached the database some other
 way is masked on the page too: a last line of defence behind the stores' own redaction. Only values marked
-safe by the console itself (its SVG charts, its stylesheet, its hidden CSRF field) skip it.
+safe by the console itself (its SVG charts, its stylesheet, its hidden CSRF field) skip it, and a PSP's own
+identifiers where a page shows them as such (the ``ident`` filter: ``recon.redact.Identifier``), which are
+escaped but never masked: a Luhn-valid Adyen reference reads as itself, not as ``[card]``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
@@ -33,7 +37,7 @@ from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
 from recon.evidence import options_facts, sweep_facts
 from recon.operator_rows import Role
 from recon.payments.money import format_amount, group_digits
-from recon.redact import redact, redact_value
+from recon.redact import Identifier, identifier, redact, redact_value
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -44,6 +48,10 @@ log = logging.getLogger("recon.console")
 TEXT_MAX = 500
 #: form limits: no files, a few fields
 FORM_MAX_FIELDS = 30
+#: the longest typed value a refusal's redirect keeps for its form (longer ones are cut)
+TYPED_MAX = 1000
+#: a refused POST's statuses, shown next to its form after a redirect (FormAt); any other is a page of its own
+REFUSALS = frozenset({403, 409, 422})
 
 Endpoint = Callable[[Request], Any]
 
@@ -55,6 +63,35 @@ class PageError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class FormAt:
+    """Where a POST's form is, for its refusals (``action(..., at=...)``): the page (and anchor) a refusal
+    redirects to, the form's name on that page (``form_error``'s), the words every refusal of it starts with
+    ("not resolved"), the values typed into it that the form shows again, and the desk's wording of a field
+    (a command-line option, "--as") replaced by the form's ("resolve as"), in order."""
+
+    url: str
+    form: str
+    failed: str
+    typed: Mapping[str, str] = field(default_factory=dict)
+    words: tuple[tuple[str, str], ...] = ()
+
+    def message(self, text: str) -> str:
+        """``text`` (an exception's) as the form shows it: its own words, no command-line option left."""
+        text = text.removeprefix("refused: ")
+        for cli, form in self.words:
+            text = text.replace(cli, form)
+        return f"{self.failed}: {formless(text)}"
+
+
+def formless(text: str) -> str:
+    """A desk message without the command line's option dashes (``--older-than`` -> ``older than``)."""
+    return _OPTION.sub(lambda m: m.group(1).replace("-", " "), text)
+
+
+_OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
 
 
 class Fields:
@@ -105,7 +142,7 @@ class Pages:
         self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
         self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
         self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
-                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts)
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts, ident=_ident)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
@@ -119,7 +156,7 @@ class Pages:
 
     def error(self, request: Request, status: int, message: str) -> HTMLResponse:
         if status == 401:
-            return self.render(request, "login.html", status=401, error=message)
+            return self.render(request, "login.html", status=401, error=message, errors={}, form={})
         return self.render(request, "error.html", status=status, status_code=status, message=message)
 
 
@@ -154,7 +191,7 @@ def refused(request: Request, url: str, form: str, message: str, **typed: str) -
     form); the page shows the message next to that form (``refusal_of``), and reloading it repeats nothing.
     Message and values are redacted first: they travel in the address bar and the browser's history."""
     message = redact(message)[:500]
-    values = {name: redact(value)[:100] for name, value in sorted(typed.items())}
+    values = {name: redact(value)[:TYPED_MAX] for name, value in sorted(typed.items())}
     query = {"refused": form, "refusal": message, **{f"typed_{k}": v for k, v in values.items()},
              "rs": _notice_sig(request, _refusal_text(form, message, values))}
     return _see_other(url, query)
@@ -227,10 +264,17 @@ def page(func: Callable[[Request], Response]) -> Endpoint:
     return endpoint
 
 
-def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
+def action(func: Callable[[Request, Fields], Response], *,
+           at: Callable[[Request, Fields], FormAt] | None = None) -> Endpoint:
     """A POST endpoint: the form is read (no files, few fields), its CSRF field checked against the token the
     request is bound to (its session's, else the pre-session cookie's: ``recon.console.security``; 403 and
-    nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool."""
+    nothing done when it does not match), then ``func(request, fields)`` runs in the thread pool.
+
+    ``at`` says where the form is (``FormAt``; its own 404 page when that page does not exist): a refusal of
+    ``func`` (bad input, a role or state that does not allow it, the desk's refusals: ``UsageError`` and its
+    kinds, ``InvalidJobState``, a ``PageError`` of 403, 409 or 422) answers with a redirect to that page, which
+    shows the message next to the form, the typed values kept (``refused``: POST -> redirect -> GET, so a reload
+    or the back button repeats nothing). Without ``at`` (login, logout) a refusal is a page of its own."""
     async def endpoint(request: Request) -> Response:
         async def run() -> Response:
             form = await request.form(max_files=0, max_fields=FORM_MAX_FIELDS, max_part_size=64 * 1024)
@@ -241,7 +285,19 @@ def action(func: Callable[[Request, Fields], Response]) -> Endpoint:
                 raise PageError(403, "refused: the form's CSRF token is missing or stale; reload the page and "
                                      f"submit it again{hint}")
             try:
-                return await run_in_threadpool(func, request, fields)
+                if at is None:
+                    return await run_in_threadpool(func, request, fields)
+                where = await run_in_threadpool(at, request, fields)
+                try:
+                    return await run_in_threadpool(func, request, fields)
+                except (UsageError, InvalidJobState) as exc:
+                    message = str(exc)
+                except PageError as exc:
+                    if exc.status not in REFUSALS:
+                        raise
+                    message = exc.message
+                log.info("console: %s %s refused: %s", request.method, request.url.path, redact(message)[:200])
+                return refused(request, where.url, where.form, where.message(message), **where.typed)
             finally:  # a write may have been made: the kept totals are stale (recon.console.totals)
                 totals_cache(request).clear()
 
@@ -278,10 +334,17 @@ def _state(request: Request, name: str) -> Any:
 
 
 def _redacted(value: Any) -> Any:
-    """Every printed value but the console's own markup, redacted (see the module docstring)."""
-    if isinstance(value, Markup) or not isinstance(value, str):
+    """Every printed value but the console's own markup and a PSP's identifiers, redacted (see the module
+    docstring); autoescaping still escapes an identifier."""
+    if isinstance(value, Markup | Identifier) or not isinstance(value, str):
         return "" if value is None else value
     return redact(value)
+
+
+def _ident(value: str | None, default: str = "") -> str:
+    """``{{ payment.psp_reference | ident("-") }}``: a PSP's identifier, shown exactly (``recon.redact.
+    identifier``); ``default`` when there is none."""
+    return identifier(value) if value else default
 
 
 def _money(minor: int, currency: str) -> str:

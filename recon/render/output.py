@@ -7,9 +7,11 @@ Everything printed here is printed literally: a reference, reason or name that h
 ``[link=…]`` is shown as those characters, never read as rich markup (which made ``payments show`` fail with a
 MarkupError, and let ``[red]x[/red]`` restyle what people read), and characters a terminal would act on are
 shown as escapes (``recon.terminal.shown``); card numbers and keys are masked (``recon.redact``), a last line of
-defence behind the stores', as on the console's pages. All of it holds for every string a ``PlainConsole``
-renders (cells, titles, headers, lines), so no call site has to remember it; tests/unit/test_terminal.py checks
-that the commands print nothing but through here, ``say`` or as JSON.
+defence behind the stores', as on the console's pages, except in a PSP's identifier that a table shows as such
+(``recon.redact.Identifier``, made by ``identifier``: a Luhn-valid Adyen reference is shown as itself). All of
+it holds for every string a ``PlainConsole`` renders (cells, titles, headers, lines), so no call site has to
+remember it; tests/unit/test_terminal.py checks that the commands print nothing but through here, ``say`` or as
+JSON.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from recon.logs import lines_through
-from recon.redact import redact
+from recon.redact import Identifier, redact
 from recon.terminal import shown
 
 
@@ -42,7 +44,8 @@ class PlainConsole(Console):
     def render_str(self, text: str, *, style: str | Style = "", justify: JustifyMethod | None = None,
                    overflow: OverflowMethod | None = None, emoji: bool | None = None, markup: bool | None = None,
                    highlight: bool | None = None, highlighter: HighlighterType | None = None) -> Text:
-        return super().render_str(shown(redact(text)), style=style, justify=justify, overflow=overflow, emoji=False,
+        text = text if isinstance(text, Identifier) else redact(text)  # an identifier was redacted when made
+        return super().render_str(shown(text), style=style, justify=justify, overflow=overflow, emoji=False,
                                   markup=False, highlight=False, highlighter=None)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from recon.evidence import resolution_sentence
 from recon.payments.money import format_amount
+from recon.redact import PSP_IDENTIFIER_FIELDS, identifier
 from recon.render.output import FoldTable, age_text, stdout_console, timestamp
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
 
@@ -33,7 +34,8 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
         if key == "amount":
             value = f"{format_amount(payment.amount, payment.currency)} ({payment.amount} minor units)"
         if value is not None:
-            table.add_row(key, str(value))
+            table.add_row(key, identifier(value) if key in PSP_IDENTIFIER_FIELDS and isinstance(value, str)
+                          else str(value))
     console.print(table)
     history = FoldTable(title="events")
     for col in ("at", "from", "to", "source", "job", "attempt", "details"):

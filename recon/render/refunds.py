@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from recon.dispute_rows import Dispute, DisputeEvent
 from recon.payments.money import format_amount
+from recon.redact import PSP_IDENTIFIER_FIELDS, identifier
 from recon.refund_rows import Refund, RefundEvent
 from recon.render.output import FoldTable, stdout_console, timestamp
 
@@ -18,7 +19,8 @@ def refunds_table(refunds: Sequence[Refund], *, title: str | None = None) -> Non
         table.add_column(col, justify="right" if col in ("id", "amount") else "left")
     for r in refunds:
         table.add_row(str(r.id), r.refund_reference, format_amount(r.amount, r.currency), str(r.status),
-                      r.psp_refund_id or "", r.reason or "", r.requested_by, timestamp(r.created_at),
+                      identifier(r.psp_refund_id) if r.psp_refund_id else "", r.reason or "", r.requested_by,
+                      timestamp(r.created_at),
                       (r.review_reason or r.failure_reason or "")[:120])
     stdout_console().print(table)
 
@@ -31,7 +33,8 @@ def refund_detail(refund: Refund, events: Sequence[RefundEvent], *, payment_refe
         if key == "amount":
             value = f"{format_amount(refund.amount, refund.currency)} ({refund.amount} minor units)"
         if value is not None:
-            table.add_row(key, str(value))
+            table.add_row(key, identifier(value) if key in PSP_IDENTIFIER_FIELDS and isinstance(value, str)
+                          else str(value))
     console.print(table)
     history = FoldTable(title="events")
     for col in ("at", "from", "to", "source", "job", "attempt", "details"):
@@ -54,7 +57,7 @@ def disputes_table(disputes: Sequence[Dispute], *, title: str, payments: Mapping
     for d in disputes:
         money = format_amount(d.amount, d.currency) if d.amount is not None and d.currency else ""
         fee = format_amount(d.fee, d.currency) if d.fee is not None and d.currency else ""
-        cells = (d.psp_dispute_id, str(d.status), money, fee, d.reason or "",
+        cells = (identifier(d.psp_dispute_id), str(d.status), money, fee, d.reason or "",
                  timestamp(d.evidence_due_by) if d.evidence_due_by else "", d.psp_status or "", timestamp(d.opened_at))
         table.add_row(*((d.psp, payments.get(d.payment_id, str(d.payment_id)), *cells) if payments is not None
                         else cells))

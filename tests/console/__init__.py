@@ -7,6 +7,7 @@ errors); the console does not use it, so the import is made here with that one w
 
 from __future__ import annotations
 
+import html
 import re
 import warnings
 from collections.abc import Iterator
@@ -90,3 +91,21 @@ def make_dead(store: JobStore, *, queue: str = "default", kind: str = "charge", 
     store.finish(worker="w", finishes=[Finish(id=job_id, attempt=1, state="dead", outcome="dead",
                                               error_kind=error_kind, error=error or f"{error_kind} on attempt 1")])
     return job_id
+
+
+def refusal(client: TestClient, response: Any, *, to: str, form: str, status: int = 200) -> str:
+    """A refused POST's answer, checked whole: a 303 (POST -> redirect -> GET) to a page starting with ``to``;
+    that page (by GET, answering ``status``) shows the message once, next to the form named ``form``
+    (``data-form-error``); the same address with its signature tampered with shows no refusal. The message."""
+    assert response.status_code == 303, f"{response.status_code}: {response.text[-1500:]}"
+    location = response.headers["location"]
+    assert location.startswith(to), location
+    shown = client.get(location)
+    assert shown.status_code == status, shown.text[-1500:]
+    found = re.findall(rf'data-form-error="{re.escape(form)}">(.*?)</p>', shown.text, re.S)
+    assert len(found) == 1, f"{len(found)} refusals of {form!r} on {location}"
+    assert shown.text.count(found[0]) == 1, "the refusal is shown more than once"
+    forged = re.sub(r"([?&]rs=)[0-9a-f]+", lambda m: m.group(1) + "0" * 32, location)
+    assert forged != location
+    assert "data-form-error" not in client.get(forged).text
+    return html.unescape(found[0])

@@ -19,7 +19,7 @@ from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, Finish, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
-from tests.console import attribute, console, csrf_token, make_dead, stats
+from tests.console import attribute, console, csrf_token, make_dead, refusal, stats
 from tests.integration.payment_flow import create
 
 
@@ -54,19 +54,28 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
                                                                                     recon: Runner) -> None:
     with console(db_url, login="ann") as client, console(db_url, login="bob") as approver:
         csrf = csrf_token(client)
-        unconfirmed = client.post("/psps/stripe/pause", data={"reason": "incident 7", "csrf": csrf})
-        assert unconfirmed.status_code == 422
-        assert 'data-form-error="stripe">not paused: tick &#34;Yes, stop all calls to stripe&#34; to confirm' in \
-            unconfirmed.text
+        unconfirmed = client.post("/psps/stripe/pause", data={"reason": "incident 7", "csrf": csrf},
+                                  follow_redirects=False)  # refused: POST -> redirect -> GET, the reason kept
+        assert refusal(client, unconfirmed, to="/psps?", form="stripe") == \
+            'not paused: tick "Yes, stop all calls to stripe" to confirm'
+        assert unconfirmed.headers["location"].endswith("#psp-stripe")
+        assert 'value="incident 7"' in client.get(unconfirmed.headers["location"]).text
         r = client.post("/psps/stripe/pause", data={"reason": "incident 7", "confirm": "1", "csrf": csrf})
         assert r.status_code == 200 and "pause of stripe requested by ann: approval 1 waits" in r.text
         assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
-        own = client.post("/approvals/1", data={"verdict": "approve", "csrf": csrf})
-        assert own.status_code == 403 and "this takes approver or above" in own.text  # ann is an operator
+        own = client.post("/approvals/1", data={"verdict": "approve", "csrf": csrf}, follow_redirects=False)
+        assert "ann has the role operator; this takes approver or above" in refusal(  # ann is an operator
+            client, own, to="/approvals?", form="approval")
         page = approver.get("/approvals")
         assert page.status_code == 200 and "Approve 1" in page.text and "incident 7" in page.text
         r = approver.post("/approvals/1", data={"verdict": "approve", "csrf": csrf_token(approver, "/approvals")})
         assert r.status_code == 200 and "approval 1 (psp.pause of stripe) approved by bob" in r.text
+        twice = approver.post("/approvals/1", data={"verdict": "approve", "csrf": csrf_token(approver, "/approvals")},
+                              follow_redirects=False)  # no longer pending: the refusal above the list
+        assert refusal(approver, twice, to="/approvals?", form="approval").startswith("not decided: ")
+        odd = approver.post("/approvals/1", data={"verdict": "maybe", "csrf": csrf_token(approver, "/approvals")},
+                            follow_redirects=False)
+        assert refusal(approver, odd, to="/approvals?", form="approval") == "not decided: verdict: approve or reject"
         [stripe] = [p for p in cli_json(recon, db_url, "psp", "status")["psps"] if p["psp"] == "stripe"]
         assert (stripe["paused"], stripe["paused_by"], stripe["pause_reason"]) == (
             True, "ann (approved by bob)", "incident 7")
@@ -80,10 +89,16 @@ def test_psps__pause_by_four_eyes_and_resume_from_the_pages_show_in_recon_psp_st
         assert (stripe["paused"], stripe["resumed_by"], stripe["paused_by"], stripe["last_pause"]["by"]) == (
             False, "ann", None, "ann (approved by bob)")
         assert client.post("/psps/nopsp/pause", data={"reason": "b", "confirm": "1", "csrf": csrf}).status_code == 404
+        resumed = client.post("/psps/stripe/resume", data={"csrf": csrf})
+        assert resumed.status_code == 200 and "psp stripe was not paused" in resumed.text
     with console(db_url, login="vic") as viewer:
         r = viewer.post("/psps/stripe/pause", data={"reason": "x", "confirm": "1",
-                                                    "csrf": csrf_token(viewer)})
-        assert r.status_code == 403 and "vic has the role viewer; this takes operator or above" in r.text
+                                                    "csrf": csrf_token(viewer)}, follow_redirects=False)
+        assert refusal(viewer, r, to="/psps?", form="stripe") == \
+            "not paused: vic has the role viewer; this takes operator or above"
+        r = viewer.post("/psps/stripe/resume", data={"csrf": csrf_token(viewer)}, follow_redirects=False)
+        assert refusal(viewer, r, to="/psps?", form="stripe") == \
+            "not resumed: vic has the role viewer; this takes operator or above"
     assert not any(p["paused"] for p in cli_json(recon, db_url, "psp", "status")["psps"])
 
 
@@ -98,13 +113,19 @@ def test_dead__preview_changes_nothing_and_replay_moves_the_matching_jobs(db: Da
         assert preview.status_code == 200
         assert f'data-job="{hit}"' in preview.text and f'data-job="{miss}"' not in preview.text
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
-        unconfirmed = client.post("/dead/replay", data={**filters, "csrf": csrf_token(client)})
-        assert unconfirmed.status_code == 422 and 'tick &#34;Yes, replay these jobs&#34; to confirm' in unconfirmed.text
+        unconfirmed = client.post("/dead/replay", data={**filters, "csrf": csrf_token(client)},
+                                  follow_redirects=False)
+        assert refusal(client, unconfirmed, to="/dead/preview?", form="replay") == \
+            'nothing replayed: tick "Yes, replay these jobs" to confirm'
+        assert unconfirmed.headers["location"].startswith(  # back to the preview of the same filter
+            "/dead/preview?queue=charges&error_kind=psp_unavailable&since=1h&")
         assert cli_json(recon, db_url, "jobs", "show", str(hit))["job"]["state"] == "dead"
         r = client.post("/dead/replay", data={**filters, "confirm": "1", "csrf": csrf_token(client)})
         assert r.status_code == 200 and "replayed 1 dead jobs" in r.text and f'data-replayed="{hit}"' in r.text
-        assert client.post("/dead/replay", data={"since": "someday", "confirm": "1", "csrf": csrf_token(client)}
-                           ).status_code == 422
+        bad = client.post("/dead/replay", data={"since": "someday", "confirm": "1", "csrf": csrf_token(client)},
+                          follow_redirects=False)  # the preview it leads to says why (422), the refusal beside it
+        assert refusal(client, bad, to="/dead/preview?since=someday&", form="replay", status=422).startswith(
+            "nothing replayed: since: ")
     shown = cli_json(recon, db_url, "jobs", "show", str(hit))
     assert shown["job"]["state"] == "runnable"
     assert [r["replayed_by"] for r in shown["replays"]] == ["ann"]
@@ -140,11 +161,17 @@ def test_review__resolve_refused_by_the_psp_then_overridden_by_four_eyes_and_rec
     with console(db_url, login="ann") as client, console(db_url, login="amy") as approver:
         csrf = csrf_token(client, f"/payments/{ref}")
         form = {"as": "succeeded", "reason": "customer sent a receipt", "csrf": csrf}
-        refused = client.post(f"/payments/{ref}/resolve", data=form)
-        assert refused.status_code == 409
-        assert "the PSP has no such payment" in refused.text and "customer sent a receipt" in refused.text
-        assert client.post(f"/payments/{ref}/resolve", data={**form, "reason": ""}).status_code == 422
-        assert client.post(f"/payments/{ref}/resolve", data={**form, "as": "pending"}).status_code == 422
+        refused = client.post(f"/payments/{ref}/resolve", data=form, follow_redirects=False)
+        said = refusal(client, refused, to=f"/payments/{ref}?", form="resolve")
+        assert said.startswith("not resolved: ") and "the PSP has no such payment" in said
+        assert "tick \"override the PSP's answer\"" in said and "--" not in said  # the checkbox, not the flag
+        assert refused.headers["location"].endswith("#resolve")
+        assert 'value="customer sent a receipt"' in client.get(refused.headers["location"]).text  # kept
+        empty = client.post(f"/payments/{ref}/resolve", data={**form, "reason": ""}, follow_redirects=False)
+        assert refusal(client, empty, to=f"/payments/{ref}?", form="resolve") == "not resolved: reason is required"
+        pending = client.post(f"/payments/{ref}/resolve", data={**form, "as": "pending"}, follow_redirects=False)
+        assert refusal(client, pending, to=f"/payments/{ref}?", form="resolve") == \
+            "not resolved: resolve as: 'pending' is not succeeded or failed"
         assert cli_json(recon, db_url, "payments", "show", ref)["payment"]["status"] == "needs_review"
         asked = client.post(f"/payments/{ref}/resolve", data={**form, "override": "1"})
         assert asked.status_code == 200 and "override requested by ann: approval 1 waits" in asked.text

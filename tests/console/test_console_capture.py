@@ -15,7 +15,7 @@ from recon.db.jobs_store import JobStore
 from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, NewPayment, PaymentStatus, Transition
 from tests.cli import Runner
-from tests.console import console, csrf_token
+from tests.console import console, csrf_token, refusal
 
 P = PaymentStatus
 
@@ -55,12 +55,14 @@ def test_capture_form__defaults_to_the_whole_authorisation_refused_beyond_it_the
         assert 'action="/payments/order-1/refund"' not in page.text  # nothing captured: nothing to refund
         csrf = csrf_token(client, "/payments/order-1")
         assert client.post("/payments/order-1/capture", data={"amount": "1.00"}).status_code == 403  # no CSRF
-        over = client.post("/payments/order-1/capture", data={"amount": "50.01", "csrf": csrf})
-        assert over.status_code == 422
-        assert 'data-form-error="capture">not captured: ' in over.text and "5001 is more than the 5000" in over.text
-        assert 'value="50.01"' in over.text  # the form keeps what was typed
-        bad = client.post("/payments/order-1/capture", data={"amount": "1.5e1", "csrf": csrf})
-        assert bad.status_code == 422 and 'data-form-error="capture">not captured: amount' in bad.text
+        over = client.post("/payments/order-1/capture", data={"amount": "50.01", "csrf": csrf},
+                           follow_redirects=False)  # refused: POST -> redirect -> GET
+        said = refusal(client, over, to="/payments/order-1?", form="capture")
+        assert said.startswith("not captured: ") and "5001 is more than the 5000" in said
+        assert over.headers["location"].endswith("#captures")
+        assert 'value="50.01"' in client.get(over.headers["location"]).text  # the form keeps what was typed
+        bad = client.post("/payments/order-1/capture", data={"amount": "1.5e1", "csrf": csrf}, follow_redirects=False)
+        assert refusal(client, bad, to="/payments/order-1?", form="capture").startswith("not captured: amount")
         assert modifications(recon, db_url, "order-1") == []  # nothing written
         done = client.post(
             "/payments/order-1/capture",
@@ -74,17 +76,19 @@ def test_capture_form__defaults_to_the_whole_authorisation_refused_beyond_it_the
         assert 'data-modification-status="created"' in shown.text
         assert 'action="/payments/order-1/capture"' not in shown.text  # one capture or cancel a payment
         assert 'data-stat="modification-under-way"' in shown.text
-        again = client.post("/payments/order-1/capture", data={"amount": "1.00", "csrf": csrf})
-        assert again.status_code == 422 and "already under way or done" in again.text
+        again = client.post("/payments/order-1/capture", data={"amount": "1.00", "csrf": csrf}, follow_redirects=False)
+        assert "already under way or done" in refusal(client, again, to="/payments/order-1?", form="capture")
     # the signed-in operator, never the typed field; the whole authorisation by default
     assert modifications(recon, db_url, "order-1") == [("order-1-capture1", "capture", 5000, "created", "ann")]
     [job] = JobStore(db).list_jobs(kind="capture", limit=5)
     assert job.queue == "charges"
     with console(db_url, login="vic") as viewer:
         r = viewer.post(
-            "/payments/order-1/capture", data={"amount": "1.00", "csrf": csrf_token(viewer, "/payments/order-1")}
+            "/payments/order-1/capture", data={"amount": "1.00", "csrf": csrf_token(viewer, "/payments/order-1")},
+            follow_redirects=False,
         )
-        assert r.status_code == 403 and "vic has the role viewer; this takes operator or above" in r.text
+        assert refusal(viewer, r, to="/payments/order-1?", form="capture") == \
+            "not captured: vic has the role viewer; this takes operator or above"
     assert audit_rows(db) == [
         ("ann", "payment.capture", "order-1", "refused"),
         ("ann", "payment.capture", "order-1", "refused"),
@@ -99,20 +103,17 @@ def test_cancel_button__asks_for_its_confirmation_then_queues_the_cancel(
     authorised(db, "order-2", amount=1234)
     with console(db_url, login="ann") as client:
         csrf = csrf_token(client, "/payments/order-2")
-        unconfirmed = client.post("/payments/order-2/cancel", data={"csrf": csrf})
-        assert unconfirmed.status_code == 422
-        assert (
-            'data-form-error="cancel">not cancelled: tick &#34;Yes, release the whole authorisation&#34; to confirm'
-            in unconfirmed.text
-        )
+        unconfirmed = client.post("/payments/order-2/cancel", data={"csrf": csrf}, follow_redirects=False)
+        assert refusal(client, unconfirmed, to="/payments/order-2?", form="cancel") == \
+            'not cancelled: tick "Yes, release the whole authorisation" to confirm'
         assert modifications(recon, db_url, "order-2") == []  # nothing written
         done = client.post("/payments/order-2/cancel", data={"confirm": "1", "csrf": csrf}, follow_redirects=False)
         assert done.status_code == 303
         shown = client.get(done.headers["location"])
         assert "cancel order-2-cancel1 of 12.34 EUR queued by ann" in shown.text
         assert 'data-modification="order-2-cancel1"' in shown.text
-        refused = client.post("/payments/order-2/cancel", data={"confirm": "1", "csrf": csrf})
-        assert refused.status_code == 422 and 'data-form-error="cancel">not cancelled: ' in refused.text
+        refused = client.post("/payments/order-2/cancel", data={"confirm": "1", "csrf": csrf}, follow_redirects=False)
+        assert refusal(client, refused, to="/payments/order-2?", form="cancel").startswith("not cancelled: ")
     assert modifications(recon, db_url, "order-2") == [("order-2-cancel1", "cancel", 1234, "created", "ann")]
     assert audit_rows(db) == [
         ("ann", "payment.cancel", "order-2", "done"),
@@ -130,5 +131,5 @@ def test_payment_page__no_capture_form_unless_authorised(db: Database, db_url: s
         assert 'action="/payments/order-3/capture"' not in page and 'action="/payments/order-3/cancel"' not in page
         assert "No capture or cancel." in page
         csrf = csrf_token(client, "/payments/order-3")
-        r = client.post("/payments/order-3/capture", data={"amount": "1.00", "csrf": csrf})
-        assert r.status_code == 422 and 'data-form-error="capture">not captured: ' in r.text
+        r = client.post("/payments/order-3/capture", data={"amount": "1.00", "csrf": csrf}, follow_redirects=False)
+        assert refusal(client, r, to="/payments/order-3?", form="capture").startswith("not captured: ")

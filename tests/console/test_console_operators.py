@@ -13,14 +13,21 @@ from recon.app import App
 from recon.db.database import Database
 from recon.operators import SEED_UNREADABLE, Operators
 from recon.totp_key import ENV_VARIABLE, TotpKey, write_new_key
-from tests.console import TestClient, console, csrf_token
+from tests.console import TestClient, console, csrf_token, refusal
 from tests.operators import PASSWORD
 
 
 def try_login(client: TestClient, name: str, password: str, code: str = "") -> int:
+    """303 when the login opened a session (a redirect to the overview); 401 when it was refused, which is a
+    redirect to the form saying why (``refusal``: POST -> redirect -> GET, the name kept, nothing else)."""
     r = client.post("/login", data={"operator": name, "password": password, "totp": code,
                                     "csrf": csrf_token(client, "/login")}, follow_redirects=False)
-    return r.status_code
+    if r.status_code == 303 and r.headers["location"] == "/":
+        return 303
+    said = refusal(client, r, to="/login?", form="login")
+    assert said and password not in r.headers["location"] and f'value="{name}"' in client.get(
+        r.headers["location"]).text
+    return 401
 
 
 def audit_actions(db: Database) -> list[tuple[str, str]]:
@@ -36,8 +43,9 @@ def test_login__by_name_and_password_lockout_after_ten_failures(db: Database, db
         for _ in range(9):
             assert try_login(client, "ann", "not the password") == 401
         r = client.post("/login", data={"operator": "ann", "password": PASSWORD,
-                                        "csrf": csrf_token(client, "/login")})
-        assert r.status_code == 401 and "locked for 30 minutes" in r.text  # 10 failures: the password is not tried
+                                        "csrf": csrf_token(client, "/login")}, follow_redirects=False)
+        assert "locked for 30 minutes" in refusal(client, r, to="/login?", form="login")  # the password not tried
+        client.get(r.headers["location"])  # a reload of the refusal: a GET, no failure counted
         assert client.get("/").status_code == 401
         assert try_login(client, "bob", PASSWORD) == 303
         page = client.get("/")
@@ -63,8 +71,9 @@ def test_login__a_seed_the_key_cannot_open_says_the_second_factor_cannot_be_chec
     monkeypatch.setenv(ENV_VARIABLE, write_new_key(tmp_path / "other.key").path)  # the wrong key
     with console(db_url, login=None) as client:
         r = client.post("/login", data={"operator": "amy", "password": PASSWORD, "totp": pyotp.TOTP(secret).now(),
-                                        "csrf": csrf_token(client, "/login")})
-        assert r.status_code == 401 and SEED_UNREADABLE in r.text and secret not in r.text
+                                        "csrf": csrf_token(client, "/login")}, follow_redirects=False)
+        said = refusal(client, r, to="/login?", form="login")
+        assert SEED_UNREADABLE in said and secret not in said and secret not in r.headers["location"]
         assert client.get("/").status_code == 401
     assert audit_actions(db)[-1] == ("amy", "login.failed")
 
@@ -92,10 +101,12 @@ def test_roles__a_viewer_reads_but_every_write_is_refused(db_url: str, staff: ob
         with console(db_url, login="vic") as client:
             assert client.get("/psps").status_code == 200 and client.get("/approvals").status_code == 200
             csrf = csrf_token(client)
-            for path, form in (("/psps/stripe/pause", {"reason": "x"}), ("/psps/stripe/resume", {}),
-                               ("/dead/replay", {}), ("/approvals/1", {"verdict": "approve"})):
-                r = client.post(path, data={**form, "csrf": csrf})
-                assert r.status_code == 403 and "vic has the role viewer" in r.text, path
+            for path, form, page, name in (("/psps/stripe/pause", {"reason": "x"}, "/psps?", "stripe"),
+                                           ("/psps/stripe/resume", {}, "/psps?", "stripe"),
+                                           ("/dead/replay", {}, "/dead/preview?", "replay"),
+                                           ("/approvals/1", {"verdict": "approve"}, "/approvals?", "approval")):
+                r = client.post(path, data={**form, "csrf": csrf}, follow_redirects=False)
+                assert "vic has the role viewer" in refusal(client, r, to=page, form=name), path
         assert app.four_eyes.in_state() == []
     finally:
         app.close()

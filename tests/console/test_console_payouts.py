@@ -13,7 +13,7 @@ from recon.db.database import Database
 from recon.db.payout_store import PayoutStore
 from recon.payout_rows import ExceptionKind, ExceptionState, Finding, LineKind, NewPayout, NewPayoutLine, PayoutStatus
 from tests.cli import Runner
-from tests.console import console, csrf_token
+from tests.console import console, csrf_token, refusal
 
 
 def _store(db: Database) -> tuple[int, int, int]:
@@ -46,14 +46,20 @@ def test_payouts_pages__a_day_matched_and_open_the_drill_down_and_a_resolve(db: 
         assert f'action="/payouts/exceptions/{exception_id}/resolve"' in detail.text
         assert "no credit for po_gone" in client.get("/payouts/exceptions").text
         csrf = csrf_token(client, f"/payouts/{missing}")
-        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf})
-        assert refused.status_code == 422 and "reason" in refused.text
+        form = f"exception-{exception_id}"
+        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf},
+                              follow_redirects=False)  # refused: POST -> redirect -> GET, in the exception's row
+        assert refusal(client, refused, to=f"/payouts/{missing}?", form=form) == "not resolved: reason is required"
+        assert refused.headers["location"].endswith(f"#{form}")
         done = client.post(f"/payouts/exceptions/{exception_id}/resolve",
-                           data={"csrf": csrf, "reason": "the bank booked it on the 3rd"})
-        assert done.status_code == 200 and "resolved by ann" in done.text
+                           data={"csrf": csrf, "reason": "the bank booked it on the 3rd"}, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/payouts/{missing}?")
+        assert "resolved by ann" in client.get(done.headers["location"]).text
         again = client.post(f"/payouts/exceptions/{exception_id}/resolve",
-                            data={"csrf": csrf, "reason": "twice"})
-        assert again.status_code == 409
+                            data={"csrf": csrf, "reason": "twice"}, follow_redirects=False)
+        assert refusal(client, again, to=f"/payouts/{missing}?", form=form).startswith("not resolved: ")
+        assert client.post("/payouts/exceptions/999999/resolve", data={"csrf": csrf, "reason": "x"}).status_code \
+            == 404
         assert client.get("/payouts/999999").status_code == 404
         assert client.get("/payouts?since=yesterday").status_code == 422
     shown = json.loads(recon("payouts", "show", str(missing), "--json", db_url=db_url).stdout)
@@ -71,8 +77,11 @@ def test_payouts_pages__the_resolve_goes_through_actions_a_viewer_is_refused_and
         assert 'data-stat="payout-exceptions"' in review.text and 'href="/payouts/exceptions"' in review.text
         assert 'data-payout-kind="bank_missing">1 bank missing' in review.text
         csrf = csrf_token(client, f"/payouts/{missing}")
-        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "reason": "seen"})
-        assert refused.status_code == 403 and "has the role viewer" in refused.text
+        refused = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "reason": "seen"},
+                              follow_redirects=False)
+        assert "has the role viewer" in refusal(client, refused, to=f"/payouts/{missing}?",
+                                                form=f"exception-{exception_id}")
+        assert 'value="seen"' in client.get(refused.headers["location"]).text  # the reason kept
     assert PayoutStore(db).exception(exception_id).state is ExceptionState.OPEN  # type: ignore[union-attr]
     with console(db_url, login="ann") as client:
         csrf = csrf_token(client, f"/payouts/{missing}")
@@ -84,3 +93,29 @@ def test_payouts_pages__the_resolve_goes_through_actions_a_viewer_is_refused_and
                                       schema.audit_log.c.outcome).where(
             schema.audit_log.c.action == "payouts.resolve")).all()
     assert [tuple(r) for r in rows] == [("ann", f"payout exception {exception_id}", "done")]
+
+
+def test_payouts_pages__a_credits_exception_is_resolved_from_the_exceptions_page_refusals_beside_it(
+        db: Database, db_url: str) -> None:
+    """An exception with no payout (a credit nothing explains) has its form on the open exceptions' page: a
+    refusal redirects there, shown in its row; once resolved (gone from the list) a second try is refused above
+    the list."""
+    store = PayoutStore(db)
+    store.record_close([], [Finding(ExceptionKind.UNEXPLAINED_CREDIT, None, None,
+                                    "a credit of 12.00 EUR nobody explains")], payout_ids=[], entry_ids=[])
+    [found] = list(store.iter_exceptions(state="open"))
+    assert found.payout_id is None
+    form = f"exception-{found.id}"
+    with console(db_url, login="ann") as client:
+        csrf = csrf_token(client, "/payouts/exceptions")
+        refused = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": " "},
+                              follow_redirects=False)
+        assert refusal(client, refused, to="/payouts/exceptions?", form=form) == "not resolved: reason is required"
+        assert refused.headers["location"].endswith(f"#{form}")
+        done = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": "interest"},
+                           follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith("/payouts/exceptions?")
+        assert f"exception {found.id} (unexplained_credit) resolved by ann" in client.get(done.headers["location"]).text
+        again = client.post(f"/payouts/exceptions/{found.id}/resolve", data={"csrf": csrf, "reason": "twice"},
+                            follow_redirects=False)
+        assert refusal(client, again, to="/payouts/exceptions?", form=form).startswith("not resolved: ")

@@ -23,7 +23,7 @@ from recon.db import schema
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.rows import EventSource, Finish, PaymentStatus, Transition
-from tests.console import console, csrf_token
+from tests.console import console, csrf_token, refusal
 from tests.integration.payment_flow import create
 
 
@@ -148,8 +148,26 @@ def test_actions__redirect_to_a_page_a_reload_repeats_nothing_and_a_forged_notic
         assert r.status_code == 200 and "assigned to bea" in r.text and 'data-stat="assignee">bea<' in r.text
         assert listed(client.get("/review?assignee=bea").text) == [ref]
         assert listed(client.get("/review?unassigned=1").text) == []
-        r = client.post(f"/payments/{ref}/comment", data={"comment": "", "csrf": csrf})
-        assert r.status_code == 422 and 'data-form-error="comment"' in r.text
+        r = client.post(f"/payments/{ref}/comment", data={"comment": "", "csrf": csrf}, follow_redirects=False)
+        assert refusal(client, r, to=f"/payments/{ref}?", form="comment") == "not added: comment is required"
+        assert r.headers["location"].endswith("#comments")
+        r = client.post(f"/payments/{ref}/assign", data={"assignee": "b" * 101, "csrf": csrf}, follow_redirects=False)
+        assert refusal(client, r, to=f"/payments/{ref}?", form="assign") == \
+            "not assigned: assign to is too long (at most 100 characters)"
+        assert r.headers["location"].endswith("#assign")
+        assert f'value="{"b" * 101}"' in client.get(r.headers["location"]).text  # kept as typed
+    with console(db_url, login="vic") as viewer:  # every form of the payment page, refused beside itself
+        csrf = csrf_token(viewer, f"/payments/{ref}")
+        for name, data, anchor in (("resolve", {"as": "failed", "reason": "gone"}, "#resolve"),
+                                   ("assign", {"assignee": "vic"}, "#assign"),
+                                   ("comment", {"comment": "seen"}, "#comments"), ("recheck", {}, "#recheck")):
+            r = viewer.post(f"/payments/{ref}/{name}", data={**data, "csrf": csrf}, follow_redirects=False)
+            said = refusal(viewer, r, to=f"/payments/{ref}?", form=name)
+            assert said.endswith(": vic has the role viewer; this takes operator or above"), said
+            assert r.headers["location"].endswith(anchor)
+            shown = viewer.get(r.headers["location"]).text
+            for value in data.values():
+                assert f'value="{value}"' in shown, (name, value)  # what was typed, kept
 
 
 def test_bulk_resolve__preview_lists_exactly_what_changes_then_apply_resolves_it(
@@ -166,14 +184,18 @@ def test_bulk_resolve__preview_lists_exactly_what_changes_then_apply_resolves_it
         form = {"kind": "missing_at_psp", "severity": "low", "as": "failed", "digest": digest.group(1),
                 "reason": "never reached the PSP",
                 "csrf": csrf_token(client, "/review/bulk?as=failed")}
-        refused = client.post("/review/bulk", data=form)
-        assert refused.status_code == 422 and "Yes, resolve exactly these payments" in refused.text
+        refused = client.post("/review/bulk", data=form, follow_redirects=False)
+        assert refusal(client, refused, to="/review/bulk?", form="bulk") == \
+            'nothing resolved: tick "Yes, resolve exactly these payments" to confirm'
+        back = client.get(refused.headers["location"]).text  # the same preview, the reason kept
+        assert sorted(listed(back)) == lost and 'value="never reached the PSP"' in back
+        assert "kind=missing_at_psp" in refused.headers["location"] and "as=failed" in refused.headers["location"]
         done = client.post("/review/bulk", data={**form, "confirm": "1"}, follow_redirects=False)
         assert done.status_code == 303
         shown = client.get(done.headers["location"]).text
         assert "resolved 2 payments as failed by ann" in shown
-        again = client.post("/review/bulk", data={**form, "confirm": "1"})
-        assert again.status_code == 422 and "nothing resolved" in again.text
+        again = client.post("/review/bulk", data={**form, "confirm": "1"}, follow_redirects=False)
+        assert refusal(client, again, to="/review/bulk?", form="bulk").startswith("nothing resolved: ")
     store = PaymentStore(db)
     for ref in lost:
         payment = store.by_reference(ref)

@@ -1,5 +1,6 @@
 """``/approvals``: four-eyes requests (recon.four_eyes): the pending ones with what they will run, approved or
-rejected here by another approver, and the latest decided."""
+rejected here by another approver, and the latest decided. A refused decision answers with a redirect to the
+list, which shows why beside the request."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
-from recon.errors import UsageError
+from recon.console.web import Fields, FormAt, PageError, acting, action, done, page, pages, recon_app, refusal_of
 from recon.operator_rows import ApprovalState, Role
 
 log = logging.getLogger("recon.console")
@@ -19,33 +19,40 @@ log = logging.getLogger("recon.console")
 LIST_LIMIT = 100
 
 
-def approvals_page(request: Request, *, status: int = 200, error: str | None = None) -> Response:
+def approvals_page(request: Request) -> Response:
+    """The requests; after a refused decision (``decision_at``) the refusal beside the request's buttons, or
+    above the list when the request is no longer pending."""
     four_eyes = recon_app(request).four_eyes
     pending = four_eyes.in_state(ApprovalState.PENDING, limit=LIST_LIMIT)
     decided = sorted((a for s in (ApprovalState.APPROVED, ApprovalState.REJECTED, ApprovalState.EXPIRED,
                                   ApprovalState.FAILED) for a in four_eyes.in_state(s, limit=20)),
                      key=lambda a: a.id, reverse=True)[:20]
-    return pages(request).render(request, "approvals.html", status=status, pending=pending, decided=decided,
-                                 error=error)
+    errors, form = refusal_of(request)
+    return pages(request).render(request, "approvals.html", pending=pending, decided=decided,
+                                 refusal=errors.get("approval"), refused_id=form.get("id", ""),
+                                 pending_ids={str(a.id) for a in pending})
 
 
 def show(request: Request) -> Response:
     return approvals_page(request)
 
 
+def decision_at(request: Request, fields: Fields) -> FormAt:
+    """A request's buttons: in its row of /approvals."""
+    approval_id = _id(request)
+    return FormAt(f"/approvals#approval-{approval_id}", "approval", "not decided", typed={"id": str(approval_id)})
+
+
 def decide(request: Request, fields: Fields) -> Response:
+    """Its own request (four eyes), one decided by someone else first or expired: refused (UsageError)."""
     approver = acting(request, Role.APPROVER)
     approval_id = _id(request)
     verdict = fields.raw("verdict")
     if verdict not in ("approve", "reject"):
         raise PageError(422, "verdict: approve or reject")
     actions = recon_app(request).actions
-    try:
-        decided = actions.approve(approval_id, by=approver) if verdict == "approve" else \
-            actions.reject(approval_id, by=approver)
-    except UsageError as exc:  # its own (NotAllowed: 403), or decided by someone else first, or expired
-        status = 403 if "four eyes" in str(exc) else 409
-        return approvals_page(request, status=status, error=f"not decided: {exc}")
+    decided = actions.approve(approval_id, by=approver) if verdict == "approve" else \
+        actions.reject(approval_id, by=approver)
     log.info("console: approval %d %s by %s", decided.id, decided.state, approver)
     return done(request, "/approvals", f"approval {decided.id} ({decided.action} of {decided.subject}) "
                 f"{decided.state} by {approver}" + (f": {decided.result}" if decided.result else ""))
@@ -60,5 +67,5 @@ def _id(request: Request) -> int:
 
 ROUTES = [
     Route("/approvals", page(show), methods=["GET"]),
-    Route("/approvals/{id}", action(decide), methods=["POST"]),
+    Route("/approvals/{id}", action(decide, at=decision_at), methods=["POST"]),
 ]

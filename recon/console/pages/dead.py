@@ -1,5 +1,6 @@
 """``/dead``: the dead-letter set with filters, a preview (a dry run of the replay) and the replay itself,
-through ``recon.engine.replay``: the loop ``recon jobs replay`` runs."""
+through ``recon.engine.replay``: the loop ``recon jobs replay`` runs. A refused replay (unconfirmed, a bad filter,
+a role that does not allow it) answers with a redirect to the preview, which shows why beside its form."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.routing import Route
 
 from recon.classify import ErrorKind
 from recon.console.csv_export import csv_response
-from recon.console.web import Fields, acting, action, done, page, pages, recon_app
+from recon.console.web import Fields, FormAt, acting, action, done, page, pages, recon_app, refusal_of
 from recon.engine.replay import ReplayRun, job_filter, replay
 from recon.errors import UsageError
 from recon.operator_rows import Role
@@ -76,18 +77,21 @@ def dead_page(request: Request) -> Response:
                    replayed=_ids(fields.raw("replayed")) if fields.raw("replayed") else None)
 
 
-def preview(request: Request, *, fields: Fields | None = None, status: int = 200,
-            replay_error: str | None = None) -> Response:
-    fields = fields or Fields(request.query_params)
+def preview(request: Request) -> Response:
+    """What a replay of the filter would do, with its form; after a refused replay (``replay_at``) the refusal
+    beside the form (or, when the filter itself is bad, beside the error that says why)."""
+    fields = Fields(request.query_params)
+    errors, _ = refusal_of(request)
+    replay_error = errors.get("replay")
     try:
         filters = read_filters(fields)
     except UsageError as exc:
-        return _render(request, status=422, error=str(exc), typed=_typed(fields))
+        return _render(request, status=422, error=str(exc), typed=_typed(fields), replay_error=replay_error)
     app = recon_app(request)
     budget = app.settings.engine.default_max_attempts
     run = replay(app.jobs, filters.job_filter(request), budget=budget, operator="preview", limit=PREVIEW_MAX + 1,
                  dry_run=True)
-    return _render(request, status=status, typed=filters.typed, preview=run.jobs[:PREVIEW_MAX],
+    return _render(request, typed=filters.typed, preview=run.jobs[:PREVIEW_MAX],
                    more=len(run.replayed) > PREVIEW_MAX, skipped=run.skipped, budget=budget, replay_error=replay_error)
 
 
@@ -112,14 +116,17 @@ def payments_of(request: Request, jobs: list[Job]) -> dict[int, Payment]:
     return {job_id: found[pid] for job_id, pid in wanted.items() if isinstance(pid, int) and pid in found}
 
 
+def replay_at(request: Request, fields: Fields) -> FormAt:
+    """The replay form is on the preview of its filter."""
+    typed = {name: fields.raw(name)[:200] for name in FILTER_NAMES if fields.raw(name)}
+    return FormAt("/dead/preview?" + urlencode(typed), "replay", "nothing replayed")
+
+
 def replay_dead(request: Request, fields: Fields) -> Response:
     operator = acting(request, Role.OPERATOR)
-    try:
-        filters = read_filters(fields)
-        if not fields.flag("confirm"):
-            raise UsageError('tick "Yes, replay these jobs" to confirm')
-    except UsageError as exc:
-        return preview(request, fields=fields, status=422, replay_error=f"nothing replayed: {exc}")
+    filters = read_filters(fields)
+    if not fields.flag("confirm"):
+        raise UsageError('tick "Yes, replay these jobs" to confirm')
     app = recon_app(request)
     budget = app.settings.engine.default_max_attempts
     asked = app.actions.replay(filters.job_filter(request), budget=budget, by=operator)
@@ -171,6 +178,6 @@ def _after(fields: Fields) -> int:
 
 ROUTES = [
     Route("/dead", page(dead_page), methods=["GET"]),
-    Route("/dead/preview", page(lambda request: preview(request)), methods=["GET"]),
-    Route("/dead/replay", action(replay_dead), methods=["POST"]),
+    Route("/dead/preview", page(preview), methods=["GET"]),
+    Route("/dead/replay", action(replay_dead, at=replay_at), methods=["POST"]),
 ]

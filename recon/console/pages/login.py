@@ -1,6 +1,7 @@
 """``/login`` and ``/logout``: operators' server-side sessions (recon.console.session), opened with an operator's
 name and password (and TOTP code when enrolled; recon.operators: the lockout, the audit rows), or with the console's
-access token as the token's own operator."""
+access token as the token's own operator. A refused login answers with a redirect to the form, which says why
+(``web.refused``: a reload never posts the password again, nor counts another failure towards the lockout)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from recon.audit import entry
 from recon.console.config import ConsoleConfig
 from recon.console.security import TokenAuth, cookie_header, wants_secure
 from recon.console.session import SESSION_COOKIE, Sessions
-from recon.console.web import Fields, action, page, pages, recon_app
+from recon.console.web import Fields, action, page, pages, recon_app, refusal_of, refused
 from recon.operator_rows import Operator
 
 log = logging.getLogger("recon.console")
@@ -24,8 +25,9 @@ _FIELD_MAX = 1024
 
 
 def login_form(request: Request) -> Response:
+    errors, form = refusal_of(request)
     return pages(request).render(request, "login.html", error=getattr(request.state, "session_ended", None),
-                                 token_login=_auth(request) is not None)
+                                 token_login=_auth(request) is not None, errors=errors, form=form)
 
 
 def log_in(request: Request, fields: Fields) -> Response:
@@ -41,9 +43,10 @@ def log_in(request: Request, fields: Fields) -> Response:
         result = app.operators.login(fields.raw("operator").strip()[:_FIELD_MAX], fields.raw("password")[:_FIELD_MAX],
                                      fields.raw("totp").strip()[:16] or None, source=source)
         operator, message = result.operator, result.message
-    if operator is None:
-        return pages(request).render(request, "login.html", status=401, error=message,
-                                     token_login=_auth(request) is not None)
+    if operator is None:  # the operator's name kept, never the password, the code or the token
+        if token:
+            return refused(request, "/login", "token", message)
+        return refused(request, "/login", "login", message, operator=fields.raw("operator").strip()[:100])
     sessions = _sessions(request)
     sid = sessions.open(operator=operator, by_token=bool(token), replacing=request.state.session)
     response = RedirectResponse("/", status_code=303)

@@ -22,6 +22,7 @@ from recon.durations import parse_duration
 from recon.errors import UsageError
 from recon.overview import EVIDENCE_SOON
 from recon.payments.money import MINOR_UNITS, check_currency, format_amount
+from recon.redact import identifier
 from recon.review_config import SCALE
 from recon.rows import Payment
 
@@ -124,7 +125,7 @@ def _id(raw: str) -> int | None:
 
 
 def _csv_row(p: Payment) -> list[Any]:
-    return [p.merchant_reference, p.merchant_account, p.psp, p.psp_reference,
+    return [p.merchant_reference, p.merchant_account, p.psp, identifier(p.psp_reference) if p.psp_reference else None,
             format_amount(p.amount, p.currency).split(" ")[0], p.currency, str(p.status), p.created_at.isoformat(),
             p.updated_at.isoformat(), p.review_reason, p.failure_reason]
 

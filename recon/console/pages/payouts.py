@@ -3,7 +3,7 @@ arrival day, matched or open; one payout with its lines, the bank entries it mat
 its resolve form) and its history; the open exceptions. Read from the payout store as ``recon payouts
 list|show|exceptions`` read it; a GET never runs the close (that writes: ``recon close``); the resolve form goes
 through ``recon.actions`` (the signed-in operator's role checked, one audit row), as ``recon payouts resolve``
-does."""
+does, and answers with a redirect to the page of the exception: resolved, or refused beside its form."""
 
 from __future__ import annotations
 
@@ -18,8 +18,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from recon.clock import SystemClock
-from recon.console.web import Fields, PageError, acting, action, page, pages, recon_app
-from recon.errors import NotAllowed, ReviewRefused, UsageError
+from recon.console.web import (
+    TEXT_MAX,
+    Fields,
+    FormAt,
+    PageError,
+    acting,
+    action,
+    done,
+    page,
+    pages,
+    recon_app,
+    refusal_of,
+)
 from recon.operator_rows import Role
 from recon.payout_rows import Payout
 
@@ -64,14 +75,16 @@ def _row(request: Request, p: Payout) -> dict[str, Any]:
     return {"payout": p, "state": state, "entries": entries}
 
 
-def payout_page(request: Request, *, status: int = 200, notice: str | None = None,
-                error: str | None = None) -> Response:
+def payout_page(request: Request) -> Response:
+    """One payout; after a refused resolve of one of its exceptions (``exception_at``) the refusal in the
+    exception's row and the reason as typed."""
     payout_id = _payout_id(request)
     store = recon_app(request).payouts
     payout = store.get(payout_id)
     if payout is None:
         raise PageError(404, f"payout {payout_id} not found")
-    return pages(request).render(request, "payout.html", status=status, notice=notice, error=error, payout=payout,
+    errors, form = refusal_of(request)
+    return pages(request).render(request, "payout.html", errors=errors, form=form, payout=payout,
                                  lines=list(islice(store.lines(payout_id), LINES_MAX)), lines_max=LINES_MAX,
                                  entries=store.matched_entries(payout_id), exceptions=store.exceptions_of(payout_id),
                                  events=store.events(payout_id))
@@ -83,37 +96,38 @@ def show_payout(request: Request) -> Response:
 
 def exceptions_page(request: Request) -> Response:
     found = list(islice(recon_app(request).payouts.iter_exceptions(state="open"), EXCEPTIONS_MAX))
-    return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX)
+    errors, form = refusal_of(request)
+    return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX,
+                                 errors=errors, form=form)
+
+
+def exception_at(request: Request, fields: Fields) -> FormAt:
+    """An exception's resolve form: in its row of its payout's page (of the exceptions page for a credit's
+    exception, which has no payout); its 404 page when there is no such exception."""
+    exception_id = _int(request.path_params["eid"])
+    found = recon_app(request).payouts.exception(exception_id)
+    if found is None:
+        raise PageError(404, f"payout exception {exception_id} not found")
+    return FormAt(f"{_page_of(found.payout_id)}#exception-{exception_id}", f"exception-{exception_id}",
+                  "not resolved", typed={"reason": fields.raw("reason")[:TEXT_MAX]})
 
 
 def resolve(request: Request, fields: Fields) -> Response:
     exception_id = _int(request.path_params["eid"])
-    store = recon_app(request).payouts
-    found = store.exception(exception_id)
+    found = recon_app(request).payouts.exception(exception_id)
     if found is None:
         raise PageError(404, f"payout exception {exception_id} not found")
     operator = acting(request, Role.OPERATOR)
-    try:
-        reason = fields.required("reason", max_length=500)
-        done = recon_app(request).actions.resolve_payout_exception(exception_id, by=operator, reason=reason)
-    except ReviewRefused as exc:
-        return _after(request, found.payout_id, status=409, error=f"not resolved: {exc}")
-    except NotAllowed:
-        raise  # the console's 403 page
-    except UsageError as exc:
-        return _after(request, found.payout_id, status=422, error=f"not resolved: {exc}")
-    log.info("console: payout exception %s (%s) resolved by %s", done.id, done.kind.value, operator)
-    return _after(request, found.payout_id, notice=f"exception {done.id} ({done.kind.value}) resolved by {operator}")
+    reason = fields.required("reason", max_length=500)
+    resolved = recon_app(request).actions.resolve_payout_exception(exception_id, by=operator, reason=reason)
+    log.info("console: payout exception %s (%s) resolved by %s", resolved.id, resolved.kind.value, operator)
+    return done(request, f"{_page_of(found.payout_id)}#exception-{exception_id}",
+                f"exception {resolved.id} ({resolved.kind.value}) resolved by {operator}")
 
 
-def _after(request: Request, payout_id: int | None, **kw: Any) -> Response:
-    """The payout's page after a resolve (the exceptions page for a credit's exception)."""
-    if payout_id is None:
-        found = list(islice(recon_app(request).payouts.iter_exceptions(state="open"), EXCEPTIONS_MAX))
-        return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX,
-                                     **kw)
-    request.path_params["pid"] = str(payout_id)
-    return payout_page(request, **kw)
+def _page_of(payout_id: int | None) -> str:
+    """The page an exception is shown on: its payout's, or the open exceptions' for a credit's."""
+    return "/payouts/exceptions" if payout_id is None else f"/payouts/{payout_id}"
 
 
 def _payout_id(request: Request) -> int:
@@ -129,6 +143,6 @@ def _int(text: str) -> int:
 ROUTES = [
     Route("/payouts", page(payouts_page), methods=["GET"]),
     Route("/payouts/exceptions", page(exceptions_page), methods=["GET"]),
-    Route("/payouts/exceptions/{eid}/resolve", action(resolve), methods=["POST"]),
+    Route("/payouts/exceptions/{eid}/resolve", action(resolve, at=exception_at), methods=["POST"]),
     Route("/payouts/{pid}", page(show_payout), methods=["GET"]),
 ]

@@ -1,15 +1,29 @@
 """``/psps``: pause, cool-down and breaker of every PSP (``recon psp status``), and pause / resume, through
-``recon.payments.guard`` as ``recon psp pause|resume`` does."""
+``recon.payments.guard`` as ``recon psp pause|resume`` does; a refusal answers with a redirect to /psps, which
+shows it in the PSP's row."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from recon.console.web import Fields, PageError, acting, action, done, page, pages, recon_app
+from recon.console.web import (
+    TEXT_MAX,
+    Fields,
+    FormAt,
+    PageError,
+    acting,
+    action,
+    done,
+    page,
+    pages,
+    recon_app,
+    refusal_of,
+)
 from recon.errors import UsageError
 from recon.operator_rows import Role
 from recon.overview import psp_controls_document
@@ -17,28 +31,33 @@ from recon.overview import psp_controls_document
 log = logging.getLogger("recon.console")
 
 
-def psp_page(request: Request, *, status: int = 200, errors: dict[str, str] | None = None) -> Response:
+def psp_status(request: Request) -> Response:
+    """The PSPs' controls; after a refused pause or resume (``psp_form``) the refusal in the PSP's row, and the
+    pause's reason as typed."""
     app = recon_app(request)
     unconfigured = app.unconfigured_psps()
     doc = psp_controls_document(app.controls, app.guard_config, app.psp_names(), unconfigured=unconfigured)
-    return pages(request).render(request, "psps.html", status=status, doc=doc, errors=errors or {},
-                                 unconfigured=unconfigured)
+    errors, form = refusal_of(request)
+    return pages(request).render(request, "psps.html", doc=doc, errors=errors, form=form, unconfigured=unconfigured)
 
 
-def psp_status(request: Request) -> Response:
-    return psp_page(request)
+def psp_form(failed: str) -> Callable[[Request, Fields], FormAt]:
+    """A PSP's pause or resume form: in its row of /psps (its 404 page for an unknown PSP)."""
+    def at(request: Request, fields: Fields) -> FormAt:
+        name = _known(request)
+        return FormAt(f"/psps#psp-{name}", name, failed, typed={"reason": fields.raw("reason")[:TEXT_MAX]}
+                      if failed == "not paused" else {})
+
+    return at
 
 
 def pause(request: Request, fields: Fields) -> Response:
     """A pause needs four eyes: it is requested here and runs when another operator approves it (/approvals)."""
     name = _known(request)
     operator = acting(request, Role.OPERATOR)
-    try:
-        reason = fields.required("reason")
-        if not fields.flag("confirm"):
-            raise UsageError(f'tick "Yes, stop all calls to {name}" to confirm')
-    except UsageError as exc:
-        return psp_page(request, status=422, errors={name: f"not paused: {exc}"})
+    reason = fields.required("reason")
+    if not fields.flag("confirm"):
+        raise UsageError(f'tick "Yes, stop all calls to {name}" to confirm')
     asked = recon_app(request).actions.pause(name, reason=reason, by=operator)
     log.info("console: psp %s pause requested by %s (approval %d)", name, operator, asked.id)
     return done(request, "/psps", f"pause of {name} requested by {operator}: approval {asked.id} waits for "
@@ -63,6 +82,6 @@ def _known(request: Request) -> str:
 
 ROUTES = [
     Route("/psps", page(psp_status), methods=["GET"]),
-    Route("/psps/{name}/pause", action(pause), methods=["POST"]),
-    Route("/psps/{name}/resume", action(resume), methods=["POST"]),
+    Route("/psps/{name}/pause", action(pause, at=psp_form("not paused")), methods=["POST"]),
+    Route("/psps/{name}/resume", action(resume, at=psp_form("not resumed")), methods=["POST"]),
 ]

@@ -7,6 +7,7 @@ redirect to a page (``web.done``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -18,11 +19,14 @@ from starlette.routing import Route
 from recon import review_bulk
 from recon.console.csv_export import csv_response
 from recon.console.web import (
+    TEXT_MAX,
     Fields,
+    FormAt,
     PageError,
     acting,
     action,
     done,
+    formless,
     page,
     pages,
     recon_app,
@@ -30,10 +34,11 @@ from recon.console.web import (
     totals_cache,
 )
 from recon.durations import parse_duration
-from recon.errors import NotAllowed, ReviewRefused, UsageError
+from recon.errors import UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
 from recon.operator_rows import Approval, Role
 from recon.payments.money import format_amount
+from recon.redact import identifier
 from recon.review import LIST_MAX, Difference, ReviewItem
 from recon.review_rows import QueueFilter, ReviewKind, Severity
 from recon.rows import Payment
@@ -92,40 +97,43 @@ def review_queue(request: Request) -> Response:
                                  **context)
 
 
-def bulk_preview(request: Request, *, status: int = 200, error: str | None = None,
-                 fields: Fields | None = None) -> Response:
-    fields = fields or Fields(request.query_params)
+def bulk_preview(request: Request) -> Response:
+    """The preview of a bulk resolve, with its form; after a refused apply (``bulk_at``) the refusal beside the
+    form and the reason as typed."""
+    fields = Fields(request.query_params)
     typed = typed_filters(fields)
     to = fields.raw("as") or "succeeded"
-    context: dict[str, Any] = {"filters": typed, "query": _query(typed), "to": to, "bulk_error": error,
-                               "reason": fields.raw("reason")[:500]}
+    errors, form = refusal_of(request)
+    context: dict[str, Any] = {"filters": typed, "query": _query(typed), "to": to, "bulk_error": errors.get("bulk"),
+                               "reason": form.get("reason", "") if errors else ""}
     try:
         shown = review_bulk.preview(recon_app(request).review, queue_filter(request, typed), to=to)
     except UsageError as exc:
         return pages(request).render(request, "review_bulk.html", status=422, preview=None, error=plain(exc),
                                      **context)
-    return pages(request).render(request, "review_bulk.html", status=status, preview=shown,
-                                 shown=shown.payments[:BULK_SHOWN], **context)
+    return pages(request).render(request, "review_bulk.html", preview=shown, shown=shown.payments[:BULK_SHOWN],
+                                 **context)
+
+
+def bulk_at(request: Request, fields: Fields) -> FormAt:
+    """The bulk form is on the preview of its filter (``bulk_preview``)."""
+    typed = {k: v for k, v in typed_filters(fields).items() if v}
+    return FormAt("/review/bulk?" + urlencode({**typed, "as": fields.raw("as").strip()[:20]}), "bulk",
+                  "nothing resolved", typed={"reason": fields.raw("reason")[:TEXT_MAX]}, words=BULK_WORDS)
 
 
 def bulk_apply(request: Request, fields: Fields) -> Response:
     """More than ``[four_eyes] bulk_resolve_count`` payments: requested here, run when another operator
-    approves it (/approvals)."""
+    approves it (/approvals). A refusal (nothing resolved) goes back to the preview (``bulk_at``)."""
     typed = typed_filters(fields)
     operator = acting(request, Role.OPERATOR)
-    try:
-        if not fields.flag("confirm"):
-            raise UsageError('tick "Yes, resolve exactly these payments" to confirm')
-        reason = fields.required("reason")
-        where = queue_filter(request, typed)
-        resolved = recon_app(request).actions.bulk_resolve(where, to=fields.required("as", max_length=20),
-                                                           reason=reason, by=operator, expect=fields.raw("digest"))
-    except ReviewRefused as exc:
-        return bulk_preview(request, status=409, error=f"nothing resolved: {plain(exc)}", fields=fields)
-    except NotAllowed:
-        raise
-    except UsageError as exc:
-        return bulk_preview(request, status=422, error=f"nothing resolved: {plain(exc)}", fields=fields)
+    if not fields.flag("confirm"):
+        raise UsageError('tick "Yes, resolve exactly these payments" to confirm')
+    reason = fields.required("reason")
+    where = queue_filter(request, typed)
+    resolved = recon_app(request).actions.bulk_resolve(where, to=fields.required("as", label="resolve as",
+                                                                                 max_length=20),
+                                                       reason=reason, by=operator, expect=fields.raw("digest"))
     if isinstance(resolved, Approval):  # above [four_eyes] bulk_resolve_count
         log.info("console: bulk resolve requested by %s (approval %d)", operator, resolved.id)
         return done(request, "/review?" + _query(typed), f"bulk resolve of {resolved.subject} requested by "
@@ -135,19 +143,19 @@ def bulk_apply(request: Request, fields: Fields) -> Response:
                 f"resolved {resolved.count} payments as {resolved.to} by {operator}")
 
 
-def payment_page(request: Request, *, status: int = 200, error: str | None = None, errors: dict[str, str] | None = None,
-                 form: dict[str, Any] | None = None) -> Response:
+def payment_page(request: Request) -> Response:
+    """A payment's page; after a refused POST of one of its forms (``web.refused``), the refusal next to that
+    form and the values typed into it."""
     app = recon_app(request)
     detail = app.review.detail(payment_reference(request))
     item: ReviewItem | None = None
     if detail.payment.status == "needs_review":
         [item] = app.review.items([detail.payment], now=app.review.clock.now())
     job = request.query_params.get("job", "")
-    if errors is None and form is None:  # after a refusal's redirect (web.refused): shown next to its form
-        errors, form = refusal_of(request)
+    errors, form = refusal_of(request)
     return pages(request).render(
-        request, "payment.html", status=status, detail=detail, payment=detail.payment, error=error,
-        errors=errors or {}, form=form or {}, item=item, reason=readable_reason(detail.payment.review_reason),
+        request, "payment.html", detail=detail, payment=detail.payment,
+        errors=errors, form=form, item=item, reason=readable_reason(detail.payment.review_reason),
         recheck_job=int(job) if job.isascii() and job.isdigit() and len(job) < 19 else None,
         facts={e.id: event_facts(e.details) for e in detail.events},
         sentences={e.id: resolution_sentence(e.to_status, e.details) for e in detail.events
@@ -180,28 +188,28 @@ def show_payment(request: Request) -> Response:
     return payment_page(request)
 
 
+def payment_form(form: str, anchor: str, failed: str, *typed: str,
+                 words: tuple[tuple[str, str], ...] = ()) -> Callable[[Request, Fields], FormAt]:
+    """Where a form of the payment page is (``web.FormAt``): its section ``anchor``, the fields ``typed`` kept
+    (``name`` or ``name=field``: shown as ``name``, read from the form's ``field``)."""
+    def at(request: Request, fields: Fields) -> FormAt:
+        kept = {}
+        for spec in typed:
+            name, _, field_name = spec.partition("=")
+            kept[name] = fields.raw(field_name or name)[:TEXT_MAX]
+        return FormAt(payment_url(payment_reference(request)) + anchor, form, failed, typed=kept, words=words)
+
+    return at
+
+
 def resolve(request: Request, fields: Fields) -> Response:
-    override = fields.flag("override")
-    form: dict[str, Any] = {"as": fields.raw("as"), "reason": fields.raw("reason")[:500], "override": override,
-                            "difference": fields.raw("difference")[:20]}
     reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
-    try:
-        reason = fields.required("reason")
-        to = fields.required("as", label="resolve as", max_length=20)
-        resolved = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator,
-                                                      override=override, difference=fields.text("difference") or None)
-    except ReviewRefused as exc:
-        text = str(exc).replace("(--override records a decision against the PSP's answer)",
-                                "(tick \"override the PSP's answer\" to ask for four eyes on a decision against "
-                                "it)").replace(
-            "(--override decides without its answer, and records that)",
-            "(tick \"override the PSP's answer\" to ask for four eyes on a decision without it)")
-        return payment_page(request, status=409, errors={"resolve": f"not resolved: {text}"}, form=form)
-    except NotAllowed:
-        raise
-    except UsageError as exc:
-        return payment_page(request, status=422, errors={"resolve": f"not resolved: {plain(exc)}"}, form=form)
+    reason = fields.required("reason")
+    to = fields.required("as", label="resolve as", max_length=20)
+    resolved = recon_app(request).actions.resolve(reference, to=to, reason=reason, by=operator,
+                                                  override=fields.flag("override"),
+                                                  difference=fields.text("difference") or None)
     if isinstance(resolved, Approval):  # an override needs four eyes
         log.info("console: payment %s override requested by %s (approval %d)", reference, operator, resolved.id)
         return done(request, payment_url(reference), f"override requested by {operator}: approval {resolved.id} "
@@ -224,13 +232,8 @@ def recheck(request: Request, fields: Fields) -> Response:
 def assign(request: Request, fields: Fields) -> Response:
     reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
-    try:
-        to = fields.text("assignee", label="assignee", max_length=100)
-        payment = recon_app(request).actions.assign(reference, to=to, by=operator)
-    except NotAllowed:
-        raise
-    except UsageError as exc:
-        return payment_page(request, status=422, errors={"assign": f"not assigned: {plain(exc)}"})
+    to = fields.text("assignee", label="assign to", max_length=100)
+    payment = recon_app(request).actions.assign(reference, to=to, by=operator)
     return done(request, payment_url(reference), f"assigned to {payment.review_assignee}"
                 if payment.review_assignee else "unassigned")
 
@@ -238,13 +241,7 @@ def assign(request: Request, fields: Fields) -> Response:
 def comment(request: Request, fields: Fields) -> Response:
     reference = payment_reference(request)
     operator = acting(request, Role.OPERATOR)
-    try:
-        recon_app(request).actions.comment(reference, text=fields.required("comment", max_length=2000),
-                                           by=operator)
-    except NotAllowed:
-        raise
-    except UsageError as exc:
-        return payment_page(request, status=422, errors={"comment": f"not added: {plain(exc)}"})
+    recon_app(request).actions.comment(reference, text=fields.required("comment", max_length=2000), by=operator)
     return done(request, payment_url(reference) + "#comments", f"comment added by {operator}")
 
 
@@ -268,7 +265,7 @@ def payment_url(reference: str) -> str:
 
 def plain(exc: Exception) -> str:
     """The desk's message without the command line's option dashes (``--reason:`` -> ``reason:``)."""
-    return str(exc).replace("--override", "override").replace(": --", ": ").removeprefix("--")
+    return formless(str(exc))
 
 
 def _query(typed: dict[str, str]) -> str:
@@ -318,7 +315,8 @@ def _base36(n: int) -> str:
 
 def _csv_row(item: ReviewItem) -> list[Any]:
     p, answer = item.payment, item.psp_answer or {}
-    return [p.merchant_reference, p.psp, p.psp_reference, _major(p.amount, p.currency), p.currency,
+    return [p.merchant_reference, p.psp, identifier(p.psp_reference) if p.psp_reference else None,
+            _major(p.amount, p.currency), p.currency,
             _major(answer["psp_amount"], p.currency) if isinstance(answer.get("psp_amount"), int) else None,
             _major(item.difference, p.currency) if item.difference is not None else None, str(item.kind),
             str(item.severity), item.since.isoformat(), item.due_at.isoformat() if item.due_at else None,
@@ -329,14 +327,29 @@ def _major(minor: int, currency: str) -> str:
     return format_amount(minor, currency).split(" ")[0]
 
 
+#: the desk's words for a resolve's fields, as the form names them (the checkbox, not --override)
+RESOLVE_WORDS = (
+    ("(--override records a decision against the PSP's answer)",
+     "(tick \"override the PSP's answer\" to ask for four eyes on a decision against it)"),
+    ("(--override decides without its answer, and records that)",
+     "(tick \"override the PSP's answer\" to ask for four eyes on a decision without it)"),
+    ("--as:", "resolve as:"), ("--difference:", "the difference:"))
+BULK_WORDS = (("--as:", "resolve as:"), ("--psp:", "PSP:"), ("--severity:", "severity:"),
+              ("--assignee:", "assignee:"))
+
 ROUTES = [
     Route("/review", page(review_queue), methods=["GET"]),
     Route("/review/bulk", page(bulk_preview), methods=["GET"]),
-    Route("/review/bulk", action(bulk_apply), methods=["POST"]),
+    Route("/review/bulk", action(bulk_apply, at=bulk_at), methods=["POST"]),
     Route("/search", page(search), methods=["GET"]),
-    Route("/payments/{ref:path}/resolve", action(resolve), methods=["POST"]),
-    Route("/payments/{ref:path}/recheck", action(recheck), methods=["POST"]),
-    Route("/payments/{ref:path}/assign", action(assign), methods=["POST"]),
-    Route("/payments/{ref:path}/comment", action(comment), methods=["POST"]),
+    Route("/payments/{ref:path}/resolve", action(resolve, at=payment_form(
+        "resolve", "#resolve", "not resolved", "as", "reason", "override", "difference", words=RESOLVE_WORDS)),
+        methods=["POST"]),
+    Route("/payments/{ref:path}/recheck", action(recheck, at=payment_form("recheck", "#recheck", "not rechecked")),
+          methods=["POST"]),
+    Route("/payments/{ref:path}/assign", action(assign, at=payment_form(
+        "assign", "#assign", "not assigned", "assignee", words=(("--to:", "assign to:"),))), methods=["POST"]),
+    Route("/payments/{ref:path}/comment", action(comment, at=payment_form(
+        "comment", "#comments", "not added", "comment", words=(("--text:", "comment:"),))), methods=["POST"]),
     Route("/payments/{ref:path}", page(show_payment), methods=["GET"]),
 ]

@@ -164,12 +164,13 @@ def token_console(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cons
         yield running
 
 
-def sign_in(console: Console, page: Page, name: str, *, password: str = PASSWORD, expect: int = 303) -> None:
-    """Log in on the login form as operator ``name`` (a session already open is replaced)."""
+def sign_in(console: Console, page: Page, name: str, *, password: str = PASSWORD, refused: bool = False) -> None:
+    """Log in on the login form as operator ``name`` (a session already open is replaced); ``refused``: the
+    login is refused (a redirect to the form, which says why)."""
     page.goto(console.at("/login"))
     page.get_by_label("Operator").fill(name)
     page.get_by_label("Password").fill(password)
-    submit(page, page.get_by_role("button", name="Log in", exact=True), expect=expect)
+    submit(page, page.get_by_role("button", name="Log in", exact=True), refused=refused)
 
 
 @pytest.fixture
@@ -240,15 +241,22 @@ def recon_json(recon: Runner, db_url: str, *args: str) -> Any:
     return json.loads(r.stdout)
 
 
-def submit(page: Page, button: Locator, *, expect: int = 200) -> None:
+def submit(page: Page, button: Locator, *, expect: int = 200, refused: bool = False) -> None:
     """Click a form's submit ``button`` and wait for the page the POST answers with; its status must be
     ``expect`` (the page's error line is the assertion's message otherwise). A write that succeeded answers
     with a redirect to a page (POST -> redirect -> GET): ``expect=200`` accepts that 303 when the browser then
-    shows a page by GET, at an address that is not the POST's."""
+    shows a page by GET, at an address that is not the POST's. ``refused``: the POST is refused, which answers
+    with a redirect too (``web.refused``), to a page by GET that shows the refusal next to a form."""
     with page.expect_response(lambda r: r.request.method == "POST") as answer:
         button.click()
     page.wait_for_load_state()
     status = answer.value.status
+    if refused:
+        said = " / ".join(page.locator("main .error").all_inner_texts()) or page.inner_text("main")[:300]
+        assert status == 303, f"POST {answer.value.url} answered {status}, not a redirect: {said}"
+        assert page.url != answer.value.url and "refused=" in page.url, page.url
+        assert page.locator("main [data-form-error]").count() == 1, said
+        return
     if status == 303 and expect == 200:
         assert page.url != answer.value.url, "the redirect after the POST led back to the POST's address"
         status = 200

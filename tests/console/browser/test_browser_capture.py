@@ -34,13 +34,13 @@ def test_browser_capture__refused_next_to_the_form_cancel_needs_its_confirmation
     form = page.locator("form[action$='/capture']")
     assert form.get_by_label("Amount (EUR)").input_value() == "50.00"  # the whole authorisation by default
     form.get_by_label("Amount (EUR)").fill("60.00")
-    submit(page, form.get_by_role("button", name="Capture"), expect=422)
+    submit(page, form.get_by_role("button", name="Capture"), refused=True)
     alert = page.locator("form[action$='/capture'] [data-form-error='capture']")
     assert "not captured:" in alert.inner_text() and "more than the 5000" in alert.inner_text()
     assert page.locator("form[action$='/capture'] input[name=amount]").input_value() == "60.00"
 
     cancel = page.locator("form[action$='/cancel']")
-    submit(page, cancel.get_by_role("button", name="Cancel the authorisation"), expect=422)
+    submit(page, cancel.get_by_role("button", name="Cancel the authorisation"), refused=True)
     refusal = page.locator("form[action$='/cancel'] [data-form-error='cancel']")
     assert 'tick "Yes, release the whole authorisation" to confirm' in refusal.inner_text()
     assert recon_json(recon, db_url, "payments", "show", "order-66")["modifications"] == []  # nothing written

@@ -36,7 +36,7 @@ def test_browser_dead_letters__preview_then_replay_makes_the_filtered_job_runnab
     assert recon_json(recon, db_url, "jobs", "show", str(target))["job"]["state"] == "dead"  # a preview changes nothing
 
     replay = page.locator("form[action='/dead/replay']")
-    submit(page, replay.get_by_role("button"), expect=422)  # the confirmation is not ticked: refused by its form
+    submit(page, replay.get_by_role("button"), refused=True)  # the confirmation is not ticked: refused by its form
     assert "Yes, replay these jobs" in page.locator("[data-form-error='replay']").inner_text()
     assert recon_json(recon, db_url, "jobs", "show", str(target))["job"]["state"] == "dead"
     replay = page.locator("form[action='/dead/replay']")

@@ -27,12 +27,20 @@ pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_browser_login__ten_failures_lock_the_operator_out(token_console: Console, page: Page, tmp_path: Path,
                                                            db: Database) -> None:
     for _ in range(10):
-        sign_in(token_console, page, "ann", password="not the password", expect=401)
+        sign_in(token_console, page, "ann", password="not the password", refused=True)
         assert "wrong operator name, password or code" in page.get_by_role("alert").inner_text() or \
             "locked" in page.get_by_role("alert").inner_text()
-    sign_in(token_console, page, "ann", expect=401)  # the right password, but locked
+    sign_in(token_console, page, "ann", refused=True)  # the right password, but locked
     page.screenshot(path=tmp_path / "locked.png", full_page=True)
     assert "too many failed logins: locked for 30 minutes" in page.get_by_role("alert").inner_text()
+    assert page.get_by_label("Operator").input_value() == "ann" and page.get_by_label("Password").input_value() == ""
+    failed = "SELECT count(*) FROM audit_log WHERE action = 'login.failed'"
+    with db.begin() as conn:
+        before = conn.exec_driver_sql(failed).scalar()
+    page.reload()  # a GET: the password is not posted again, no failure counted
+    assert "locked for 30 minutes" in page.get_by_role("alert").inner_text()
+    with db.begin() as conn:
+        assert conn.exec_driver_sql(failed).scalar() == before == 11
     sign_in(token_console, page, "bob", password=PASSWORD)  # another operator is not locked
     assert "bob (approver)" in page.inner_text("header")
     with db.begin() as conn:
@@ -45,7 +53,7 @@ def test_browser_roles__a_viewer_reads_but_cannot_pause(console: Console, page: 
     page.goto(console.at("/psps"))
     form = page.locator("form[action='/psps/stripe/pause']")
     form.locator("input[name=reason]").fill("I should not")
-    submit(page, form.get_by_role("button"), expect=403)
+    submit(page, form.get_by_role("button"), refused=True)
     page.screenshot(path=tmp_path / "refused.png", full_page=True)
     assert "vic has the role viewer; this takes operator or above" in page.inner_text("main")
     assert recon_json(recon, db_url, "approvals", "list")["approvals"] == []
@@ -58,19 +66,19 @@ def test_browser_login__a_totp_code_opens_a_session_a_foreign_key_is_named(
     seed = Operators(db).reset_password("amy", password=PASSWORD, by="root", totp=True)
     assert seed
 
-    def with_code(code: str, *, expect: int) -> None:
+    def with_code(code: str, *, refused: bool = False) -> None:
         page.goto(token_console.at("/login"))
         page.get_by_label("Operator").fill("amy")
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_label("Code").fill(code)
-        submit(page, page.get_by_role("button", name="Log in", exact=True), expect=expect)
+        submit(page, page.get_by_role("button", name="Log in", exact=True), expect=303, refused=refused)
 
-    with_code(pyotp.TOTP(seed).now(), expect=303)
+    with_code(pyotp.TOTP(seed).now())
     assert "amy (approver)" in page.inner_text("header")
     other = write_new_key(tmp_path / "other.key")  # amy's seed sealed under a key the console does not have
     with db.begin() as conn:
         conn.execute(sa.text("UPDATE operators SET totp_secret = :v WHERE name = 'amy'"),
                      {"v": other.seal(seed, operator="amy")})
-    with_code(pyotp.TOTP(seed).now(), expect=401)
+    with_code(pyotp.TOTP(seed).now(), refused=True)
     page.screenshot(path=tmp_path / "totp-unreadable.png", full_page=True)
-    assert SEED_UNREADABLE in page.get_by_role("alert").inner_text()
+    assert SEED_UNREADABLE in page.locator("main [data-form-error]").inner_text()

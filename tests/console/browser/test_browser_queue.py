@@ -84,7 +84,7 @@ def test_browser_queue__bulk_resolve_previews_then_applies_exactly_that_set_and_
 
     form = page.locator("form[action='/review/bulk'][method=post]")
     form.locator("input[name=reason]").fill("never reached the PSP")
-    submit(page, form.get_by_role("button"), expect=422)  # the confirmation is not ticked
+    submit(page, form.get_by_role("button"), refused=True)  # the confirmation is not ticked
     assert "Yes, resolve exactly these payments" in page.locator("[data-form-error='bulk']").inner_text()
     page.goto(console.at("/review/bulk?as=failed"))  # the preview again, by GET
     form = page.locator("form[action='/review/bulk'][method=post]")
@@ -122,7 +122,7 @@ def test_browser_queue__a_bulk_resolve_above_the_threshold_is_requested_then_app
     assert {PaymentStore(db).by_reference(r).status for r in lost} == {  # type: ignore[union-attr]
         PaymentStatus.NEEDS_REVIEW}  # nothing resolved yet
     page.goto(console.at("/approvals"))
-    submit(page, page.get_by_role("button", name="Approve 1"), expect=403)  # his own request
+    submit(page, page.get_by_role("button", name="Approve 1"), refused=True)  # his own request
     assert "another approver must approve it (four eyes)" in page.get_by_role("alert").inner_text()
     assert {PaymentStore(db).by_reference(r).status for r in lost} == {  # type: ignore[union-attr]
         PaymentStatus.NEEDS_REVIEW}
