@@ -240,6 +240,20 @@ def test_guard__no_token_within_the_wait_snoozes(db: Database) -> None:
     assert timedelta(seconds=0.5) < held.delay < timedelta(seconds=1.3)
 
 
+def test_guard__a_spent_permit_is_admitted_again_before_a_second_call(db: Database) -> None:
+    """A movement's lookup before it re-sends an old key, then its send: two calls, two tokens. At 1 request/s
+    and a bucket of 1, a fresh unspent permit is refreshed as itself; once a call was made through it, its
+    refresh is a new admission, which finds no token within 0.1 s and snoozes."""
+    guard = guard_for(db, rate_limit=1, rate_burst=1, rate_wait_seconds=0.1)
+    permit = guard.admit("sandbox")
+    assert isinstance(permit, Permit)
+    assert guard.refresh(permit) is permit and guard.counts["readmitted"] == 0
+    permit.call(lambda: None)
+    again = guard.refresh(permit)
+    assert isinstance(again, Snooze) and again.reason == "psp sandbox rate limit"
+    assert guard.counts["readmitted"] == 1
+
+
 class SlowFirstAdmission(ControlStore):
     """A ControlStore whose first admission statement takes 1.5 s (a database under load), longer than the
     1 s the old gate let a thread wait for another thread's statement."""
