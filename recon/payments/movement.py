@@ -74,7 +74,7 @@ class MovementJob(Generic[M, T]):
     movement: ClassVar[MovementKind]
     kind: str
 
-    def __init__(self, store: MovementStore[M, Any, T], payments: PaymentStore, adapter_func: AdapterFunc, *,
+    def __init__(self, store: MovementStore[M, T], payments: PaymentStore, adapter_func: AdapterFunc, *,
                  guard: Guard | None = None, clock: Clock | None = None, queue: str = CHARGE_QUEUE) -> None:
         self.queue = queue
         self.store = store
