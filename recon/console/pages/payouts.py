@@ -57,9 +57,9 @@ def payouts_page(request: Request) -> Response:
 def _row(request: Request, p: Payout) -> dict[str, Any]:
     """A payout as the day list shows it: ``state`` matched (a bank entry, no open exception), else the kind of
     its first open exception, else ``awaiting_bank``."""
-    store = recon_app(request).payouts
-    exceptions = [e for e in store.exceptions_of(p.id) if e.state.value == "open"]
-    entries = store.matched_entries(p.id)
+    closes = recon_app(request).closes
+    exceptions = [e for e in closes.exceptions_of(p.id) if e.state.value == "open"]
+    entries = closes.matched_entries(p.id)
     state = exceptions[0].kind.value if exceptions else "matched" if entries or p.amount == 0 else "awaiting_bank"
     return {"payout": p, "state": state, "entries": entries}
 
@@ -67,13 +67,14 @@ def _row(request: Request, p: Payout) -> dict[str, Any]:
 def payout_page(request: Request, *, status: int = 200, notice: str | None = None,
                 error: str | None = None) -> Response:
     payout_id = _payout_id(request)
-    store = recon_app(request).payouts
+    app = recon_app(request)
+    store, closes = app.payouts, app.closes
     payout = store.get(payout_id)
     if payout is None:
         raise PageError(404, f"payout {payout_id} not found")
     return pages(request).render(request, "payout.html", status=status, notice=notice, error=error, payout=payout,
                                  lines=list(islice(store.lines(payout_id), LINES_MAX)), lines_max=LINES_MAX,
-                                 entries=store.matched_entries(payout_id), exceptions=store.exceptions_of(payout_id),
+                                 entries=closes.matched_entries(payout_id), exceptions=closes.exceptions_of(payout_id),
                                  events=store.events(payout_id))
 
 
@@ -82,14 +83,13 @@ def show_payout(request: Request) -> Response:
 
 
 def exceptions_page(request: Request) -> Response:
-    found = list(islice(recon_app(request).payouts.iter_exceptions(state="open"), EXCEPTIONS_MAX))
+    found = list(islice(recon_app(request).closes.iter_exceptions(state="open"), EXCEPTIONS_MAX))
     return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX)
 
 
 def resolve(request: Request, fields: Fields) -> Response:
     exception_id = _int(request.path_params["eid"])
-    store = recon_app(request).payouts
-    found = store.exception(exception_id)
+    found = recon_app(request).closes.exception(exception_id)
     if found is None:
         raise PageError(404, f"payout exception {exception_id} not found")
     operator = acting(request, Role.OPERATOR)
@@ -109,7 +109,7 @@ def resolve(request: Request, fields: Fields) -> Response:
 def _after(request: Request, payout_id: int | None, **kw: Any) -> Response:
     """The payout's page after a resolve (the exceptions page for a credit's exception)."""
     if payout_id is None:
-        found = list(islice(recon_app(request).payouts.iter_exceptions(state="open"), EXCEPTIONS_MAX))
+        found = list(islice(recon_app(request).closes.iter_exceptions(state="open"), EXCEPTIONS_MAX))
         return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX,
                                      **kw)
     request.path_params["pid"] = str(payout_id)
