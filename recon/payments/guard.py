@@ -2,10 +2,12 @@
 
 The PSP-calling handlers ask ``guard.admit(psp, lease=lease)`` before anything changes and make the call
 through the ``Permit`` it returns, which records how it went. A handler that writes between the two (the
-charge marks its payment processing) asks ``guard.refresh(permit, lease=lease)`` right before the call: a
-permit admitted longer than PERMIT_SECONDS ago (the write waited for a pooled connection, for SQLite's write
-lock) is admitted again, so a stall there never releases the calls admitted before it in one crowd: the
-calls stay within the bucket's rate however long the handlers waited (the old token is spent unused). The
+charge marks its payment processing, a refund, capture or cancel claims its send: ``recon.payments.movement``) or
+makes a second call (a movement's send after its lookup) asks ``guard.refresh(permit, lease=lease)`` right before
+the call: a permit spent already, or admitted longer than PERMIT_SECONDS ago (the write waited for a pooled
+connection, for SQLite's write lock), is admitted again, so a stall there never releases the calls admitted
+before it in one crowd: the calls stay within the bucket's rate however long the handlers waited (the old token
+is spent unused), and every call takes a token of its own. The
 state is PSP-wide, in the PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every
 host obeys it:
 
