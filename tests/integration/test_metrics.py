@@ -183,9 +183,20 @@ def test_metrics__one_worker_endpoint_shows_every_process_of_the_pool(db: Databa
         assert second.returncode == 0, second.stderr
         assert "another process may serve the pool's metrics" in second.stderr
         # the endpoint reads the database at most every REFRESH_SECONDS: wait for the second's final row
-        wait_until(lambda: len(_workers(scrape(port))) == 2, PROCESS_BOUND_SECONDS, "both workers on the endpoint")
-        wait_until(lambda: value(scrape(port), "recon_job_attempts_total", outcome="succeeded") == n,
-                   PROCESS_BOUND_SECONDS, f"{n} successes on the endpoint")
+        seen: list[object] = []  # what the endpoint said last, for the message should a wait time out
+
+        def said(found: object) -> object:
+            seen[:] = [found]
+            return found
+
+        try:
+            wait_until(lambda: len(said(_workers(scrape(port)))) == 2,  # type: ignore[arg-type]
+                       PROCESS_BOUND_SECONDS, "both workers on the endpoint")
+            wait_until(lambda: said(value(scrape(port), "recon_job_attempts_total", outcome="succeeded")) == n,
+                       PROCESS_BOUND_SECONDS, f"{n} successes on the endpoint")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the endpoint said {seen}; the second worker's stderr: "
+                                 f"{second.stderr[-2000:]}") from None
         m = scrape(port)
         assert value(m, "recon_job_claims_total") == n
         assert value(m, "recon_workers_live") == 1  # the burst worker stopped
