@@ -235,11 +235,11 @@ class Actions:
     # --- the close's exceptions --------------------------------------------------------------------------------
 
     def resolve_payout_exception(self, exception_id: int, *, reason: str, by: str | None) -> PayoutException:
-        """Resolve an open payout exception (``PayoutStore.resolve``: the payout's history records it too)."""
+        """Resolve an open payout exception (``CloseStore.resolve``: the payout's history records it too)."""
         who = self._who(by, Role.OPERATOR, "payouts resolve")
         subject = f"payout exception {exception_id}"
         try:
-            done = self.app.payouts.resolve(exception_id, by=who, reason=reason)
+            done = self.app.closes.resolve(exception_id, by=who, reason=reason)
         except ReviewRefused as exc:
             self.audit.record(entry(who, "payouts.resolve", subject, "refused", reason=reason, why=str(exc)))
             raise

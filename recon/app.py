@@ -34,6 +34,7 @@ from recon.console.config import ConsoleConfig
 from recon.counters import ProcessMetrics
 from recon.db.audit_store import AuditStore
 from recon.db.bank_store import BankStore
+from recon.db.close_store import CloseStore
 from recon.db.control_store import ControlStore
 from recon.db.database import Database, connect, schema_revisions
 from recon.db.database import upgrade as apply_migrations
@@ -235,8 +236,13 @@ class App:
 
     @cached_property
     def payouts(self) -> PayoutStore:
-        """The PSPs' payouts, their lines, the close's matches and exceptions (``recon payouts``, ``close``)."""
+        """The PSPs' payouts, their lines and history (``recon payouts``, the payouts job)."""
         return PayoutStore(self.db)
+
+    @cached_property
+    def closes(self) -> CloseStore:
+        """The close's matches, exceptions and runs (``recon close``, ``recon payouts exceptions``, the desk)."""
+        return CloseStore(self.db, payouts=self.payouts)
 
     @cached_property
     def close_config(self) -> CloseConfig:
@@ -260,11 +266,11 @@ class App:
         if psp not in self.psp_names():
             raise UsageError(f"--psp {psp!r}: unknown PSP (known: {', '.join(self.psp_names())})")
         accounts = [a for a in self.bank_config.accounts.values() if psp in a.psps or not a.psps]
-        report = closing.run_close(self.payouts, psp=psp, since=since, until=until,
+        report = closing.run_close(self.closes, psp=psp, since=since, until=until,
                                    rules=self.close_config.rules_for(psp), accounts=[a.identifier for a in accounts],
                                    exclusive_accounts=[a.identifier for a in accounts if a.psps == (psp,)],
                                    as_of=as_of)
-        self.payouts.record_run(psp=psp, since=since, until=until, payouts=len(report.payouts),
+        self.closes.record_run(psp=psp, since=since, until=until, payouts=len(report.payouts),
                                 open_items=report.open_items, closed=report.closed)
         return report
 

@@ -34,11 +34,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import CollectorRegistry
 
 from recon.counters import series
+from recon.db.close_store import CloseStore
 from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.modification_store import ModificationStore
 from recon.db.payment_store import PaymentStore
-from recon.db.payout_store import PayoutStore
 from recon.db.pool_store import PoolStore
 from recon.db.refund_store import RefundStore
 from recon.db.review_store import ReviewStore
@@ -96,8 +96,8 @@ class PoolCollector:
                 disputes = DisputeStore(self._ledger.db)
                 pool["disputes"] = disputes_section(disputes.open_totals(soon=now + EVIDENCE_SOON),
                                                     disputes.status_counts())
-                payouts = PayoutStore(self._ledger.db)
-                pool["payouts"] = payouts_section(payouts.open_by_kind(), payouts.open_amounts(), payouts.last_runs())
+                closes = CloseStore(self._ledger.db)
+                pool["payouts"] = payouts_section(closes.open_by_kind(), closes.open_amounts(), closes.last_runs())
                 self._cached = (time.monotonic(), pool)
             return self._cached[1]
 

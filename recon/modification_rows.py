@@ -1,5 +1,6 @@
 """The rows of captures and cancels (``recon.db.modification_store``): a modification of an authorised payment,
-its audit events, a new one and a compare-and-set transition. A leaf, like ``recon.rows``.
+a new one and a compare-and-set transition (its audit events are ``recon.movement_rows.MovementEvent``s). A
+leaf, like ``recon.rows``.
 
 A manual-capture payment is *authorised* by its charge (``PaymentStatus.AUTHORISED``); a capture takes the money
 (all of it, or part: the rest is released) and a cancel releases it. Each is a modification with the states of a
@@ -88,19 +89,6 @@ class Modification:
 
     def to_dict(self) -> dict[str, Any]:
         return row_dict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class ModificationEvent:
-    id: int
-    modification_id: int
-    from_status: str | None
-    to_status: str
-    source: str
-    at: datetime
-    job_id: int | None = None
-    attempt: int | None = None
-    details: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

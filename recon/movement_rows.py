@@ -91,6 +91,28 @@ class MovementTransition(Protocol):
     def review_reason(self) -> str | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class MovementEvent:
+    """One entry of a refund's or a modification's audit trail (``MovementStore.events``): one row type for both
+    kinds, whose events tables differ only in the name of the movement's id column (``MovementKind.id_field``)."""
+
+    id: int
+    movement_id: int  #: the refund's or the modification's id
+    from_status: str | None
+    to_status: str
+    source: str
+    at: datetime
+    job_id: int | None = None
+    attempt: int | None = None
+    details: dict[str, Any] | None = None
+
+    def to_dict(self, kind: MovementKind) -> dict[str, Any]:
+        """JSON-ready fields (``row_dict``), the movement's id named as ``kind``'s events table names it
+        (``refund_id``, ``modification_id``), second, as ``recon refunds show --json`` prints it."""
+        out = row_dict(self)
+        return {"id": out.pop("id"), kind.id_field: out.pop("movement_id"), **out}
+
+
 def row_dict(row: Any) -> dict[str, Any]:
     """A slotted row as JSON-ready fields, in slot order: datetimes as ISO 8601, enums as their values."""
     out: dict[str, Any] = {}

@@ -11,7 +11,7 @@ module from what the stores return, whoever shows it. The sections:
 - ``psp_controls_document``: pause, cool-down and breaker per PSP (also the whole of ``recon psp status --json``);
 - ``review_section``, manual resolutions, the last sweeps, webhook events by outcome;
 - ``payouts_section``: the close's open exceptions by kind, what they leave unexplained per currency, and each
-  PSP's last close (``PayoutStore``).
+  PSP's last close (``CloseStore``).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     # webhook events received in the window by PSP and how applying them ended (unknown_payment: events for
     # payments we have no record of, missing_locally candidates)
     doc["webhooks"] = app.webhooks.counts(since=now - window)
-    doc["payouts"] = payouts_section(app.payouts.open_by_kind(), app.payouts.open_amounts(), app.payouts.last_runs())
+    doc["payouts"] = payouts_section(app.closes.open_by_kind(), app.closes.open_amounts(), app.closes.last_runs())
     if overview:
         for key in OVERVIEW_LEAVES_OUT:
             doc.pop(key, None)
@@ -290,8 +290,8 @@ def review_section(count: int, oldest: datetime | None, *, now: datetime) -> dic
 def payouts_section(open_by_kind: dict[str, int], amounts: Sequence[dict[str, Any]],
                     last_closes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The close's desk: open exceptions by kind and in all; per currency, the amount the payouts with an open
-    exception and the bank entries with one of their own leave unexplained (minor units, ``PayoutStore
-    .open_amounts``); each PSP's last close (``PayoutStore.last_runs``)."""
+    exception and the bank entries with one of their own leave unexplained (minor units, ``CloseStore
+    .open_amounts``); each PSP's last close (``CloseStore.last_runs``)."""
     unmatched: dict[str, dict[str, int]] = {}
     for row in amounts:
         entry = unmatched.setdefault(row["currency"], {"payouts": 0, "payouts_amount": 0, "bank_entries": 0,

@@ -1,5 +1,5 @@
-"""The rows of refunds (``recon.db.refund_store``): a refund, its audit events, a new refund and a refund's
-compare-and-set transition. A leaf, like ``recon.rows``.
+"""The rows of refunds (``recon.db.refund_store``): a refund, a new refund and a refund's compare-and-set
+transition (its audit events are ``recon.movement_rows.MovementEvent``s). A leaf, like ``recon.rows``.
 
 A refund has the states of a charge (``recon.rows.PaymentStatus`` and its state machine,
 ``recon.rows.TRANSITIONS``): created (stored, not sent), processing (sent, or about to be), pending (the PSP
@@ -72,19 +72,6 @@ class Refund:
 
     def to_dict(self) -> dict[str, Any]:
         return row_dict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class RefundEvent:
-    id: int
-    refund_id: int
-    from_status: str | None
-    to_status: str
-    source: str
-    at: datetime
-    job_id: int | None = None
-    attempt: int | None = None
-    details: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

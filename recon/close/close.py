@@ -4,7 +4,7 @@ exception, and totals per currency.
 ``run_close`` reads the stored payouts (``recon payouts fetch`` or the ``payouts`` job brought them) and the
 credits of the bank accounts that PSP pays into (``[bank.accounts.NAME] psps``), booked within the window
 widened by the matching window, decides (``recon.close.match.decide``), stores the new matches and exceptions
-(``PayoutStore.record_close``: run twice, nothing new), and returns the ``CloseReport``. A payout's category is
+(``CloseStore.record_close``: run twice, nothing new), and returns the ``CloseReport``. A payout's category is
 ``matched``, the kind of its first open exception, ``resolved`` (a person resolved its exceptions) or
 ``awaiting_bank`` (still inside its window). The day is closed when every payout is matched or resolved and
 no unexplained credit is open: ``recon close`` exits 0, else 1.
@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import orjson
 
 from recon.close.match import MatchRules, decide, dispute_fees
+from recon.db.close_store import CloseStore
 from recon.db.payout_store import PayoutStore
 from recon.payout_rows import Credit, ExceptionKind, ExceptionState, Payout, PayoutException
 from recon.spreadsheet import safe_cell
@@ -88,10 +89,10 @@ class CloseReport:
         return dict(sorted(counts.items()))
 
 
-def run_close(store: PayoutStore, *, psp: str, since: date, until: date, rules: MatchRules,
+def run_close(store: CloseStore, *, psp: str, since: date, until: date, rules: MatchRules,
               accounts: Sequence[str], exclusive_accounts: Sequence[str], as_of: date) -> CloseReport:
     """Decide and record the close of ``psp``'s payouts arriving in ``[since, until)`` (module docstring)."""
-    payouts = list(store.iter_payouts(psp=psp, since=since, until=until))
+    payouts = list(store.payouts.iter_payouts(psp=psp, since=since, until=until))
     margin = timedelta(days=rules.window_days)
     credits = list(store.iter_credits(accounts, since=since - margin, until=until + margin))
     payout_ids, entry_ids = [p.id for p in payouts], [c.id for c in credits]
@@ -115,11 +116,11 @@ def run_close(store: PayoutStore, *, psp: str, since: date, until: date, rules: 
     results = [PayoutResult(p, _category(p, matched[p.id], by_payout[p.id], store), matched[p.id], by_payout[p.id])
                for p in payouts]
     report = CloseReport(psp=psp, since=since, until=until, payouts=results, credit_exceptions=credit_exceptions)
-    report.totals = _totals(store, report)
+    report.totals = _totals(store.payouts, report)
     return report
 
 
-def _category(p: Payout, credits: list[Credit], exceptions: list[PayoutException], store: PayoutStore) -> str:
+def _category(p: Payout, credits: list[Credit], exceptions: list[PayoutException], store: CloseStore) -> str:
     kinds = {e.kind for e in exceptions}
     for kind in _PRECEDENCE:
         if kind in kinds:

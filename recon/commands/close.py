@@ -186,8 +186,8 @@ def payout_doc(app: App, payout_id: int, *, line_limit: int = 10_000) -> dict[st
         raise UsageError(f"no payout {payout_id}")
     return {"payout": payout.to_dict(),
             "lines": [_linked(app, line.to_dict()) for line in islice(app.payouts.lines(payout_id), line_limit)],
-            "bank_entries": [c.to_dict() for c in app.payouts.matched_entries(payout_id)],
-            "exceptions": [e.to_dict() for e in app.payouts.exceptions_of(payout_id)],
+            "bank_entries": [c.to_dict() for c in app.closes.matched_entries(payout_id)],
+            "exceptions": [e.to_dict() for e in app.closes.exceptions_of(payout_id)],
             "events": [e.to_dict() for e in app.payouts.events(payout_id)]}
 
 
@@ -210,7 +210,7 @@ def _linked(app: App, line: dict[str, Any]) -> dict[str, Any]:
 @click.pass_obj
 def payouts_exceptions(app: App, kind: str | None, state: str, limit: int, as_json: bool) -> None:
     """The close's exceptions (the review desk's payout kinds), oldest first."""
-    found = list(islice(app.payouts.iter_exceptions(state=None if state == "all" else state, kind=kind), limit))
+    found = list(islice(app.closes.iter_exceptions(state=None if state == "all" else state, kind=kind), limit))
     if as_json:
         click.echo(json.dumps({"exceptions": [e.to_dict() for e in found]}))
         return

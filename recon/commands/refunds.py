@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 
 import click
 
@@ -14,6 +13,7 @@ from recon.params import BATCH_BY_HELP, EXIT_USAGE, by_option, operator_name, sa
 from recon.payments.importer import ImportRejected
 from recon.payments.money import format_amount
 from recon.payments.refund_import import RefundProblem, read_refunds
+from recon.refund_rows import REFUND
 from recon.render.refunds import refund_detail
 
 #: the option that names each field of ``recon refund``, for its one-line errors
@@ -73,7 +73,7 @@ def refunds_show(app: App, reference: str, as_json: bool) -> None:
     payment_ref = payment.merchant_reference if payment else str(found.payment_id)
     if as_json:
         click.echo(json.dumps({"refund": {**found.to_dict(), "payment": payment_ref},
-                               "events": [{**asdict(e), "at": e.at.isoformat()} for e in events]}))
+                               "events": [e.to_dict(REFUND) for e in events]}))
         return
     refund_detail(found, events, payment_reference=payment_ref)
 

@@ -79,14 +79,14 @@ def review_list(app: App, /, limit: int, as_json: bool, **filters: Any) -> None:
     with_payouts = filters["kind"] is None or payout_kind is not None
     with_payouts = with_payouts and not any(filters[k] for k in PAYMENT_ONLY)
     items = app.review.list(**filters, limit=min(limit, 10_000)) if with_payments else []
-    exceptions = (list(islice(app.payouts.iter_exceptions(state="open", kind=payout_kind, psp=filters["psp"]),
+    exceptions = (list(islice(app.closes.iter_exceptions(state="open", kind=payout_kind, psp=filters["psp"]),
                               limit)) if with_payouts else [])
     if as_json:
         totals = app.review.totals(_where(app, filters)) if with_payments else None
         click.echo(json.dumps({"payments": [i.to_dict() for i in items], "total": totals.count if totals else 0,
                                "by_currency": [vars_of(t) for t in totals.by_currency] if totals else [],
                                "payout_exceptions": [e.to_dict() for e in exceptions],
-                               "payout_exceptions_by_kind": app.payouts.open_by_kind() if with_payouts else {}}))
+                               "payout_exceptions_by_kind": app.closes.open_by_kind() if with_payouts else {}}))
         return
     if with_payments:
         review_table(items, now=app.review.clock.now())

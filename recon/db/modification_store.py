@@ -30,7 +30,6 @@ from recon.modification_rows import (
     CAPTURE,
     MODIFICATION,
     Modification,
-    ModificationEvent,
     ModificationSource,
     ModificationTransition,
     NewModification,
@@ -43,7 +42,7 @@ from recon.rows import EnqueueRow, EventSource, PaymentStatus, Transition
 KEPT = ("idempotency_key",)
 
 
-class ModificationStore(MovementStore[Modification, ModificationEvent, ModificationTransition]):
+class ModificationStore(MovementStore[Modification, ModificationTransition]):
     kind = MODIFICATION
     queries = movement_queries(MODIFICATION)
 
@@ -189,9 +188,6 @@ class ModificationStore(MovementStore[Modification, ModificationEvent, Modificat
             payment.id, payment.status, PaymentStatus.NEEDS_REVIEW, source,
             details={**(t.details or {}), "modification": m["modification_reference"]}, job_id=t.job_id,
             attempt=t.attempt, review_reason=t.review_reason))
-
-    def _event_row(self, m: Mapping[Any, Any]) -> ModificationEvent:
-        return ModificationEvent(modification_id=int(m["movement_id"]), **self._event_fields(m))
 
     def _row(self, m: Mapping[Any, Any]) -> Modification:
         t = self.db.from_db

@@ -22,16 +22,15 @@ import sqlalchemy as sa
 from recon.db.database import Database, json_from_db
 from recon.db.movement_queries import MovementQueries
 from recon.errors import IllegalTransition, PspReferenceConflict
-from recon.movement_rows import Movement, MovementKind, MovementTransition
+from recon.movement_rows import Movement, MovementEvent, MovementKind, MovementTransition
 from recon.redact import redact_evidence, redact_row
 from recon.rows import PaymentStatus
 
 M = TypeVar("M", bound=Movement)
-E = TypeVar("E")
 T = TypeVar("T", bound=MovementTransition)
 
 
-class MovementStore(Generic[M, E, T]):
+class MovementStore(Generic[M, T]):
     kind: ClassVar[MovementKind]
     queries: ClassVar[MovementQueries]
 
@@ -42,10 +41,6 @@ class MovementStore(Generic[M, E, T]):
 
     def _row(self, m: Mapping[Any, Any]) -> M:
         """A movement from a row of ``kind.columns``, read by name."""
-        raise NotImplementedError
-
-    def _event_row(self, m: Mapping[Any, Any]) -> E:
-        """An audit event from a row of ``events_for``, read by name."""
         raise NotImplementedError
 
     def _effect(self, conn: sa.Connection, m: Mapping[Any, Any], t: T) -> None:
@@ -82,11 +77,18 @@ class MovementStore(Generic[M, E, T]):
         return [self._row(r._mapping) for r in conn.execute(self._q(self.queries.list_for_payment),
                                                             {"payment_id": payment_id})]
 
-    def events(self, movement_id: int) -> list[E]:
+    def events(self, movement_id: int) -> list[MovementEvent]:
         """A movement's audit trail, oldest first."""
         with self.db.begin() as conn:
             rows = conn.execute(self._q(self.queries.events_for), {"id": movement_id}).all()
         return [self._event_row(r._mapping) for r in rows]
+
+    def _event_row(self, m: Mapping[Any, Any]) -> MovementEvent:
+        """An audit event from a row of ``events_for``, read by name."""
+        return MovementEvent(id=int(m["id"]), movement_id=int(m["movement_id"]), from_status=m["from_status"],
+                             to_status=m["to_status"], source=m["source"],
+                             at=self.db.from_db(m["at"]),  # type: ignore[arg-type]  # NOT NULL
+                             job_id=m["job_id"], attempt=m["attempt"], details=json_from_db(m["details"]))
 
     def existing_references(self, refs: Sequence[str]) -> set[str]:
         """Which of ``refs`` are taken already."""
@@ -172,12 +174,6 @@ class MovementStore(Generic[M, E, T]):
             "movement_id": movement_id, "from_status": None if from_status is None else str(from_status),
             "to_status": str(to_status), "source": str(source), "job_id": job_id, "attempt": attempt,
             "details": None if clean is None else json.dumps(clean), "now": self.db.now_param()})
-
-    def _event_fields(self, m: Mapping[Any, Any]) -> dict[str, Any]:
-        """The fields every audit event has, from a row of ``events_for`` (its movement's id aside)."""
-        return {"id": int(m["id"]), "from_status": m["from_status"], "to_status": m["to_status"],
-                "source": m["source"], "at": self.db.from_db(m["at"]), "job_id": m["job_id"],
-                "attempt": m["attempt"], "details": json_from_db(m["details"])}
 
     def _q(self, query: Any) -> sa.TextClause:
         return query.for_dialect(self.db.dialect)  # type: ignore[no-any-return]

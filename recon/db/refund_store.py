@@ -22,7 +22,7 @@ from recon.db.movement_queries import movement_queries
 from recon.db.movement_store import MovementStore
 from recon.errors import RefundRefused, StoreError
 from recon.redact import grouped, redact_row
-from recon.refund_rows import REFUND, NewRefund, Refund, RefundEvent, RefundSource, RefundTransition
+from recon.refund_rows import REFUND, NewRefund, Refund, RefundSource, RefundTransition
 from recon.rows import EnqueueRow, PaymentStatus
 
 #: the refund job's kind (``recon.payments.refund.RefundHandler.kind``): created here, with its refund
@@ -32,7 +32,7 @@ REFUND_KIND = "refund"
 KEPT = ("idempotency_key",)
 
 
-class RefundStore(MovementStore[Refund, RefundEvent, RefundTransition]):
+class RefundStore(MovementStore[Refund, RefundTransition]):
     kind = REFUND
     queries = movement_queries(REFUND)
 
@@ -119,6 +119,3 @@ class RefundStore(MovementStore[Refund, RefundEvent, RefundTransition]):
                       created_at=t(m["created_at"]), updated_at=t(m["updated_at"]),  # type: ignore[arg-type]
                       reason=m["reason"], psp_refund_id=m["psp_refund_id"], failure_reason=m["failure_reason"],
                       review_reason=m["review_reason"], sent_at=t(m["sent_at"]))
-
-    def _event_row(self, m: Mapping[Any, Any]) -> RefundEvent:
-        return RefundEvent(refund_id=int(m["movement_id"]), **self._event_fields(m))

@@ -2,10 +2,12 @@
 
 The PSP-calling handlers ask ``guard.admit(psp, lease=lease)`` before anything changes and make the call
 through the ``Permit`` it returns, which records how it went. A handler that writes between the two (the
-charge marks its payment processing) asks ``guard.refresh(permit, lease=lease)`` right before the call: a
-permit admitted longer than PERMIT_SECONDS ago (the write waited for a pooled connection, for SQLite's write
-lock) is admitted again, so a stall there never releases the calls admitted before it in one crowd: the
-calls stay within the bucket's rate however long the handlers waited (the old token is spent unused). The
+charge marks its payment processing, a refund, capture or cancel claims its send: ``recon.payments.movement``) or
+makes a second call (a movement's send after its lookup) asks ``guard.refresh(permit, lease=lease)`` right before
+the call: a permit spent already, or admitted longer than PERMIT_SECONDS ago (the write waited for a pooled
+connection, for SQLite's write lock), is admitted again, so a stall there never releases the calls admitted
+before it in one crowd: the calls stay within the bucket's rate however long the handlers waited (the old token
+is spent unused), and every call takes a token of its own. The
 state is PSP-wide, in the PSP's ``psp_controls`` row (``recon.db.control_store``), so every worker on every
 host obeys it:
 
@@ -145,16 +147,19 @@ class _Gate:
 class Permit:
     """Leave to call the PSP once. ``call(func)`` runs the call and tells the guard how it went; a
     ``probe`` permit is the breaker's half-open probe (its value is the probe slot's token); ``admitted``
-    when its rate token was taken (the guard's monotonic clock: ``PspGuard.refresh``)."""
+    when its rate token was taken (the guard's monotonic clock: ``PspGuard.refresh``); ``spent`` once a call
+    was made through it (a second call, e.g. a movement's send after its lookup, needs ``refresh``)."""
 
     guard: PspGuard | None
     psp: str
     probe: datetime | None = None
     admitted: float = 0.0
+    spent: bool = False
 
     def call(self, func: Callable[[], T]) -> T:
         """``func()``; PspErrors are recorded and re-raised. Recording never raises (a database problem is
         logged): the PSP's answer matters more than the bookkeeping."""
+        self.spent = True
         if self.guard is None:
             return func()
         started = time.monotonic()
@@ -204,14 +209,18 @@ class PspGuard:
     # --- before the call ------------------------------------------------------------------------------
 
     def refresh(self, permit: Permit, *, lease: Lease | None = None) -> Permit | Snooze:
-        """Right before the call, after the handler's own writes: ``permit`` itself when it was admitted within
-        PERMIT_SECONDS (or is the breaker's probe), else a new admission (``admit``: a Permit, or the Snooze
-        the job should return). A permit held across a stall (a pooled connection, SQLite's write lock) is not
-        spent late: the calls of every thread the stall held would reach the PSP together, beyond the
-        bucket's rate, and its 429s cool every worker down."""
-        if permit.guard is None or permit.probe is not None:
+        """Right before every PSP call after the first of a handler, and after the handler's own writes (the
+        charge's, the movements' sends: ``recon.payments.charge``, ``recon.payments.movement``): ``permit``
+        itself when it was admitted within PERMIT_SECONDS (or is the breaker's probe) and no call was made
+        through it yet, else a new admission (``admit``: a Permit, or the Snooze the job should return). A
+        permit held across a stall (a pooled connection, SQLite's write lock) is not spent late: the calls of
+        every thread the stall held would reach the PSP together, beyond the bucket's rate, and its 429s cool
+        every worker down. A spent one (a movement's lookup before re-sending an old key) is never spent twice:
+        each call takes its own token."""
+        if permit.guard is None:
             return permit
-        if self._monotonic() - permit.admitted <= PERMIT_SECONDS:
+        if not permit.spent and (permit.probe is not None
+                                 or self._monotonic() - permit.admitted <= PERMIT_SECONDS):
             return permit
         self._count("readmitted")
         return self.admit(permit.psp, lease=lease)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from datetime import date, datetime, timedelta
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from types import TracebackType
+from typing import Any, ClassVar, Protocol, Self, TypeVar, cast
 
 from psp_adapters.errors import PspRateLimited, PspRejectedError
 from psp_adapters.protocol import (
@@ -49,10 +50,11 @@ class PspRecorder(Protocol):
     def psp_call(self, psp: str, operation: str, *, seconds: float, throttled: bool) -> None: ...
 
 
-def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> PspAdapter:
+def instrument(inner: PspAdapter, *, recorder: PspRecorder) -> InstrumentedAdapter:
     """``inner`` with every call timed and reported to ``recorder``. The result's ``name`` is the inner
     adapter's: a subclass of InstrumentedAdapter per PSP name and adapter class carries it, as the protocol's
-    ClassVar (a stub and the real adapter of one name each get their own, with their own capabilities)."""
+    ClassVar (a stub and the real adapter of one name each get their own, with their own capabilities). A
+    context manager, as the adapters are: leaving its ``with`` closes the inner adapter."""
     key = (inner.name, type(inner))  # the ClassVars copied are the inner class's: one wrapper class per class
     cls = _CLASSES.get(key)
     if cls is None:
@@ -174,6 +176,14 @@ class InstrumentedAdapter:
 
     def close(self) -> None:
         self.inner.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Closes the inner adapter, as the adapters it wraps do on leaving their ``with``."""
+        self.close()
 
     def _timed(self, operation: str, call: Callable[[], T]) -> T:
         started = time.perf_counter()

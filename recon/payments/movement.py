@@ -17,7 +17,10 @@ finish (``Outcome.write``): a worker that lost its lease changes nothing.
 | connect error, 429, 409, auth, bug       | unchanged                        | retry / dead as classified |
 | the PSP's settings are missing, or its adapter cannot | unchanged           | dead (replay after fixing) |
 
-Before anything changes the PSP guard may snooze the job, no attempt spent. A key older than the PSP's
+Before anything changes the PSP guard may snooze the job, no attempt spent. Right before the send, a permit
+older than the guard's PERMIT_SECONDS (the claim's write waited) or already spent on the lookup below is
+admitted again (``PspGuard.refresh``, as the charge's): a snooze then leaves the movement processing and the next
+attempt re-sends the same key. A key older than the PSP's
 retention (``idempotency_retention``: Stripe 24 h) is never re-sent blindly: the PSP is asked first; what the
 kind reads as found is recorded, anything else is sent.
 """
@@ -71,7 +74,7 @@ class MovementJob(Generic[M, T]):
     movement: ClassVar[MovementKind]
     kind: str
 
-    def __init__(self, store: MovementStore[M, Any, T], payments: PaymentStore, adapter_func: AdapterFunc, *,
+    def __init__(self, store: MovementStore[M, T], payments: PaymentStore, adapter_func: AdapterFunc, *,
                  guard: Guard | None = None, clock: Clock | None = None, queue: str = CHARGE_QUEUE) -> None:
         self.queue = queue
         self.store = store
@@ -140,6 +143,12 @@ class MovementJob(Generic[M, T]):
         if not self._claim_send(m, job, lease):
             return Complete()  # healed since we read it (e.g. "never reached the PSP"): nothing to send
         m = self.store.get(m.id) or m
+        # as the charge's: a permit that waited in the claim's write (a pooled connection, SQLite's write lock) or
+        # was spent on the lookup is admitted again, so a stall never releases a crowd of sends at once. A
+        # snooze here leaves the movement processing: the next attempt re-sends the same key
+        permit = self.guard.refresh(permit, lease=lease)
+        if isinstance(permit, Snooze):
+            return permit
         lease.check()
         try:
             answer = permit.call(self._send(adapter, m, payment))

@@ -77,7 +77,7 @@ class MovementReconcileHandler(Generic[M, T]):
     movement: ClassVar[MovementKind]
     kind: ClassVar[str]  #: ``movement.reconcile_kind``
 
-    def __init__(self, store: MovementStore[M, Any, T], payments: PaymentStore,
+    def __init__(self, store: MovementStore[M, T], payments: PaymentStore,
                  adapter_func: Callable[[str], PspAdapter], *, config: ReconcileConfig, clock: Clock,
                  guard: Guard | None = None) -> None:
         self.queue = config.queue

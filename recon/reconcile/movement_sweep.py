@@ -30,7 +30,7 @@ class MovementSelection:
         return len(self.movement_ids)
 
 
-def enqueue_movements(store: MovementStore[Any, Any, Any], client: Client, options: SweepOptions, *,
+def enqueue_movements(store: MovementStore[Any, Any], client: Client, options: SweepOptions, *,
                       queue: str) -> MovementSelection:
     """A reconcile job for every stale unfinished movement of ``store``'s kind (of ``options.psp``; at most
     ``options.limit``), enqueued a page at a time."""
@@ -56,7 +56,7 @@ def enqueue_movements(store: MovementStore[Any, Any, Any], client: Client, optio
     return selection
 
 
-def summarise_movements(store: MovementStore[Any, Any, Any], jobs: JobStore,
+def summarise_movements(store: MovementStore[Any, Any], jobs: JobStore,
                         selection: MovementSelection) -> dict[str, Any]:
     """One kind's part of the sweep's summary: how many were checked, and each category's count."""
     counts: Counter[str] = Counter()

@@ -30,7 +30,7 @@ M = TypeVar("M", bound=Movement)
 T = TypeVar("T", bound=MovementTransition)
 
 
-def find_ours(store: MovementStore[M, Any, Any], conn: sa.Connection, record: WebhookRecord, *,
+def find_ours(store: MovementStore[M, Any], conn: sa.Connection, record: WebhookRecord, *,
               psp_id: str | None, reference: str | None) -> M | None:
     """Our movement of the event's PSP the news names: by the PSP's id of it, else by our reference."""
     found = store.by_psp_id(conn, psp=record.psp, psp_id=psp_id) if psp_id else None
@@ -39,7 +39,7 @@ def find_ours(store: MovementStore[M, Any, Any], conn: sa.Connection, record: We
     return found if found is not None and found.psp == record.psp else None
 
 
-def write_news(store: MovementStore[M, Any, T], webhooks: WebhookStore, conn: sa.Connection, record: WebhookRecord,
+def write_news(store: MovementStore[M, T], webhooks: WebhookStore, conn: sa.Connection, record: WebhookRecord,
                m: M, decision: Decision | None, *, transition_func: Callable[[Decision], T],
                note_func: Callable[[], bool], psp_id: str | None) -> bool:
     """The decision for ``m`` as read, written, and the event marked (the module's table); False when ``m``

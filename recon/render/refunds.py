@@ -7,9 +7,10 @@ import json
 from collections.abc import Mapping, Sequence
 
 from recon.dispute_rows import Dispute, DisputeEvent
+from recon.movement_rows import MovementEvent
 from recon.payments.money import format_amount
 from recon.redact import PSP_IDENTIFIER_FIELDS, identifier
-from recon.refund_rows import Refund, RefundEvent
+from recon.refund_rows import Refund
 from recon.render.output import FoldTable, stdout_console, timestamp
 
 
@@ -25,7 +26,7 @@ def refunds_table(refunds: Sequence[Refund], *, title: str | None = None) -> Non
     stdout_console().print(table)
 
 
-def refund_detail(refund: Refund, events: Sequence[RefundEvent], *, payment_reference: str) -> None:
+def refund_detail(refund: Refund, events: Sequence[MovementEvent], *, payment_reference: str) -> None:
     console = stdout_console()
     table = FoldTable("", "", show_header=False, title=f"refund {refund.refund_reference}")
     table.add_row("payment", payment_reference)

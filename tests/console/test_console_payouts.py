@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 import sqlalchemy as sa
 
 from recon.db import schema
+from recon.db.close_store import CloseStore
 from recon.db.database import Database
 from recon.db.payout_store import PayoutStore
 from recon.payout_rows import ExceptionKind, ExceptionState, Finding, LineKind, NewPayout, NewPayoutLine, PayoutStatus
@@ -27,7 +28,7 @@ def _store(db: Database) -> tuple[int, int, int]:
                                      lines)).payout_id
 
     matched, missing = payout("po_ok", 5000, day), payout("po_gone", 7000, day)
-    exc = store.record_close([], [Finding(ExceptionKind.BANK_MISSING, missing, None, "no credit for po_gone")],
+    exc = CloseStore(db).record_close([], [Finding(ExceptionKind.BANK_MISSING, missing, None, "no credit for po_gone")],
                              payout_ids=[matched, missing], entry_ids=[])
     return matched, missing, exc[0].id
 
@@ -82,7 +83,7 @@ def test_payouts_pages__the_resolve_goes_through_actions_a_viewer_is_refused_and
         assert "has the role viewer" in refusal(client, refused, to=f"/payouts/{missing}?",
                                                 form=f"exception-{exception_id}")
         assert 'value="seen"' in client.get(refused.headers["location"]).text  # the reason kept
-    assert PayoutStore(db).exception(exception_id).state is ExceptionState.OPEN  # type: ignore[union-attr]
+    assert CloseStore(db).exception(exception_id).state is ExceptionState.OPEN  # type: ignore[union-attr]
     with console(db_url, login="ann") as client:
         csrf = csrf_token(client, f"/payouts/{missing}")
         done = client.post(f"/payouts/exceptions/{exception_id}/resolve", data={"csrf": csrf, "reason": "seen"})

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from recon.clock import FixedClock
 from recon.console.security import is_loopback
 from recon.db import schema
+from recon.db.close_store import CloseStore
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.db.payout_store import PayoutStore
@@ -265,8 +266,8 @@ def test_get__no_page_changes_anything_every_write_is_post_only_and_every_cookie
     payouts = PayoutStore(db)
     payout = payouts.store(NewPayout("stripe", "", "po_1", 100, "EUR", PayoutStatus.PAID, date(2026, 11, 2), None,
                                      None, ())).payout_id
-    [exception] = payouts.record_close([], [Finding(ExceptionKind.BANK_MISSING, payout, None, "none")],
-                                       payout_ids=[payout], entry_ids=[])
+    [exception] = CloseStore(db).record_close([], [Finding(ExceptionKind.BANK_MISSING, payout, None, "none")],
+                                              payout_ids=[payout], entry_ids=[])
     params = {"ref": "order-0", "job_id": str(dead), "name": "stripe", "pid": str(payout), "eid": str(exception.id),
               "id": "1"}
     before = everything(db)

@@ -11,7 +11,6 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -93,7 +92,7 @@ def test_bulk__one_listing_settles_the_window_as_the_table_says(db: Database, sa
     admin(sandbox.url, f"/_admin/payments/{refs[3]}/cancel", {})
     admin(sandbox.url, f"/_admin/payments/{refs[4]}/settle", {})  # refs[5] stays pending at the PSP
     metrics = ProcessMetrics()
-    with closing(instrument(sandbox_adapter(sandbox.url), recorder=metrics)) as adapter:
+    with instrument(sandbox_adapter(sandbox.url), recorder=metrics) as adapter:
         rc = reconcile_config(schedule=(3600,), grace=3600)
         selection = bulk_sweep(db, bulk_handlers(db, adapter, rc), rc)
 
@@ -199,7 +198,7 @@ def test_bulk__snoozed_midway_keeps_its_heals_and_lists_only_the_rest(db: Databa
             conn.execute(sa.text("UPDATE payments SET key_sent_at = :at WHERE id = :id"),
                          {"at": db.to_db(sent), "id": pid})
     metrics = ProcessMetrics()
-    with closing(instrument(sandbox_adapter(sandbox.url), recorder=metrics)) as adapter:
+    with instrument(sandbox_adapter(sandbox.url), recorder=metrics) as adapter:
         rc = ReconcileConfig.from_table({"window_slack": "1s"})  # the PSP books a payment just after we send it
         handlers = Handlers()
         handlers.register(WINDOW_KIND, WindowHandler(ledger, lambda _n: adapter, config=rc, guard=SnoozeOnce(1)))

@@ -52,6 +52,10 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= set(ls))
 
 
+#: how long a test waits for a worker process to reach the state it needs: a bound on a poll, never slept
+PROCESS_BOUND_SECONDS = 120
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -171,21 +175,34 @@ def test_metrics__one_worker_endpoint_shows_every_process_of_the_pool(db: Databa
     first = subprocess.Popen([sys.executable, "-m", "recon", *args], env=subprocess_env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: _answers(port), 20, "the first worker's endpoint")
+        # each wait is on the condition it needs, bounded generously (PROCESS_BOUND_SECONDS): a loaded machine
+        # (load 17+) took longer than the 20 s these waits had to start a worker process
+        wait_until(lambda: _answers(port), PROCESS_BOUND_SECONDS, "the first worker's endpoint")
         second = subprocess.run([sys.executable, "-m", "recon", *args, "--burst"], env=subprocess_env,
-                                text=True, capture_output=True, timeout=60)
+                                text=True, capture_output=True, timeout=PROCESS_BOUND_SECONDS)
         assert second.returncode == 0, second.stderr
         assert "another process may serve the pool's metrics" in second.stderr
         # the endpoint reads the database at most every REFRESH_SECONDS: wait for the second's final row
-        wait_until(lambda: len(_workers(scrape(port))) == 2, 20, "both workers on the endpoint")
-        wait_until(lambda: value(scrape(port), "recon_job_attempts_total", outcome="succeeded") == n, 20,
-                   f"{n} successes on the endpoint")
+        seen: list[object] = []  # what the endpoint said last, for the message should a wait time out
+
+        def said(found: object) -> object:
+            seen[:] = [found]
+            return found
+
+        try:
+            wait_until(lambda: len(said(_workers(scrape(port)))) == 2,  # type: ignore[arg-type]
+                       PROCESS_BOUND_SECONDS, "both workers on the endpoint")
+            wait_until(lambda: said(value(scrape(port), "recon_job_attempts_total", outcome="succeeded")) == n,
+                       PROCESS_BOUND_SECONDS, f"{n} successes on the endpoint")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the endpoint said {seen}; the second worker's stderr: "
+                                 f"{second.stderr[-2000:]}") from None
         m = scrape(port)
         assert value(m, "recon_job_claims_total") == n
         assert value(m, "recon_workers_live") == 1  # the burst worker stopped
     finally:
         first.send_signal(signal.SIGTERM)
-        _, err = first.communicate(timeout=30)
+        _, err = first.communicate(timeout=PROCESS_BOUND_SECONDS)
     assert first.returncode == 0, err
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from recon.db import schema
+from recon.db.close_store import CloseStore
 from recon.db.database import Database
 from recon.db.payment_store import PaymentStore
 from recon.db.payout_store import PayoutStore
@@ -122,7 +123,7 @@ def test_payouts_resolve__an_operator_through_recon_actions_one_audit_row_each(d
     add_staff(db)
     add_operator(db, "gone", Role.OPERATOR)
     assert recon("operators", "disable", "gone", "--by", "root", db_url=db_url).returncode == 0
-    [first, *_] = PayoutStore(db).iter_exceptions(state="open")
+    [first, *_] = CloseStore(db).iter_exceptions(state="open")
     for by, why in (("vic", "has the role viewer"), ("mallory", "'mallory' is not an operator"),
                     ("gone", "operator 'gone' is disabled")):
         refused = recon("payouts", "resolve", str(first.id), "--reason", "seen", "--by", by, db_url=db_url)
@@ -130,7 +131,7 @@ def test_payouts_resolve__an_operator_through_recon_actions_one_audit_row_each(d
     nobody = recon("payouts", "resolve", str(first.id), "--reason", "seen", db_url=db_url,
                    env={k: v for k, v in os.environ.items() if k != "RECON_OPERATOR"})
     assert nobody.returncode == 2 and "--by names who acts" in nobody.stderr
-    assert PayoutStore(db).exception(first.id).state.value == "open"  # type: ignore[union-attr]
+    assert CloseStore(db).exception(first.id).state.value == "open"  # type: ignore[union-attr]
 
     done = recon("payouts", "resolve", str(first.id), "--reason", "the bank confirmed it", "--by", "ann",
                  db_url=db_url)
@@ -138,7 +139,7 @@ def test_payouts_resolve__an_operator_through_recon_actions_one_audit_row_each(d
     assert f"exception {first.id} ({first.kind.value}) resolved by ann" in done.stdout
     again = recon("payouts", "resolve", str(first.id), "--reason", "twice", "--by", "ann", db_url=db_url)
     assert again.returncode == 2 and "not open" in again.stderr
-    resolved = PayoutStore(db).exception(first.id)
+    resolved = CloseStore(db).exception(first.id)
     assert (resolved.state.value, resolved.resolved_by, resolved.resolution) == (  # type: ignore[union-attr]
         "resolved", "ann", "the bank confirmed it")
     with db.begin() as conn:

@@ -18,6 +18,7 @@ import respx
 from recon.app import App
 from recon.bank.formats import registry
 from recon.bank.formats.protocol import EntryToWrite, StatementToWrite
+from recon.db.close_store import CloseStore
 from recon.db.database import Database
 from recon.db.dispute_store import DisputeStore
 from recon.db.payment_store import PaymentStore
@@ -212,7 +213,7 @@ def test_close__a_payout_that_fails_after_its_close_reopens_it_visibly(recon: Ru
     events = store.events(first.payout_id)
     assert [e.kind for e in events] == ["fetched", "matched", "changed", "reopened"]
     assert "1 bank match(es) removed" in events[-1].detail
-    assert store.matched_entries(first.payout_id) == []
+    assert CloseStore(db).matched_entries(first.payout_id) == []
     code, doc = close(recon, db_url, config)
     assert code == 1
     assert categories(doc) == {"po_late": ("payout_failed", None)}
@@ -222,9 +223,9 @@ def test_close__a_payout_that_fails_after_its_close_reopens_it_visibly(recon: Ru
     assert [e["kind"] for e in json.loads(shown.stdout)["events"]] == ["fetched", "matched", "changed", "reopened"]
 
 
-def test_payout_store__record_close_twice_adds_nothing_and_clears_what_is_explained(db: Database) -> None:
-    store = PayoutStore(db)
-    pid = store.store(new_payout("po_x", 100)).payout_id
+def test_close_store__record_close_twice_adds_nothing_and_clears_what_is_explained(db: Database) -> None:
+    store = CloseStore(db)
+    pid = store.payouts.store(new_payout("po_x", 100)).payout_id
     finding = Finding(ExceptionKind.BANK_MISSING, pid, None, "no credit")
     assert [e.kind for e in store.record_close([], [finding], payout_ids=[pid], entry_ids=[])] == [
         ExceptionKind.BANK_MISSING]
@@ -364,5 +365,5 @@ def test_close__a_dispute_fee_its_payout_lines_do_not_carry_is_an_exception_unti
     _, after = close(recon, db_url, config)
     cleared = next(p for p in after["payouts"] if p["payout_id"] == "po_disp")
     assert [e["kind"] for e in cleared["exceptions"]] == ["bank_missing"]
-    assert {(e.kind.value, e.state.value) for e in store.exceptions_of(first.payout_id)} == {
+    assert {(e.kind.value, e.state.value) for e in CloseStore(db).exceptions_of(first.payout_id)} == {
         ("bank_missing", "open"), ("dispute_fee_differs", "cleared")}

@@ -68,25 +68,41 @@ def fetch(permit: Permit | Snooze, adapter: SandboxAdapter) -> object:
     return permit.call(lambda: adapter.fetch_payment(MISSING))
 
 
+#: how long a test waits for a worker process to do what it needs: a bound on a wait, never slept
+PROCESS_BOUND_SECONDS = 120
+
+
 def test_guard__429_cool_down_is_observed_by_a_second_worker_process(db: Database, db_url: str,
-                                                                     sandbox: SandboxServer) -> None:
-    sandbox.set_faults(Faults(rate_429=1.0, retry_after_seconds=20, decline_amount_suffix=None))
-    env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url}
-    env.pop("RECON_CONFIG", None)
+                                                                     sandbox: SandboxServer, tmp_path: Path) -> None:
+    """Worker A gets a 429 with Retry-After: 300 s, worker B (another process) snoozes its job until then. The
+    cool-down is long (and cooldown_max_seconds raised to let it) so that B, however slowly it starts on a
+    loaded machine, runs inside it: with 20 s, a machine at load 17+ took longer than that to run A and
+    start B, and B charged. Nothing waits for it: each process is waited for until it exits."""
+    retry_after = 300
+    sandbox.set_faults(Faults(rate_429=1.0, retry_after_seconds=retry_after, decline_amount_suffix=None))
+    config = tmp_path / "recon.toml"
+    config.write_text(f"[psp.sandbox]\ncooldown_max_seconds = {2 * retry_after}\n", encoding="utf-8")
+    env = {**os.environ, "RECON_SANDBOX_BASE_URL": sandbox.url, "RECON_CONFIG": str(config)}
     worker = [sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR", "worker",
               "--burst", "--queues", "charges"]
     [first] = create(db, 1, prefix="a")
-    a = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=60)
+    started = datetime.now(UTC)
+    a = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=PROCESS_BOUND_SECONDS)
+    ended = datetime.now(UTC)
     assert a.returncode == 0, a.stderr
     [job_a] = JobStore(db).list_jobs(kind="charge")
     assert (job_a.state, job_a.last_error_kind) == (JobState.RETRYABLE, "rate_limited")
     cooldown_until = control(db)["cooldown_until"]
     assert isinstance(cooldown_until, datetime)
-    assert 8 < (cooldown_until - datetime.now(UTC)).total_seconds() <= 20  # Retry-After, PSP-wide
+    # Retry-After from the 429, which A got while it ran (a second of slack for the database's clock)
+    slack = timedelta(seconds=1)
+    assert started + timedelta(seconds=retry_after) - slack <= cooldown_until
+    assert cooldown_until <= ended + timedelta(seconds=retry_after) + slack
 
     sandbox.set_faults(Faults(decline_amount_suffix=None))  # the PSP would answer now: B must not ask
     [second] = create(db, 1, prefix="b")
-    b = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=60)
+    b = subprocess.run(worker, env=env, capture_output=True, text=True, timeout=PROCESS_BOUND_SECONDS)
+    assert datetime.now(UTC) < cooldown_until, "B ran after the cool-down: the test proves nothing"
     assert b.returncode == 0, b.stderr
     job_b = next(j for j in JobStore(db).list_jobs(kind="charge") if j.id != job_a.id)
     assert job_b.state is JobState.PENDING and job_b.last_error == "psp sandbox cooling down after a 429"
@@ -238,6 +254,20 @@ def test_guard__no_token_within_the_wait_snoozes(db: Database) -> None:
     held = guard.admit("sandbox")
     assert isinstance(held, Snooze) and held.reason == "psp sandbox rate limit"
     assert timedelta(seconds=0.5) < held.delay < timedelta(seconds=1.3)
+
+
+def test_guard__a_spent_permit_is_admitted_again_before_a_second_call(db: Database) -> None:
+    """A movement's lookup before it re-sends an old key, then its send: two calls, two tokens. At 1 request/s
+    and a bucket of 1, a fresh unspent permit is refreshed as itself; once a call was made through it, its
+    refresh is a new admission, which finds no token within 0.1 s and snoozes."""
+    guard = guard_for(db, rate_limit=1, rate_burst=1, rate_wait_seconds=0.1)
+    permit = guard.admit("sandbox")
+    assert isinstance(permit, Permit)
+    assert guard.refresh(permit) is permit and guard.counts["readmitted"] == 0
+    permit.call(lambda: None)
+    again = guard.refresh(permit)
+    assert isinstance(again, Snooze) and again.reason == "psp sandbox rate limit"
+    assert guard.counts["readmitted"] == 1
 
 
 class SlowFirstAdmission(ControlStore):

@@ -5,6 +5,7 @@ beyond what a payment captured."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,11 @@ def test_refund__command_refunds_and_payments_show_lists_it(db: Database, db_url
     r = recon("refunds", "show", "order-1-r1", "--json", db_url=db_url)
     shown = json.loads(r.stdout)
     assert shown["refund"]["payment"] == "order-1" and [e["to_status"] for e in shown["events"]] == ["created"]
+    [event] = shown["events"]  # its fields as RefundEvent printed them, the refund's id named refund_id
+    assert list(event) == ["id", "refund_id", "from_status", "to_status", "source", "at", "job_id", "attempt",
+                           "details"]
+    assert event["refund_id"] == shown["refund"]["id"] and event["source"] == "manual"
+    assert datetime.fromisoformat(event["at"]).tzinfo is not None
     assert recon("refunds", "show", "nope", db_url=db_url).returncode == 2
 
 

@@ -63,6 +63,18 @@ def test_instrumented__is_a_psp_adapter_with_the_inner_name() -> None:
     assert adapter.inner.closed  # type: ignore[attr-defined]
 
 
+def test_instrumented__is_a_context_manager_that_closes_the_inner_adapter() -> None:
+    inner = Scripted(Succeeded())
+    with instrument(inner, recorder=Recorder()) as adapter:
+        assert isinstance(adapter.create_payment(REQUEST, idempotency_key="k"), Succeeded)
+        assert not inner.closed
+    assert inner.closed
+    failing = Scripted(PspAuthError("no"))
+    with pytest.raises(PspAuthError), instrument(failing, recorder=Recorder()) as adapter:
+        adapter.create_payment(REQUEST, idempotency_key="k")
+    assert failing.closed  # closed on the way out of an error too, which passes through
+
+
 def test_instrumented__times_calls_counts_429s_and_passes_errors_through() -> None:
     recorder = Recorder()
     adapter = instrument(Scripted(Succeeded(), PspRateLimited("slow", retry_after=1.0), PspAuthError("no"),

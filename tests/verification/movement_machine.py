@@ -113,7 +113,7 @@ class MovementMachine(RuleBasedStateMachine):
     db: ClassVar[Database]  # set by the test before the machine runs
     TABLES: ClassVar[tuple[str, ...]]
     ANSWERS: ClassVar[dict[str, Callable[[int], Answer]]]
-    store: MovementStore[Any, Any, Any]
+    store: MovementStore[Any, Any]
     psp: ScriptedPsp
     pid: int
 

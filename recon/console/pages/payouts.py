@@ -68,9 +68,9 @@ def payouts_page(request: Request) -> Response:
 def _row(request: Request, p: Payout) -> dict[str, Any]:
     """A payout as the day list shows it: ``state`` matched (a bank entry, no open exception), else the kind of
     its first open exception, else ``awaiting_bank``."""
-    store = recon_app(request).payouts
-    exceptions = [e for e in store.exceptions_of(p.id) if e.state.value == "open"]
-    entries = store.matched_entries(p.id)
+    closes = recon_app(request).closes
+    exceptions = [e for e in closes.exceptions_of(p.id) if e.state.value == "open"]
+    entries = closes.matched_entries(p.id)
     state = exceptions[0].kind.value if exceptions else "matched" if entries or p.amount == 0 else "awaiting_bank"
     return {"payout": p, "state": state, "entries": entries}
 
@@ -79,14 +79,15 @@ def payout_page(request: Request) -> Response:
     """One payout; after a refused resolve of one of its exceptions (``exception_at``) the refusal in the
     exception's row and the reason as typed."""
     payout_id = _payout_id(request)
-    store = recon_app(request).payouts
+    app = recon_app(request)
+    store, closes = app.payouts, app.closes
     payout = store.get(payout_id)
     if payout is None:
         raise PageError(404, f"payout {payout_id} not found")
     errors, form = refusal_of(request)
     return pages(request).render(request, "payout.html", errors=errors, form=form, payout=payout,
                                  lines=list(islice(store.lines(payout_id), LINES_MAX)), lines_max=LINES_MAX,
-                                 entries=store.matched_entries(payout_id), exceptions=store.exceptions_of(payout_id),
+                                 entries=closes.matched_entries(payout_id), exceptions=closes.exceptions_of(payout_id),
                                  events=store.events(payout_id))
 
 
@@ -95,7 +96,7 @@ def show_payout(request: Request) -> Response:
 
 
 def exceptions_page(request: Request) -> Response:
-    found = list(islice(recon_app(request).payouts.iter_exceptions(state="open"), EXCEPTIONS_MAX))
+    found = list(islice(recon_app(request).closes.iter_exceptions(state="open"), EXCEPTIONS_MAX))
     errors, form = refusal_of(request)
     return pages(request).render(request, "payout_exceptions.html", exceptions=found, limit=EXCEPTIONS_MAX,
                                  errors=errors, form=form)
@@ -105,7 +106,7 @@ def exception_at(request: Request, fields: Fields) -> FormAt:
     """An exception's resolve form: in its row of its payout's page (of the exceptions page for a credit's
     exception, which has no payout); its 404 page when there is no such exception."""
     exception_id = _int(request.path_params["eid"])
-    found = recon_app(request).payouts.exception(exception_id)
+    found = recon_app(request).closes.exception(exception_id)
     if found is None:
         raise PageError(404, f"payout exception {exception_id} not found")
     return FormAt(f"{_page_of(found.payout_id)}#exception-{exception_id}", f"exception-{exception_id}",
@@ -114,7 +115,7 @@ def exception_at(request: Request, fields: Fields) -> FormAt:
 
 def resolve(request: Request, fields: Fields) -> Response:
     exception_id = _int(request.path_params["eid"])
-    found = recon_app(request).payouts.exception(exception_id)
+    found = recon_app(request).closes.exception(exception_id)
     if found is None:
         raise PageError(404, f"payout exception {exception_id} not found")
     operator = acting(request, Role.OPERATOR)

@@ -76,7 +76,7 @@ def review_queue(request: Request) -> Response:
                                "severities": [s.value for s in Severity], "query": _query(typed),
                                "differences": [d.value for d in Difference],
                                # the close's open exceptions beside the payments: counted by kind, linked
-                               "payout_exceptions": app.payouts.open_by_kind()}
+                               "payout_exceptions": app.closes.open_by_kind()}
     try:
         where = queue_filter(request, typed)
         after, before = _cursor(fields.raw("after")), _cursor(fields.raw("before"))
