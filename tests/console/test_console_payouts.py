@@ -101,7 +101,7 @@ def test_payouts_pages__a_credits_exception_is_resolved_from_the_exceptions_page
     """An exception with no payout (a credit nothing explains) has its form on the open exceptions' page: a
     refusal redirects there, shown in its row; once resolved (gone from the list) a second try is refused above
     the list."""
-    store = PayoutStore(db)
+    store = CloseStore(db)
     store.record_close([], [Finding(ExceptionKind.UNEXPLAINED_CREDIT, None, None,
                                     "a credit of 12.00 EUR nobody explains")], payout_ids=[], entry_ids=[])
     [found] = list(store.iter_exceptions(state="open"))
