@@ -64,12 +64,13 @@ class LeaseStore:
             if isinstance(via, DedicatedSqlite):
                 return _claimed_sqlite(via.write(lambda conn: conn.execute(sql, params).fetchall()), worker)
             rows = via.execute(sql, params)
-        else:
-            params["queues"] = list(queues)
-            with self.db.autocommit() as conn:
-                rows = conn.execute(self._q(q.job_claim_available), params).all()
-        claimed = claimed_job if via is not None else self._claimed
-        jobs = [claimed(r, worker) for r in rows]
+            rows.sort(key=_BY_RUN_AFTER_ID)  # RETURNING order is unspecified: claim order, as _claimed_sqlite
+            rows.sort(key=_BY_PRIORITY, reverse=True)
+            return [claimed_job(r, worker) for r in rows]
+        params["queues"] = list(queues)
+        with self.db.autocommit() as conn:
+            rows = conn.execute(self._q(q.job_claim_available), params).all()
+        jobs = [self._claimed(r, worker) for r in rows]
         jobs.sort(key=_claim_order)  # RETURNING order is unspecified
         return jobs
 

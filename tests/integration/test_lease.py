@@ -38,6 +38,26 @@ def test_claim__respects_priority_run_after_queue_and_batch_size(db: Database) -
     assert [j.id for j in store.claim(worker="w", queues=["default", "other"], n=10, ttl=30)] == [later, other]
 
 
+def test_claim__the_claim_loops_connection_returns_jobs_in_claim_order(db: Database) -> None:
+    """The claim loop's own connection (psycopg's or sqlite3's, rows ordered before they become Jobs): priority,
+    then run_after, then id, as the pooled claim."""
+    db.clock = FixedClock(T0)
+    store = JobStore(db)
+    client = Client(store, Settings())
+    late = client.enqueue("k", priority=5, run_at=T0 - timedelta(seconds=1))
+    early = client.enqueue("k", priority=5, run_at=T0 - timedelta(seconds=2))
+    low = client.enqueue("k", priority=-1, run_at=T0 - timedelta(seconds=9))
+    same = [client.enqueue("k", priority=0, run_at=T0 - timedelta(seconds=3)) for _ in range(3)]
+    high = client.enqueue("k", priority=7)
+    via = store.dedicated()
+    try:
+        jobs = store.claim(worker="w", queues=["default"], n=10, ttl=30, via=via)
+    finally:
+        via.close()
+    assert [j.id for j in jobs] == [high, early, late, *same, low]
+    assert all(j.state is JobState.LEASED and j.lease_owner == "w" and j.attempts == 1 for j in jobs)
+
+
 def test_claim__concurrent_claimers_never_share_a_job(db: Database) -> None:
     store = JobStore(db)
     Client(store, Settings()).enqueue_many([__import__("recon").JobSpec("k") for _ in range(600)])
