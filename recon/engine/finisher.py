@@ -2,9 +2,10 @@
 
 One thread takes ``Done`` results from its queue, up to ``finish_batch_size`` at a time, and:
 
-- finishes those without a domain write together, in one fenced statement on its dedicated connection
-  (PostgreSQL; ``JobStore.dedicated(finishing=True)``), marking their leases ``finishing`` first so that a
-  heartbeat missing the row is not taken for a lost lease;
+- finishes those without a domain write together on its dedicated connection (``JobStore.dedicated(
+  finishing=True)``), marking their leases ``finishing`` first so that a heartbeat missing the row is not taken
+  for a lost lease: the plain successes (``Complete()``, most of them) by their ids and attempts alone
+  (``JobStore.finish_succeeded``, no ``Finish`` built for each), the others as ``Finish`` rows;
 - finishes the outcomes whose writes are ``BatchWrite``s of one function together, in one transaction: the
   fenced finish of them all and the function once, for the items of the finishes that matched; when that
   transaction fails for another reason than the database's, each of them is finished alone, as below;
