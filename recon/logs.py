@@ -37,6 +37,7 @@ FORMATS = ("text", "json")
 #: the fields of a line about a job, in the order a text line shows them
 JOB_FIELDS = ("job_id", "kind", "attempt", "queue", "worker", "payment_reference")
 
+
 class LazyScope(Protocol):
     """A job scope whose fields are built when first needed (the worker's ``Running``): ``log_fields`` returns
     the same dict every time."""
