@@ -1,12 +1,15 @@
 """Engine benchmark: prints one JSON line per case (figures, not a pass/fail test).
 
-Cases, on PostgreSQL and SQLite, with no-op jobs (N = 20,000 by default):
+Cases, on PostgreSQL and SQLite, with no-op jobs (N = 60,000 by default; 20,000 until the SQLite drain's fourth
+pass in docs/benchmarks.md: a 20,000-job SQLite drain lasted ~0.7 s, a quarter of it the worker's start and stop):
   enqueue_bulk      jobs/s for Client.enqueue_many in one call
-  drain_1p/drain_2p jobs/s for 1 and 2 worker processes (fencing, heartbeats and attempt history on)
+  drain_1p/drain_2p jobs/s for 1 and 2 worker processes (fencing, heartbeats and attempt history on), from the
+                    start signal until the last worker's run returned (the processes' exit after it is
+                    exit_seconds); cpu_us_per_job, the workers' CPU per job
   wakeup_latency    enqueue-to-start p50/p99 (ms) for single enqueues to an idle worker
   sqlite_floor_bN   SQLite only: a raw fenced loop in one thread (claim N in BEGIN IMMEDIATE, run the no-ops,
-                    finish them fenced by owner and attempt in a second transaction), jobs/s: what the
-                    embedded database allows this machine without recon's rows, indexes and threads
+                    finish them fenced by owner and attempt in a second transaction), jobs/s and CPU per job:
+                    what the embedded database allows this machine without recon's rows, indexes and threads
 
   drain_1p_fenced_write
                     one worker process, each job's handler returning a domain write that commits with its
@@ -101,17 +104,30 @@ def enqueue(url: str, n: int, kind: str = "noop") -> float:
 
 
 def drain(url: str, n: int, processes: int, concurrency: int | str, kind: str = "noop") -> dict[str, float]:
+    """Drain ``n`` jobs with ``processes`` worker processes: jobs/s from the start signal until the last worker's
+    ``Worker.run`` returned (every job finished and committed, the workers' rows marked stopped); the processes'
+    exit after it (the interpreter's teardown, the last connection's WAL checkpoint on SQLite) is ``exit_seconds``,
+    apart. ``cpu_us_per_job``: the worker processes' CPU over their runs, per job (the figure that does not depend
+    on how much of the machine other processes take)."""
     enqueue(url, n, kind)
     go = Path(tempfile.mktemp(prefix="recon-bench-go-"))
     procs = [subprocess.Popen([sys.executable, __file__, "_drain_worker", url, str(go), str(concurrency)],
                               stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     for p in procs:  # each prints "ready" once connected and warmed up
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    start = time.perf_counter()
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine (Linux)
     go.touch()
+    ends, cpu = [], 0.0
     for p in procs:
+        assert p.stdout is not None
+        line = p.stdout.readline()  # printed when its run returned
         p.wait(timeout=TIMEOUT)
-    elapsed = time.perf_counter() - start
+        if not line.strip():
+            raise SystemExit(f"a drain worker ended without its figures (exit code {p.returncode})")
+        figures = json.loads(line)
+        ends.append(figures["run_end"])
+        cpu += figures["cpu_s"]
+    exited = time.monotonic()
     go.unlink()
     db = connect(url)
     with db.begin() as conn:
@@ -124,7 +140,9 @@ def drain(url: str, n: int, processes: int, concurrency: int | str, kind: str = 
         raise SystemExit(f"drain incomplete: {done}/{n} succeeded, {history} attempt rows")
     if tuple(int(v or 0) for v in credited) != (n, 1):
         raise SystemExit(f"fenced writes: {credited[0]} credits, at most {credited[1]} on one row (want {n}, 1)")
-    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3)}
+    elapsed = max(ends) - start
+    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3),
+            "exit_seconds": round(exited - max(ends), 3), "cpu_us_per_job": round(cpu / n * 1e6, 2)}
 
 
 def _credit(conn: sa.Connection, items: list[int]) -> None:
@@ -155,7 +173,9 @@ def _drain_worker(url: str, go: str, spec: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not os.path.exists(go) and time.monotonic() < deadline:
         time.sleep(0.001)
+    cpu = time.process_time()
     worker.run(burst=True)
+    print(json.dumps({"run_end": time.monotonic(), "cpu_s": time.process_time() - cpu}), flush=True)
 
 
 SQLITE_FLOOR_SCHEMA = """
@@ -187,7 +207,7 @@ def sqlite_floor(tmp: Path, n: int, batch: int) -> dict[str, float]:
     conn.executemany("INSERT INTO raw_jobs (payload) VALUES (?)", [(json.dumps({"i": i}),) for i in range(n)])
     conn.execute("COMMIT")
     done = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
         conn.execute("BEGIN IMMEDIATE")
@@ -201,12 +221,13 @@ def sqlite_floor(tmp: Path, n: int, batch: int) -> dict[str, float]:
         conn.execute(SQLITE_FLOOR_DONE, {"owner": "w", "pairs": json.dumps([[r[0], r[2]] for r in rows])})
         conn.execute("COMMIT")
         done += len(rows)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     left = conn.execute("SELECT count(*) FROM raw_jobs WHERE state <> 'done'").fetchone()[0]
     conn.close()
     if done != n or left:
         raise SystemExit(f"sqlite floor incomplete: {done}/{n} done, {left} left")
-    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3), "batch": batch}
+    return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3), "batch": batch,
+            "cpu_us_per_job": round(cpu / n * 1e6, 2)}
 
 
 def wakeup_latency(url: str, samples: int) -> dict[str, float]:
@@ -314,7 +335,7 @@ def _load() -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=60_000)
     parser.add_argument("--backend", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--concurrency", type=int, default=64, help="handler threads per worker process")
     parser.add_argument("--latency-samples", type=int, default=200)

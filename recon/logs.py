@@ -28,7 +28,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from recon.redact import redact, redact_value
 from recon.terminal import json_line, shown
@@ -37,7 +37,17 @@ FORMATS = ("text", "json")
 #: the fields of a line about a job, in the order a text line shows them
 JOB_FIELDS = ("job_id", "kind", "attempt", "queue", "worker", "payment_reference")
 
-_job: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("recon_job_log", default=None)
+
+class LazyScope(Protocol):
+    """A job scope whose fields are built when first needed (the worker's ``Running``): ``log_fields`` returns
+    the same dict every time."""
+
+    @property
+    def log_fields(self) -> dict[str, Any]: ...
+
+
+_job: contextvars.ContextVar[dict[str, Any] | LazyScope | None] = contextvars.ContextVar("recon_job_log",
+                                                                                        default=None)
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
@@ -53,14 +63,22 @@ def job_scope(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 #: ``job_scope`` without the context manager or a function call, for the worker's per-job loop:
-#: ``token = enter_job(fields)``, then ``leave_job(token)`` in a ``finally``
+#: ``token = enter_job(scope)``, then ``leave_job(token)`` in a ``finally``. The scope is the fields' dict or a
+#: ``LazyScope`` (the runner's: most jobs log nothing, so their fields are never built)
 enter_job = _job.set
 leave_job = _job.reset
 
 
+def _current() -> dict[str, Any] | None:
+    scope = _job.get()
+    if scope is None or isinstance(scope, dict):
+        return scope
+    return scope.log_fields
+
+
 def bind(**fields: Any) -> None:
     """Add fields to the current job's log context; outside a job, nothing happens."""
-    current = _job.get()
+    current = _current()
     if current is not None:
         current.update({k: v for k, v in fields.items() if v is not None})
 
@@ -69,7 +87,7 @@ class JobContextFilter(logging.Filter):
     """Copies the current job scope onto each record (in the emitting thread, where the scope is set)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        scope = _job.get()
+        scope = _current()
         if scope:
             for key, value in scope.items():
                 if not hasattr(record, key):

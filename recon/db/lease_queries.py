@@ -173,12 +173,16 @@ job_finish_succeeded_if_owner_sqlite = Query(
 job_finish_succeeded_update_sqlite = Query(
     "job_finish_succeeded_update_sqlite",
     "Run by a worker's finisher on SQLite right after job_finish_succeeded_if_owner_sqlite: ends those attempts.",
-    # a success is never turned into canceled and leaves run_after, the last error and the budget alone
+    # a success is never turned into canceled and leaves run_after, the last error and the budget alone. Joined
+    # to the pairs (UPDATE ... FROM: each pair finds its job by primary key), not "(id, attempts) IN (SELECT ...)",
+    # which read the pairs' JSON twice and built two temporary b-trees of them: 0.4-0.7 us a job more
+    # (docs/benchmarks.md, "SQLite drain, CPU per job (fourth pass)")
     sqlite="""
         UPDATE jobs SET state = 'succeeded', finished_at = :now, lease_owner = NULL, lease_until = NULL
-        WHERE lease_owner = :worker AND state = 'leased'
-          AND (id, attempts) IN (SELECT value ->> '$[0]', value ->> '$[1]' FROM json_each(:pairs))
-        RETURNING id
+        FROM json_each(:pairs) AS v
+        WHERE jobs.id = v.value ->> '$[0]' AND jobs.attempts = v.value ->> '$[1]'
+          AND jobs.lease_owner = :worker AND jobs.state = 'leased'
+        RETURNING jobs.id
     """,
 )
 

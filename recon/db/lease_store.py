@@ -18,6 +18,7 @@ import contextlib
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,18 +62,15 @@ class LeaseStore:
                 params[f"queues_{i}"] = name
             sql = q.job_claim_available.for_driver(self.db.dialect, queues=len(queues))
             if isinstance(via, DedicatedSqlite):
-                rows = via.write(lambda conn: conn.execute(sql, params).fetchall())
-                times: dict[int, datetime] = {}  # a batch's jobs share lease_until, often run_after and created_at
-                jobs = [_claimed_sqlite(r, worker, times) for r in rows]
-                jobs.sort(key=_claim_order)
-                return jobs
+                return _claimed_sqlite(via.write(lambda conn: conn.execute(sql, params).fetchall()), worker)
             rows = via.execute(sql, params)
-        else:
-            params["queues"] = list(queues)
-            with self.db.autocommit() as conn:
-                rows = conn.execute(self._q(q.job_claim_available), params).all()
-        claimed = claimed_job if via is not None else self._claimed
-        jobs = [claimed(r, worker) for r in rows]
+            rows.sort(key=_BY_RUN_AFTER_ID)  # RETURNING order is unspecified: claim order, as _claimed_sqlite
+            rows.sort(key=_BY_PRIORITY, reverse=True)
+            return [claimed_job(r, worker) for r in rows]
+        params["queues"] = list(queues)
+        with self.db.autocommit() as conn:
+            rows = conn.execute(self._q(q.job_claim_available), params).all()
+        jobs = [self._claimed(r, worker) for r in rows]
         jobs.sort(key=_claim_order)  # RETURNING order is unspecified
         return jobs
 
@@ -171,6 +169,32 @@ class LeaseStore:
             if write is not None and matched:
                 write(conn)
         return matched
+
+    def finish_succeeded(self, *, worker: str, ids: Sequence[int], attempts: Sequence[int],
+                         via: Dedicated | None = None) -> set[int]:
+        """End attempts that succeeded with nothing more to record (``Finish.plain_success``: no error, delay or
+        bump), fenced; return the ids whose lease still matched. The same effect as ``finish`` with one plain
+        success ``Finish`` per (id, attempt), in its leaner statements; no text to redact. The worker's finisher
+        takes its handlers' plain ``Complete()`` results straight here (most finishes), without a ``Finish`` for
+        each (docs/benchmarks.md, "SQLite drain, CPU per job")."""
+        if not ids:
+            return set()
+        if isinstance(via, DedicatedSqlite):
+            pairs = {"pairs": "[" + ",".join(map(_PAIR.format, ids, attempts)) + "]", "worker": worker,
+                     "now": self.db.now_param()}
+
+            def run(conn: Any) -> set[int]:
+                conn.execute(_SUCCEEDED_HISTORY_SQLITE, pairs)
+                return {job_id for (job_id,) in conn.execute(_SUCCEEDED_UPDATE_SQLITE, pairs)}
+
+            return via.write(run)
+        if isinstance(via, DedicatedConnection):
+            params = {"ids": "{" + ",".join(map(str, ids)) + "}", "attempts": "{" + ",".join(map(str, attempts)) + "}",
+                      "worker": worker, "now": self.db.now_param()}
+            return {job_id for (job_id,) in via.execute(q.job_finish_succeeded_if_owner.for_driver("postgresql"),
+                                                         params)}
+        return self.finish(worker=worker, finishes=[Finish(i, a, "succeeded", "succeeded")
+                                                    for i, a in zip(ids, attempts, strict=True)])
 
     def finish_together(self, *, worker: str, finishes: Sequence[Finish],
                         write: Callable[[sa.Connection, set[int]], Any]) -> set[int]:
@@ -309,23 +333,41 @@ def _redact_finishes(finishes: Sequence[Finish]) -> None:
             f.error_kind = redact_value(f.error_kind)
 
 
-def _claimed_sqlite(r: Any, worker: str, times: dict[int, datetime]) -> Job:
-    """``claimed_job`` for a row from a ``DedicatedSqlite`` claim, unpacked by the same names: times are integer
-    microseconds since the epoch (``recon.db.schema``), converted once per value and batch through ``times``
-    (three conversions a job were a visible share of the claim's hot path), and JSON documents are the compact
-    text enqueue stored."""
-    (id_, queue, kind, payload, priority, run_after_us, attempts, max_attempts, lease_until_us, unique_key, tenant,
-     progress, created_at_us, last_error_kind, free_attempts) = r
-    run_after, lease_until, created_at = times.get(run_after_us), times.get(lease_until_us), times.get(created_at_us)
-    if run_after is None:
-        run_after = times[run_after_us] = _EPOCH + timedelta(microseconds=run_after_us)
-    if lease_until is None:
-        lease_until = times[lease_until_us] = _EPOCH + timedelta(microseconds=lease_until_us)
-    if created_at is None:
-        created_at = times[created_at_us] = _EPOCH + timedelta(microseconds=created_at_us)
-    return Job(id_, queue, kind, _json_text(payload) or {}, JobState.LEASED, priority, run_after, attempts,
-               max_attempts, created_at, worker, lease_until, None, None, unique_key, last_error_kind, None, tenant,
-               None if progress is None else _json_text(progress), None, False, free_attempts)
+def _claimed_sqlite(rows: list[Any], worker: str) -> list[Job]:
+    """``claimed_job`` for the rows of a ``DedicatedSqlite`` claim, unpacked by the same names, in claim order
+    (priority, then run_after and id; RETURNING's order is unspecified). One loop for the batch, the claim loop's
+    hot path: the rows are ordered before they become Jobs (by their integer columns, two stable sorts keyed in C),
+    times are integer microseconds since the epoch (``recon.db.schema``) converted once per value and batch (a
+    batch's jobs share lease_until, often run_after and created_at), and JSON documents are the compact text
+    enqueue stored (``_scan_json``; ``json.loads`` for any other text)."""
+    rows.sort(key=_BY_RUN_AFTER_ID)
+    rows.sort(key=_BY_PRIORITY, reverse=True)  # stable: equal priorities keep their (run_after, id) order
+    times: dict[int, datetime] = {}
+    jobs: list[Job] = []
+    append, scan, leased = jobs.append, _scan_json, JobState.LEASED
+    for (id_, queue, kind, payload, priority, run_after_us, attempts, max_attempts, lease_until_us, unique_key, tenant,
+         progress, created_at_us, last_error_kind, free_attempts) in rows:
+        run_after, lease_until = times.get(run_after_us), times.get(lease_until_us)
+        created_at = times.get(created_at_us)
+        if run_after is None:
+            run_after = times[run_after_us] = _EPOCH + timedelta(microseconds=run_after_us)
+        if lease_until is None:
+            lease_until = times[lease_until_us] = _EPOCH + timedelta(microseconds=lease_until_us)
+        if created_at is None:
+            created_at = times[created_at_us] = _EPOCH + timedelta(microseconds=created_at_us)
+        try:
+            value = scan(payload, 0)[0]
+        except (ValueError, StopIteration):
+            value = json.loads(payload)
+        append(Job(id_, queue, kind, value or {}, leased, priority, run_after, attempts, max_attempts, created_at,
+                   worker, lease_until, None, None, unique_key, last_error_kind, None, tenant,
+                   None if progress is None else _json_text(progress), None, False, free_attempts))
+    return jobs
+
+
+#: the claim's row order (``_claimed_sqlite``): by run_after and id, then (stable) by priority, highest first
+_BY_RUN_AFTER_ID = itemgetter(5, 0)
+_BY_PRIORITY = itemgetter(4)
 
 
 def _json_text(text: str) -> Any:
@@ -339,6 +381,10 @@ def _json_text(text: str) -> Any:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: one (id, attempt) pair of ``finish_succeeded``'s JSON array
+_PAIR = "[{},{}]"
+_SUCCEEDED_HISTORY_SQLITE = q.job_finish_succeeded_if_owner_sqlite.for_driver("sqlite")
+_SUCCEEDED_UPDATE_SQLITE = q.job_finish_succeeded_update_sqlite.for_driver("sqlite")
 
 
 def _claim_order(job: Job) -> tuple[int, datetime, int]:

@@ -82,7 +82,8 @@ jobs = sa.Table(
         "jobs_finished_at",
         "finished_at",
         postgresql_where=sa.text(_in("state", FINISHED_STATES)),
-        sqlite_where=sa.text(_in("state", FINISHED_STATES)),
+        # the same rows, by the column only a finish sets: SQLite's claims then never touch it (migration 0030)
+        sqlite_where=sa.text("finished_at IS NOT NULL"),
     ),
     sa.Index(
         "jobs_dead",

@@ -2,9 +2,10 @@
 
 One thread takes ``Done`` results from its queue, up to ``finish_batch_size`` at a time, and:
 
-- finishes those without a domain write together, in one fenced statement on its dedicated connection
-  (PostgreSQL; ``JobStore.dedicated(finishing=True)``), marking their leases ``finishing`` first so that a
-  heartbeat missing the row is not taken for a lost lease;
+- finishes those without a domain write together on its dedicated connection (``JobStore.dedicated(
+  finishing=True)``), marking their leases ``finishing`` first so that a heartbeat missing the row is not taken
+  for a lost lease: the plain successes (``Complete()``, most of them) by their ids and attempts alone
+  (``JobStore.finish_succeeded``, no ``Finish`` built for each), the others as ``Finish`` rows;
 - finishes the outcomes whose writes are ``BatchWrite``s of one function together, in one transaction: the
   fenced finish of them all and the function once, for the items of the finishes that matched; when that
   transaction fails for another reason than the database's, each of them is finished alone, as below;
@@ -122,12 +123,13 @@ class Finisher:
         ``finishing`` just before its own finish is sent, not when the batch is taken: the finishes with a
         write go one transaction each, and a lease that waits behind them keeps its heartbeat (after a
         failover a worker finishes hundreds at once, and marked all at once they outlived a short TTL)."""
+        succeeded: list[Done] = []  # plain Complete() results: most finishes, stored without a Finish each
         grouped: list[tuple[Done, Finish]] = []
         together: dict[Any, list[tuple[Done, Finish, BatchWrite]]] = {}
         for done in batch:
             outcome = done.outcome
             if type(outcome) is Complete and outcome.write is None:  # the common case first
-                grouped.append((done, Finish(done.job.id, done.job.attempts, "succeeded", "succeeded")))
+                succeeded.append(done)
             elif outcome is None:
                 self._stats.stale_finishes += 1
                 log.warning("job %s attempt %s: lease lost, result dropped", done.job.id, done.job.attempts,
@@ -141,6 +143,8 @@ class Finisher:
         for items in together.values():
             self._finish_together(items)
         try:
+            if succeeded:
+                self._finish_succeeded(succeeded)
             if grouped:
                 for done, _ in grouped:
                     done.lease.finishing = True
@@ -148,9 +152,25 @@ class Finisher:
                 self._record_many(grouped, matched)
         except StoreError as exc:
             # the leases stay in the database until they expire; the watcher returns the jobs to the queue
-            log.error("could not finish %d jobs (%s); their leases will expire", len(grouped), exc)
+            log.error("could not finish %d jobs (%s); their leases will expire", len(succeeded) + len(grouped), exc)
         finally:
             self._slots.release([d.job for d in batch])
+
+    def _finish_succeeded(self, items: list[Done]) -> None:
+        """The plain successes of a batch: one fenced statement (``JobStore.finish_succeeded``), retried as every
+        finish is, then counted (a ``Finish`` is built only for a line or the observer)."""
+        ids, attempts = [], []
+        for done in items:
+            done.lease.finishing = True
+            job = done.job
+            ids.append(job.id)
+            attempts.append(job.attempts)
+        matched = self._retrying(lambda: self._store.finish_succeeded(worker=self._worker, ids=ids, attempts=attempts,
+                                                                      via=self._via))
+        if len(matched) == len(items) and self._observer is None and not log.isEnabledFor(logging.DEBUG):
+            self._stats.outcomes["succeeded"] += len(items)  # the hot path: every lease matched, nothing to tell
+            return
+        self._record_many([(d, Finish(d.job.id, d.job.attempts, "succeeded", "succeeded")) for d in items], matched)
 
     def _finish_together(self, items: list[tuple[Done, Finish, BatchWrite]]) -> None:
         for done, _, _ in items:
@@ -204,12 +224,18 @@ class Finisher:
             if plain and len(plain) < len(finishes):
                 rest = [f for f in finishes if not f.plain_success]
                 return self._store_finish(plain, via=via) | self._store_finish(rest, via=via)
+        if together is not None:
+            return self._retrying(lambda: self._store.finish_together(worker=self._worker, finishes=finishes,
+                                                                      write=together))
+        return self._retrying(lambda: self._store.finish(worker=self._worker, finishes=finishes, write=write, via=via))
+
+    def _retrying(self, store: Callable[[], set[int]]) -> set[int]:
+        """``store()``, its transient errors retried ``FINISH_RETRIES`` times, an unavailable database until it is
+        back or the worker halts (module docstring)."""
         transient, backoff = 0, Backoff()
         while True:
             try:
-                if together is not None:
-                    return self._store.finish_together(worker=self._worker, finishes=finishes, write=together)
-                return self._store.finish(worker=self._worker, finishes=finishes, write=write, via=via)
+                return store()
             except StoreError as exc:
                 if isinstance(exc, DatabaseUnavailable):
                     if self._halt.wait(backoff.next()):

@@ -1,7 +1,8 @@
 """The runners: ``concurrency`` handler threads, each running one claimed job at a time under its lease.
 
 A runner takes a ``Running`` from its queue, runs the job's handler inside the job's log scope
-(``recon.logs``: every line logged meanwhile names the job), and hands a ``Done`` to the finisher. It never
+(``recon.logs``: every line logged meanwhile names the job; the fields are built only when a line is logged),
+and hands the same object, its outcome set (a ``Done``), to the finisher. It never
 raises and never decides whether an error is retryable:
 
 - a handler's ``None`` is ``Complete()``; an outcome it returns is passed on as it is;
@@ -25,7 +26,7 @@ from collections.abc import Callable
 
 from recon.engine.handlers import Handlers
 from recon.engine.lease import Lease
-from recon.engine.observe import WORKER_LOGGER, job_log_fields
+from recon.engine.observe import WORKER_LOGGER
 from recon.engine.outcome import ClassifyFunc, Complete, Dead, Outcome, classify_as_bug
 from recon.engine.slots import Done, Running, Slots
 from recon.errors import LeaseLost, UnknownJobKind
@@ -78,15 +79,14 @@ class Runners:
 
     def run(self) -> None:
         """One runner thread: run queued jobs until a stop sentinel."""
-        get, done, worker, execute = self._todo.get, self._done, self._worker, self.execute
+        get, done, execute = self._todo.get, self._done, self.execute
         slots = self._slots
         lock, executing, per_queue, wake = slots.lock, slots.executing, slots.per_queue, slots.wake
         monotonic = time.monotonic
         while (item := get()) is not None:
             job = item.job
-            fields = job_log_fields(job, worker)
             started = monotonic()
-            token = enter_job(fields)  # every line logged while the handler runs names the job
+            token = enter_job(item)  # every line logged while the handler runs names the job (fields built then)
             try:
                 outcome = execute(job, item.lease)
             finally:
@@ -104,7 +104,8 @@ class Runners:
                 wake_at = slots.wake_at  # executing counts that free enough slots
             if left in wake_at:
                 wake.set()  # the claim loop waits for a batch's worth of free slots (or none busy)
-            done(Done(job, item.lease, outcome, seconds, fields))
+            item.outcome, item.seconds = outcome, seconds
+            done(item)  # the same object, now a Done
 
     def execute(self, job: Job, lease: Lease) -> Outcome | None:
         """Run ``job``'s handler; its outcome, never an exception (None: the lease was lost)."""

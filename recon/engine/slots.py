@@ -1,7 +1,7 @@
 """The book a worker keeps of its slots and leases, and the two hand-offs between its parts.
 
-``Running`` goes from the claim loop to a runner (a claimed job and its lease); ``Done`` from a runner to
-the finisher (the handler's outcome). ``Slots`` is the state the parts share, under one lock:
+``Running`` goes from the claim loop to a runner (a claimed job and its lease), and the same object, its
+``outcome`` set (``Done``), from the runner to the finisher. ``Slots`` is the state the parts share, under one lock:
 
 - ``running``: every lease this process holds, by job id, from its claim until its finish commits or it is
   released. The heartbeat extends exactly these (``leases()``).
@@ -20,32 +20,49 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from recon.config import EngineConfig
 from recon.engine.lease import Lease
+from recon.engine.observe import job_log_fields
 from recon.engine.outcome import Outcome
 from recon.rows import Job
 
 
-@dataclass(slots=True)
 class Running:
-    """A claimed job on its way to (or in) a runner thread."""
+    """A claimed job on its way to (or in) a runner thread, then, once its handler returned, on its way to the
+    finisher with the handler's result (``Done`` names it there): one object per job for both hand-offs.
 
-    job: Job
-    lease: Lease
+    ``log_fields`` is the job's log context (recon.logs): built when first read (a line logged about the job, a
+    ``bind``), not for every job, and the same dict afterwards, so that what a handler bound shows on the
+    finisher's lines too.
+    """
+
+    __slots__ = ("_log_fields", "job", "lease", "outcome", "seconds")
+
+    def __init__(self, job: Job, lease: Lease, outcome: Outcome | None = None, seconds: float = 0.0,
+                 log_fields: dict[str, Any] | None = None) -> None:
+        self.job = job
+        self.lease = lease
+        #: the handler's outcome; None: it found its lease lost (nothing to write), or it has not returned yet
+        self.outcome = outcome
+        self.seconds = seconds  #: the handler's run time
+        self._log_fields = log_fields
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        """The fields of every log line about this attempt (``recon.engine.observe.job_log_fields``)."""
+        fields = self._log_fields
+        if fields is None:
+            fields = self._log_fields = job_log_fields(self.job, self.lease.worker)
+        return fields
+
+    def __repr__(self) -> str:
+        return f"Running(job={self.job.id}, attempt={self.job.attempts}, outcome={self.outcome!r})"
 
 
-@dataclass(slots=True)
-class Done:
-    """A handler's result on its way to the finisher."""
-
-    job: Job
-    lease: Lease
-    outcome: Outcome | None  #: None: the handler found its lease lost, nothing to write
-    seconds: float = 0.0  #: the handler's run time
-    log_fields: dict[str, Any] = field(default_factory=dict)  #: the job's log context (recon.logs)
+#: a ``Running`` whose handler returned: its ``outcome`` and ``seconds`` are set (the finisher's input)
+Done = Running
 
 
 class Slots:

@@ -3,7 +3,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
-from recon import Client, FixedClock, JobState, JobStore, Settings
+import pytest
+
+from recon import Client, FixedClock, JobSpec, JobState, JobStore, Settings
 from recon.db.database import Database
 from recon.engine.lease import Heartbeater, Lease
 from recon.rows import Finish
@@ -34,6 +36,26 @@ def test_claim__respects_priority_run_after_queue_and_batch_size(db: Database) -
     assert [j.id for j in store.claim(worker="w", queues=["default"], n=10, ttl=30)] == [low]
     db.clock.advance(61)  # type: ignore[attr-defined]
     assert [j.id for j in store.claim(worker="w", queues=["default", "other"], n=10, ttl=30)] == [later, other]
+
+
+def test_claim__the_claim_loops_connection_returns_jobs_in_claim_order(db: Database) -> None:
+    """The claim loop's own connection (psycopg's or sqlite3's, rows ordered before they become Jobs): priority,
+    then run_after, then id, as the pooled claim."""
+    db.clock = FixedClock(T0)
+    store = JobStore(db)
+    client = Client(store, Settings())
+    late = client.enqueue("k", priority=5, run_at=T0 - timedelta(seconds=1))
+    early = client.enqueue("k", priority=5, run_at=T0 - timedelta(seconds=2))
+    low = client.enqueue("k", priority=-1, run_at=T0 - timedelta(seconds=9))
+    same = [client.enqueue("k", priority=0, run_at=T0 - timedelta(seconds=3)) for _ in range(3)]
+    high = client.enqueue("k", priority=7)
+    via = store.dedicated()
+    try:
+        jobs = store.claim(worker="w", queues=["default"], n=10, ttl=30, via=via)
+    finally:
+        via.close()
+    assert [j.id for j in jobs] == [high, early, late, *same, low]
+    assert all(j.state is JobState.LEASED and j.lease_owner == "w" and j.attempts == 1 for j in jobs)
 
 
 def test_claim__concurrent_claimers_never_share_a_job(db: Database) -> None:
@@ -117,6 +139,39 @@ def test_fencing__same_owner_old_attempt_is_rejected(db: Database) -> None:
     assert store.finish(worker="w", finishes=[Finish(id=job_id, attempt=1, state="succeeded",
                                                      outcome="succeeded")]) == set()
     assert store.get(job_id).state is JobState.LEASED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("dedicated", [False, True], ids=["pooled", "dedicated"])
+def test_fencing__finish_succeeded_ends_only_the_leases_still_held(db: Database, dedicated: bool) -> None:
+    """The finisher's lean path for plain successes (``finish_succeeded``), on the pool and on the worker's own
+    connection: a job whose lease expired and was claimed again (by another worker, or by the same one as a new
+    attempt) is left to its new owner; the others end succeeded with one history row each."""
+    db.clock = FixedClock(T0)
+    store = JobStore(db)
+    ids = Client(store, Settings()).enqueue_many([JobSpec("k", {"i": i}) for i in range(4)])
+    store.claim(worker="w", queues=["default"], n=4, ttl=5)
+    db.clock.advance(6)  # type: ignore[attr-defined]  # every lease expires; the watcher rescues them
+    store.rescue_expired(limit=10)
+    held = store.claim(worker="w", queues=["default"], n=2, ttl=5)  # the same worker, attempt 2
+    taken = store.claim(worker="other", queues=["default"], n=2, ttl=5)
+    assert {j.attempts for j in held + taken} == {2}
+    via = store.dedicated(finishing=True) if dedicated else None
+    try:
+        stale = store.finish_succeeded(worker="w", ids=ids, attempts=[1] * 4, via=via)  # the first attempts
+        fresh = store.finish_succeeded(worker="w", ids=[j.id for j in held] + [taken[0].id], attempts=[2, 2, 2],
+                                       via=via)
+    finally:
+        if via is not None:
+            via.close()
+    assert stale == set() and fresh == {j.id for j in held}
+    states = {j.id: (j.state, j.lease_owner) for j in store.get_many(ids)}
+    assert states == {**{j.id: (JobState.SUCCEEDED, None) for j in held},
+                      **{j.id: (JobState.LEASED, "other") for j in taken}}
+    for job in held:
+        assert [(a.attempt, a.worker, a.outcome) for a in store.attempts(job.id)] == [
+            (1, "w", "lease_expired"), (2, "w", "succeeded")]
+    for job in taken:
+        assert [a.outcome for a in store.attempts(job.id)] == ["lease_expired"]
 
 
 def test_finish__write_shares_the_transaction_and_is_fenced(db: Database) -> None:

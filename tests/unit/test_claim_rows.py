@@ -43,4 +43,24 @@ def test_claim_rows__a_sqlite_row_lands_field_by_field_its_times_in_microseconds
     micros = {name: (VALUES[name] - epoch) // timedelta(microseconds=1)
               for name in ("run_after", "lease_until", "created_at")}
     row = tuple(micros.get(name, VALUES[name]) for name in CLAIM_FIELDS)
-    assert _claimed_sqlite(row, "w1", {}) == EXPECTED
+    assert _claimed_sqlite([row], "w1") == [EXPECTED]
+
+
+def test_claim_rows__a_sqlite_batch_comes_back_in_claim_order() -> None:
+    """Priority first (highest), then run_after, then id, whatever order RETURNING gave; equal times are one
+    datetime (converted once per batch)."""
+    at = {"run_after": 1_000, "lease_until": 9_000, "created_at": 500}
+    # (id, priority, run_after)
+    spec = [(7, 0, 2_000), (3, 0, 1_000), (9, 5, 3_000), (1, 0, 2_000), (4, 5, 1_000), (8, -1, 0)]
+    rows = [tuple({**VALUES, **at, "id": i, "priority": p, "run_after": r, "payload": f'{{"i":{i}}}'}[name]
+                  for name in CLAIM_FIELDS) for i, p, r in spec]
+    jobs = _claimed_sqlite(rows, "w1")
+    assert [j.id for j in jobs] == [4, 9, 3, 1, 7, 8]
+    assert [j.payload for j in jobs] == [{"i": 4}, {"i": 9}, {"i": 3}, {"i": 1}, {"i": 7}, {"i": 8}]
+    assert len({id(j.lease_until) for j in jobs}) == 1 and len({id(j.created_at) for j in jobs}) == 1
+
+
+def test_claim_rows__a_sqlite_payload_not_starting_with_its_value_is_read_as_json() -> None:
+    row = tuple({**VALUES, "run_after": 0, "lease_until": 0, "created_at": 0, "payload": ' {"a": [1, 2]} '}[name]
+                for name in CLAIM_FIELDS)
+    assert _claimed_sqlite([row], "w1")[0].payload == {"a": [1, 2]}

@@ -131,6 +131,35 @@ def test_runners__the_handler_runs_in_its_jobs_log_scope_and_its_run_time_is_mea
         assert done.lease.job_id == done.job.id
 
 
+def test_runners__a_line_a_handler_logs_names_its_job_and_the_same_object_goes_to_the_finisher(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The runner hands the finisher the ``Running`` it took (a ``Done``, its outcome set), and enters the job's log
+    scope with it: a line the handler logs carries the job's fields, built then (a job that logs nothing never
+    builds them) and kept, so the finisher's lines show them too."""
+    from recon.logs import JobContextFilter
+
+    handlers = Handlers()
+    handlers.register("quiet", lambda job, lease: None)
+    handlers.register("chatty", lambda job, lease: logging.getLogger("recon.test").warning("charging %s", job.id))
+    pool = Pool(handlers, concurrency=1)
+    items = [running(1, "quiet"), running(2, "chatty")]
+    handler_filter = JobContextFilter()
+    caplog.handler.addFilter(handler_filter)
+    try:
+        with caplog.at_level(logging.WARNING, logger="recon.test"):
+            pool.submit(items)
+            wait_until(lambda: len(pool.done) == 2)
+    finally:
+        caplog.handler.removeFilter(handler_filter)
+        pool.stop()
+    assert sorted(map(id, pool.done)) == sorted(map(id, items))  # the same objects, no copy
+    quiet, chatty = sorted(pool.done, key=lambda d: d.job.id)
+    assert quiet.outcome == Complete() and quiet._log_fields is None  # nothing logged: no fields built
+    [record] = [r for r in caplog.records if r.name == "recon.test"]
+    assert (record.job_id, record.kind, record.attempt, record.worker) == (2, "chatty", 1, "w")  # type: ignore[attr-defined]
+    assert chatty.log_fields is chatty.log_fields and chatty.log_fields["job_id"] == 2
+
+
 def test_runners__a_slot_frees_when_the_handler_returns_and_the_lease_stays_for_the_finisher() -> None:
     gate = threading.Event()
     handlers = Handlers()
