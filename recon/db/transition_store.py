@@ -27,8 +27,9 @@ from recon.redact import redact_evidence, redact_row
 from recon.rows import EnqueueRow, EventSource, Note, Payment, PaymentStatus, Transition, check_transition
 
 #: from this many audit events a write keeps their foreign-key checks' generic plan (``Database.index_plans``):
-#: its two statements cost about what planning the check for a few rows does (docs/benchmarks.md)
-INDEX_PLANS_FROM = 4
+#: its two statements cost a finish of 4 or 8 webhook events about what they saved, one of 32 far less than they
+#: saved (docs/benchmarks.md, webhook intake, fourth pass)
+INDEX_PLANS_FROM = 16
 
 
 class TransitionStore:
