@@ -152,7 +152,18 @@ def redact_evidence(details: dict[str, Any] | None) -> dict[str, Any] | None:
     (``EVIDENCE_IDENTIFIERS``), kept exactly when they are text or texts (anything else is redacted)."""
     if details is None:
         return None
-    return {k: v if k in EVIDENCE_IDENTIFIERS and _identifiers(v) else redact_value(v) for k, v in details.items()}
+    out = {}
+    for k, v in details.items():  # redact_value's answer, a string, a number or None without a call (_redact_dict)
+        kind = type(v)
+        if k in EVIDENCE_IDENTIFIERS and _identifiers(v):
+            out[k] = v
+        elif kind is str:
+            out[k] = v if v in _CLEAN else _redact_remembering(v)
+        elif v is None or kind is int or kind is float or kind is bool:
+            out[k] = v
+        else:
+            out[k] = redact_value(v)
+    return out
 
 
 def _identifiers(value: Any) -> bool:
@@ -209,8 +220,16 @@ def redact_row(row: Mapping[str, Any], *, keep: Collection[str] = ()) -> dict[st
     """The parameters of one row a store writes, at the storage boundary: every string, dict and list through
     ``redact_value`` (short clean strings are remembered, so a status or a PSP name costs a set lookup), except
     the names in ``keep``; numbers, booleans, times and None as they are."""
-    return {k: v if k in keep or v is None or not isinstance(v, str | dict | list) else redact_value(v)
-            for k, v in row.items()}
+    out = {}
+    for k, v in row.items():  # a loop taking a plain string or number without a call: every row a store writes
+        kind = type(v)
+        if kind is str:
+            out[k] = v if k in keep or v in _CLEAN else _redact_remembering(v)
+        elif v is None or kind is int or kind is bool or k in keep or not isinstance(v, str | dict | list):
+            out[k] = v
+        else:
+            out[k] = redact_value(v)
+    return out
 
 
 #: Short strings that ``redact`` leaves unchanged, remembered: a PSP's documents and our audit details repeat

@@ -52,6 +52,19 @@ audit_seal_insert = Query(
            VALUES (:stream, :row_id, :kind, :row_hash, :chain_hash, {now})""",
 )
 
+audit_seal_insert_many = Query(
+    "audit_seal_insert_many",
+    "Run by the sealer on PostgreSQL, under its lock: a batch's seals in one statement (five arrays, one item a "
+    "seal), where audit_seal_insert's executemany sent one statement a seal.",
+    postgresql="""
+        INSERT INTO audit_seals (stream, row_id, kind, row_hash, chain_hash, sealed_at)
+        SELECT v.stream, v.row_id, v.kind, v.row_hash, v.chain_hash, {now}
+        FROM unnest(CAST(:streams AS text[]), CAST(:row_ids AS bigint[]), CAST(:kinds AS text[]),
+                    CAST(:row_hashes AS text[]), CAST(:chain_hashes AS text[]))
+             AS v(stream, row_id, kind, row_hash, chain_hash)
+    """,
+)
+
 audit_rows_after = Query(
     "audit_rows_after",
     "Run by the sealer, verify and export: a page of audit rows in id order, with the time of the read.",

@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL, make_url
 
 import migrations
 from recon.clock import Clock, SystemClock
+from recon.db import plan_queries
 from recon.db.availability import Outage, error_class
 from recon.db.libpq import connect_params
 from recon.db.sql import Query
@@ -278,6 +279,19 @@ class Database:
         except self.dbapi.Error as exc:
             raise driver_error(self, exc, broken=bool(getattr(driver, "broken", False)
                                                        or getattr(driver, "closed", False))) from exc
+
+    @contextlib.contextmanager
+    def index_plans(self, conn: sa.Connection) -> Iterator[None]:
+        """Inside ``conn``'s transaction on PostgreSQL, while the block runs: prepared statements and the
+        foreign-key checks of the rows it writes keep one generic plan, made with sequential scans off
+        (recon.db.plan_queries: why, and which statements may run inside). The settings are restored after
+        the block; when it raises, the transaction's end (its rollback) restores them. Nothing on SQLite."""
+        if not self.is_postgresql:
+            yield
+            return
+        (row,) = self.run_in(conn, plan_queries.plans_keep_indexed, {})
+        yield
+        self.run_in(conn, plan_queries.plans_restore, dict(zip(plan_queries.GUARDED, row, strict=False)))
 
     def now_param(self) -> Any:
         """The ``:now`` parameter: None on PostgreSQL (use the database clock) unless the clock is fixed."""

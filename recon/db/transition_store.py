@@ -12,6 +12,7 @@ an audit event (``_events``). A PSP reference is stored exactly as the PSP gave 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,11 @@ from recon.db.jobs_store import JobStore
 from recon.errors import PspReferenceConflict
 from recon.redact import redact_evidence, redact_row
 from recon.rows import EnqueueRow, EventSource, Note, Payment, PaymentStatus, Transition, check_transition
+
+#: from this many audit events a write keeps their foreign-key checks' generic plan (``Database.index_plans``):
+#: its two statements cost a finish of 4 or 8 webhook events about what they saved, one of 32 far less than they
+#: saved (docs/benchmarks.md, webhook intake, fourth pass)
+INDEX_PLANS_FROM = 16
 
 
 class TransitionStore:
@@ -126,9 +132,13 @@ class TransitionStore:
         # the storage boundary of PSP evidence and operators' notes: details quote PSP texts, which may carry
         # card data or keys; the PSP's identifiers in them are kept exactly (``redact_evidence``)
         events = [{**redact_row(e, keep=("details",)), "details": redact_evidence(e.get("details"))} for e in events]
-        for start in range(0, len(events), 5000):
-            self.db.run_in(conn, tq.payment_event_insert_many,
-                           {"rows": _dumps(events[start:start + 5000]), "now": self.db.now_param()})
+        # each row's foreign-key check (payments) keeps one generic plan, an index scan: planned afresh per
+        # row it cost more than the insert (recon.db.plan_queries); two statements more, so not for a few rows
+        guard = self.db.index_plans(conn) if len(events) >= INDEX_PLANS_FROM else contextlib.nullcontext()
+        with guard:
+            for start in range(0, len(events), 5000):
+                self.db.run_in(conn, tq.payment_event_insert_many,
+                               {"rows": _dumps(events[start:start + 5000]), "now": self.db.now_param()})
 
     def touch_unfinished(self, conn: sa.Connection, *, payment_id: int) -> PaymentStatus | None:
         """Lock the payment row if it is still unfinished (its status), else None."""

@@ -160,3 +160,38 @@ def test_redact_evidence__the_psps_identifiers_exactly_the_rest_redacted() -> No
     # a value that is no identifier under an identifier's key is redacted as any other
     assert r.redact_evidence({"psp_reference": {"x": {"y": card}}}) == {"psp_reference": {"x": {"y": "[card]"}}}
     assert r.redact_evidence(None) is None
+
+
+def defined_redact_row(row: dict[object, object], keep: frozenset[object]) -> dict[object, object]:
+    """``redact_row`` as its docstring defines it (the comprehension it was before its loop)."""
+    return {k: v if k in keep or v is None or not isinstance(v, str | dict | list) else defined_redact_value(v)
+            for k, v in row.items()}
+
+
+def defined_redact_evidence(details: dict[object, object]) -> dict[object, object]:
+    """``redact_evidence`` as its docstring defines it (the comprehension it was before its loop)."""
+    return {k: v if k in r.EVIDENCE_IDENTIFIERS and r._identifiers(v) else defined_redact_value(v)
+            for k, v in details.items()}
+
+
+EVIDENCE_KEYS = [*KEYS, "psp_reference", "psp_reference_conflict", "raw_status", "webhook"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_redact_row_and_redact_evidence__their_loops_answer_as_the_definitions(seed: int) -> None:
+    """Both take a plain string or number without a call (the audit rows of every webhook finish); the answers,
+    and the types of what is not a string (a str subclass may come back as itself), are the definitions'."""
+    rng = random.Random(seed)
+    changed = kept = 0
+    for _ in range(3_000):
+        row = {rng.choice(EVIDENCE_KEYS): document(rng) for _ in range(rng.randint(1, 8))}
+        keep = frozenset(rng.sample(EVIDENCE_KEYS, rng.randint(0, 3)))
+        for got, want in ((r.redact_row(row, keep=keep), defined_redact_row(row, keep)),  # type: ignore[arg-type]
+                          (r.redact_evidence(row), defined_redact_evidence(row))):  # type: ignore[arg-type]
+            assert got == want, (row, keep)
+            assert got is not None
+            assert [type(v) for v in got.values() if not isinstance(v, str)] == [
+                type(v) for v in want.values() if not isinstance(v, str)], row
+            changed += got != row
+        kept += any(k in keep and isinstance(v, str) and r.redact(v) != v for k, v in row.items())
+    assert changed > 1_000 and kept > 5  # texts were redacted, and kept where the row names them
