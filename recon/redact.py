@@ -85,6 +85,9 @@ _MAYBE = re.compile(r"://|bearer|basic|[spr]k_|whsec_|aqe|passw|pwd|api[_-]?key|
 _MAYBE_WORDS = re.compile(r"://|bearer|basic|sk_|pk_|rk_|whsec_|aqe|passw|pwd|api[_-]?key|secret|token"
                           r"|authorization|cv[cvn]|cid|csc|security")
 _MAYBE_DIGITS = re.compile(r"[0-9](?:[ -]?[0-9]){12}")
+#: the secret-named keys (``_SECRET_KEYS``) whose names ``_MAYBE`` does not hold, as a JSON document's keys:
+#: ``{"pan": "x"}`` holds no pattern's text, but its value is masked whole all the same
+_MAYBE_SECRET_KEY = re.compile(r'(?i)"(?:pan|(?:card[_-]?)?number)"\s*:')
 
 
 def redact(text: str) -> str:
@@ -210,8 +213,9 @@ def identifier(value: str) -> Identifier:
 
 def redact_json(text: str) -> str:
     """A JSON document's text with ``redact_value`` applied to what it holds; returned as it is when nothing in
-    it could need masking (one search). A number is never masked: only strings and secret-named fields are."""
-    if not _maybe(text):
+    it could need masking (two searches: ``_maybe`` and the secret-named keys it does not cover). A number is
+    never masked: only strings and secret-named fields are."""
+    if not _maybe(text) and _MAYBE_SECRET_KEY.search(text) is None:
         return text
     return json.dumps(redact_value(json.loads(text)), separators=(",", ":"))
 

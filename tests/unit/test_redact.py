@@ -5,6 +5,7 @@ tests/integration/test_redaction.py plants."""
 
 from __future__ import annotations
 
+import json
 import random
 import string
 
@@ -195,3 +196,16 @@ def test_redact_row_and_redact_evidence__their_loops_answer_as_the_definitions(s
             changed += got != row
         kept += any(k in keep and isinstance(v, str) and r.redact(v) != v for k, v in row.items())
     assert changed > 1_000 and kept > 5  # texts were redacted, and kept where the row names them
+
+
+@pytest.mark.parametrize("key", ["pan", "PAN", "number", "card_number", "cardNumber", "card-number", "password",
+                                 "api_key", "token", "secret", "cvc", "cvv2", "security_code", "client_secret"])
+def test_redact_json__a_secret_named_key_is_masked_whatever_its_value_looks_like(key: str) -> None:
+    # the value holds nothing any pattern would find: only the key's name says it is secret
+    text = json.dumps({key: "x1", "nested": [{key: "y2"}], "kept": "z3"})
+    assert json.loads(r.redact_json(text)) == {key: r.MASK, "nested": [{key: r.MASK}], "kept": "z3"}
+
+
+def test_redact_json__a_document_without_secrets_is_returned_as_it_is() -> None:
+    text = '{"payment_id": 12, "reference": "order-1", "numbers": [1, 2], "pane": "x"}'
+    assert r.redact_json(text) is text
