@@ -150,7 +150,9 @@ class Database:
         self._held: deque[Any] = deque()
         self._held_pid = os.getpid()
         self._held_generation = 0
-        self._forked_away: list[deque[Any]] = []  # a parent's, never used or closed here (its sockets are shared)
+        #: a parent's held connections, in a forked child: never used or closed here (their sockets are the parent's),
+        #: and kept referenced (collected, SQLAlchemy would return them to the child's copy of the pool)
+        self._forked_away: list[deque[Any]] = []
         if self.dialect == "postgresql":
             for pooled in {self.engine, self.producer_engine}:
                 event.listen(pooled, "connect", _stamp_opened)
