@@ -249,9 +249,14 @@ class Database:
         pooled = self._take_held() if producer else checkout(self, self.engine)
         conn: Any = pooled.driver_connection
         try:
-            if not producer:
+            if producer:  # the connection's own cursor, kept with it: no Cursor built a call (13 µs of CPU)
+                cur = pooled.info.get(_CURSOR)
+                if cur is None or cur.connection is not conn:
+                    cur = pooled.info[_CURSOR] = conn.cursor()
+                cur.execute(sql, params)
+            else:
                 conn.autocommit = True
-            cur = conn.execute(sql, params)
+                cur = conn.execute(sql, params)
             result = cur.pgresult  # its field count, not ``description`` (which builds a Column per field a call)
             rows: list[tuple[Any, ...]] = cur.fetchall() if result is not None and result.nfields else []
         except self.dbapi.Error as exc:
@@ -460,6 +465,8 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
 
 #: the key of ``ConnectionPoolEntry.info`` that says when (time.monotonic) the connection was opened
 _OPENED = "recon_opened"
+#: the key of ``ConnectionPoolEntry.info`` holding a producers' connection's cursor (``execute_driver``)
+_CURSOR = "recon_cursor"
 
 
 def _autocommit_from_the_start(dbapi_conn: Any, _record: Any) -> None:

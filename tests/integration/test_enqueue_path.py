@@ -227,6 +227,11 @@ def test_execute_driver__the_producers_connection_is_held_between_calls_and_clos
     [(first,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
     assert db.execute_driver(BACKEND, {}, generic_plans=True) == [(first,)]  # the same session again
     assert db.producer_engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    cursor = db._held[0].info["recon_cursor"]  # and its cursor, built once
+    with pytest.raises(StoreError, match="no_such_table"):  # an error leaves both usable
+        db.execute_driver("SELECT * FROM no_such_table", {}, generic_plans=True)
+    assert db.execute_driver(BACKEND, {}, generic_plans=True) == [(first,)]
+    assert db._held[0].info["recon_cursor"] is cursor
     held = db._held[0].driver_connection
     db.dispose()
     assert held.closed
