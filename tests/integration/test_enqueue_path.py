@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from dataclasses import replace
 
 import psycopg
@@ -261,7 +262,9 @@ def test_execute_driver__a_forked_child_never_uses_the_parents_held_connection(d
         pytest.skip("the producers' connections are PostgreSQL's")
     [(parent,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
     read, write = os.pipe()
-    child = os.fork()
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork() in a threaded process (xdist's): wanted here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
     if child == 0:  # pragma: no cover  # the child: report its session's backend, exit without cleanup
         try:
             [(mine,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
