@@ -215,7 +215,8 @@ class Settings:
     source: str = "<defaults>"
 
     def queue(self, name: str) -> QueueConfig:
-        return self.queues.get(name, QueueConfig())
+        found = self.queues.get(name)  # not .get(name, QueueConfig()): that built a default on every enqueue
+        return found if found is not None else QueueConfig()
 
     def __repr__(self) -> str:
         return (f"Settings(database_url={mask_url(self.database_url)!r}, engine={self.engine!r}, "

@@ -22,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -138,6 +140,19 @@ class Database:
         self._stale_epoch = 0  # the outage whose start made the pools' older connections stale
         #: (time.monotonic) the pools give out no connection opened before this: the server it reaches failed
         self._stale_before = 0.0
+        #: the producers' connections between two single enqueues (``execute_driver(generic_plans=True)``): each
+        #: stays checked out of ``producer_engine``'s pool (which bounds how many there are) and is taken back
+        #: here, a deque's pop and append instead of the pool's checkout and return (a visible share of a single
+        #: enqueue's client CPU: docs/benchmarks.md). Kept by the process that opened them (``_held_pid``: a
+        #: forked child opens its own) until ``dispose()``, whose ``_held_generation`` sends later returns back
+        #: to the pool; a connection opened before an outage is given back to the pool, whose checkout hook
+        #: drops it, as the pool's own would be
+        self._held: deque[Any] = deque()
+        self._held_pid = os.getpid()
+        self._held_generation = 0
+        #: a parent's held connections, in a forked child: never used or closed here (their sockets are the parent's),
+        #: and kept referenced (collected, SQLAlchemy would return them to the child's copy of the pool)
+        self._forked_away: list[deque[Any]] = []
         if self.dialect == "postgresql":
             for pooled in {self.engine, self.producer_engine}:
                 event.listen(pooled, "connect", _stamp_opened)
@@ -230,12 +245,18 @@ class Database:
         # the producers' pool hands out connections in autocommit and takes them back as they are (no reset:
         # its statements leave no transaction open); the main pool's are switched for the one statement
         producer = generic_plans and self.producer_engine is not self.engine
-        pooled = checkout(self, self.producer_engine if producer else self.engine)
+        generation = self._held_generation
+        pooled = self._take_held() if producer else checkout(self, self.engine)
         conn: Any = pooled.driver_connection
         try:
-            if not producer:
+            if producer:  # the connection's own cursor, kept with it: no Cursor built a call (13 µs of CPU)
+                cur = pooled.info.get(_CURSOR)
+                if cur is None or cur.connection is not conn:
+                    cur = pooled.info[_CURSOR] = conn.cursor()
+                cur.execute(sql, params)
+            else:
                 conn.autocommit = True
-            cur = conn.execute(sql, params)
+                cur = conn.execute(sql, params)
             result = cur.pgresult  # its field count, not ``description`` (which builds a Column per field a call)
             rows: list[tuple[Any, ...]] = cur.fetchall() if result is not None and result.nfields else []
         except self.dbapi.Error as exc:
@@ -244,13 +265,34 @@ class Database:
                 pooled.invalidate()
             raise error from exc
         finally:
-            if not (conn.broken or conn.closed):
-                if not producer:
-                    conn.autocommit = False  # as the pool hands it out
+            if conn.broken or conn.closed:
+                if producer and pooled.dbapi_connection is not None:  # not invalidated above already
+                    pooled.invalidate()  # dropped (and the pool's place freed), never held again
+            elif not producer:
+                conn.autocommit = False  # as the pool hands it out
                 pooled.close()
+            elif generation == self._held_generation and self._held_pid == os.getpid():
+                self._held.append(pooled)
+            else:
+                pooled.close()  # disposed meanwhile: back to the pool it came from
         if self.outage.down:
             self.outage.succeeded(epoch)
         return rows
+
+    def _take_held(self) -> Any:
+        """A producers' connection (``_held``): one this process holds, opened after the last outage began, or
+        one checked out of ``producer_engine``."""
+        if self._held_pid != os.getpid():  # a forked child: the parent's connections are the parent's
+            self._forked_away.append(self._held)
+            self._held, self._held_pid = deque(), os.getpid()
+        try:
+            pooled = self._held.pop()
+        except IndexError:
+            return checkout(self, self.producer_engine)
+        if pooled.info.get(_OPENED, 0.0) < self._stale_before:
+            pooled.close()  # the pool's checkout hook (_refuse_stale) closes it when it is handed out again
+            return checkout(self, self.producer_engine)
+        return pooled
 
     def run_in(self, conn: sa.Connection, query: Query, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """ONE statement of ``query`` inside ``conn``'s transaction, straight through the driver: its rows as
@@ -314,6 +356,10 @@ class Database:
         return _EPOCH + timedelta(microseconds=int(value))
 
     def dispose(self) -> None:
+        self._held_generation += 1  # a connection in use now goes back to its pool, not to ``_held``
+        if self._held_pid == os.getpid():
+            while self._held:
+                self._held.pop().close()
         self.engine.dispose()
         if self.producer_engine is not self.engine:
             self.producer_engine.dispose()
@@ -419,6 +465,8 @@ def connect(url: str, *, clock: Clock | None = None, pool_size: int = 10) -> Dat
 
 #: the key of ``ConnectionPoolEntry.info`` that says when (time.monotonic) the connection was opened
 _OPENED = "recon_opened"
+#: the key of ``ConnectionPoolEntry.info`` holding a producers' connection's cursor (``execute_driver``)
+_CURSOR = "recon_cursor"
 
 
 def _autocommit_from_the_start(dbapi_conn: Any, _record: Any) -> None:

@@ -39,6 +39,9 @@ class Client:
         rows = [self._row(i, s) for i, s in enumerate(specs)]
         if not rows:
             return []
+        if len(rows) == 1:  # a producer's single enqueue: no set of queues to build
+            queue = rows[0].queue
+            return self.store.enqueue(rows, max_depth={queue: self.settings.queue(queue).max_depth})
         depth = {q: self.settings.queue(q).max_depth for q in {r.queue for r in rows}}
         return self.store.enqueue(rows, max_depth=depth)
 

@@ -4,7 +4,9 @@ transaction with the queue's lock when the queue has a max depth; the same answe
 from __future__ import annotations
 
 import json
+import os
 import threading
+import warnings
 from dataclasses import replace
 
 import psycopg
@@ -15,7 +17,7 @@ from recon import Client, JobSpec, JobStore, QueueFull, Settings
 from recon.config import QueueConfig
 from recon.db import enqueue_queries as q
 from recon.db.database import Database
-from recon.errors import StoreError
+from recon.errors import DatabaseUnavailable, StoreError
 
 
 def make_client(db: Database, **queues: QueueConfig) -> Client:
@@ -213,6 +215,67 @@ def test_execute_driver__errors_are_translated_and_the_connection_goes_back(db: 
     assert db.execute_driver("SELECT 1", {}) == [(1,)]
     with db.engine.connect() as conn:  # the pool's connections are in their ordinary mode
         assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+
+
+BACKEND = "SELECT pg_backend_pid()"
+
+
+def test_execute_driver__the_producers_connection_is_held_between_calls_and_closed_by_dispose(db: Database) -> None:
+    """The single enqueue's connection stays with the producer between calls (no pool checkout and return a call:
+    docs/benchmarks.md); the pool still counts it (its size bounds them), and dispose() closes it."""
+    if not db.is_postgresql:
+        pytest.skip("the producers' connections are PostgreSQL's")
+    [(first,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
+    assert db.execute_driver(BACKEND, {}, generic_plans=True) == [(first,)]  # the same session again
+    assert db.producer_engine.pool.checkedout() == 1  # type: ignore[attr-defined]
+    cursor = db._held[0].info["recon_cursor"]  # and its cursor, built once
+    with pytest.raises(StoreError, match="no_such_table"):  # an error leaves both usable
+        db.execute_driver("SELECT * FROM no_such_table", {}, generic_plans=True)
+    assert db.execute_driver(BACKEND, {}, generic_plans=True) == [(first,)]
+    assert db._held[0].info["recon_cursor"] is cursor
+    held = db._held[0].driver_connection
+    db.dispose()
+    assert held.closed
+    [(after,)] = db.execute_driver(BACKEND, {}, generic_plans=True)  # a disposed Database connects again
+    assert after != first
+
+
+def test_execute_driver__a_held_connection_that_died_is_dropped_once(db: Database) -> None:
+    """A held connection killed on the server: the call on it is DatabaseUnavailable (one outage), the
+    connection is dropped, not held again, and the next call opens a new one and ends the outage."""
+    if not db.is_postgresql:
+        pytest.skip("the producers' connections are PostgreSQL's")
+    [(backend,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
+    with db.autocommit() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+    with pytest.raises(DatabaseUnavailable):
+        db.execute_driver("SELECT 1", {}, generic_plans=True)
+    assert not db._held and db.producer_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    [(again,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
+    assert again != backend and (db.outage.count, db.outage.down) == (1, False)
+
+
+def test_execute_driver__a_forked_child_never_uses_the_parents_held_connection(db: Database) -> None:
+    """A child forked after the parent's single enqueue opens a session of its own (a psycopg connection shared
+    by two processes mixes their messages) and leaves the parent's open: the parent's next call still works."""
+    if not db.is_postgresql:
+        pytest.skip("the producers' connections are PostgreSQL's")
+    [(parent,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork() in a threaded process (xdist's): wanted here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
+    if child == 0:  # pragma: no cover  # the child: report its session's backend, exit without cleanup
+        try:
+            [(mine,)] = db.execute_driver(BACKEND, {}, generic_plans=True)
+            os.write(write, str(mine).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as answer:
+        assert int(answer.read()) not in (parent, 0)
+    assert db.execute_driver(BACKEND, {}, generic_plans=True) == [(parent,)]
 
 
 def test_enqueue_queries__render_for_the_driver() -> None:
