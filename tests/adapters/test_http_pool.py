@@ -38,9 +38,12 @@ class _Held(BaseHTTPRequestHandler):
 @pytest.fixture
 def held_server() -> Iterator[str]:
     handler = type("Held", (_Held,), {"barrier": threading.Barrier(IN_FLIGHT, timeout=20)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.request_queue_size = IN_FLIGHT
-    server.daemon_threads = True
+    # the listen backlog is the class's request_queue_size, read by the constructor's listen(): set on the
+    # instance afterwards it stayed 5, so of 150 connections made at once most waited for SYN retransmits (1, 3,
+    # 7, 15, 31 s) on a loaded machine, past the barrier's 20 s: every call answered 503 in one CI run
+    server_class = type("HeldServer", (ThreadingHTTPServer,), {"request_queue_size": IN_FLIGHT,
+                                                               "daemon_threads": True})
+    server = server_class(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
