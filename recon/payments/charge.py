@@ -64,14 +64,44 @@ AdapterFunc = Callable[[str], PspAdapter]
 #: a key is treated as forgotten this long before the PSP's retention ends (clocks and queues drift)
 KEY_RETENTION_MARGIN = timedelta(hours=1)
 
-#: error kinds after which the charge may have reached the PSP: the payment is pending until known
-_MAYBE_CHARGED = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKind.PSP_BUSY, ErrorKind.PROTOCOL,
-                  ErrorKind.CONFLICT}
+#: error kinds after which a send (a charge, a refund, a capture or cancel) may have reached the PSP: what it
+#: sent is pending until known
+MAYBE_SENT = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKind.PSP_BUSY, ErrorKind.PROTOCOL,
+              ErrorKind.CONFLICT}
+
+Write = Callable[[sa.Connection], Any]
 
 
 def config_dead(exc: ConfigError) -> Dead:
     """The outcome of a job whose PSP cannot be called as configured: dead, to replay once fixed."""
     return Dead(error_kind="config", error=f"ConfigError: {exc}")
+
+
+def after_send_error(exc: PspError, *, pending: Callable[[dict[str, Any]], Write],
+                     failed: Callable[[dict[str, Any], str], Write]) -> Outcome:
+    """The one table of a send's errors (a charge's and a movement's): ``pending(details)`` writes what was sent
+    as pending, ``failed(details, reason)`` as failed.
+
+    - the PSP saved this answer under our key (Stripe: a 500 for 24 h): the same key only replays it, so
+      re-sending is futile; it may or may not exist at the PSP, and reconciliation finds out: pending, done;
+    - a validation error: failed ("rejected: …"), dead;
+    - an error after which it may have reached the PSP (``MAYBE_SENT``): pending, retried as the error table
+      says, or dead when the PSP said not to retry (Stripe-Should-Retry: false);
+    - anything else: the error table's outcome, nothing written."""
+    result = classify(exc)
+    details: dict[str, Any] = {"error_kind": result.error_kind, "error": result.error}
+    if exc.saved and not isinstance(exc, PspRejectedError):
+        details.update(saved_answer=True, replayed=exc.replayed)
+        return Complete(write=pending(details))
+    if isinstance(result, Dead) and result.error_kind == ErrorKind.VALIDATION:
+        return Dead(error_kind=result.error_kind, error=result.error,
+                    write=failed(details, f"rejected: {result.error}"))
+    if result.error_kind in MAYBE_SENT:
+        if isinstance(result, Retry):
+            return Retry(error_kind=result.error_kind, error=result.error, retry_after=result.retry_after,
+                         write=pending(details))
+        return Dead(error_kind=result.error_kind, error=result.error, write=pending(details))
+    return result
 
 
 class ChargeHandler:
@@ -186,7 +216,7 @@ class ChargeHandler:
                 raise LeaseLost(f"lease on job {job.id} lost before charging")
             return self.ledger.touch_unfinished(conn, payment_id=payment.id) is not None
 
-    def _write_answer(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Callable[[sa.Connection], Any]:
+    def _write_answer(self, payment: Payment, job: Job, answer: PaymentOutcome) -> Write:
         details = outcome_details(answer)
         ref = answer.psp_reference
         said = answer.raw_status or type(answer).__name__.lower()
@@ -200,26 +230,12 @@ class ChargeHandler:
         return self._transition(payment, job, decision.target, details, **decision.fields())
 
     def _on_error(self, payment: Payment, job: Job, exc: PspError) -> Outcome:
-        result = classify(exc)
-        details: dict[str, Any] = {"error_kind": result.error_kind, "error": result.error}
-        if exc.saved and not isinstance(exc, PspRejectedError):
-            # the PSP saved this answer under our key (Stripe: a 500 for 24 h): the same key only replays it,
-            # so re-sending is futile; the payment may or may not exist, and reconciliation finds out
-            details.update(saved_answer=True, replayed=exc.replayed)
-            return Complete(write=self._pending(payment, job, details))
-        if isinstance(result, Dead) and result.error_kind == ErrorKind.VALIDATION:
-            return Dead(error_kind=result.error_kind, error=result.error, write=self._transition(
-                payment, job, PaymentStatus.FAILED, details, failure_reason=f"rejected: {result.error}"))
-        if result.error_kind in _MAYBE_CHARGED:
-            if isinstance(result, Retry):
-                return Retry(error_kind=result.error_kind, error=result.error, retry_after=result.retry_after,
-                             write=self._pending(payment, job, details))
-            # the PSP said not to retry (Stripe-Should-Retry: false) after it may have charged: pending
-            return Dead(error_kind=result.error_kind, error=result.error, write=self._pending(payment, job, details))
-        return result
+        return after_send_error(exc, pending=lambda details: self._pending(payment, job, details),
+                                failed=lambda details, reason: self._transition(
+                                    payment, job, PaymentStatus.FAILED, details, failure_reason=reason))
 
     def _pending(self, payment: Payment, job: Job, details: dict[str, Any], *,
-                 psp_reference: str | None = None) -> Callable[[sa.Connection], Any]:
+                 psp_reference: str | None = None) -> Write:
         if payment.status is PaymentStatus.PENDING:
             def keep_evidence(conn: sa.Connection) -> None:
                 if psp_reference:
@@ -232,7 +248,7 @@ class ChargeHandler:
         return self._transition(payment, job, PaymentStatus.PENDING, details, psp_reference=psp_reference)
 
     def _transition(self, payment: Payment, job: Job, target: PaymentStatus, details: dict[str, Any],
-                    **fields: Any) -> Callable[[sa.Connection], Any]:
+                    **fields: Any) -> Write:
         transition = Transition(payment.id, payment.status, target, EventSource.CHARGE, details=details,
                                 job_id=job.id, attempt=job.attempts, **fields)
         # compare-and-set: if reconciliation changed the payment meanwhile, its answer stands

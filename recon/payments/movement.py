@@ -33,17 +33,17 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from psp_adapters.errors import PspError, PspRejectedError
+from psp_adapters.errors import PspError
 from psp_adapters.protocol import PaymentOutcome, PspAdapter, Reversed
-from recon.classify import ErrorKind, classify
+from recon.classify import classify
 from recon.clock import Clock, SystemClock
 from recon.db.movement_store import MovementStore
 from recon.db.payment_store import CHARGE_QUEUE, PaymentStore
 from recon.engine.lease import Lease
-from recon.engine.outcome import Complete, Dead, Outcome, Retry, Snooze
+from recon.engine.outcome import Complete, Dead, Outcome, Snooze
 from recon.errors import ConfigError, LeaseLost
 from recon.movement_rows import Movement, MovementKind, MovementTransition
-from recon.payments.charge import KEY_RETENTION_MARGIN, config_dead
+from recon.payments.charge import KEY_RETENTION_MARGIN, after_send_error, config_dead
 from recon.payments.guard import Guard, Unguarded
 from recon.reconcile.decide import outcome_details
 from recon.rows import Job, Payment, PaymentStatus
@@ -51,10 +51,6 @@ from recon.rows import Job, Payment, PaymentStatus
 AdapterFunc = Callable[[str], PspAdapter]
 M = TypeVar("M", bound=Movement)
 T = TypeVar("T", bound=MovementTransition)
-
-#: error kinds after which the movement may have reached the PSP: pending until known
-MAYBE_SENT = {ErrorKind.UNKNOWN_OUTCOME, ErrorKind.PSP_UNAVAILABLE, ErrorKind.PSP_BUSY, ErrorKind.PROTOCOL,
-              ErrorKind.CONFLICT}
 
 
 class SentDecision(Protocol):
@@ -185,20 +181,9 @@ class MovementJob(Generic[M, T]):
         return self._move(m, job, decision.target, details, **decision.fields())
 
     def _on_error(self, m: M, job: Job, exc: PspError) -> Outcome:
-        result = classify(exc)
-        details: dict[str, Any] = {"error_kind": result.error_kind, "error": result.error}
-        if exc.saved and not isinstance(exc, PspRejectedError):
-            details.update(saved_answer=True, replayed=exc.replayed)
-            return Complete(write=self._pending(m, job, details))
-        if isinstance(result, Dead) and result.error_kind == ErrorKind.VALIDATION:
-            return Dead(error_kind=result.error_kind, error=result.error, write=self._move(
-                m, job, PaymentStatus.FAILED, details, failure_reason=f"rejected: {result.error}"))
-        if result.error_kind in MAYBE_SENT:
-            if isinstance(result, Retry):
-                return Retry(error_kind=result.error_kind, error=result.error, retry_after=result.retry_after,
-                             write=self._pending(m, job, details))
-            return Dead(error_kind=result.error_kind, error=result.error, write=self._pending(m, job, details))
-        return result
+        return after_send_error(exc, pending=lambda details: self._pending(m, job, details),
+                                failed=lambda details, reason: self._move(
+                                    m, job, PaymentStatus.FAILED, details, failure_reason=reason))
 
     def _pending(self, m: M, job: Job, details: dict[str, Any], *,
                  psp_id: str | None = None) -> Callable[[sa.Connection], Any]:
