@@ -229,9 +229,11 @@ def identifier(value: str) -> Identifier:
 
 def redact_json(text: str) -> str:
     """A JSON document's text with ``redact_value`` applied to what it holds; returned as it is when nothing in
-    it could need masking (two searches: ``_maybe`` and the secret-named keys it does not cover). A number is
-    never masked: only strings and secret-named fields are."""
-    if not _maybe(text) and _MAYBE_SECRET_KEY.search(text) is None:
+    it could need masking (two searches: ``_maybe`` and the secret-named keys it does not cover). Those searches
+    read the raw text, so a document with a backslash (a JSON escape: ``4\\u00324…`` is a card number's digits,
+    ``"p\\u0061n"`` the key ``pan``) is always walked. A number is never masked: only strings and secret-named
+    fields are."""
+    if "\\" not in text and not _maybe(text) and _MAYBE_SECRET_KEY.search(text) is None:
         return text
     return json.dumps(redact_value(json.loads(text)), separators=(",", ":"))
 

@@ -225,3 +225,13 @@ def test_redact_json__a_secret_named_key_is_masked_whatever_its_value_looks_like
 def test_redact_json__a_document_without_secrets_is_returned_as_it_is() -> None:
     text = '{"payment_id": 12, "reference": "order-1", "numbers": [1, 2], "pane": "x"}'
     assert r.redact_json(text) is text
+
+
+def test_redact_json__escapes_hide_nothing_from_the_quick_check() -> None:
+    # every other digit of a card number, and a secret-named key, written as JSON escapes: the raw text holds
+    # no 13-digit run and no key name, but the document does
+    card = "".join(c if i % 2 == 0 else f"\\u{ord(c):04x}" for i, c in enumerate("4242424242424242"))
+    assert json.loads(r.redact_json('{"note": "' + card + '", "kept": "z3"}')) == {"note": "[card]", "kept": "z3"}
+    assert json.loads(r.redact_json('{"p\\u0061n": "abc"}')) == {"pan": r.MASK}
+    text = '{"note": "line\\nbreak"}'  # an escape with nothing to mask: the same document back
+    assert json.loads(r.redact_json(text)) == {"note": "line\nbreak"}
