@@ -147,7 +147,8 @@ def faults_met(db: Database) -> dict[str, int]:
             "jobs last held back by a 429 cool-down or the breaker": guarded}
 
 
-@pytest.mark.parametrize("psp", ["sandbox", "stripe", "adyen"])
+#: the native run restarts the shared server: it holds it alone (tests/chaos/server_lock.py)
+@pytest.mark.parametrize("psp", [pytest.param("sandbox", marks=pytest.mark.restarts_postgresql), "stripe", "adyen"])
 def test_chaos__money_is_never_lost_or_taken_twice(pg: Database, pg_migrated: str, tmp_path: Path,
                                                    request: pytest.FixtureRequest, psp: str) -> None:
     native = psp == "sandbox"
