@@ -8,6 +8,7 @@ SQLite: each test gets its own file, copied from a migrated template.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from recon.db.database import Database, connect, upgrade
 from recon.operator_rows import Role
 from recon.totp_key import ENV_VARIABLE, TotpKey, write_new_key
 from tests import cli
+from tests.chaos.server_lock import holding
 from tests.operators import add_staff
 
 PG_URL = os.environ.get("RECON_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -46,10 +48,26 @@ LONGEST_FIRST = (
 )
 
 
+#: the chaos suite's order (``pytest -n 2 -m chaos`` gives each process two consecutive tests first, then one at a
+#: time to whichever is free): the run that restarts the shared server (alone on it, tests/chaos/server_lock.py)
+#: then the longest of the others on one process, the two failover runs (servers of their own) on the other
+#: meanwhile; the rest as they come
+CHAOS_FIRST = (
+    "tests/chaos/test_chaos.py::test_chaos__money_is_never_lost_or_taken_twice[sandbox]",
+    "tests/chaos/test_capture_chaos.py",
+    "tests/chaos/test_failover.py::test_failover__synchronous_standby",
+    "tests/chaos/test_failover.py::test_failover__asynchronous_standby",
+)
+
+
+def _chaos_rank(item: pytest.Item) -> int:
+    return next((i for i, prefix in enumerate(CHAOS_FIRST) if item.nodeid.startswith(prefix)), len(CHAOS_FIRST))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chaos suite restarts PostgreSQL: run it last. ``LONGEST_FIRST`` first."""
+    """The chaos suite restarts PostgreSQL: run it last (``CHAOS_FIRST`` first). ``LONGEST_FIRST`` first."""
     items.sort(key=lambda item: ("tests/chaos/" in str(item.fspath).replace("\\", "/"),
-                                 not item.nodeid.startswith(LONGEST_FIRST)))
+                                 not item.nodeid.startswith(LONGEST_FIRST), _chaos_rank(item)))
 #: tables a test never empties: Alembic's own bookkeeping
 KEPT_TABLES = frozenset({"alembic_version"})
 
@@ -65,22 +83,28 @@ def pg_migrated(request: pytest.FixtureRequest) -> Iterator[str]:
     on a loaded machine each commit's flush costs more than most tests' own work."""
     base = make_url(PG_URL).set(drivername="postgresql+psycopg")
     name = f"{base.database}_run_{os.getpid()}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        if not any(item.get_closest_marker("chaos") for item in request.session.items):
-            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
-    admin.dispose()  # the chaos suite restarts PostgreSQL: never keep a connection across the session
-    url = base.set(database=name).render_as_string(hide_password=False)
-    db = connect(url)
-    upgrade(db)
-    db.dispose()
+    chaos = any(item.get_closest_marker("chaos") for item in request.session.items)
+    # a chaos run's other pytest process may be restarting the server: made and dropped while sharing it
+    server = holding(PG_URL, alone=False) if chaos else contextlib.nullcontext()
+    with server:
+        admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+            if not chaos:
+                conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        admin.dispose()  # the chaos suite restarts PostgreSQL: never keep a connection across the session
+        url = base.set(database=name).render_as_string(hide_password=False)
+        db = connect(url)
+        upgrade(db)
+        db.dispose()
     yield url
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    server = holding(PG_URL, alone=False) if chaos else contextlib.nullcontext()
+    with server:
+        admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -101,14 +125,26 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         shutil.copyfile(template, target)
         return f"sqlite:///{target}"
     url: str = request.getfixturevalue("pg_migrated")
-    engine = sa.create_engine(url)
+    engine: sa.Engine = request.getfixturevalue("pg_emptier")
     with engine.begin() as conn:
         existing = {r[0] for r in conn.exec_driver_sql(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")}
         tables = sorted(existing - KEPT_TABLES)  # every table the migrations made, whatever adds one
         _empty(conn, tables)
-    engine.dispose()
     return url
+
+
+@pytest.fixture(scope="session")
+def pg_emptier(pg_migrated: str) -> Iterator[sa.Engine]:
+    """The one connection that empties this run's PostgreSQL database before each test (``db_url``), kept for the
+    session: a new server process for each test read the catalogue of every table again (about 20 ms of a test's
+    setup, most of it the server's CPU; kept, the emptying costs a third of that). Idle between tests, outside any
+    transaction, under its own application_name (never counted as recon's); checked before each use
+    (``pool_pre_ping``), so a server restarted meanwhile costs a reconnect, not a failure."""
+    engine = sa.create_engine(pg_migrated, pool_size=1, max_overflow=0, pool_pre_ping=True,
+                              connect_args={"application_name": "recon-tests-emptier"})
+    yield engine
+    engine.dispose()
 
 
 #: a table holding this many rows is emptied by TRUNCATE, fewer by DELETE
