@@ -5,9 +5,11 @@ Setup (before any timing): a database of its own (``recon_bench_webhooks_<pid>``
 recon.db.database.upgrade, dropped at the end) on the server of RECON_BENCH_DATABASE_URL (default
 postgresql+psycopg://postgres@127.0.0.1:5432/postgres); payments seeded ``processing`` for psp stripe with
 one set-based INSERT; for each payment a Stripe ``payment_intent.succeeded`` Event (Stripe's canonical Event
-and PaymentIntent from ../shared/specs/stripe/fixtures3.json when present, else the documented fields our
-parser reads), signed with stripe-python's ``WebhookSignature.generate_signature_header`` for one secret;
-every request's bytes built in advance.
+and PaymentIntent from ../shared/specs/stripe/fixtures3.json, ~1,400 bytes of JSON; without that file the bench
+exits 2 naming it, unless ``--event-shape minimal`` asks for the documented fields our parser reads alone, ~400
+bytes, which costs every process less: its figures compare only with runs of the same shape), signed with
+stripe-python's ``WebhookSignature.generate_signature_header`` for one secret; every request's bytes built in
+advance.
 
 Processes: ``python -m recon --database-url URL serve --port 0`` (RECON_STRIPE_WEBHOOK_SECRET in its
 environment; ready at its "webhooks on ..." line), ``python -m recon ... worker --queues webhooks
@@ -38,7 +40,7 @@ received -> final p50 < 100 ms, with the worker applying at the same time; (issu
 >= 4,600 events/s, twice the open loop's rate, so that the open-loop goals hold in slow periods too.
 
 Usage: python bench/webhooks.py [--events N] [--rate R] [--connections K] [--duration S]
-       [--worker-concurrency C] [--serve-arg ARG ...] [--profile-server SECONDS]
+       [--worker-concurrency C] [--serve-arg ARG ...] [--profile-server SECONDS] [--event-shape fixtures3|minimal]
 """
 
 from __future__ import annotations
@@ -125,20 +127,35 @@ def seed(engine: sa.Engine, prefix: str, n: int, amount: int = 1000) -> None:
 # --- the events -------------------------------------------------------------------------------------------
 
 
-def _canonical() -> tuple[dict[str, Any], dict[str, Any]]:
-    if FIXTURES3.is_file():
-        resources = json.loads(FIXTURES3.read_text(encoding="utf-8"))["resources"]
-        return resources["event"], resources["payment_intent"]
-    # the documented fields stripe.webhook.parse and stripe.wire.to_outcome read
-    return ({"object": "event", "api_version": "2024-06-20", "livemode": False, "pending_webhooks": 1,
-             "request": {"id": None, "idempotency_key": None}},
-            {"object": "payment_intent", "capture_method": "automatic", "livemode": False})
+#: ``--event-shape``: Stripe's canonical Event and PaymentIntent (FIXTURES3), or the documented fields alone
+EVENT_SHAPES = ("fixtures3", "minimal")
 
 
-def build_requests(prefix: str, n: int, port: int, redeliver: float) -> tuple[list[bytes], list[bool]]:
+class MissingFixtures(Exception):
+    """The canonical event's file is not there (a checkout without ../shared beside it, e.g. a copy in /tmp)."""
+
+
+def _canonical(shape: str, fixtures: Path = FIXTURES3) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Event and PaymentIntent every request is made of. ``fixtures3`` reads them from ``fixtures``, and
+    raises MissingFixtures when it is not there: never a smaller event in silence (a copy of the repository
+    without ../shared once measured ~400 bytes of JSON for ~1,400, every process cheaper, docs/benchmarks.md).
+    ``minimal`` only when asked for: the documented fields stripe.webhook.parse and stripe.wire.to_outcome read."""
+    if shape == "minimal":
+        return ({"object": "event", "api_version": "2024-06-20", "livemode": False, "pending_webhooks": 1,
+                 "request": {"id": None, "idempotency_key": None}},
+                {"object": "payment_intent", "capture_method": "automatic", "livemode": False})
+    if not fixtures.is_file():
+        raise MissingFixtures(f"{fixtures}: Stripe's canonical objects (the event's shape) not found; run from a "
+                              "checkout with ../shared/specs beside it, or pass --event-shape minimal")
+    resources = json.loads(fixtures.read_text(encoding="utf-8"))["resources"]
+    return resources["event"], resources["payment_intent"]
+
+
+def build_requests(prefix: str, n: int, port: int, redeliver: float,
+                   shape: str = "fixtures3") -> tuple[list[bytes], list[bool]]:
     """One signed POST per payment, plus redeliveries (the same bytes) of ``redeliver`` of them, each sent
     50-150 requests after its original; returns the requests and which are redeliveries."""
-    event, intent = _canonical()
+    event, intent = _canonical(shape)
     now = int(time.time())
     originals: list[bytes] = []
     for i in range(n):
@@ -468,12 +485,20 @@ def main() -> None:
     parser.add_argument("--config", help="a recon config file for the server and the worker (e.g. [webhooks] "
                         "commit_wait); none by default, so recon's defaults are measured")
     parser.add_argument("--phases", default="raw_floor,client_ceiling,capacity,sustained")
+    parser.add_argument("--event-shape", choices=EVENT_SHAPES, default="fixtures3",
+                        help="fixtures3: Stripe's canonical objects from ../shared/specs (exit 2 without them); "
+                        "minimal: the documented fields alone, a smaller event (say so to compare runs)")
     parser.add_argument("--profile-server", type=float, default=0.0,
                         help="py-spy record the server for this many seconds of the sustained phase")
     args = parser.parse_args()
     if not 1 <= args.events <= 200_000 or not 1 <= args.duration <= 120 or not 1 <= args.connections <= 512:
         raise SystemExit("--events 1..200000, --duration 1..120, --connections 1..512")
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    try:
+        _canonical(args.event_shape)  # before any setup: a missing event file is bad input, not a smaller event
+    except MissingFixtures as exc:
+        print(f"bench/webhooks.py: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     began = time.monotonic()
     url = create_db()
     dbname = make_url(url).database or ""
@@ -490,7 +515,7 @@ def main() -> None:
                                 "prefetch": args.worker_prefetch},
                      "serve_args": args.serve_arg, "config": args.config,
                      "commit_wait_ms": commit_wait_ms(args.config), "event": "payment_intent.succeeded",
-                     "event_shape": "fixtures3.json" if FIXTURES3.is_file() else "minimal"},
+                     "event_shape": "fixtures3.json" if args.event_shape == "fixtures3" else "minimal"},
         "seed": {}, "phases": {}}
     try:
         with engine.connect() as conn:
@@ -519,7 +544,7 @@ def main() -> None:
         for name in ("capacity", "sustained"):
             if name not in phases:
                 continue
-            requests, dup = build_requests(name, args.events, port, args.redeliver)
+            requests, dup = build_requests(name, args.events, port, args.redeliver, args.event_shape)
             vacuum(engine)  # each phase starts from tables without the last phase's dead rows
             cpu0 = {"server": tree_cpu(server.pid), "worker": sum(cpu_seconds(w.pid) for w in workers),
                     "postgresql_backends": backends_cpu(engine, dbname)}

@@ -131,17 +131,33 @@ def _redact_dict(value: dict[Any, Any]) -> dict[Any, Any]:
     definition on generated documents."""
     out = {}
     for k, v in value.items():
-        if v is None or v is True or v is False or v == "" or not (isinstance(k, str) and _secret_key(k)):
+        # a key met before and not secret-named costs a set lookup (``_PLAIN_KEYS``), no call
+        if k in _PLAIN_KEYS or not _secret_named(k) or v is None or v is True or v is False or v == "":
             kind = type(v)
             if kind is str:
                 out[k] = v if v in _CLEAN else _redact_remembering(v)
             elif kind is int or kind is float or v is None or kind is bool:
                 out[k] = v
+            elif kind is dict:
+                out[k] = _redact_dict(v)
             else:
                 out[k] = redact_value(v)
         else:
             out[k] = MASK
     return out
+
+
+def _secret_named(key: Any) -> bool:
+    """Whether a dict's ``key`` names a secret (a str matching ``_SECRET_KEYS``); a str key that does not is
+    remembered in ``_PLAIN_KEYS`` (bounded as ``_CLEAN`` is, and only when ``redact`` leaves it as it is: a key
+    holding a card number is walked as before, never held), so the next document's same key skips this call."""
+    if not isinstance(key, str):
+        return False
+    if _secret_key(key):
+        return True
+    if len(key) <= _CLEAN_CHARS and len(_PLAIN_KEYS) < _CLEAN_MAX and redact(key) == key:
+        _PLAIN_KEYS.add(key)
+    return False
 
 
 #: the keys of recon's evidence (an event's details) whose values are a PSP's own identifiers, kept exactly as
@@ -213,9 +229,11 @@ def identifier(value: str) -> Identifier:
 
 def redact_json(text: str) -> str:
     """A JSON document's text with ``redact_value`` applied to what it holds; returned as it is when nothing in
-    it could need masking (two searches: ``_maybe`` and the secret-named keys it does not cover). A number is
-    never masked: only strings and secret-named fields are."""
-    if not _maybe(text) and _MAYBE_SECRET_KEY.search(text) is None:
+    it could need masking (two searches: ``_maybe`` and the secret-named keys it does not cover). Those searches
+    read the raw text, so a document with a backslash (a JSON escape: ``4\\u00324…`` is a card number's digits,
+    ``"p\\u0061n"`` the key ``pan``) is always walked. A number is never masked: only strings and secret-named
+    fields are."""
+    if "\\" not in text and not _maybe(text) and _MAYBE_SECRET_KEY.search(text) is None:
         return text
     return json.dumps(redact_value(json.loads(text)), separators=(",", ":"))
 
@@ -241,6 +259,9 @@ def redact_row(row: Mapping[str, Any], *, keep: Collection[str] = ()) -> dict[st
 #: webhook's evidence costs a tenth of the regular expressions. Only clean strings are kept, so no secret or
 #: card number is held beyond its own use; at most _CLEAN_MAX of at most _CLEAN_CHARS characters (~10 MB).
 _CLEAN: set[str] = set()
+#: dict keys ``_secret_named`` found not secret-named, remembered the same way (a PSP's documents repeat their
+#: keys: a Stripe event body's 56 values cost 10 us of the walk with a cached call per key, docs/benchmarks.md)
+_PLAIN_KEYS: set[str] = set()
 _CLEAN_MAX = 32_768
 _CLEAN_CHARS = 256
 

@@ -120,6 +120,22 @@ def test_redact_value__the_dict_walk_answers_as_the_definition(seed: int) -> Non
             type(v) for v in want.values() if not isinstance(v, str)]  # type: ignore[union-attr]
         masked += r.MASK in got.values()  # type: ignore[union-attr]
     assert masked > 300  # secret-named keys were met, and masked alike
+    # the keys remembered as plain (walked again with a set lookup, no call) are never secret-named ones
+    assert {"status", "amount", "reason", "metadata", "secret_word", "payment_method"} <= r._PLAIN_KEYS
+    assert not {"token", "client_secret", "Password", "api_key", "cvc", "authorization"} & r._PLAIN_KEYS
+
+
+def test_redact_value__a_remembered_plain_key_masks_nothing_and_a_secret_one_is_masked_every_time() -> None:
+    body = {"id": "pi_1", "client_secret": "pi_1_secret_abc", "amount_details": {"tip": {}},
+            "metadata": {"note": "4242 4242 4242 4242", "token": "t0k3n"}, "Password": ""}
+    want = {"id": "pi_1", "client_secret": "***", "amount_details": {"tip": {}},
+            "metadata": {"note": "[card]", "token": "***"}, "Password": ""}
+    assert r.redact_value(body) == want
+    assert r.redact_value(body) == want  # the second walk, through the remembered keys
+    assert {"id", "amount_details", "metadata", "note", "tip"} <= r._PLAIN_KEYS
+    card_key = {"4111 1111 1111 1111": "x"}  # dict keys are kept as they are, but never remembered
+    assert r.redact_value(card_key) == r.redact_value(card_key) == card_key
+    assert "4111 1111 1111 1111" not in r._PLAIN_KEYS
 
 
 @pytest.mark.parametrize(("text", "masked"), [
@@ -209,3 +225,13 @@ def test_redact_json__a_secret_named_key_is_masked_whatever_its_value_looks_like
 def test_redact_json__a_document_without_secrets_is_returned_as_it_is() -> None:
     text = '{"payment_id": 12, "reference": "order-1", "numbers": [1, 2], "pane": "x"}'
     assert r.redact_json(text) is text
+
+
+def test_redact_json__escapes_hide_nothing_from_the_quick_check() -> None:
+    # every other digit of a card number, and a secret-named key, written as JSON escapes: the raw text holds
+    # no 13-digit run and no key name, but the document does
+    card = "".join(c if i % 2 == 0 else f"\\u{ord(c):04x}" for i, c in enumerate("4242424242424242"))
+    assert json.loads(r.redact_json('{"note": "' + card + '", "kept": "z3"}')) == {"note": "[card]", "kept": "z3"}
+    assert json.loads(r.redact_json('{"p\\u0061n": "abc"}')) == {"pan": r.MASK}
+    text = '{"note": "line\\nbreak"}'  # an escape with nothing to mask: the same document back
+    assert json.loads(r.redact_json(text)) == {"note": "line\nbreak"}
