@@ -1,6 +1,6 @@
 """How a bench script stops (shared by the bench scripts, run as ``python bench/NAME.py``): bad input is one line
 on stderr and exit 2; a failure of what it measures (a process that did not start, a drain left incomplete) is one
-line and exit 3; exit 1 is never used (docs/benchmarks.md: a bench's exit codes are recon's)."""
+line and exit 3; exit 1 is never used (recon's own exit codes: 1 means "done, items need review")."""
 
 from __future__ import annotations
 
