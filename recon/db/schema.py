@@ -7,7 +7,7 @@ that SQLite compares and adds them as plain integers; ``recon.db.jobs_store`` co
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import DOMAIN, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 
 #: job states, with the database labels as values (recon.engine.jobs.JobState mirrors them)
 JOB_STATES = ("pending", "runnable", "leased", "succeeded", "retryable", "dead", "canceled")
@@ -27,13 +27,6 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
-#: PostgreSQL checks a job's state and attempt counts by domains (migration 0031: a table CHECK is parsed and planned
-#: again by every statement that writes the table); SQLite by the table's CHECK constraints
-JobState = sa.Text().with_variant(DOMAIN("recon_job_state", sa.Text(), check=_in("VALUE", JOB_STATES)), "postgresql")
-Attempts = sa.Integer().with_variant(DOMAIN("recon_attempts", sa.Integer(), check="VALUE >= 0"), "postgresql")
-MaxAttempts = sa.Integer().with_variant(DOMAIN("recon_max_attempts", sa.Integer(), check="VALUE >= 1"), "postgresql")
-
-
 metadata = sa.MetaData()
 
 jobs = sa.Table(
@@ -43,11 +36,11 @@ jobs = sa.Table(
     sa.Column("queue", sa.Text(), nullable=False),
     sa.Column("kind", sa.Text(), nullable=False),
     sa.Column("payload", Json, nullable=False),
-    sa.Column("state", JobState, nullable=False),
+    sa.Column("state", sa.Text(), nullable=False),
     sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("run_after", Timestamp, nullable=False),
-    sa.Column("attempts", Attempts, nullable=False, server_default="0"),
-    sa.Column("max_attempts", MaxAttempts, nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("max_attempts", sa.Integer(), nullable=False),
     sa.Column("lease_owner", sa.Text(), nullable=True),
     sa.Column("lease_until", Timestamp, nullable=True),
     sa.Column("heartbeat_at", Timestamp, nullable=True),
@@ -61,8 +54,8 @@ jobs = sa.Table(
     sa.Column("finished_at", Timestamp, nullable=True),
     sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Column("free_attempts", sa.Integer(), nullable=False, server_default="0"),
-    sa.CheckConstraint(_in("state", JOB_STATES), name="jobs_state_valid").ddl_if(dialect="sqlite"),
-    sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="jobs_attempts_valid").ddl_if(dialect="sqlite"),
+    sa.CheckConstraint(_in("state", JOB_STATES), name="jobs_state_valid"),
+    sa.CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="jobs_attempts_valid"),
     sa.CheckConstraint(
         "state <> 'leased' OR (lease_owner IS NOT NULL AND lease_until IS NOT NULL)", name="jobs_lease_complete"
     ),

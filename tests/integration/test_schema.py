@@ -134,7 +134,7 @@ def test_schema__sqlite_pruning_walks_the_finished_at_index(db: Database) -> Non
 
 def test_schema__a_job_row_breaking_the_rules_is_refused_on_both_backends(db: Database) -> None:
     """The rules on a job row (a known state, attempts >= 0, max_attempts >= 1, a lease with its owner and
-    expiry) hold whatever writes it: PostgreSQL's domains (migration 0031), SQLite's CHECK constraints."""
+    expiry) hold whatever statement writes it: the table's CHECK constraints, on both backends."""
     import pytest
     import sqlalchemy as sa
 
