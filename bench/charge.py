@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
+from exits import failed  # noqa: E402  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from recon.db.database import Database, connect, upgrade  # noqa: E402
@@ -195,7 +196,7 @@ def _with_sandbox(tmp: Path, faults: dict[str, Any], func: Callable[[str], dict[
         assert child.stdout is not None
         url = child.stdout.readline().strip()
         if not url.startswith("http://127.0.0.1:"):
-            raise SystemExit(f"sandbox did not start (got {url!r})")
+            failed(f"sandbox did not start (got {url!r})")
         result = func(url)
         charges = httpx.get(f"{url}/_admin/charges", timeout=30).json()
         result["double_charges"] = int(charges["charges"]) - int(charges["keys"])

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from exits import failed, usage  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url
 
 from recon.bank.config import BankConfig
@@ -148,14 +149,14 @@ def _close(url: str, config: Path, output: Path, timeout: float) -> dict[str, An
                 break
             if time.monotonic() - started > timeout:
                 child.kill()
-                raise SystemExit(f"recon close did not finish within {timeout:g} s")
+                failed(f"recon close did not finish within {timeout:g} s")
             time.sleep(0.05)
         seconds = time.monotonic() - started
         code = os.waitstatus_to_exitcode(status)
         child.returncode = code  # reaped here: Popen must not wait for it again
         if code not in (0, 1):
             err.seek(0)
-            raise SystemExit(f"recon close failed ({code}): {err.read().decode(errors='replace').strip()[:500]}")
+            failed(f"recon close failed ({code}): {err.read().decode(errors='replace').strip()[:500]}")
     return {"seconds": round(seconds, 1), "rss_mb": round(usage.ru_maxrss / 1024), "exit": code}
 
 
@@ -166,7 +167,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
     if not 0 < args.scale <= 1:
-        raise SystemExit("--scale: from 0 (exclusive) to 1")
+        usage("--scale: from 0 (exclusive) to 1")
     if args.backend == "both":  # each in a process of its own: a close's peak RSS counted its parent's memory
         for backend in ("sqlite", "postgresql"):
             subprocess.run([sys.executable, __file__, "--scale", str(args.scale), "--backend", backend,  # nosec B603

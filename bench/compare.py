@@ -74,6 +74,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from exits import failed, usage  # bench/exits.py (run as python bench/NAME.py)
 
 ADMIN_URL = os.environ.get("RECON_COMPARE_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 SYSTEMS = ("recon", "procrastinate", "pgqueuer", "raw")
@@ -228,7 +229,7 @@ class Recon:
             worker = Worker(JobStore(db), handlers, config=config, policy=RetryPolicy(settings.retry))
             _say("ready")
             if not _wait_go(timeout):
-                raise SystemExit("no go")
+                failed("no go")
             cpu0 = time.process_time()
             stopper = threading.Timer(timeout, worker.request_stop)
             stopper.daemon = True
@@ -369,7 +370,7 @@ class Procrastinate:
                 if role == "drain":
                     _say("ready")
                     if not await asyncio.to_thread(_wait_go, timeout):
-                        raise SystemExit("no go")
+                        failed("no go")
                     cpu0 = time.process_time()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(app.run_worker_async(
@@ -508,7 +509,7 @@ class PgQueuer:
             if role == "drain":
                 _say("ready")
                 if not await asyncio.to_thread(_wait_go, timeout):
-                    raise SystemExit("no go")
+                    failed("no go")
                 cpu0 = time.process_time()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
@@ -620,7 +621,7 @@ class Raw:
         if role == "drain":
             _say("ready")
             if not _wait_go(timeout):
-                raise SystemExit("no go")
+                failed("no go")
             cpu0 = time.process_time()
             deadline = time.monotonic() + timeout
             handled = 0
@@ -666,7 +667,7 @@ class Databases:
     def __init__(self, admin_url: str) -> None:
         parts = urlsplit(admin_url)
         if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
-            raise SystemExit(f"refusing a non-loopback database host: {parts.hostname!r}")
+            usage(f"refusing a non-loopback database host: {parts.hostname!r}")
         self.admin_url = admin_url
         self.prefix = f"recon_compare_{os.getpid()}"
         self.count = 0

@@ -55,6 +55,7 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
+from exits import failed  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url
 
 from recon.app import App
@@ -347,7 +348,7 @@ def served(web: Any) -> Iterator[str]:
         with background(web) as base:
             yield base.rstrip("/")
     except RuntimeError as exc:
-        raise SystemExit(f"bench/console.py: the console did not start ({exc})") from None
+        failed(f"the console did not start ({exc})")
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
+from exits import failed  # bench/exits.py (run as python bench/NAME.py)
 from scratch import scratch_database  # bench/scratch.py (run as python bench/NAME.py)
 
 import recon
@@ -94,7 +95,7 @@ def main() -> None:
             done = conn.execute(sa.text("SELECT count(*) FROM jobs WHERE state = 'succeeded'")).scalar_one()
         db.dispose()
     if done != n:
-        raise SystemExit(f"drain incomplete: {done}/{n} succeeded")
+        failed(f"drain incomplete: {done}/{n} succeeded")
     print(json.dumps({
         "case": "drain_cpu", "backend": args.backend, "jobs": n, "concurrency": c,
         "recon": os.path.dirname(recon.__file__),

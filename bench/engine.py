@@ -44,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import sqlalchemy as sa
+from exits import failed  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url
 
 from recon import Client, Complete, Handlers, JobSpec, JobStore, RetryPolicy, Settings, Worker, connect, upgrade
@@ -123,7 +124,7 @@ def drain(url: str, n: int, processes: int, concurrency: int | str, kind: str = 
         line = p.stdout.readline()  # printed when its run returned
         p.wait(timeout=TIMEOUT)
         if not line.strip():
-            raise SystemExit(f"a drain worker ended without its figures (exit code {p.returncode})")
+            failed(f"a drain worker ended without its figures (exit code {p.returncode})")
         figures = json.loads(line)
         ends.append(figures["run_end"])
         cpu += figures["cpu_s"]
@@ -137,9 +138,9 @@ def drain(url: str, n: int, processes: int, concurrency: int | str, kind: str = 
             if kind == "write" else (n, 1)
     db.dispose()
     if done != n or history != n:
-        raise SystemExit(f"drain incomplete: {done}/{n} succeeded, {history} attempt rows")
+        failed(f"drain incomplete: {done}/{n} succeeded, {history} attempt rows")
     if tuple(int(v or 0) for v in credited) != (n, 1):
-        raise SystemExit(f"fenced writes: {credited[0]} credits, at most {credited[1]} on one row (want {n}, 1)")
+        failed(f"fenced writes: {credited[0]} credits, at most {credited[1]} on one row (want {n}, 1)")
     elapsed = max(ends) - start
     return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3),
             "exit_seconds": round(exited - max(ends), 3), "cpu_us_per_job": round(cpu / n * 1e6, 2)}
@@ -225,7 +226,7 @@ def sqlite_floor(tmp: Path, n: int, batch: int) -> dict[str, float]:
     left = conn.execute("SELECT count(*) FROM raw_jobs WHERE state <> 'done'").fetchone()[0]
     conn.close()
     if done != n or left:
-        raise SystemExit(f"sqlite floor incomplete: {done}/{n} done, {left} left")
+        failed(f"sqlite floor incomplete: {done}/{n} done, {left} left")
     return {"jobs_per_s": round(n / elapsed, 1), "seconds": round(elapsed, 3), "batch": batch,
             "cpu_us_per_job": round(cpu / n * 1e6, 2)}
 

@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from exits import failed  # bench/exits.py (run as python bench/NAME.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 _SANDBOX = (
     "import json, signal, sys; from psp_adapters.sandbox import serve_forever; "
@@ -66,7 +68,7 @@ def main() -> int:
                     out = subprocess.run([sys.executable, __file__, "_run", model, str(c), str(seconds), url],
                                          cwd=ROOT, capture_output=True, text=True, timeout=seconds + 120)
                     if out.returncode != 0:
-                        raise SystemExit(out.stderr[-2000:])
+                        failed(out.stderr[-2000:])
                     doc = json.loads(out.stdout)
                     print(json.dumps({"bench": "psp_io", "model": model, "in_flight": c,
                                       "latency_ms": args.latency_ms, **doc, **machine}), flush=True)

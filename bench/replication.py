@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
+from exits import failed, usage  # noqa: E402  # bench/exits.py (run as python bench/NAME.py)
 
 from recon import Client, JobStore, Settings  # noqa: E402
 from recon.db.database import connect, upgrade  # noqa: E402
@@ -76,7 +77,7 @@ def servers(setup: str) -> Iterator[str]:
                 deadline = time.monotonic() + 30
                 while not a.query("SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'"):
                     if time.monotonic() > deadline:
-                        raise SystemExit("the standby never became synchronous")
+                        failed("the standby never became synchronous")
                     time.sleep(0.05)
         query = "&".join(f"host=127.0.0.1:{n.port}" for n in hosts)
         yield f"postgresql+psycopg://postgres@/postgres?{query}&target_session_attrs=read-write"
@@ -89,7 +90,7 @@ def engine_cases(url: str, jobs: int, concurrency: int) -> list[dict[str, Any]]:
                            "--no-latency", "--jobs", str(jobs), "--concurrency", str(concurrency)],
                           env=env, capture_output=True, text=True, timeout=TIMEOUT)
     if done.returncode != 0:
-        raise SystemExit(f"bench/engine.py failed:\n{done.stderr[-3000:]}")
+        failed(f"bench/engine.py failed:\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
@@ -140,7 +141,7 @@ def charge_case(url: str, payments: int, concurrency: int) -> dict[str, Any]:
             found = re.search(r"listening on (http://\S+)", line)
             sandbox_url = found.group(1) if found else ""
             if not sandbox_url:
-                raise SystemExit(f"the sandbox did not start: {line!r}")
+                failed(f"the sandbox did not start: {line!r}")
             env = {**os.environ, "PYTHONPATH": str(ROOT), "RECON_SANDBOX_BASE_URL": sandbox_url}
             env.pop("RECON_CONFIG", None)
             worker = subprocess.run([sys.executable, "-m", "recon", "--database-url", db_url, "--log-level", "ERROR",
@@ -150,7 +151,7 @@ def charge_case(url: str, payments: int, concurrency: int) -> dict[str, Any]:
             sandbox.terminate()
             sandbox.wait(30)
     if worker.returncode != 0:
-        raise SystemExit(f"the worker failed ({worker.returncode}):\n{worker.stderr[-3000:]}")
+        failed(f"the worker failed ({worker.returncode}):\n{worker.stderr[-3000:]}")
     with db.begin() as conn:
         done, first, last = conn.execute(sa.text(
             "SELECT count(*) FILTER (WHERE p.status IN ('succeeded', 'failed')), min(j.attempted_at), "
@@ -159,7 +160,7 @@ def charge_case(url: str, payments: int, concurrency: int) -> dict[str, Any]:
         )).one()
     db.dispose()
     if done != payments:
-        raise SystemExit(f"charges incomplete: {done}/{payments} final")
+        failed(f"charges incomplete: {done}/{payments} final")
     seconds = (last - first).total_seconds()
     return {"payments_per_s": round(payments / seconds, 1), "seconds": round(seconds, 3), "payments": payments,
             "concurrency": concurrency}
@@ -176,12 +177,12 @@ def main() -> None:
     args = parser.parse_args()
     reason = pgcluster.available()
     if reason:
-        raise SystemExit(reason)
+        failed(reason)
     for setup in args.setups:
         machine = {"cpus": os.cpu_count(), "python": platform.python_version(),
                    "load_average": round(os.getloadavg()[0], 1)}
         if setup not in SETUPS:
-            raise SystemExit(f"--setups: {setup!r} is not one of {', '.join(SETUPS)}")
+            usage(f"--setups: {setup!r} is not one of {', '.join(SETUPS)}")
         with servers(setup) as url:
             for figures in engine_cases(url, args.jobs, args.concurrency):
                 print(json.dumps({"setup": setup, **figures}), flush=True)

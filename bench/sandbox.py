@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from exits import failed  # bench/exits.py (run as python bench/NAME.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 # SIGTERM and SIGINT (which a background shell may have set to "ignore") end the child by KeyboardInterrupt
 _CHILD = (
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             assert child.stdout is not None
             url = child.stdout.readline().strip()
             if not url.startswith("http://127.0.0.1:"):
-                raise SystemExit(f"sandbox did not start (got {url!r})")
+                failed(f"sandbox did not start (got {url!r})")
             result = _drive(
                 url, requests=args.requests, max_seconds=args.max_seconds, concurrency=args.concurrency
             )

@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
+from exits import failed  # noqa: E402  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from psp_adapters.sandbox.ledger import Ledger, PaymentRecord  # noqa: E402
@@ -251,7 +252,7 @@ def _with_sandbox(tmp: Path, args: argparse.Namespace, func: Any) -> dict[str, A
         assert child.stdout is not None
         url = child.stdout.readline().strip()
         if not url.startswith("http://127.0.0.1:"):
-            raise SystemExit(f"sandbox did not start (got {url!r})")
+            failed(f"sandbox did not start (got {url!r})")
         return func(url)  # type: ignore[no-any-return]
     finally:
         child.send_signal(signal.SIGTERM)

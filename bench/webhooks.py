@@ -63,6 +63,7 @@ from typing import Any
 
 import sqlalchemy as sa
 import stripe
+from exits import failed, usage  # bench/exits.py (run as python bench/NAME.py)
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ DRAIN_TIMEOUT = 90.0
 def create_db() -> str:
     base = make_url(PG_URL).set(drivername="postgresql+psycopg")
     if base.host not in (None, "127.0.0.1", "localhost", "::1"):
-        raise SystemExit(f"RECON_BENCH_DATABASE_URL: only a loopback server is benchmarked (got {base.host})")
+        usage(f"RECON_BENCH_DATABASE_URL: only a loopback server is benchmarked (got {base.host})")
     name = f"recon_bench_webhooks_{os.getpid()}"
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -376,7 +377,7 @@ def start_server(url: str, serve_args: list[str], config: str | None = None) -> 
     reader.join(START_TIMEOUT)
     if not line or not line[0].startswith("webhooks on "):
         proc.kill()
-        raise SystemExit(f"recon serve did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+        failed(f"recon serve did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
     port = int(line[0].split("webhooks on ", 1)[1].split(PATH)[0].rsplit(":", 1)[1])
     return proc, port
 
@@ -492,7 +493,7 @@ def main() -> None:
                         help="py-spy record the server for this many seconds of the sustained phase")
     args = parser.parse_args()
     if not 1 <= args.events <= 200_000 or not 1 <= args.duration <= 120 or not 1 <= args.connections <= 512:
-        raise SystemExit("--events 1..200000, --duration 1..120, --connections 1..512")
+        usage("--events 1..200000, --duration 1..120, --connections 1..512")
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     try:
         _canonical(args.event_shape)  # before any setup: a missing event file is bad input, not a smaller event

@@ -25,6 +25,7 @@ from recon.control_rows import PspControl
 from recon.counters import ENGINE_COUNTERS, quantile, series
 from recon.db.control_store import ControlStore
 from recon.dispute_rows import OpenDisputes
+from recon.operator_rows import Operator
 from recon.payments.psp_limits import GuardConfig, PspLimits
 from recon.pool_rows import WorkerRecord
 from recon.review_rows import QueueFilter
@@ -77,10 +78,19 @@ def stats_document(app: App, *, window: timedelta, live_window: timedelta, overv
     # payments we have no record of, missing_locally candidates)
     doc["webhooks"] = app.webhooks.counts(since=now - window)
     doc["payouts"] = payouts_section(app.closes.open_by_kind(), app.closes.open_amounts(), app.closes.last_runs())
+    doc["operators"] = operators_section(app.operators.list())
     if overview:
         for key in OVERVIEW_LEAVES_OUT:
             doc.pop(key, None)
     return doc
+
+
+def operators_section(operators: Sequence[Operator]) -> dict[str, Any]:
+    """The named operators: how many, how many enabled, and their TOTP seeds at rest: sealed, or plain (written
+    before sealing; ``recon operators seal-totp`` seals them)."""
+    at_rest = [o.totp_at_rest for o in operators]
+    return {"count": len(operators), "enabled": sum(o.enabled for o in operators),
+            "totp": {"sealed": at_rest.count("sealed"), "plain": at_rest.count("plain")}}
 
 
 def disputes_section(open_rows: Sequence[OpenDisputes], counts: dict[str, dict[str, int]]) -> dict[str, Any]:

@@ -17,7 +17,14 @@ from recon.errors import UsageError
 from recon.overview import stats_document
 from recon.params import Duration, freeze_heap, install_signal_handlers, say
 from recon.redact import has_card_number
-from recon.render.stats import payouts_lines, pool_tables, psp_controls_table, review_lines, stats_table
+from recon.render.stats import (
+    operators_line,
+    payouts_lines,
+    pool_tables,
+    psp_controls_table,
+    review_lines,
+    stats_table,
+)
 
 if TYPE_CHECKING:
     from recon.metrics import MetricsServer
@@ -139,3 +146,4 @@ def stats(app: App, window: timedelta, live_window: timedelta, as_json: bool) ->
         psp_controls_table(doc["psp_controls"])
         review_lines(doc)
         payouts_lines(doc)
+        operators_line(doc)

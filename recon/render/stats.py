@@ -145,6 +145,17 @@ def payouts_lines(doc: dict[str, Any]) -> None:
                       f"payouts, {state}")
 
 
+def operators_line(doc: dict[str, Any]) -> None:
+    """The operators and their TOTP seeds at rest; plain seeds (from before sealing) named with the command that
+    seals them."""
+    o = doc["operators"]
+    line = (f"operators: {o['count']} ({o['enabled']} enabled); TOTP seeds sealed {o['totp']['sealed']}, "
+            f"plain {o['totp']['plain']}")
+    if o["totp"]["plain"]:
+        line += " (stored in plain text: recon operators seal-totp)"
+    stdout_console().print(line)
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 

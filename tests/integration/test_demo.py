@@ -66,6 +66,7 @@ def test_demo__tells_the_story_and_proves_no_double_charge(tmp_path: Path, psp: 
     command = f"recon --database-url sqlite:///{tmp_path / 'recon.db'} console"
     assert lines[-1].startswith(f"see what happened in the console: {command} ")
     stats = recon("stats", "--json", db_url=f"sqlite:///{tmp_path / 'recon.db'}", cwd=tmp_path)
+    assert stats.returncode == 0, stats.stderr
     [sweep] = json.loads(stats.stdout)["sweeps"]  # what the console's overview shows as the last sweep
     assert sweep["outcome"] == "finished" and sweep["summary"]["checked"] == int(checked.split()[2].rstrip(":"))
 

@@ -7,6 +7,7 @@ from alembic.migration import MigrationContext
 
 from recon.db.database import Database, upgrade
 from recon.db.schema import metadata
+from recon.errors import StoreError
 
 # Alembic cannot compare expression indexes (jobs_claimable has "priority DESC"; payments_reference_lower,
 # PostgreSQL only, lower(merchant_reference)): they are left out of the diff and checked by name and, on
@@ -129,3 +130,26 @@ def test_schema__sqlite_pruning_walks_the_finished_at_index(db: Database) -> Non
                                                    {p: 1 for p in re.findall(r":(\w+)", sql)})]
     assert created.endswith("WHERE finished_at IS NOT NULL")
     assert plan == ["SEARCH jobs USING INDEX jobs_finished_at (finished_at<?)"]
+
+
+def test_schema__a_job_row_breaking_the_rules_is_refused_on_both_backends(db: Database) -> None:
+    """The rules on a job row (a known state, attempts >= 0, max_attempts >= 1, a lease with its owner and
+    expiry) hold whatever statement writes it: the table's CHECK constraints, on both backends."""
+    import pytest
+    import sqlalchemy as sa
+
+    now = "now()" if db.is_postgresql else "0"
+    insert = ("INSERT INTO jobs (queue, kind, payload, state, run_after, attempts, max_attempts, lease_owner, "
+              f"lease_until, created_at) VALUES ('q', 'k', '{{}}', :state, {now}, :attempts, :max_attempts, "
+              f":owner, {now}, {now})")  # nosec B608  # constant SQL, values bound
+    good = {"state": "runnable", "attempts": 0, "max_attempts": 1, "owner": None}
+    with db.begin() as conn:
+        conn.execute(sa.text(insert), good)
+    for bad in ({"state": "bogus"}, {"state": "Runnable"}, {"attempts": -1}, {"max_attempts": 0},
+                {"state": "leased", "owner": None}):
+        with pytest.raises(StoreError, match="constraint"), db.begin() as conn:
+            conn.execute(sa.text(insert), good | bad)
+    with pytest.raises(StoreError, match="constraint"), db.begin() as conn:
+        conn.execute(sa.text("UPDATE jobs SET state = 'finished'"))
+    with db.begin() as conn:
+        assert conn.execute(sa.text("SELECT state, attempts, max_attempts FROM jobs")).all() == [("runnable", 0, 1)]

@@ -199,6 +199,12 @@ def test_seal_totp__seals_plain_seeds_once_audited(db: Database, db_url: str, st
     listed = recon("operators", "list", db_url=db_url)
     assert "1 TOTP seeds are stored in plain text" in listed.stdout and plain not in listed.stdout
     assert json.loads(recon("operators", "list", "--json", db_url=db_url).stdout)["totp_plain"] == 1
+    stats = recon("stats", db_url=db_url)  # the count finance ops' daily look shows too
+    assert stats.returncode == 0, stats.stderr
+    assert ("operators: 5 (5 enabled); TOTP seeds sealed 0, plain 1 (stored in plain text: recon operators "
+            "seal-totp)") in " ".join(stats.stdout.split()) and plain not in stats.stdout
+    assert json.loads(recon("stats", "--json", db_url=db_url).stdout)["operators"] == {
+        "count": 5, "enabled": 5, "totp": {"sealed": 0, "plain": 1}}
     caplog.set_level(logging.WARNING, logger="recon.operators")
     assert Operators(db).login("ann", PASSWORD, pyotp.TOTP(plain).now(), source="t").operator is not None
     assert any("stored in plain text" in r.getMessage() for r in caplog.records) and plain not in caplog.text
@@ -213,6 +219,7 @@ def test_seal_totp__seals_plain_seeds_once_audited(db: Database, db_url: str, st
     assert rows == [("root", "done"), ("root", "unchanged")]
     assert plain not in audit_text(db)
     assert json.loads(recon("operators", "list", "--json", db_url=db_url).stdout)["totp_plain"] == 0
+    assert json.loads(recon("stats", "--json", db_url=db_url).stdout)["operators"]["totp"] == {"sealed": 1, "plain": 0}
     r = recon("operators", "seal-totp", "--by", "ann", db_url=db_url)
     assert r.returncode == 2 and "has the role operator" in r.stderr
 

@@ -20,6 +20,8 @@ FIXTURES3 = ROOT / ".." / "shared" / "specs" / "stripe" / "fixtures3.json"
 
 
 def _bench() -> ModuleType:
+    if str(BENCH.parent) not in sys.path:  # its neighbours (bench/exits.py), as `python bench/webhooks.py` has them
+        sys.path.insert(0, str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("bench_webhooks_under_test", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -36,6 +38,7 @@ def test_without_the_fixtures_file_the_bench_exits_2_naming_it_before_any_setup(
     copy = tmp_path / "checkout" / "bench" / "webhooks.py"
     copy.parent.mkdir(parents=True)
     shutil.copy(BENCH, copy)
+    shutil.copy(BENCH.parent / "exits.py", copy.parent)
     # a database URL nothing listens on: the bench must stop before it would connect
     env = {"PATH": "/usr/bin:/bin", "RECON_BENCH_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:9/x"}
     done = subprocess.run([sys.executable, str(copy), "--events", "10"], cwd=tmp_path, env=env,
@@ -71,3 +74,16 @@ def test_the_default_event_is_stripes_canonical_payment_intent() -> None:
     assert body["type"] == "payment_intent.succeeded"
     minimal = _body(bench.build_requests("t", 1, 1, 0.0, "minimal")[0][0])
     assert len(json.dumps(minimal)) < 600 < 1_000 < len(json.dumps(body))
+
+
+def test_bad_arguments_exit_2_in_one_line_before_any_setup(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "RECON_BENCH_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:9/x"}
+    for args, says in ((["--events", "0"], "--events 1..200000"), (["--connections", "999"], "--connections 1..512")):
+        done = subprocess.run([sys.executable, str(BENCH), *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and says in done.stderr and done.stdout == ""
+    remote = {**env, "RECON_BENCH_DATABASE_URL": "postgresql+psycopg://postgres@db.example.com/x"}
+    done = subprocess.run([sys.executable, str(BENCH), "--events", "10"], cwd=tmp_path, env=remote,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "only a loopback server is benchmarked (got db.example.com)" in done.stderr
