@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from recon.payments.money import MINOR_UNITS, format_amount
-from recon.redact import EVIDENCE_IDENTIFIERS, identifier
+from recon.redact import EVIDENCE_IDENTIFIERS, evidence_identifiers, identifier, kept_text
 
 #: "ours 61570 EUR, PSP 55413": the amounts a review reason writes in minor units
 _REASON_AMOUNTS = re.compile(r"ours (\d+) ([A-Z]{3}), PSP (\d+)(?: ([A-Z]{3}))?")
@@ -76,23 +76,26 @@ def resolution_sentence(to_status: str, details: Mapping[str, Any]) -> str:
     return text
 
 
-def event_facts(details: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+def event_facts(details: Mapping[str, Any] | None, *, keep: tuple[str | None, ...] = ()) -> list[tuple[str, str]]:
     """An event's details as label/value facts: the PSP's answer and amount first, then every other field
-    by its name (nested values as ``key: value`` lists), never a JSON blob."""
+    by its name (nested values as ``key: value`` lists), never a JSON blob. A plain fact is redacted here,
+    keeping as they are the PSP identifiers these details store exactly and ``keep`` (its payment's PSP
+    reference): a message or a conflict's two sides naming a Luhn-valid Adyen reference reads as itself."""
     if not details:
         return []
     d = dict(details)
+    keep = (*keep, *evidence_identifiers(d))
     facts: list[tuple[str, str]] = []
     amount = money(d.get("psp_amount"), str(d.get("psp_currency") or "").upper())
     for key, label in _LABELS:
         if d.get(key) not in (None, ""):
-            facts.append((label, _identifier_or_plain(key, d[key])))
+            facts.append((label, _identifier_or_plain(key, d[key], keep)))
     if amount:
         facts.append(("the PSP's amount", amount))
     shown = {k for k, _ in _LABELS} | {"psp_amount", "psp_currency"}
     for key in sorted(k for k in d if k not in shown):
         if d[key] not in (None, "", [], {}):
-            facts.append((key.replace("_", " "), _identifier_or_plain(key, d[key])))
+            facts.append((key.replace("_", " "), _identifier_or_plain(key, d[key], keep)))
     return facts
 
 
@@ -121,12 +124,13 @@ def options_facts(options: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {_plain(v)}" for k, v in sorted(options.items()) if v not in (None, ""))
 
 
-def _identifier_or_plain(key: str, value: Any) -> str:
+def _identifier_or_plain(key: str, value: Any, keep: tuple[str | None, ...]) -> str:
     """A fact's value: a PSP's identifier (``EVIDENCE_IDENTIFIERS``, kept exactly by the stores) as an
-    ``Identifier``, which the outputs show exactly; anything else as plain text, redacted where it is shown."""
+    ``Identifier``, which the outputs show exactly; anything else as plain text redacted but for ``keep``
+    (``recon.redact.kept_text``)."""
     if key in EVIDENCE_IDENTIFIERS and isinstance(value, str):
         return identifier(value)
-    return _plain(value)
+    return kept_text(_plain(value), keep)
 
 
 def _plain(value: Any) -> str:

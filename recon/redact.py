@@ -90,9 +90,17 @@ _MAYBE_DIGITS = re.compile(r"[0-9](?:[ -]?[0-9]){12}")
 _MAYBE_SECRET_KEY = re.compile(r'(?i)"(?:pan|(?:card[_-]?)?number)"\s*:')
 
 
-def redact(text: str) -> str:
-    """``text`` with card numbers, card codes and credentials masked (see the module docstring)."""
-    return _redact_all(text) if _maybe(text) else text
+def redact(text: str, keep: Collection[str | None] = ()) -> str:
+    """``text`` with card numbers, card codes and credentials masked (see the module docstring).
+
+    ``keep``: the PSP identifiers that the record this text belongs to stores exactly (its payment's
+    psp_reference, its movement's PSP id, a conflict's two sides), shown as themselves where recon's own text
+    names them (``kept_text``); every other card-like run is still masked, and so is a kept identifier that is
+    only part of a longer token (``ref-<identifier>``)."""
+    if not _maybe(text):
+        return text
+    kept = _kept(keep)
+    return _redact_all(text, kept) if kept else _redact_all(text)
 
 
 def _maybe(text: str) -> bool:
@@ -102,10 +110,54 @@ def _maybe(text: str) -> bool:
     return _MAYBE.search(text.lower()) is not None
 
 
-def _redact_all(text: str) -> str:
+def _redact_all(text: str, kept: tuple[str, ...] = ()) -> str:
     for pattern, replacement in _CREDENTIALS:
         text = pattern.sub(replacement, text)
-    return _CARD.sub(_mask_card, text)
+    if not kept:
+        return _CARD.sub(_mask_card, text)
+    spans = _kept_spans(text, kept)
+    return _CARD.sub(lambda m: m.group(0) if _inside(m.span(), spans) else _mask_card(m), text)
+
+
+def _kept(keep: Collection[str | None]) -> tuple[str, ...]:
+    """The identifiers of ``keep`` worth keeping: single tokens (``_IDENTIFIER``) holding a card-like run; an
+    empty or None one, or anything with a space, is no identifier and keeps nothing."""
+    return tuple(sorted({k for k in keep if k and _IDENTIFIER.fullmatch(k) and _MAYBE_DIGITS.search(k)},
+                        key=len, reverse=True))
+
+
+#: a character that continues a token: a kept identifier next to one is part of a longer token, and masked
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_]")
+#: joiners inside an identifier-like token (``order-…``, ``a.b``, ``x/y``): next to a kept identifier they
+#: make it part of a longer token when a token character is on their far side (``ref-<id>``, not ``<id>: …``)
+_JOINERS = "-./:+="
+
+
+def _kept_spans(text: str, kept: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where in ``text`` a kept identifier stands as a whole token (not inside a longer one)."""
+    spans = []
+    for k in kept:
+        start = text.find(k)
+        while start >= 0:
+            end = start + len(k)
+            if not (_continues(text, start - 1, start - 2) or _continues(text, end, end + 1)):
+                spans.append((start, end))
+            start = text.find(k, start + 1)
+    return spans
+
+
+def _continues(text: str, at: int, beyond: int) -> bool:
+    """Whether the character at ``at`` (next to a kept identifier) makes it part of a longer token: a token
+    character, or a joiner with a token character at ``beyond`` (the far side of it)."""
+    if at < 0 or at >= len(text):
+        return False
+    if _TOKEN_CHAR.match(text[at]):
+        return True
+    return text[at] in _JOINERS and 0 <= beyond < len(text) and _TOKEN_CHAR.match(text[beyond]) is not None
+
+
+def _inside(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    return any(start <= span[0] and span[1] <= end for start, end in spans)
 
 
 def redact_optional(text: str | None) -> str | None:
@@ -168,14 +220,19 @@ EVIDENCE_IDENTIFIERS = frozenset({"psp_reference", "psp_reference_conflict"})
 
 def redact_evidence(details: dict[str, Any] | None) -> dict[str, Any] | None:
     """An event's details at the storage boundary: ``redact_value`` of each, except the PSP's identifiers
-    (``EVIDENCE_IDENTIFIERS``), kept exactly when they are text or texts (anything else is redacted)."""
+    (``EVIDENCE_IDENTIFIERS``), kept exactly when they are text or texts (anything else is redacted); a top-level
+    text naming one of those identifiers (a message: "the PSP reports <reference>: …") keeps it (``redact``'s
+    ``keep``), every other card-like run in it masked."""
     if details is None:
         return None
+    kept = _kept(evidence_identifiers(details))
     out = {}
     for k, v in details.items():  # redact_value's answer, a string, a number or None without a call (_redact_dict)
         kind = type(v)
         if k in EVIDENCE_IDENTIFIERS and _identifiers(v):
             out[k] = v
+        elif kept and kind is str:  # recon's text naming the identifiers these details store exactly
+            out[k] = v if not _maybe(v) else _redact_all(v, kept)
         elif kind is str:
             out[k] = v if v in _CLEAN else _redact_remembering(v)
         elif v is None or kind is int or kind is float or kind is bool:
@@ -225,6 +282,33 @@ def identifier(value: str) -> Identifier:
     for pattern, replacement in _CREDENTIALS:
         value = pattern.sub(replacement, value)
     return Identifier(value)
+
+
+class KeptText(Identifier):
+    """recon's own text about one record (a review reason, an event's line) redacted at its output boundary with
+    that record's PSP identifiers kept (``kept_text``): an ``Identifier`` to every boundary, which shows it as
+    it is, since it was redacted when made."""
+
+    __slots__ = ()
+
+
+def kept_text(text: str, keep: Collection[str | None]) -> KeptText:
+    """``redact(text, keep)`` marked as redacted (``KeptText``): where a renderer knows both a text and the
+    identifiers its record stores exactly (``keep``), a Luhn-valid Adyen reference it names reads as itself."""
+    return KeptText(redact(text, keep))
+
+
+def evidence_identifiers(details: Mapping[str, Any] | None) -> list[str]:
+    """The PSP identifiers an event's details store exactly (``EVIDENCE_IDENTIFIERS``, as ``redact_evidence``
+    keeps them): a reference, or a conflict's two sides."""
+    found: list[str] = []
+    for k in EVIDENCE_IDENTIFIERS:
+        v = (details or {}).get(k)
+        if v is None or not _identifiers(v):
+            continue
+        for item in (v.values() if isinstance(v, dict) else [v]):
+            found.extend([item] if isinstance(item, str) else item)
+    return found
 
 
 def redact_json(text: str) -> str:

@@ -144,7 +144,8 @@ payment_transition_many_if_status = Query(
 payment_references_many = Query(
     "payment_references_many",
     "Run after transitions that matched no row: each payment's status and PSP reference, to tell a stored "
-    "reference that refused another apart from a lost compare-and-set.",
+    "reference that refused another apart from a lost compare-and-set; and before transitions whose reasons "
+    "hold a card-like run: the reference those reasons keep as it is.",
     sql="SELECT id, status, psp_reference FROM payments WHERE id IN :ids",
     expanding=("ids",),
 )

@@ -23,7 +23,7 @@ from recon.db import transition_queries as tq
 from recon.db.database import Database
 from recon.db.jobs_store import JobStore
 from recon.errors import PspReferenceConflict
-from recon.redact import redact_evidence, redact_row
+from recon.redact import has_card_number, redact, redact_evidence, redact_row
 from recon.rows import EnqueueRow, EventSource, Note, Payment, PaymentStatus, Transition, check_transition
 
 #: from this many audit events a write keeps their foreign-key checks' generic plan (``Database.index_plans``):
@@ -47,7 +47,7 @@ class TransitionStore:
         conflict, kept as evidence and resolved by a reconcile job or review)."""
         check_transition(t.from_status, t.to_status)
         row = conn.execute(self._q(tq.payment_transition_if_status),
-                           {**_transition_row(t), "now": self.db.now_param()}).first()
+                           {**_transition_row(t, self._held(conn, [t])), "now": self.db.now_param()}).first()
         if row is None:
             self._refuse_conflicts(conn, [t])
             return False
@@ -67,7 +67,8 @@ class TransitionStore:
         moved: set[int] = set()
         for start in range(0, len(transitions), 5000):
             chunk = transitions[start:start + 5000]
-            rows = [_transition_row(t) for t in chunk]
+            held = self._held(conn, chunk)
+            rows = [_transition_row(t, held) for t in chunk]
             done = {int(pid) for (pid,) in self.db.run_in(conn, tq.payment_transition_many_if_status,
                                                           {"rows": _dumps(rows), "now": self.db.now_param()})}
             self._refuse_conflicts(conn, [t for t in chunk if t.payment_id not in done])
@@ -76,6 +77,16 @@ class TransitionStore:
                                      attempt=t.attempt, details=t.details) for t in chunk if t.payment_id in done])
             moved |= done
         return moved
+
+    def _held(self, conn: sa.Connection, transitions: Sequence[Transition]) -> dict[int, str]:
+        """The PSP references stored on the payments of those ``transitions`` whose reasons hold a card-like run
+        (rare: one read, and none without one), which their reasons keep as they are (``_transition_row``)."""
+        ids = sorted({t.payment_id for t in transitions
+                      if any(r and has_card_number(r) for r in (t.review_reason, t.failure_reason))})
+        if not ids:
+            return {}
+        return {int(pid): held for pid, _status, held in conn.execute(self._q(tq.payment_references_many),
+                                                                        {"ids": ids}) if held}
 
     def _refuse_conflicts(self, conn: sa.Connection, unmoved: Sequence[Transition]) -> None:
         """Raise PspReferenceConflict when one of ``unmoved`` (transitions that matched no row) failed only
@@ -172,8 +183,15 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _transition_row(t: Transition) -> dict[str, Any]:
-    """A transition's parameters at the storage boundary: its reasons redacted; the PSP's reference exactly."""
-    return redact_row({"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
-                       "psp_reference": t.psp_reference, "failure_reason": t.failure_reason,
-                       "review_reason": t.review_reason}, keep=("psp_reference",))
+def _transition_row(t: Transition, held: dict[int, str]) -> dict[str, Any]:
+    """A transition's parameters at the storage boundary: the PSP's reference exactly; its reasons redacted but
+    for this payment's PSP reference (``held``, or the one this transition stores), which recon's reasons name
+    ("missing_at_psp: PSP has no payment <reference>") and a Luhn-valid Adyen reference would otherwise read as
+    ``[card]``; a card number beside it is masked all the same, and so is a reference the PSP names that is not
+    this payment's (a conflict's other side, shown exactly in the event's evidence instead)."""
+    row = redact_row({"id": t.payment_id, "from_status": str(t.from_status), "to_status": str(t.to_status),
+                      "psp_reference": t.psp_reference}, keep=("psp_reference",))
+    keep = (held.get(t.payment_id), t.psp_reference)
+    row["failure_reason"] = None if t.failure_reason is None else redact(t.failure_reason, keep)
+    row["review_reason"] = None if t.review_reason is None else redact(t.review_reason, keep)
+    return row

@@ -10,9 +10,12 @@ from typing import Any
 
 from recon.evidence import resolution_sentence
 from recon.payments.money import format_amount
-from recon.redact import PSP_IDENTIFIER_FIELDS, identifier
+from recon.redact import PSP_IDENTIFIER_FIELDS, evidence_identifiers, identifier, kept_text
 from recon.render.output import FoldTable, age_text, stdout_console, timestamp
 from recon.rows import AttemptRecord, Job, Payment, PaymentEvent
+
+#: a payment's texts recon writes about it, which name its PSP reference (``payment_detail``)
+_REASONS = frozenset({"review_reason", "failure_reason"})
 
 
 def payments_table(payments: Sequence[Payment]) -> None:
@@ -35,6 +38,7 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
             value = f"{format_amount(payment.amount, payment.currency)} ({payment.amount} minor units)"
         if value is not None:
             table.add_row(key, identifier(value) if key in PSP_IDENTIFIER_FIELDS and isinstance(value, str)
+                          else kept_text(value, (payment.psp_reference,)) if key in _REASONS and isinstance(value, str)
                           else str(value))
     console.print(table)
     history = FoldTable(title="events")
@@ -43,7 +47,8 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
     for e in events:
         history.add_row(timestamp(e.at), e.from_status or "", e.to_status, e.source,
                         str(e.job_id) if e.job_id is not None else "",
-                        str(e.attempt) if e.attempt is not None else "", event_summary(e, width=160))
+                        str(e.attempt) if e.attempt is not None else "",
+                        event_summary(e, width=160, keep=(payment.psp_reference,)))
     console.print(history)
     for job, attempts in jobs:
         console.print(f"job {job.id}: {job.kind} on {job.queue}, {job.state}, attempt {job.attempts}/"
@@ -54,13 +59,16 @@ def payment_detail(payment: Payment, events: Sequence[PaymentEvent],
             console.print(f"  attempt {a.attempt} by {a.worker} at {timestamp(a.finished_at)}: {a.outcome}{err}"[:180])
 
 
-def event_summary(event: PaymentEvent, *, width: int = 100) -> str:
+def event_summary(event: PaymentEvent, *, width: int = 100, keep: tuple[str | None, ...] = ()) -> str:
     """One line for an audit event: a manual resolution in words (who, what, why, the PSP's answer, an
-    override), other events' details as sorted JSON; at most ``width`` characters."""
+    override), other events' details as sorted JSON; at most ``width`` characters. Redacted here but for the
+    PSP identifiers the event's details store exactly and ``keep`` (its payment's PSP reference), which it
+    shows as they are (``recon.redact.kept_text``)."""
     d = event.details or {}
+    keep = (*keep, *evidence_identifiers(d))
     if event.source == "manual" and "operator" in d:
-        return resolution_sentence(event.to_status, d)[:width]
-    return json.dumps(d, sort_keys=True)[:width] if d else ""
+        return kept_text(resolution_sentence(event.to_status, d)[:width], keep)
+    return kept_text(json.dumps(d, sort_keys=True)[:width], keep) if d else ""
 
 
 def review_table(items: Sequence[Any], *, now: datetime) -> None:

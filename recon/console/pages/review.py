@@ -38,7 +38,7 @@ from recon.errors import UsageError
 from recon.evidence import event_facts, readable_reason, resolution_sentence
 from recon.operator_rows import Approval, Role
 from recon.payments.money import format_amount
-from recon.redact import identifier
+from recon.redact import identifier, kept_text
 from recon.review import LIST_MAX, Difference, ReviewItem
 from recon.review_rows import QueueFilter, ReviewKind, Severity
 from recon.rows import Payment
@@ -93,7 +93,9 @@ def review_queue(request: Request) -> Response:
                                  totals_cached=kept.cached,
                                  next_cursor=_cursor_text(queue.next_cursor),
                                  previous_cursor=_cursor_text(queue.previous_cursor),
-                                 reasons={i.payment.id: readable_reason(i.payment.review_reason) for i in queue.items},
+                                 reasons={i.payment.id: kept_text(readable_reason(i.payment.review_reason),
+                                                                   (i.payment.psp_reference,))
+                                          for i in queue.items},
                                  **context)
 
 
@@ -155,9 +157,10 @@ def payment_page(request: Request) -> Response:
     errors, form = refusal_of(request)
     return pages(request).render(
         request, "payment.html", detail=detail, payment=detail.payment,
-        errors=errors, form=form, item=item, reason=readable_reason(detail.payment.review_reason),
+        errors=errors, form=form, item=item, reason=kept_text(readable_reason(detail.payment.review_reason),
+                                                                (detail.payment.psp_reference,)),
         recheck_job=int(job) if job.isascii() and job.isdigit() and len(job) < 19 else None,
-        facts={e.id: event_facts(e.details) for e in detail.events},
+        facts={e.id: event_facts(e.details, keep=(detail.payment.psp_reference,)) for e in detail.events},
         sentences={e.id: resolution_sentence(e.to_status, e.details) for e in detail.events
                    if e.source == "manual" and e.details and "operator" in e.details},
         differences=[d.value for d in Difference], refunds=app.refunds.for_payment(detail.payment.id),
