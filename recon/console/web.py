@@ -37,7 +37,7 @@ from recon.errors import InvalidJobState, JobNotFound, NotAllowed, UsageError
 from recon.evidence import options_facts, sweep_facts
 from recon.operator_rows import Role
 from recon.payments.money import format_amount, group_digits
-from recon.redact import Identifier, identifier, redact, redact_value
+from recon.redact import Identifier, identifier, kept_text, redact, redact_value
 
 if TYPE_CHECKING:
     from recon.app import App
@@ -142,7 +142,8 @@ class Pages:
         self.js = Markup(js)  # nosec B704  # our own script, not input; allowed by its hash alone (CSP)
         self.script_hash = base64.b64encode(hashlib.sha256(js.encode()).digest()).decode()
         self.env.filters.update(money=_money, ts=_timestamp, age=age_text, pretty=_pretty, grouped=group_digits,
-                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts, ident=_ident)
+                                when=_when, sweep_facts=sweep_facts, options_facts=options_facts, ident=_ident,
+                                kept=_kept)
 
     def render(self, request: Request, name: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         csrf = getattr(request.state, "csrf", "")
@@ -345,6 +346,13 @@ def _ident(value: str | None, default: str = "") -> str:
     """``{{ payment.psp_reference | ident("-") }}``: a PSP's identifier, shown exactly (``recon.redact.
     identifier``); ``default`` when there is none."""
     return identifier(value) if value else default
+
+
+def _kept(text: str | None, *identifiers: str | None) -> str:
+    """``{{ p.review_reason | kept(p.psp_reference) }}``: recon's own text about a record, its PSP identifiers
+    (``identifiers``, which the record stores exactly) shown as themselves, every other card-like run masked
+    (``recon.redact.kept_text``); "" when there is none."""
+    return kept_text(text, identifiers) if text else ""
 
 
 def _money(minor: int, currency: str) -> str:

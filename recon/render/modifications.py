@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from recon.modification_rows import Modification
 from recon.payments.money import format_amount
-from recon.redact import identifier
+from recon.redact import identifier, kept_text
 from recon.render.output import FoldTable, stdout_console, timestamp
 
 
@@ -19,5 +19,5 @@ def modifications_table(modifications: Sequence[Modification], *, title: str) ->
         table.add_row(str(m.id), m.kind, m.modification_reference, format_amount(m.amount, m.currency),
                       str(m.status), identifier(m.psp_modification_id) if m.psp_modification_id else "",
                       m.requested_by, timestamp(m.created_at),
-                      (m.review_reason or m.failure_reason or "")[:120])
+                      kept_text((m.review_reason or m.failure_reason or "")[:120], (m.psp_modification_id,)))
     stdout_console().print(table)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from recon.dispute_rows import Dispute, DisputeEvent
 from recon.movement_rows import MovementEvent
 from recon.payments.money import format_amount
-from recon.redact import PSP_IDENTIFIER_FIELDS, identifier
+from recon.redact import PSP_IDENTIFIER_FIELDS, identifier, kept_text
 from recon.refund_rows import Refund
 from recon.render.output import FoldTable, stdout_console, timestamp
 
@@ -22,7 +22,7 @@ def refunds_table(refunds: Sequence[Refund], *, title: str | None = None) -> Non
         table.add_row(str(r.id), r.refund_reference, format_amount(r.amount, r.currency), str(r.status),
                       identifier(r.psp_refund_id) if r.psp_refund_id else "", r.reason or "", r.requested_by,
                       timestamp(r.created_at),
-                      (r.review_reason or r.failure_reason or "")[:120])
+                      kept_text((r.review_reason or r.failure_reason or "")[:120], (r.psp_refund_id,)))
     stdout_console().print(table)
 
 

@@ -65,9 +65,10 @@ def test_redact_keep__only_a_kept_identifier_as_a_whole_token() -> None:
     assert redact("sk_live_0123456789abcdef", keep=("sk_live_0123456789abcdef",)) == "[redacted]"
 
 
-def _payment(db: Database, reference: str, psp_reference: str) -> int:
+def _payment(db: Database, reference: str, psp_reference: str, capture_mode: str = "automatic") -> int:
     store = PaymentStore(db)
-    [pid] = store.create([NewPayment("shop", reference, 5000, "EUR", "adyen")], charge=False)
+    [pid] = store.create([NewPayment("shop", reference, 5000, "EUR", "adyen", capture_mode=capture_mode)],
+                         charge=False)
     with db.begin() as conn:
         assert store.apply(conn, Transition(pid, P.CREATED, P.PENDING, EventSource.CHARGE,
                                             psp_reference=psp_reference))
@@ -164,3 +165,64 @@ def test_console__item_page_and_queue_show_the_reference(db: Database, db_url: s
         queue = client.get("/review").text
         assert f"PSP has no payment {REF} (card [card])" in queue and "customer read out [card]" in queue
         assert "4111" not in queue
+
+
+#: an Adyen capture's pspReference (a modification's PSP id), Luhn-valid
+MOD_ID = luhn_complete("771234567890123")
+
+
+def _plant(db: Database, table: sa.Table, row_id: int, **values: object) -> None:
+    """A row as an older recon (or a hand edit) left it: the output boundaries redact what the store would have."""
+    with db.begin() as conn:
+        conn.execute(sa.update(table).where(table.c.id == row_id).values(**values))
+
+
+def test_outputs__every_other_place_a_reason_is_shown_keeps_its_records_identifier(db: Database, db_url: str,
+                                                                                   recon: Runner) -> None:
+    """The review queue's and the payments list's CSV exports, the bulk resolve preview, the payment page's failure
+    reason and its captures table, and `recon payments show`'s refunds and captures tables: each reason shows its
+    own record's PSP identifier exactly and masks a card number beside it (planted raw, past the store)."""
+    from recon.db.modification_store import ModificationStore
+    from recon.modification_rows import CAPTURE, NewModification
+
+    missing, _conflict, _pasted = seed(db)
+    failed = _payment(db, "order-k6", REF)
+    with db.begin() as conn:
+        assert PaymentStore(db).apply(conn, Transition(failed, P.PENDING, P.FAILED, EventSource.RECONCILE,
+                                                       failure_reason="declined"))
+    _plant(db, schema.payments, failed, failure_reason=f"declined: the PSP refused {REF} (card {CARD})")
+    _plant(db, schema.payments, missing, review_reason=f"missing_at_psp: PSP has no payment {REF} (card {CARD})")
+    captured = _payment(db, "order-k7", REF, capture_mode="manual")
+    with db.begin() as conn:
+        assert PaymentStore(db).apply(conn, Transition(captured, P.PENDING, P.AUTHORISED, EventSource.RECONCILE))
+    mid = ModificationStore(db).create(NewModification(captured, CAPTURE, "order-k7-c1", "ann", amount=1000),
+                                       queue="charges")
+    _plant(db, schema.modifications, mid, psp_modification_id=MOD_ID, status="needs_review",
+           review_reason=f"missing_at_psp: PSP has no capture {MOD_ID} (card {CARD})")
+    refunded = _payment(db, "order-k8", REF)
+    with db.begin() as conn:
+        assert PaymentStore(db).apply(conn, Transition(refunded, P.PENDING, P.SUCCEEDED, EventSource.RECONCILE))
+    [refund] = RefundStore(db).create([NewRefund(refunded, "order-k8-r1", 1000, None, "ann")], queue="refunds")
+    _plant(db, schema.refunds, refund, psp_refund_id=REFUND_ID, status="needs_review",
+           review_reason=f"missing_at_psp: PSP has no refund {REFUND_ID} (card {CARD})")
+
+    with console(db_url, login="ann") as client:
+        exported = client.get("/review?format=csv").text
+        assert f"missing_at_psp: PSP has no payment {REF} (card [card])" in exported and "4111" not in exported
+        listed = client.get("/payments?format=csv").text
+        assert f"declined: the PSP refused {REF} (card [card])" in listed and "4111" not in listed
+        preview = client.get("/review/bulk?as=failed&kind=missing_at_psp").text
+        assert f"PSP has no payment {REF} (card [card])" in preview and "4111" not in preview
+        page = client.get("/payments/order-k6").text
+        assert f"declined: the PSP refused {REF} (card [card])" in page and "4111" not in page
+        page = client.get("/payments/order-k7").text
+        assert f"PSP has no capture {MOD_ID} (card [card])" in page and "4111" not in page
+
+    def cells(out: str) -> str:  # the tables' last column ("why"), a folded cell's lines joined (spaces dropped)
+        return "".join(line.split("│")[-2].replace(" ", "") for line in out.splitlines() if line.count("│") > 3)
+
+    for reference, psp_id, kind in (("order-k7", MOD_ID, "capture"), ("order-k8", REFUND_ID, "refund")):
+        out = recon("payments", "show", reference, db_url=db_url)
+        assert out.returncode == 0, out.stderr
+        assert f"missing_at_psp:PSPhasno{kind}{psp_id}(card[card])" in cells(out.stdout)
+        assert "4111" not in out.stdout

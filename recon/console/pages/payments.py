@@ -22,7 +22,7 @@ from recon.durations import parse_duration
 from recon.errors import UsageError
 from recon.overview import EVIDENCE_SOON
 from recon.payments.money import MINOR_UNITS, check_currency, format_amount
-from recon.redact import identifier
+from recon.redact import identifier, kept_text
 from recon.review_config import SCALE
 from recon.rows import Payment
 
@@ -127,7 +127,8 @@ def _id(raw: str) -> int | None:
 def _csv_row(p: Payment) -> list[Any]:
     return [p.merchant_reference, p.merchant_account, p.psp, identifier(p.psp_reference) if p.psp_reference else None,
             format_amount(p.amount, p.currency).split(" ")[0], p.currency, str(p.status), p.created_at.isoformat(),
-            p.updated_at.isoformat(), p.review_reason, p.failure_reason]
+            p.updated_at.isoformat(),
+            *(kept_text(r, (p.psp_reference,)) if r else r for r in (p.review_reason, p.failure_reason))]
 
 
 ROUTES = [Route("/payments", page(payments_page), methods=["GET"])]

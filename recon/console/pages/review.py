@@ -323,7 +323,8 @@ def _csv_row(item: ReviewItem) -> list[Any]:
             _major(answer["psp_amount"], p.currency) if isinstance(answer.get("psp_amount"), int) else None,
             _major(item.difference, p.currency) if item.difference is not None else None, str(item.kind),
             str(item.severity), item.since.isoformat(), item.due_at.isoformat() if item.due_at else None,
-            "yes" if item.overdue else "no", p.review_assignee, p.review_reason]
+            "yes" if item.overdue else "no", p.review_assignee,
+            kept_text(p.review_reason, (p.psp_reference,)) if p.review_reason else p.review_reason]
 
 
 def _major(minor: int, currency: str) -> str:
