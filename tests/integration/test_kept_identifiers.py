@@ -156,8 +156,7 @@ def test_console__item_page_and_queue_show_the_reference(db: Database, db_url: s
     seed(db)
     with console(db_url, login="ann") as client:
         page = client.get("/payments/order-k1").text
-        assert f"missing at psp: PSP has no payment {REF} (card [card])" in page or \
-            f"missing_at_psp: PSP has no payment {REF} (card [card])" in page
+        assert f"missing at psp: PSP has no payment {REF} (card [card])" in page  # readable_reason's spelling
         assert "4111" not in page
         page = client.get("/payments/order-k2").text
         assert f"the PSP reports {REF}: amount differs, card [card]" in page
